@@ -1,0 +1,106 @@
+/**
+ * The OpenEnv-level contract: what one OpenEnv environment session does, independent of transport.
+ *
+ * This is the TypeScript counterpart of OpenEnv's Python `Environment` class (`reset`, `step`, `state`,
+ * optional MCP tools) plus what `create_app` needs to serve it (name, metadata, action/observation/state
+ * Schemas, concurrency). Built-in environments provide an `OpenEnvDefinition`; the server (`Server.ts`)
+ * serves any definition over OpenEnv's wire protocol, and the client (`Client.ts`) talks to any OpenEnv
+ * server through the same shapes.
+ *
+ * @since 0.0.0
+ */
+import type { Effect, Schema, Scope } from "effect"
+import { Data } from "effect"
+
+/** The observation envelope `{observation, reward, done}` sent for reset and step (metadata is never sent). */
+export interface StepResult {
+  readonly observation: Readonly<Record<string, unknown>>
+  readonly reward: number | boolean | null
+  readonly done: boolean
+}
+
+/** OpenEnv's `EnvironmentMetadata`, as served on `GET /metadata`. */
+export interface EnvironmentMetadata {
+  readonly name: string
+  readonly description: string
+  readonly readme_content: string | null
+  readonly version: string
+  readonly author: string | null
+  readonly documentation_url: string | null
+}
+
+/** An MCP tool as listed by `tools/list`. */
+export interface McpToolDescriptor {
+  readonly name: string
+  readonly description: string
+  readonly inputSchema: Readonly<Record<string, unknown>>
+}
+
+/** The JSON-ified MCP `CallToolResult` (field names as OpenEnv sends them). */
+export interface McpCallToolResult {
+  readonly content: ReadonlyArray<{ readonly type: "text"; readonly text: string }>
+  readonly structured_content: Readonly<Record<string, unknown>> | null
+  readonly meta: null
+  readonly data: unknown
+  readonly is_error: boolean
+}
+
+/** `reset`, `step` or `state` raised: becomes an `EXECUTION_ERROR` frame with `message` as its text. */
+export class OpenEnvExecutionError extends Data.TaggedError("OpenEnvExecutionError")<{
+  readonly message: string
+}> {}
+
+/** The factory failed to create an instance: becomes `FACTORY_ERROR` and closes the session. */
+export class OpenEnvFactoryError extends Data.TaggedError("OpenEnvFactoryError")<{
+  readonly factoryName: string
+  readonly cause: unknown
+}> {
+  override get message() {
+    return `Environment factory '${this.factoryName}' failed to create instance.`
+  }
+}
+
+/** An MCP tool call failed: `kind` picks the JSON-RPC code (-32602 for unknown tool / bad args, else -32603). */
+export class McpToolError extends Data.TaggedError("McpToolError")<{
+  readonly kind: "tool_not_found" | "invalid_args" | "execution_error"
+  readonly message: string
+}> {}
+
+/** MCP tools of an instance (only for environments that have tools). */
+export interface McpTools {
+  readonly list: Effect.Effect<ReadonlyArray<McpToolDescriptor>>
+  readonly call: (
+    name: string,
+    args: Readonly<Record<string, unknown>>
+  ) => Effect.Effect<McpCallToolResult, McpToolError>
+}
+
+/** One live environment instance, owned by one session. Calls on it are never concurrent. */
+export interface OpenEnvInstance<Action = unknown> {
+  /** `options` are the reset kwargs (`seed`, `episode_id`, env-specific columns). */
+  readonly reset: (options: Readonly<Record<string, unknown>>) => Effect.Effect<StepResult, OpenEnvExecutionError>
+  /** `action` has already been decoded with the definition's `action` Schema. */
+  readonly step: (action: Action) => Effect.Effect<StepResult, OpenEnvExecutionError>
+  /** The full state (`episode_id`, `step_count`, and env-specific fields). */
+  readonly state: Effect.Effect<Readonly<Record<string, unknown>>, OpenEnvExecutionError>
+  readonly tools?: McpTools
+}
+
+/** Everything needed to serve an environment: what OpenEnv's `create_app(factory, Action, Observation)` takes. */
+export interface OpenEnvDefinition<Action = any> {
+  /** `env_name`, e.g. "echo_env", "textarena_env", "openspiel_env". Used as the factory name in errors. */
+  readonly name: string
+  readonly metadata: EnvironmentMetadata
+  /** Decodes the `data` of a step message (unknown keys rejected, as pydantic's extra="forbid"). */
+  readonly action: Schema.Schema<Action, any>
+  /** For `/schema` only. */
+  readonly observation: Schema.Schema<any, any>
+  /** For `/schema` only (OpenEnv always serves the base `State` schema). */
+  readonly state: Schema.Schema<any, any>
+  /** OpenEnv's SUPPORTS_CONCURRENT_SESSIONS. */
+  readonly supportsConcurrentSessions: boolean
+  /** The `MAX_CONCURRENT_ENVS` default of the Python twin's app (8 for the built-ins). */
+  readonly defaultMaxConcurrentEnvs: number
+  /** Creates a fresh instance; it is closed when the scope closes. */
+  readonly make: Effect.Effect<OpenEnvInstance<Action>, OpenEnvFactoryError, Scope.Scope>
+}

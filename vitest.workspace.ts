@@ -1,0 +1,9 @@
+// One vitest project per package; `npm test` runs them all.
+export default [
+  "packages/env",
+  "packages/gpu",
+  "packages/rollout",
+  "packages/grpo",
+  "packages/harness",
+  "examples"
+]
