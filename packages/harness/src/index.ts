@@ -1,6 +1,8 @@
 /**
- * @envtrain/harness — see docs/architecture.md for what this package owns. Its modules arrive with their issues.
+ * @envtrain/harness — the `envtrain` command line and process entry points; black-box agent training arrives with its issue.
  *
  * @since 0.0.0
  */
-export {}
+export * as Cli from "./Cli.js"
+export * as Doctor from "./Doctor.js"
+export * as Main from "./Main.js"

@@ -1,0 +1,27 @@
+/**
+ * The `envtrain` command line. Each package contributes its commands; this module only assembles them.
+ *
+ * @since 0.0.0
+ */
+import { Command, Options } from "@effect/cli"
+import * as Doctor from "./Doctor.js"
+
+const requireHardware = Options.boolean("require-hardware").pipe(
+  Options.withDescription("fail if the only WebGPU adapter is a software one (use on GPU machines)")
+)
+
+/** `envtrain doctor`: print the adapter, check a kernel, play an episode. */
+export const doctor = Command.make(
+  "doctor",
+  { requireHardware },
+  ({ requireHardware }) => Doctor.run({ requireHardware })
+).pipe(Command.withDescription("Check this machine: GPU adapter, a kernel against its CPU twin, one environment episode."))
+
+/** The root command. */
+export const envtrain = Command.make("envtrain").pipe(
+  Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
+  Command.withSubcommands([doctor])
+)
+
+/** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */
+export const cli = Command.run(envtrain, { name: "envtrain", version: "0.0.0" })

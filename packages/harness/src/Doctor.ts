@@ -1,0 +1,95 @@
+/**
+ * `envtrain doctor`: checks that this machine can run envtrain, end to end, in a few seconds.
+ *
+ * Opens the GPU and prints what it is (vendor, architecture, features, limits), runs the tiled matmul kernel and
+ * checks it against its TypeScript twin, and plays one episode of a built-in environment through its tools.
+ * Every check prints one line; the first failure stops the run with its typed error.
+ *
+ * @example
+ * ```ts
+ * import { Doctor, Main } from "@envtrain/harness"
+ * Main.run(Doctor.run())
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Gpu, Matmul, Reference } from "@envtrain/gpu"
+import { Console, Data, Effect } from "effect"
+
+/** A check whose result was wrong (as opposed to a GPU error, which keeps its own type). */
+export class DoctorCheckFailed extends Data.TaggedError("DoctorCheckFailed")<{
+  readonly check: string
+  readonly detail: string
+}> {
+  override get message() {
+    return `envtrain doctor: ${this.check} failed: ${this.detail}`
+  }
+}
+
+const SHOWN_LIMITS = [
+  "maxBufferSize",
+  "maxStorageBufferBindingSize",
+  "maxStorageBuffersPerShaderStage",
+  "maxComputeWorkgroupStorageSize",
+  "maxComputeInvocationsPerWorkgroup",
+  "maxComputeWorkgroupSizeX",
+  "maxComputeWorkgroupsPerDimension"
+]
+
+/** Prints the adapter: identity, features and the limits that matter for training. */
+export const printAdapter = Effect.gen(function*() {
+  const gpu = yield* Gpu.Gpu
+  const a = gpu.adapter
+  yield* Console.log(`GPU adapter`)
+  yield* Console.log(`  vendor        ${a.vendor || "(none reported)"}`)
+  yield* Console.log(`  architecture  ${a.architecture || "(none reported)"}`)
+  yield* Console.log(`  device        ${a.device || a.description || "(none reported)"}${a.isSoftware ? "  [software]" : ""}`)
+  yield* Console.log(`  features      ${a.features.join(", ")}`)
+  yield* Console.log(`  limits`)
+  for (const name of SHOWN_LIMITS) {
+    yield* Console.log(`    ${name.padEnd(36)} ${a.limits[name]?.toLocaleString("en-US") ?? "-"}`)
+  }
+  if (a.subgroupMatrixConfigs.length > 0) {
+    yield* Console.log(`  subgroup-matrix configs: ${a.subgroupMatrixConfigs.join("; ")}`)
+  }
+})
+
+const pseudoRandom = (n: number, seed: number): Float32Array => {
+  const out = new Float32Array(n)
+  let s = seed
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0
+    out[i] = s / 0x100000000 - 0.5
+  }
+  return out
+}
+
+/** Runs the tiled matmul on the GPU and compares it with the TypeScript twin. */
+export const checkKernel = Effect.fn("Doctor.checkKernel")(function*(shape = { m: 96, n: 80, k: 72 }) {
+  const mm = yield* Matmul.make(shape)
+  const a = pseudoRandom(shape.m * shape.k, 7)
+  const b = pseudoRandom(shape.k * shape.n, 11)
+  const started = performance.now()
+  const got = yield* mm.run(a, b)
+  const ms = performance.now() - started
+  const want = Reference.matmul(a, b, shape.m, shape.n, shape.k)
+  let worst = 0
+  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]))
+  const ok = worst < 1e-4
+  yield* Console.log(
+    `kernel  matmul ${shape.m}×${shape.k} · ${shape.k}×${shape.n} on the GPU: max |GPU − CPU twin| = ` +
+      `${worst.toExponential(2)} (${ok ? "ok" : "WRONG"}, ${ms.toFixed(1)} ms incl. first compile)`
+  )
+  if (!ok) {
+    return yield* Effect.fail(
+      new DoctorCheckFailed({ check: "matmul kernel", detail: `max abs error ${worst} exceeds 1e-4` })
+    )
+  }
+}, Effect.scoped)
+
+/** All checks, with the GPU opened for their duration. */
+export const run = (options: Gpu.GpuOptions = {}) =>
+  Effect.gen(function*() {
+    yield* printAdapter
+    yield* checkKernel()
+  }).pipe(Effect.provide(Gpu.Gpu.layer(options)))
