@@ -15,7 +15,9 @@ export const doctor = Command.make(
   "doctor",
   { requireHardware },
   ({ requireHardware }) => Doctor.run({ requireHardware })
-).pipe(Command.withDescription("Check this machine: GPU adapter, a kernel against its CPU twin, one environment episode."))
+).pipe(
+  Command.withDescription("Check this machine: GPU adapter, a kernel against its CPU twin, one environment episode.")
+)
 
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(

@@ -43,7 +43,9 @@ export const printAdapter = Effect.gen(function*() {
   yield* Console.log(`GPU adapter`)
   yield* Console.log(`  vendor        ${a.vendor || "(none reported)"}`)
   yield* Console.log(`  architecture  ${a.architecture || "(none reported)"}`)
-  yield* Console.log(`  device        ${a.device || a.description || "(none reported)"}${a.isSoftware ? "  [software]" : ""}`)
+  yield* Console.log(
+    `  device        ${a.device || a.description || "(none reported)"}${a.isSoftware ? "  [software]" : ""}`
+  )
   yield* Console.log(`  features      ${a.features.join(", ")}`)
   yield* Console.log(`  limits`)
   for (const name of SHOWN_LIMITS) {

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { Effect } from "effect"
 
 const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
 
