@@ -1,0 +1,273 @@
+/**
+ * Echo, both variants of OpenEnv's `echo_env`:
+ *
+ * - {@link openEnv}: the legacy environment (`EchoAction{message}` → `EchoObservation{echoed_message,
+ *   message_length}`, reward = 0.1 × length), still served by the Space TRL's echo example uses.
+ * - {@link openEnvMcp}: the current pure-MCP environment with tools `echo_message` and `echo_with_length`.
+ * - {@link environment}: TRL's `EchoToolEnv`: one tool `echo(message)`, reward state = last echo's reward.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { Echo, Environment } from "@envtrain/env"
+ *
+ * const result = Environment.run(Echo.environment, {}, (episode) => episode.call("echo", { message: "Hi" }))
+ * // result.state.reward === 0.2
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import * as Environment from "./Environment.js"
+import { actionStruct, BaseState, defaultMetadata, episodeIdFrom } from "./internal/openEnvSupport.js"
+import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, StepResult } from "./OpenEnv.js"
+import { McpToolError } from "./OpenEnv.js"
+import * as Tool from "./Tool.js"
+
+/** Python's `len(str)`: code points, not UTF-16 units. */
+const pyLen = (s: string) => [...s].length
+
+/** The legacy echo reward: `len(message) * 0.1` (same IEEE arithmetic as Python). */
+export const rewardOf = (message: string): number => pyLen(message) * 0.1
+
+// ---------------------------------------------------------------------------------------------------------------
+// Legacy OpenEnv echo
+// ---------------------------------------------------------------------------------------------------------------
+
+/** `EchoAction{message: str (min_length 1)}`. */
+export const Action = actionStruct({ message: Schema.String.pipe(Schema.minLength(1)) }, "EchoAction")
+export type Action = typeof Action.Type
+
+/** `EchoObservation`. */
+export const Observation = Schema.Struct({
+  echoed_message: Schema.String,
+  message_length: Schema.Int
+}).annotations({ identifier: "EchoObservation" })
+
+/** The legacy echo environment (`echo_env` before OpenEnv PR #321). */
+export const openEnv: OpenEnvDefinition<Action> = {
+  name: "echo_env",
+  metadata: defaultMetadata("EchoEnvironment"),
+  action: Action,
+  observation: Observation,
+  state: BaseState,
+  supportsConcurrentSessions: true,
+  defaultMaxConcurrentEnvs: 8,
+  make: Effect.sync(() => {
+    let episodeId: string = crypto.randomUUID()
+    let stepCount = 0
+    return {
+      reset: (options) =>
+        Effect.gen(function*() {
+          episodeId = yield* episodeIdFrom(options, true)
+          stepCount = 0
+          return {
+            observation: { echoed_message: "Echo environment ready!", message_length: 0 },
+            reward: 0.0,
+            done: false
+          } satisfies StepResult
+        }),
+      step: (action) =>
+        Effect.sync(() => {
+          stepCount += 1
+          return {
+            observation: { echoed_message: action.message, message_length: pyLen(action.message) },
+            reward: rewardOf(action.message),
+            done: false
+          } satisfies StepResult
+        }),
+      state: Effect.sync(() => ({ episode_id: episodeId, step_count: stepCount }))
+    }
+  })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// MCP OpenEnv echo
+// ---------------------------------------------------------------------------------------------------------------
+
+/** `ListToolsAction`. */
+export const ListToolsAction = actionStruct({ type: Schema.Literal("list_tools") }, "ListToolsAction")
+/** `CallToolAction`. */
+export const CallToolAction = actionStruct({
+  type: Schema.Literal("call_tool"),
+  tool_name: Schema.String,
+  arguments: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), {
+    default: () => ({})
+  })
+}, "CallToolAction")
+/** The MCP echo's action: a tool listing or a tool call. */
+export const McpAction = Schema.Union(ListToolsAction, CallToolAction)
+export type McpAction = typeof McpAction.Type
+
+/** `CallToolObservation` / `ListToolsObservation` (only for `/schema`). */
+export const McpObservation = Schema.Union(
+  Schema.Struct({ tool_name: Schema.String, result: Schema.Unknown, error: Schema.NullOr(Schema.Unknown) }),
+  Schema.Struct({ tools: Schema.Array(Schema.Unknown) })
+).annotations({ identifier: "CallToolObservation" })
+
+const messageSchema = {
+  type: "object",
+  properties: { message: { title: "Message", type: "string" } },
+  required: ["message"]
+} as const
+
+/** FastMCP's listing of the two tools (descriptions are the Python docstrings). */
+export const mcpTools: ReadonlyArray<McpToolDescriptor> = [
+  {
+    name: "echo_message",
+    description:
+      "Echo back the provided message.\n\nArgs:\n    message: The message to echo back\n\nReturns:\n    The same message that was provided",
+    inputSchema: messageSchema
+  },
+  {
+    name: "echo_with_length",
+    description:
+      "Echo back the message with its length.\n\nArgs:\n    message: The message to echo back\n\nReturns:\n    Dictionary with the message and its length",
+    inputSchema: messageSchema
+  }
+]
+
+const callMcp = (name: string, args: Readonly<Record<string, unknown>>) =>
+  Effect.suspend((): Effect.Effect<McpCallToolResult, McpToolError> => {
+    if (name !== "echo_message" && name !== "echo_with_length") {
+      return Effect.fail(new McpToolError({ kind: "tool_not_found", message: `Unknown tool: ${name}` }))
+    }
+    const extra = Object.keys(args).filter((k) => k !== "message")
+    const message = args.message
+    if (typeof message !== "string" || extra.length > 0) {
+      return Effect.fail(
+        new McpToolError({
+          kind: "invalid_args",
+          message: typeof message !== "string"
+            ? `Invalid arguments for tool '${name}': 'message' is required and must be a string`
+            : `Invalid arguments for tool '${name}': unexpected argument(s) ${extra.join(", ")}`
+        })
+      )
+    }
+    if (name === "echo_message") {
+      return Effect.succeed({
+        content: [{ type: "text", text: message }],
+        structured_content: { result: message },
+        meta: null,
+        data: message,
+        is_error: false
+      })
+    }
+    const value = { message, length: pyLen(message) }
+    return Effect.succeed({
+      content: [{ type: "text", text: JSON.stringify(value) }],
+      structured_content: value,
+      meta: null,
+      data: value,
+      is_error: false
+    })
+  })
+
+/** The current, pure-MCP echo environment (tools `echo_message`, `echo_with_length`). */
+export const openEnvMcp: OpenEnvDefinition<McpAction> = {
+  name: "echo_env",
+  metadata: defaultMetadata("EchoEnvironment"),
+  action: McpAction,
+  observation: McpObservation,
+  state: BaseState,
+  supportsConcurrentSessions: true,
+  defaultMaxConcurrentEnvs: 8,
+  make: Effect.sync(() => {
+    let episodeId: string = crypto.randomUUID()
+    let stepCount = 0
+    return {
+      reset: (options) =>
+        Effect.gen(function*() {
+          episodeId = yield* episodeIdFrom(options, true)
+          stepCount = 0
+          // Observation(metadata={"status": "ready", ...}): metadata never goes on the wire.
+          return { observation: {}, reward: 0.0, done: false } satisfies StepResult
+        }),
+      step: (action) =>
+        Effect.gen(function*() {
+          // Every step, list_tools included, counts.
+          stepCount += 1
+          if (action.type === "list_tools") {
+            return {
+              observation: {
+                tools: mcpTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema }))
+              },
+              reward: null,
+              done: false
+            } satisfies StepResult
+          }
+          const result = yield* Effect.either(callMcp(action.tool_name, action.arguments))
+          return {
+            observation: result._tag === "Right"
+              ? { tool_name: action.tool_name, result: result.right, error: null }
+              : {
+                tool_name: action.tool_name,
+                result: null,
+                error: { error_type: result.left.kind, message: result.left.message }
+              },
+            reward: null,
+            done: false
+          } satisfies StepResult
+        }),
+      state: Effect.sync(() => ({ episode_id: episodeId, step_count: stepCount })),
+      tools: { list: Effect.succeed(mcpTools), call: callMcp }
+    }
+  })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tool level (TRL's EchoToolEnv)
+// ---------------------------------------------------------------------------------------------------------------
+
+/** `echo(message)`. */
+export const Echo = Tool.make("echo", {
+  description: "Echo the message back from the environment.",
+  parameters: { message: Schema.String.annotations({ description: "The message to echo" }) },
+  success: Schema.String,
+  returns: "The echoed message."
+})
+
+/** TRL's reward state: the reward of the last echo (0 before any). */
+export interface State {
+  readonly reward: number
+  readonly echoes: number
+}
+
+/** The Echo tool service. */
+export class EchoTools extends Context.Tag("@envtrain/env/Echo/EchoTools")<EchoTools, {
+  readonly echo: (params: { readonly message: string }) => Effect.Effect<string, Tool.InvalidMove>
+  readonly state: Effect.Effect<State>
+}>() {
+  static readonly layer = Layer.sync(EchoTools, () => {
+    let reward = 0
+    let echoes = 0
+    return EchoTools.of({
+      echo: ({ message }) =>
+        Effect.suspend(() => {
+          // EchoAction requires min_length 1: the legacy server answers a 422-style validation error.
+          if (message.length === 0) {
+            return Effect.fail(
+              new Tool.InvalidMove({ message: "message: String should have at least 1 character" })
+            )
+          }
+          reward = rewardOf(message)
+          echoes += 1
+          return Effect.succeed(message)
+        }),
+      state: Effect.sync(() => ({ reward, echoes }))
+    })
+  })
+}
+
+/** Echo as an environment (TRL's `EchoToolEnv`): `reset` returns no observation. */
+export const environment = Environment.make({
+  name: "echo",
+  description: "Echo: the environment echoes the message back; longer messages earn more (0.1 per character).",
+  tag: EchoTools,
+  layer: EchoTools.layer,
+  columns: Environment.SeedColumns,
+  tools: [Echo],
+  handlers: (service) => ({ echo: service.echo }),
+  reset: () => Effect.succeed(Option.none()),
+  state: (service) => service.state
+})
