@@ -1,6 +1,7 @@
 /**
- * @envtrain/rollout — see docs/architecture.md for what this package owns. Its modules arrive with their issues.
+ * @envtrain/rollout — the Policy service, chat rendering with tools, tool-call parsing, the multi-turn episode loop
+ * with exact token bookkeeping, and rollouts as supervised streams of GRPO groups.
  *
  * @since 0.0.0
  */
-export {}
+export * as ToolCallParser from "./ToolCallParser.js"
