@@ -1,0 +1,311 @@
+/**
+ * OpenEnv's wire messages as Schemas: the `/ws` frames in both directions, the error codes and their exact texts,
+ * JSON-RPC 2.0 for the MCP paths, and pydantic-style validation errors.
+ *
+ * Frames are plain JSON text with a `type` discriminator; there are no request ids, so a socket carries strictly one
+ * request and one reply at a time.
+ *
+ * @example
+ * ```ts
+ * import { Wire } from "@envtrain/env"
+ *
+ * Wire.encodeFrame(Wire.errorFrame("UNKNOWN_TYPE", "Unknown message type: jump"))
+ * // '{"type":"error","data":{"message":"Unknown message type: jump","code":"UNKNOWN_TYPE"}}'
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Array as Arr, Option, ParseResult, Schema, SchemaAST } from "effect"
+import type { StepResult } from "./OpenEnv.js"
+
+/** A JSON object (the `data` of most frames). */
+export const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+
+/** `{"type":"reset","data":{...kwargs}}`; `data` defaults to `{}`. */
+export const ResetMessage = Schema.Struct({
+  type: Schema.Literal("reset"),
+  data: Schema.optionalWith(JsonObject, { default: () => ({}) })
+})
+/** `{"type":"step","data":{...action}}`. */
+export const StepMessage = Schema.Struct({ type: Schema.Literal("step"), data: JsonObject })
+/** `{"type":"state"}` — carrying `data` is a VALIDATION_ERROR. */
+export const StateMessage = Schema.Struct({ type: Schema.Literal("state") })
+/** `{"type":"close"}` — the server ends the session without a reply. */
+export const CloseMessage = Schema.Struct({ type: Schema.Literal("close") })
+/** `{"type":"mcp","data":<JSON-RPC request>}`. */
+export const McpMessage = Schema.Struct({ type: Schema.Literal("mcp"), data: JsonObject })
+
+/** Every client → server `/ws` message. */
+export const ClientMessage = Schema.Union(ResetMessage, StepMessage, StateMessage, CloseMessage, McpMessage)
+export type ClientMessage = typeof ClientMessage.Type
+
+/** The message Schema for each known `type`, as OpenEnv dispatches on `type` before validating. */
+export const clientMessageByType: Readonly<Record<string, Schema.Schema<any, any>>> = {
+  reset: ResetMessage,
+  step: StepMessage,
+  state: StateMessage,
+  close: CloseMessage,
+  mcp: McpMessage
+}
+
+/** OpenEnv's `WSErrorCode`. */
+export const ErrorCode = Schema.Literal(
+  "INVALID_JSON",
+  "UNKNOWN_TYPE",
+  "VALIDATION_ERROR",
+  "EXECUTION_ERROR",
+  "CAPACITY_REACHED",
+  "FACTORY_ERROR",
+  "SESSION_ERROR"
+)
+export type ErrorCode = typeof ErrorCode.Type
+
+/** The observation envelope: `reward` and `done` live only here; `metadata` is never sent. */
+export const Envelope = Schema.Struct({
+  observation: JsonObject,
+  reward: Schema.NullOr(Schema.Union(Schema.Number, Schema.Boolean)),
+  done: Schema.Boolean
+})
+
+/** Every server → client `/ws` frame. */
+export const ServerMessage = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("observation"), data: Envelope }),
+  Schema.Struct({ type: Schema.Literal("state"), data: JsonObject }),
+  Schema.Struct({ type: Schema.Literal("mcp"), data: JsonObject }),
+  Schema.Struct({
+    type: Schema.Literal("error"),
+    data: Schema.Struct({ message: Schema.String, code: Schema.String }, { key: Schema.String, value: Schema.Unknown })
+  })
+)
+export type ServerMessage = typeof ServerMessage.Type
+
+/** A server frame as sent (field order matters for byte-level transcripts: `type` first, then `data`). */
+export type Frame = { readonly type: string; readonly data: unknown }
+
+/** Serialises a frame compactly, as pydantic's `model_dump_json`. */
+export const encodeFrame = (frame: Frame | JsonRpcResponse): string => JSON.stringify(frame)
+
+/** `{"type":"error","data":{"message","code",...extra}}`. */
+export const errorFrame = (code: ErrorCode, message: string, extra?: Readonly<Record<string, unknown>>): Frame => ({
+  type: "error",
+  data: { message, code, ...extra }
+})
+
+/** Builds the envelope from what an instance returned, dropping any `reward`/`done`/`metadata` from the observation. */
+export const envelope = (result: StepResult): Frame => {
+  const { done: _done, metadata: _metadata, reward: _reward, ...observation } = result.observation as Record<
+    string,
+    unknown
+  >
+  return { type: "observation", data: { observation, reward: result.reward ?? null, done: result.done } }
+}
+
+/** OpenEnv's capacity error text. */
+export const capacityMessage = (active: number, max: number): string =>
+  `Server at capacity: ${active}/${max} sessions active. Cannot accept new connections.`
+
+/** OpenEnv's factory error text. */
+export const factoryMessage = (factoryName: string): string =>
+  `Environment factory '${factoryName}' failed to create instance.`
+
+/** OpenEnv's refusal to serve a non-concurrent environment with more than one session. */
+export const concurrencyRefusalMessage = (name: string, max: number): string =>
+  `Environment '${name}' is not marked as SUPPORTS_CONCURRENT_SESSIONS. Cannot run with max_concurrent_envs=${max}. ` +
+  "Either set max_concurrent_envs=1 or ensure the environment properly isolates session state and set " +
+  "SUPPORTS_CONCURRENT_SESSIONS=True."
+
+// ---------------------------------------------------------------------------------------------------------------
+// pydantic-style validation errors
+// ---------------------------------------------------------------------------------------------------------------
+
+/** One entry of pydantic's `ValidationError.errors()`. */
+export interface PydanticError {
+  readonly type: string
+  readonly loc: ReadonlyArray<string | number>
+  readonly msg: string
+  readonly input?: unknown
+}
+
+const typeNameOf = (ast: SchemaAST.AST): Option.Option<[string, string]> => {
+  switch (ast._tag) {
+    case "StringKeyword":
+      return Option.some(["string_type", "Input should be a valid string"])
+    case "NumberKeyword":
+      return Option.some(["float_type", "Input should be a valid number"])
+    case "BooleanKeyword":
+      return Option.some(["bool_type", "Input should be a valid boolean"])
+    case "TypeLiteral":
+      return Option.some(
+        ast.indexSignatures.length > 0 && ast.propertySignatures.length === 0
+          ? ["dict_type", "Input should be a valid dictionary"]
+          : ["model_type", "Input should be a valid dictionary or instance of the model"]
+      )
+    case "TupleType":
+      return Option.some(["list_type", "Input should be a valid list"])
+    case "Literal":
+      return Option.some(["literal_error", `Input should be ${JSON.stringify(ast.literal)}`])
+    case "Refinement": {
+      const id = Option.getOrUndefined(SchemaAST.getSchemaIdAnnotation(ast))
+      if (id === Schema.IntSchemaId) return Option.some(["int_type", "Input should be a valid integer"])
+      return typeNameOf(ast.from)
+    }
+    case "Transformation":
+      return typeNameOf(ast.from)
+    default:
+      return Option.none()
+  }
+}
+
+/**
+ * Converts an Effect `ParseError` into pydantic-style errors (`missing`, `extra_forbidden`, `*_type`, ...), with
+ * `loc` as the path into the validated value (optionally prefixed).
+ */
+export const pydanticErrors = (
+  error: ParseResult.ParseError,
+  prefix: ReadonlyArray<string | number> = []
+): Array<PydanticError> => {
+  const out: Array<PydanticError> = []
+  const walk = (issue: ParseResult.ParseIssue, path: ReadonlyArray<string | number>): void => {
+    switch (issue._tag) {
+      case "Pointer": {
+        const keys = Arr.isArray(issue.path) ? issue.path : [issue.path]
+        return walk(issue.issue, [...path, ...keys.map((k) => typeof k === "number" ? k : String(k))])
+      }
+      case "Composite": {
+        const issues = (Arr.isArray(issue.issues) ? issue.issues : [issue.issues]) as ReadonlyArray<
+          ParseResult.ParseIssue
+        >
+        for (const i of issues) walk(i, path)
+        return
+      }
+      case "Missing":
+        out.push({ type: "missing", loc: [...prefix, ...path], msg: "Field required" })
+        return
+      case "Unexpected":
+        out.push({
+          type: "extra_forbidden",
+          loc: [...prefix, ...path],
+          msg: "Extra inputs are not permitted",
+          input: issue.actual
+        })
+        return
+      case "Refinement": {
+        const isInt = Option.getOrUndefined(SchemaAST.getSchemaIdAnnotation(issue.ast)) === Schema.IntSchemaId
+        if (issue.kind === "From") {
+          if (isInt && issue.issue._tag === "Type") {
+            out.push({
+              type: "int_type",
+              loc: [...prefix, ...path],
+              msg: "Input should be a valid integer",
+              input: issue.actual
+            })
+            return
+          }
+          return walk(issue.issue, path)
+        }
+        if (isInt) {
+          out.push({
+            type: "int_from_float",
+            loc: [...prefix, ...path],
+            msg: "Input should be a valid integer, got a number with a fractional part",
+            input: issue.actual
+          })
+          return
+        }
+        out.push({ type: "value_error", loc: [...prefix, ...path], msg: messageOf(issue), input: issue.actual })
+        return
+      }
+      case "Transformation":
+        return walk(issue.issue, path)
+      case "Type": {
+        const [type, msg] = Option.getOrElse(typeNameOf(issue.ast), () => ["value_error", messageOf(issue)] as const)
+        out.push({ type, loc: [...prefix, ...path], msg, input: issue.actual })
+        return
+      }
+      case "Forbidden":
+        out.push({ type: "value_error", loc: [...prefix, ...path], msg: messageOf(issue), input: issue.actual })
+        return
+    }
+  }
+  walk(error.issue, [])
+  return out
+}
+
+const messageOf = (issue: ParseResult.ParseIssue): string => {
+  const formatted = ParseResult.ArrayFormatter.formatIssueSync(issue)
+  return formatted.length > 0 ? formatted[0].message : "Invalid value"
+}
+
+/** Decodes with unknown keys rejected (pydantic's `extra="forbid"`), reporting every issue. */
+export const decodeForbid = <A, I>(schema: Schema.Schema<A, I>) =>
+  Schema.decodeUnknownEither(schema, { onExcessProperty: "error", errors: "all" })
+
+// ---------------------------------------------------------------------------------------------------------------
+// JSON-RPC 2.0 (MCP paths)
+// ---------------------------------------------------------------------------------------------------------------
+
+/** JSON-RPC error codes used by OpenEnv. */
+export const JsonRpcErrorCode = {
+  PARSE_ERROR: -32700,
+  INVALID_REQUEST: -32600,
+  METHOD_NOT_FOUND: -32601,
+  INVALID_PARAMS: -32602,
+  INTERNAL_ERROR: -32603,
+  SERVER_ERROR: -32000
+} as const
+
+/** Default messages (`JsonRpcError.from_code`). */
+export const jsonRpcDefaultMessage: Readonly<Record<number, string>> = {
+  [-32700]: "Parse error",
+  [-32600]: "Invalid Request",
+  [-32601]: "Method not found",
+  [-32602]: "Invalid params",
+  [-32603]: "Internal error",
+  [-32000]: "Server error"
+}
+
+/** A JSON-RPC request as OpenEnv validates it (`jsonrpc` exactly "2.0", unknown keys rejected). */
+export const JsonRpcRequest = Schema.Struct({
+  jsonrpc: Schema.Literal("2.0"),
+  method: Schema.String,
+  params: Schema.optionalWith(Schema.Unknown, { default: () => ({}) }),
+  id: Schema.optionalWith(Schema.NullOr(Schema.Union(Schema.String, Schema.Int)), { default: () => null })
+})
+export type JsonRpcRequest = typeof JsonRpcRequest.Type
+
+/** A JSON-RPC response: always `jsonrpc` and `id`, then exactly one of `result` / `error`. */
+export type JsonRpcResponse =
+  | { readonly jsonrpc: "2.0"; readonly id: string | number | null; readonly result: unknown }
+  | {
+    readonly jsonrpc: "2.0"
+    readonly id: string | number | null
+    readonly error: { readonly code: number; readonly message: string; readonly data: unknown }
+  }
+
+/** A success response. */
+export const rpcResult = (id: string | number | null, result: unknown): JsonRpcResponse => ({
+  jsonrpc: "2.0",
+  id,
+  result
+})
+
+/** An error response; `message` defaults to the code's standard text. */
+export const rpcError = (
+  id: string | number | null,
+  code: number,
+  message?: string,
+  data: unknown = null
+): JsonRpcResponse => ({
+  jsonrpc: "2.0",
+  id,
+  error: { code, message: message ?? jsonRpcDefaultMessage[code] ?? "Error", data }
+})
+
+/** OpenEnv's client-side URL rule: strip `/`, http→ws, https→wss, no scheme→ws, then append `/ws`. */
+export const toWebSocketUrl = (baseUrl: string, path = "/ws"): string => {
+  let url = baseUrl.replace(/\/+$/, "")
+  if (url.startsWith("http://")) url = "ws://" + url.slice("http://".length)
+  else if (url.startsWith("https://")) url = "wss://" + url.slice("https://".length)
+  else if (!url.startsWith("ws://") && !url.startsWith("wss://")) url = "ws://" + url
+  return url + path
+}

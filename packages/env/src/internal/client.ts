@@ -1,0 +1,308 @@
+// The OpenEnv client's socket handling: one outstanding request per socket (a semaphore of 1), replies taken from an
+// inbox filled by the socket's listeners, and a socket that cannot be trusted any more (timeout, interruption, drop)
+// discarded at once.
+import { Deferred, Duration, Effect, Exit, Option, Queue, Schema } from "effect"
+import { WebSocket } from "ws"
+import type * as Api from "../Client.js"
+import {
+  CapacityReachedError,
+  ConnectError,
+  ConnectionClosedError,
+  McpError,
+  ProtocolError,
+  RequestTimeoutError,
+  ServerError,
+  SessionLostError
+} from "../Client.js"
+import type { McpCallToolResult, McpToolDescriptor } from "../OpenEnv.js"
+import * as Wire from "../Wire.js"
+
+interface Conn {
+  readonly ws: WebSocket
+  readonly inbox: Queue.Queue<string>
+  readonly closed: Deferred.Deferred<{ readonly code: number; readonly reason: string }>
+  alive: boolean
+  timer: ReturnType<typeof setInterval> | undefined
+}
+
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+const open = (url: string, options: { maxPayload: number; connectTimeoutMs: number; pingMs: number }) =>
+  Effect.gen(function*() {
+    const inbox = yield* Queue.unbounded<string>()
+    const closed = yield* Deferred.make<{ code: number; reason: string }>()
+    const ws = new WebSocket(url, { maxPayload: options.maxPayload, perMessageDeflate: false })
+    const conn: Conn = { ws, inbox, closed, alive: true, timer: undefined }
+    // Listeners go on before "open" so a frame sent right after the handshake (CAPACITY_REACHED) is kept.
+    ws.on("message", (data, isBinary) => {
+      if (!isBinary) inbox.unsafeOffer(data.toString())
+    })
+    ws.on("pong", () => {
+      conn.alive = true
+    })
+    ws.on("close", (code, reason) => {
+      if (conn.timer !== undefined) clearInterval(conn.timer)
+      Deferred.unsafeDone(closed, Exit.succeed({ code, reason: reason.toString() }))
+    })
+    ws.on("error", () => {
+      // Always followed by "close" (or reported by the open below).
+    })
+    yield* Effect.async<void, ConnectError>((resume) => {
+      ws.once("open", () => resume(Effect.void))
+      ws.once("error", (e) => resume(Effect.fail(new ConnectError({ url, reason: e.message }))))
+      ws.once("unexpected-response", (_req, res) => {
+        resume(Effect.fail(new ConnectError({ url, reason: `HTTP ${res.statusCode} instead of a WebSocket upgrade` })))
+        ws.terminate()
+      })
+      return Effect.sync(() => ws.terminate())
+    }).pipe(
+      Effect.timeoutFail({
+        duration: Duration.millis(options.connectTimeoutMs),
+        onTimeout: () => new ConnectError({ url, reason: `no handshake within ${options.connectTimeoutMs} ms` })
+      })
+    )
+    if (options.pingMs > 0) {
+      conn.timer = setInterval(() => {
+        if (!conn.alive) return ws.terminate()
+        conn.alive = false
+        ws.ping()
+      }, options.pingMs)
+      conn.timer.unref()
+    }
+    return conn
+  })
+
+const discard = (conn: Conn) =>
+  Effect.sync(() => {
+    if (conn.timer !== undefined) clearInterval(conn.timer)
+    conn.ws.terminate()
+  })
+
+type Reply = { readonly type: string; readonly data: unknown }
+
+const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
+  Effect.gen(function*() {
+    const url = Wire.toWebSocketUrl(options.url)
+    const connectTimeoutMs = Duration.toMillis(Duration.decode(options.connectTimeout ?? Duration.seconds(10)))
+    const messageTimeoutMs = Duration.toMillis(Duration.decode(options.messageTimeout ?? Duration.seconds(60)))
+    const pingMs = Duration.toMillis(Duration.decode(options.pingInterval ?? Duration.seconds(20)))
+    const maxPayload = options.maxMessageBytes ?? 100 * 1024 * 1024
+    const encodeAction = options.action === undefined
+      ? (a: A) => Effect.succeed(a as unknown)
+      : (a: A) =>
+        Schema.encode(options.action as Schema.Schema<A, unknown>)(a).pipe(
+          Effect.mapError((e) => new ProtocolError({ reason: `action does not encode: ${e.message}` }))
+        )
+    const decodeObservation = options.observation === undefined
+      ? (o: unknown) => Effect.succeed(o as O)
+      : (o: unknown) =>
+        Schema.decodeUnknown(options.observation as Schema.Schema<O, unknown>)(o).pipe(
+          Effect.mapError((e) => new ProtocolError({ reason: `observation does not decode: ${e.message}` }))
+        )
+
+    const lock = yield* Effect.makeSemaphore(1)
+    let conn: Conn | undefined
+    let episodeActive = false
+    let lost: SessionLostError | undefined
+
+    /** Forget the socket; if an episode was running, it is lost for good. */
+    const drop = (reason: string) =>
+      Effect.gen(function*() {
+        if (conn !== undefined) yield* discard(conn)
+        conn = undefined
+        if (episodeActive && lost === undefined) lost = new SessionLostError({ url, reason })
+        episodeActive = false
+      })
+
+    const parseReply = (text: string): Effect.Effect<Reply, ProtocolError> => {
+      try {
+        const value = JSON.parse(text)
+        if (isObject(value) && typeof value.type === "string") return Effect.succeed(value as Reply)
+      } catch {
+        // fall through
+      }
+      return Effect.fail(new ProtocolError({ reason: `not an OpenEnv frame: ${text.slice(0, 200)}` }))
+    }
+
+    const errorOf = (reply: Reply): Api.ClientError => {
+      const data = isObject(reply.data) ? reply.data : {}
+      const message = typeof data.message === "string" ? data.message : "unknown error"
+      const code = typeof data.code === "string" ? data.code : "UNKNOWN"
+      if (code === "CAPACITY_REACHED") {
+        return new CapacityReachedError({
+          url,
+          serverMessage: message,
+          activeSessions: typeof data.active_sessions === "number" ? data.active_sessions : -1,
+          maxSessions: typeof data.max_sessions === "number" ? data.max_sessions : -1
+        })
+      }
+      return new ServerError({
+        code,
+        serverMessage: message,
+        ...(Array.isArray(data.errors) ? { errors: data.errors } : {})
+      })
+    }
+
+    /** Sends one frame and takes its one reply. `kind` names the request in errors. */
+    const request = (kind: string, frame: Record<string, unknown>, opensEpisode: boolean) =>
+      lock.withPermits(1)(
+        Effect.gen(function*() {
+          if (conn !== undefined) {
+            // A frame that arrived unasked (right after the handshake) is the server refusing the session.
+            const early = yield* Queue.poll(conn.inbox)
+            if (Option.isSome(early)) {
+              yield* drop("server sent an unsolicited frame")
+              const reply = yield* parseReply(early.value)
+              return yield* Effect.fail(
+                reply.type === "error" ? errorOf(reply) : new ProtocolError({ reason: "unsolicited frame" })
+              )
+            }
+            const closedNow = yield* Deferred.poll(conn.closed)
+            if (Option.isSome(closedNow)) yield* drop(`socket closed (code ${(yield* closedNow.value).code})`)
+          }
+          if (opensEpisode) lost = undefined
+          else if (lost !== undefined) return yield* Effect.fail(lost)
+          const c = conn ?? (yield* open(url, { maxPayload, connectTimeoutMs, pingMs }))
+          conn = c
+          c.ws.send(JSON.stringify(frame))
+          const text = yield* Effect.raceFirst(
+            Queue.take(c.inbox),
+            Effect.flatMap(Deferred.await(c.closed), (info) =>
+              // A reply that landed together with the close still counts.
+              Effect.flatMap(Queue.poll(c.inbox), (o) =>
+                Option.isSome(o)
+                  ? Effect.succeed(o.value)
+                  : Effect.gen(function*() {
+                    const wasActive = episodeActive
+                    yield* drop(`socket closed during '${kind}' (code ${info.code})`)
+                    return yield* Effect.fail<Api.ClientError>(
+                      wasActive && lost !== undefined
+                        ? lost
+                        : new ConnectionClosedError({ url, code: info.code, reason: info.reason })
+                    )
+                  })))
+          ).pipe(
+            Effect.timeoutFail({
+              duration: Duration.millis(messageTimeoutMs),
+              onTimeout: () => new RequestTimeoutError({ url, request: kind, timeoutMs: messageTimeoutMs })
+            }),
+            Effect.tapError((e) => e._tag === "RequestTimeoutError" ? drop(`'${kind}' timed out`) : Effect.void),
+            Effect.onInterrupt(() => drop(`'${kind}' was interrupted`))
+          )
+          const reply = yield* parseReply(text)
+          if (reply.type === "error") {
+            const error = errorOf(reply)
+            if (error._tag === "CapacityReachedError") yield* drop("capacity reached")
+            return yield* Effect.fail(error)
+          }
+          return reply
+        })
+      )
+
+    const toStep = (reply: Reply) =>
+      Effect.gen(function*() {
+        if (reply.type !== "observation" || !isObject(reply.data) || !isObject(reply.data.observation)) {
+          return yield* Effect.fail(new ProtocolError({ reason: `expected an observation frame, got '${reply.type}'` }))
+        }
+        const observation = yield* decodeObservation(reply.data.observation)
+        const reward = reply.data.reward
+        const result: Api.StepResult<O> = {
+          observation,
+          reward: typeof reward === "number" || typeof reward === "boolean" ? reward : null,
+          done: reply.data.done === true
+        }
+        return result
+      })
+
+    const mcp = (method: string, params: Record<string, unknown>) =>
+      Effect.gen(function*() {
+        const reply = yield* request(method, {
+          type: "mcp",
+          data: { jsonrpc: "2.0", method, params, id: 1 }
+        }, false)
+        const data = reply.data
+        if (reply.type !== "mcp" || !isObject(data)) {
+          return yield* Effect.fail(new ProtocolError({ reason: `expected an mcp frame, got '${reply.type}'` }))
+        }
+        if (isObject(data.error)) {
+          return yield* Effect.fail(
+            new McpError({
+              code: typeof data.error.code === "number" ? data.error.code : 0,
+              serverMessage: String(data.error.message),
+              data: data.error.data ?? null
+            })
+          )
+        }
+        return data.result
+      })
+
+    const close = lock.withPermits(1)(Effect.gen(function*() {
+      if (conn !== undefined) {
+        const c = conn
+        conn = undefined
+        episodeActive = false
+        if (c.ws.readyState === WebSocket.OPEN) c.ws.send(JSON.stringify({ type: "close" }))
+        if (c.timer !== undefined) clearInterval(c.timer)
+        c.ws.close(1000)
+        // Wait briefly for the close handshake, then drop the socket regardless.
+        yield* Deferred.await(c.closed).pipe(Effect.timeout(Duration.seconds(1)), Effect.ignore)
+        c.ws.terminate()
+      }
+    }))
+    yield* Effect.addFinalizer(() => close)
+
+    const client: Api.OpenEnvClient<A, O> = {
+      url,
+      reset: (resetOptions = {}) =>
+        request("reset", { type: "reset", data: resetOptions }, true).pipe(
+          Effect.flatMap(toStep),
+          Effect.tap((r) =>
+            Effect.sync(() => {
+              episodeActive = !r.done
+            })
+          ),
+          Effect.withSpan("Client.reset")
+        ),
+      step: (action) =>
+        encodeAction(action).pipe(
+          Effect.flatMap((data) => request("step", { type: "step", data }, false)),
+          Effect.flatMap(toStep),
+          Effect.tap((r) =>
+            Effect.sync(() => {
+              if (r.done) episodeActive = false
+            })
+          ),
+          Effect.withSpan("Client.step")
+        ),
+      state: request("state", { type: "state" }, false).pipe(
+        Effect.flatMap((reply) =>
+          reply.type === "state" && isObject(reply.data)
+            ? Effect.succeed(reply.data as Readonly<Record<string, unknown>>)
+            : Effect.fail(new ProtocolError({ reason: `expected a state frame, got '${reply.type}'` }))
+        )
+      ),
+      listTools: mcp("tools/list", {}).pipe(
+        Effect.map((result) =>
+          (isObject(result) && Array.isArray(result.tools) ? result.tools : []) as ReadonlyArray<McpToolDescriptor>
+        )
+      ),
+      callTool: (name, args) =>
+        mcp("tools/call", { name, arguments: args }).pipe(Effect.map((r) => r as McpCallToolResult)),
+      close,
+      episodeActive: Effect.sync(() => episodeActive)
+    }
+    const openNow = lock.withPermits(1)(Effect.gen(function*() {
+      if (conn === undefined) conn = yield* open(url, { maxPayload, connectTimeoutMs, pingMs })
+    }))
+    return { client, openNow }
+  })
+
+export const make = <A, O>(options: Api.ClientOptions<A, O>) =>
+  Effect.map(makeWithOpen(options), ({ client }) => client)
+
+export const connect = <A, O>(options: Api.ClientOptions<A, O>) =>
+  Effect.gen(function*() {
+    const { client, openNow } = yield* makeWithOpen(options)
+    yield* openNow
+    return client
+  })

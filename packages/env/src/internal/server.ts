@@ -1,0 +1,518 @@
+// The OpenEnv server on node:http + ws, run inside Effect: every connection is a fiber in one FiberSet owned by the
+// server's scope, so closing the scope ends every session (its instance's scope closes, its socket is closed).
+import { Cause, Deferred, Duration, Effect, Either, Exit, FiberSet, Option, Queue } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
+import { WebSocket, WebSocketServer } from "ws"
+import * as JsonSchema from "../JsonSchema.js"
+import type { OpenEnvDefinition, OpenEnvInstance, StepResult } from "../OpenEnv.js"
+import type { ResolvedServerOptions } from "../ServerOptions.js"
+import * as Wire from "../Wire.js"
+import * as Mcp from "./mcp.js"
+import { type Session, SessionTable } from "./sessions.js"
+
+export interface Running {
+  readonly host: string
+  readonly port: number
+  readonly url: string
+  readonly activeSessions: Effect.Effect<number>
+  readonly maxConcurrentEnvs: number
+}
+
+type Inbound = { readonly _tag: "Text"; readonly text: string } | { readonly _tag: "Binary" }
+
+// Inbound frames beyond this are held in the kernel (socket paused), so a flooding client cannot grow our memory.
+const HIGH_WATER = 64
+const LOW_WATER = 8
+
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+const send = (ws: WebSocket, payload: Wire.Frame | Wire.JsonRpcResponse): void => {
+  if (ws.readyState === WebSocket.OPEN) ws.send(Wire.encodeFrame(payload))
+}
+
+const closeSocket = (ws: WebSocket, code: number, reason?: string): void => {
+  if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.close(code, reason)
+}
+
+/** Runs an instance call; failures and defects become EXECUTION_ERROR frames with their message. */
+const execute = <A>(effect: Effect.Effect<A, { readonly message: string }>, onSuccess: (a: A) => Wire.Frame) =>
+  effect.pipe(
+    Effect.map(onSuccess),
+    Effect.catchAllCause((cause) =>
+      Cause.isInterruptedOnly(cause)
+        ? Effect.interrupt
+        : Effect.succeed(Wire.errorFrame("EXECUTION_ERROR", Mcp.causeMessage(cause)))
+    )
+  )
+
+const validationFrame = (errors: ReadonlyArray<Wire.PydanticError>): Wire.Frame =>
+  Wire.errorFrame("VALIDATION_ERROR", "Invalid message", { errors })
+
+const parseJson = (text: string): Either.Either<unknown, string> => {
+  try {
+    return Either.right(JSON.parse(text))
+  } catch (e) {
+    return Either.left(e instanceof Error ? e.message : String(e))
+  }
+}
+
+export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptions) =>
+  Effect.gen(function*() {
+    const table = new SessionTable(options.maxConcurrentEnvs)
+    // Created first so that its finalizer (interrupt whatever is left) runs last.
+    const fiberSet = yield* FiberSet.make<unknown, unknown>()
+    const run = yield* FiberSet.runtime(fiberSet)<never>()
+    const fork = (effect: Effect.Effect<unknown>): void => {
+      run(effect)
+    }
+    const mcpCtx: Mcp.McpContext = { definition, table, fork }
+    let shuttingDown = false
+
+    // ---- one /ws session -------------------------------------------------------------------------------------
+    const handleGymFrame = (session: Session, instance: OpenEnvInstance, text: string) =>
+      Effect.suspend((): Effect.Effect<Wire.Frame | "close"> => {
+        const parsed = parseJson(text)
+        if (Either.isLeft(parsed)) {
+          return Effect.succeed(Wire.errorFrame("INVALID_JSON", `Invalid JSON: ${parsed.left}`))
+        }
+        const message = parsed.right
+        if (!isObject(message)) {
+          return Effect.succeed(validationFrame([{
+            type: "dict_type",
+            loc: [],
+            msg: "Input should be a valid dictionary",
+            input: message
+          }]))
+        }
+        const type = message.type ?? ""
+        const schema = typeof type === "string" && Object.hasOwn(Wire.clientMessageByType, type)
+          ? Wire.clientMessageByType[type]
+          : undefined
+        if (schema === undefined) {
+          const shown = typeof type === "string" ? type : JSON.stringify(type)
+          return Effect.succeed(Wire.errorFrame("UNKNOWN_TYPE", `Unknown message type: ${shown}`))
+        }
+        const decoded = Wire.decodeForbid(schema)(message)
+        if (Either.isLeft(decoded)) return Effect.succeed(validationFrame(Wire.pydanticErrors(decoded.left)))
+        const msg = decoded.right as Wire.ClientMessage
+        switch (msg.type) {
+          case "close":
+            return Effect.succeed("close" as const)
+          case "state":
+            return execute(instance.state, (data) => ({ type: "state", data }))
+          case "reset":
+            return execute(instance.reset(msg.data), Wire.envelope).pipe(
+              Effect.tap(() => table.touch(session.id))
+            )
+          case "step": {
+            const action = Wire.decodeForbid(definition.action)(msg.data)
+            if (Either.isLeft(action)) return Effect.succeed(validationFrame(Wire.pydanticErrors(action.left)))
+            return execute(instance.step(action.right), Wire.envelope).pipe(
+              Effect.tap(() => table.touch(session.id))
+            )
+          }
+          case "mcp": {
+            const request = Mcp.decodeRequest(msg.data)
+            const response = Either.isLeft(request)
+              ? Effect.succeed(request.left)
+              : Mcp.handle(mcpCtx, request.right, session)
+            return response.pipe(Effect.map((data): Wire.Frame => ({ type: "mcp", data })))
+          }
+        }
+      })
+
+    const handleMcpFrame = (session: Session, text: string) =>
+      Effect.suspend((): Effect.Effect<Wire.JsonRpcResponse> => {
+        const parsed = parseJson(text)
+        if (Either.isLeft(parsed)) {
+          return Effect.succeed(
+            Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, `Parse error: ${parsed.left}`)
+          )
+        }
+        const request = Mcp.decodeRequest(parsed.right)
+        return Either.isLeft(request) ? Effect.succeed(request.left) : Mcp.handle(mcpCtx, request.right, session)
+      })
+
+    const liveSockets = new Map<WebSocket, { alive: boolean }>()
+
+    const handleSocket = (ws: WebSocket, path: "/ws" | "/mcp") =>
+      Effect.gen(function*() {
+        const inbox = yield* Queue.unbounded<Inbound>()
+        const ended = yield* Deferred.make<void>()
+        let pending = 0
+        let paused = false
+        const liveness = { alive: true }
+        liveSockets.set(ws, liveness)
+        ws.on("message", (data, isBinary) => {
+          pending++
+          inbox.unsafeOffer(isBinary ? { _tag: "Binary" } : { _tag: "Text", text: data.toString() })
+          if (!paused && pending >= HIGH_WATER) {
+            paused = true
+            ws.pause()
+          }
+        })
+        ws.on("pong", () => {
+          liveness.alive = true
+        })
+        ws.on("close", () => {
+          liveSockets.delete(ws)
+          Deferred.unsafeDone(ended, Exit.void)
+        })
+        ws.on("error", () => {
+          // A protocol error (oversized frame, bad UTF-8) is followed by "close"; nothing else to do here.
+        })
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            liveSockets.delete(ws)
+            closeSocket(ws, shuttingDown ? 1001 : 1000)
+          })
+        )
+
+        const reserved = table.reserve(path === "/ws" ? "ws" : "ws-mcp", (reason) => {
+          table.release(sessionId)
+          // The idle reaper and session/close free the slot at once, tell the client why, and close its socket.
+          send(ws, Wire.errorFrame("SESSION_ERROR", `Session ended by the server: ${reason}`))
+          Deferred.unsafeDone(ended, Exit.void)
+        })
+        if (!("id" in reserved)) {
+          const message = Wire.capacityMessage(reserved.active, reserved.max)
+          send(
+            ws,
+            path === "/ws"
+              ? Wire.errorFrame("CAPACITY_REACHED", message, {
+                active_sessions: reserved.active,
+                max_sessions: reserved.max
+              })
+              : Wire.rpcError(null, Wire.JsonRpcErrorCode.SERVER_ERROR, message, {
+                active_sessions: reserved.active,
+                max_sessions: reserved.max
+              })
+          )
+          return
+        }
+        const session = reserved
+        const sessionId = session.id
+        yield* Effect.addFinalizer(() => Effect.sync(() => table.release(sessionId)))
+
+        const made = yield* Effect.exit(definition.make)
+        if (Exit.isFailure(made)) {
+          if (Cause.isInterruptedOnly(made.cause)) return yield* Effect.interrupt
+          const message = Wire.factoryMessage(definition.name)
+          send(
+            ws,
+            path === "/ws"
+              ? Wire.errorFrame("FACTORY_ERROR", message, { factory_name: definition.name })
+              : Wire.rpcError(null, Wire.JsonRpcErrorCode.SERVER_ERROR, message, { factory_name: definition.name })
+          )
+          return
+        }
+        const instance = made.value
+        session.instance = instance
+        session.lastActivity = Date.now()
+
+        const endedSignal = Deferred.await(ended).pipe(Effect.as(undefined))
+        while (true) {
+          const next = yield* Effect.raceFirst(Queue.take(inbox), endedSignal)
+          if (next === undefined) return
+          pending--
+          if (paused && pending <= LOW_WATER) {
+            paused = false
+            ws.resume()
+          }
+          if (next._tag === "Binary") {
+            // Starlette's receive_text fails on binary frames and OpenEnv ends the session; say why.
+            send(
+              ws,
+              path === "/ws"
+                ? Wire.errorFrame(
+                  "SESSION_ERROR",
+                  "Binary frames are not supported: send each message as a JSON text frame"
+                )
+                : Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, "Parse error: binary frames are not supported")
+            )
+            return
+          }
+          session.busy = true
+          // A disconnect mid-request interrupts the request: its reply could never be read.
+          const handled: Effect.Effect<Wire.Frame | Wire.JsonRpcResponse | "close"> = path === "/ws"
+            ? handleGymFrame(session, instance, next.text)
+            : handleMcpFrame(session, next.text)
+          const reply = yield* Effect.raceFirst(handled, endedSignal)
+          session.busy = false
+          if (reply === undefined || reply === "close") return
+          send(ws, reply)
+        }
+      }).pipe(
+        Effect.scoped,
+        Effect.catchAllCause((cause) =>
+          Cause.isInterruptedOnly(cause) ? Effect.void : Effect.sync(() => {
+            send(ws, Wire.errorFrame("SESSION_ERROR", Mcp.causeMessage(cause)))
+            closeSocket(ws, 1000)
+          })
+        )
+      )
+
+    // ---- HTTP ---------------------------------------------------------------------------------------------------
+    const json = (res: Http.ServerResponse, status: number, body: unknown) => {
+      const text = JSON.stringify(body)
+      res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+      res.end(text)
+    }
+
+    const readBody = (req: Http.IncomingMessage) =>
+      Effect.async<string, string>((resume) => {
+        const chunks: Array<Buffer> = []
+        let size = 0
+        req.on("data", (chunk: Buffer) => {
+          size += chunk.length
+          if (size > options.maxFrameBytes) {
+            resume(Effect.fail(`Request body exceeds ${options.maxFrameBytes} bytes`))
+            req.destroy()
+            return
+          }
+          chunks.push(chunk)
+        })
+        req.on("end", () => resume(Effect.succeed(Buffer.concat(chunks).toString("utf8"))))
+        req.on("error", (e) => resume(Effect.fail(e.message)))
+      })
+
+    const withFreshInstance = <A>(f: (instance: OpenEnvInstance) => Effect.Effect<A, unknown>) =>
+      Effect.scoped(Effect.flatMap(definition.make, f))
+
+    const httpEnvelope = (r: StepResult) => {
+      const frame = Wire.envelope(r).data as { observation: unknown; reward: unknown; done: boolean }
+      // The HTTP path coerces reward to float|null (pydantic `Optional[float]`).
+      return { ...frame, reward: typeof frame.reward === "boolean" ? Number(frame.reward) : frame.reward }
+    }
+
+    const resetErrors = (body: Record<string, unknown>): Array<Wire.PydanticError> => {
+      const errors: Array<Wire.PydanticError> = []
+      const seed = body.seed
+      if (seed !== undefined && seed !== null) {
+        if (typeof seed !== "number" || !Number.isInteger(seed)) {
+          errors.push({ type: "int_type", loc: ["body", "seed"], msg: "Input should be a valid integer", input: seed })
+        } else if (seed < 0) {
+          errors.push({
+            type: "greater_than_equal",
+            loc: ["body", "seed"],
+            msg: "Input should be greater than or equal to 0",
+            input: seed
+          })
+        }
+      }
+      const episodeId = body.episode_id
+      if (episodeId !== undefined && episodeId !== null) {
+        if (typeof episodeId !== "string") {
+          errors.push({
+            type: "string_type",
+            loc: ["body", "episode_id"],
+            msg: "Input should be a valid string",
+            input: episodeId
+          })
+        } else if (episodeId.length > 255) {
+          errors.push({
+            type: "string_too_long",
+            loc: ["body", "episode_id"],
+            msg: "String should have at most 255 characters",
+            input: episodeId
+          })
+        }
+      }
+      return errors
+    }
+
+    const openapi = {
+      openapi: "3.1.0",
+      info: { title: "OpenEnv Environment HTTP API", version: "1.0.0", description: definition.metadata.description },
+      paths: Object.fromEntries(
+        ([
+          ["/health", "get"],
+          ["/metadata", "get"],
+          ["/schema", "get"],
+          ["/reset", "post"],
+          ["/step", "post"],
+          ["/state", "get"],
+          ["/mcp", "post"]
+        ] as const).map(([p, m]) => [p, { [m]: { summary: p.slice(1), responses: { "200": { description: "OK" } } } }])
+      )
+    }
+    const schemaBody = {
+      action: JsonSchema.pydantic(definition.action),
+      observation: JsonSchema.pydantic(definition.observation),
+      state: JsonSchema.baseStateSchema
+    }
+
+    const internalError = (res: Http.ServerResponse) => {
+      res.writeHead(500, { "content-type": "text/plain; charset=utf-8" })
+      res.end("Internal Server Error")
+    }
+
+    const handleHttp = (req: Http.IncomingMessage, res: Http.ServerResponse) =>
+      Effect.gen(function*() {
+        const path = new URL(req.url ?? "/", "http://localhost").pathname
+        const method = req.method ?? "GET"
+        const route = `${method} ${path}`
+        switch (route) {
+          case "GET /health":
+            return json(res, 200, { status: "healthy" })
+          case "GET /metadata":
+            return json(res, 200, definition.metadata)
+          case "GET /schema":
+            return json(res, 200, schemaBody)
+          case "GET /openapi.json":
+            return json(res, 200, openapi)
+          case "GET /state": {
+            const state = yield* Effect.either(withFreshInstance((i) => i.state))
+            return Either.isRight(state) ? json(res, 200, state.right) : internalError(res)
+          }
+          case "POST /reset":
+          case "POST /step":
+          case "POST /mcp": {
+            const body = yield* Effect.either(readBody(req))
+            if (Either.isLeft(body)) return json(res, 413, { detail: body.left })
+            const parsed = body.right.trim() === "" ? Either.right({}) : parseJson(body.right)
+            if (path === "/mcp") {
+              if (Either.isLeft(parsed)) {
+                return json(res, 200, Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR))
+              }
+              const request = Mcp.decodeRequest(parsed.right)
+              const response = Either.isLeft(request) ? request.left : yield* Mcp.handle(mcpCtx, request.right)
+              return json(res, 200, response)
+            }
+            if (Either.isLeft(parsed)) {
+              return json(res, 422, {
+                detail: [{ type: "json_invalid", loc: ["body", 0], msg: "JSON decode error", input: {} }]
+              })
+            }
+            const value = parsed.right
+            if (!isObject(value)) {
+              return json(res, 422, {
+                detail: [{ type: "model_attributes_type", loc: ["body"], msg: "Input should be a valid dictionary" }]
+              })
+            }
+            if (path === "/reset") {
+              const errors = resetErrors(value)
+              if (errors.length > 0) return json(res, 422, { detail: errors })
+              const result = yield* Effect.either(withFreshInstance((i) => i.reset(value)))
+              return Either.isRight(result) ? json(res, 200, httpEnvelope(result.right)) : internalError(res)
+            }
+            if (!isObject(value.action)) {
+              return json(res, 422, {
+                detail: [
+                  value.action === undefined
+                    ? { type: "missing", loc: ["body", "action"], msg: "Field required", input: value }
+                    : {
+                      type: "dict_type",
+                      loc: ["body", "action"],
+                      msg: "Input should be a valid dictionary",
+                      input: value.action
+                    }
+                ]
+              })
+            }
+            const action = Wire.decodeForbid(definition.action)(value.action)
+            if (Either.isLeft(action)) {
+              return json(res, 422, { detail: Wire.pydanticErrors(action.left, ["body", "action"]) })
+            }
+            // Stateless, as OpenEnv since PR #239: a fresh, never-reset instance per request.
+            const result = yield* Effect.either(withFreshInstance((i) => i.step(action.right)))
+            return Either.isRight(result) ? json(res, 200, httpEnvelope(result.right)) : internalError(res)
+          }
+          default: {
+            const known = ["/health", "/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/mcp"]
+            return known.includes(path)
+              ? json(res, 405, { detail: "Method Not Allowed" })
+              : json(res, 404, { detail: "Not Found" })
+          }
+        }
+      }).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.sync(() => {
+            if (!res.headersSent && !Cause.isInterruptedOnly(cause)) internalError(res)
+            else if (!res.writableEnded) res.destroy()
+          })
+        )
+      )
+
+    // ---- wiring ---------------------------------------------------------------------------------------------------
+    const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, perMessageDeflate: false })
+    const server = Http.createServer((req, res) => {
+      if (shuttingDown) {
+        res.writeHead(503, { connection: "close" })
+        res.end()
+        return
+      }
+      fork(handleHttp(req, res))
+    })
+    server.on("upgrade", (req, socket, head) => {
+      const path = new URL(req.url ?? "/", "http://localhost").pathname
+      if (shuttingDown || (path !== "/ws" && path !== "/mcp")) {
+        socket.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        return
+      }
+      wss.handleUpgrade(req, socket, head, (ws) => fork(handleSocket(ws, path)))
+    })
+    server.on("clientError", (_err, socket) => socket.destroy())
+
+    const address = yield* Effect.acquireRelease(
+      Effect.async<AddressInfo, Error>((resume) => {
+        const onError = (e: Error) => resume(Effect.fail(e))
+        server.once("error", onError)
+        server.listen(options.port, options.host, () => {
+          server.off("error", onError)
+          resume(Effect.succeed(server.address() as AddressInfo))
+        })
+      }),
+      () =>
+        Effect.async<void>((resume) => {
+          server.close(() => resume(Effect.void))
+          server.closeAllConnections()
+        })
+    )
+
+    // Graceful shutdown (runs before the listener closes): refuse new work, end every session, close HTTP-MCP sessions.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        shuttingDown = true
+        for (const s of table.all()) if (s.kind === "http-mcp") s.kill("server shutting down")
+        for (const ws of wss.clients) closeSocket(ws, 1001, "server shutting down")
+        yield* FiberSet.clear(fiberSet)
+        wss.close()
+      })
+    )
+
+    // Keep-alive: ping every socket; one that has not answered the previous ping is terminated.
+    if (Option.isSome(options.pingInterval)) {
+      yield* Effect.sync(() => {
+        for (const [ws, liveness] of liveSockets) {
+          if (!liveness.alive) {
+            ws.terminate()
+            continue
+          }
+          liveness.alive = false
+          ws.ping()
+        }
+      }).pipe(Effect.delay(options.pingInterval.value), Effect.forever, Effect.forkScoped)
+    }
+
+    // Idle reaper: frees the slot AND closes the socket (OpenEnv leaves the socket open with a dead env).
+    if (Option.isSome(options.sessionTimeout)) {
+      const timeoutMs = Duration.toMillis(options.sessionTimeout.value)
+      const every = Math.min(Math.max(timeoutMs / 4, 10), 5000)
+      yield* Effect.sync(() => {
+        for (const s of table.stale(timeoutMs, Date.now())) {
+          s.kill(`idle for more than ${timeoutMs / 1000}s (session timeout); reconnect and reset`)
+        }
+      }).pipe(Effect.delay(Duration.millis(every)), Effect.forever, Effect.forkScoped)
+    }
+
+    const running: Running = {
+      host: options.host,
+      port: address.port,
+      url: `http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${address.port}`,
+      activeSessions: Effect.sync(() => table.size),
+      maxConcurrentEnvs: options.maxConcurrentEnvs
+    }
+    return running
+  })
