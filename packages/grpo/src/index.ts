@@ -1,6 +1,10 @@
 /**
- * @envtrain/grpo — see docs/architecture.md for what this package owns. Its modules arrive with their issues.
+ * @envtrain/grpo — GRPO configuration, rewards, advantages, losses and schedules (TRL's semantics).
  *
  * @since 0.0.0
  */
-export {}
+export * as Advantage from "./Advantage.js"
+export * as Config from "./Config.js"
+export * as Loss from "./Loss.js"
+export * as LrSchedule from "./LrSchedule.js"
+export * as Reward from "./Reward.js"
