@@ -116,6 +116,16 @@ const dawnInstance = (extra: ReadonlyArray<string>): GPU => {
   return instance
 }
 
+/**
+ * Running totals of objects created through the service, so a step program can prove it creates nothing per
+ * step after warm-up (read before and after, compare).
+ */
+export interface GpuCounters {
+  buffers: number
+  bindGroups: number
+  pipelines: number
+}
+
 /** The service: a device plus the checks that make its failures visible. */
 export interface GpuService {
   readonly device: GPUDevice
@@ -147,6 +157,10 @@ export interface GpuService {
     size: number,
     offset?: number
   ) => Effect.Effect<ArrayBuffer, GpuDeviceLost | GpuUncapturedError>
+  /** Objects created so far through `createBuffer`, `read`, `pipeline` and `createBindGroup`. */
+  readonly counters: Readonly<GpuCounters>
+  /** `device.createBindGroup`, counted. */
+  readonly createBindGroup: (descriptor: GPUBindGroupDescriptor) => GPUBindGroup
 }
 
 /** The WebGPU device. */
@@ -235,8 +249,15 @@ export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUna
       if (typeof v === "number") limits[key] = v
     }
 
+    const counters: GpuCounters = { buffers: 0, bindGroups: 0, pipelines: 0 }
+    const createBindGroup = (descriptor: GPUBindGroupDescriptor) => {
+      counters.bindGroups++
+      return device.createBindGroup(descriptor)
+    }
+
     const createBuffer = Effect.fn("Gpu.createBuffer")(function*(label: string, size: number, usage: number) {
       if (lost !== undefined) return yield* Effect.fail(lost)
+      counters.buffers++
       if (size > device.limits.maxBufferSize) {
         return yield* Effect.fail(
           new GpuLimitExceeded({ label, limit: "maxBufferSize", requested: size, allowed: device.limits.maxBufferSize })
@@ -273,6 +294,7 @@ export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUna
         try: () => device.createComputePipelineAsync({ label, layout: "auto", compute: { module, entryPoint } }),
         catch: (e) => new GpuShaderError({ label, messages: [String(e)] })
       })
+      counters.pipelines++
       pipelines.set(key, created)
       return created
     })
@@ -280,13 +302,14 @@ export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUna
     const read = Effect.fn("Gpu.read")(function*(buffer: GPUBuffer, size: number, offset = 0) {
       const padded = Math.ceil(size / 4) * 4
       return yield* Effect.acquireUseRelease(
-        Effect.sync(() =>
-          device.createBuffer({
+        Effect.sync(() => {
+          counters.buffers++
+          return device.createBuffer({
             label: `readback(${buffer.label})`,
             size: padded,
             usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST
           })
-        ),
+        }),
         (staging) =>
           Effect.gen(function*() {
             const encoder = device.createCommandEncoder({ label: "readback" })
@@ -327,7 +350,9 @@ export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUna
       check,
       createBuffer,
       pipeline,
-      read
+      read,
+      counters,
+      createBindGroup
     } satisfies GpuService
   })
 

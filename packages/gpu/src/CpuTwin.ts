@@ -1,0 +1,207 @@
+/**
+ * Runs a list of ops on a host arena with the plain `Reference` twins: the CPU specification of a whole step
+ * program. Slow (f64 math, f32 storage, like the GPU's buffers), for tests at tiny shapes only.
+ *
+ * @example
+ * ```ts
+ * const h = Arena.host(plan)
+ * h.f32("param.w").set(weights)
+ * CpuTwin.run(h, ops)
+ * ```
+ *
+ * @since 0.0.0
+ */
+import {
+  ADAM_M,
+  ADAM_V,
+  GRAD,
+  type HostArena,
+  PARAM,
+  Result,
+  Scalar,
+  STEP_RESULTS,
+  STEP_SCALARS,
+  type Tensor
+} from "./Arena.js"
+import type { Op } from "./Ops.js"
+import * as R from "./Reference.js"
+
+const view = (h: HostArena, t: Tensor, offset = 0, length = t.size - offset) =>
+  new Float32Array(h.buffers[t.buffer], t.offset + offset * 4, length)
+const ids = (h: HostArena, t: Tensor) => new Uint32Array(h.buffers[t.buffer], t.offset, t.size)
+
+/** Executes `ops` in order on `h`. */
+export const run = (h: HostArena, ops: ReadonlyArray<Op>): void => {
+  for (const op of ops) step(h, op)
+}
+
+const step = (h: HostArena, op: Op): void => {
+  switch (op.kind) {
+    case "fill":
+      view(h, op.out).fill(op.value)
+      return
+    case "axpy": {
+      const x = view(h, op.x, 0, op.n)
+      const y = view(h, op.y, 0, op.n)
+      for (let i = 0; i < op.n; i++) y[i] = op.alpha * x[i] + (op.beta !== 0 ? op.beta * y[i] : 0)
+      return
+    }
+    case "matmul": {
+      const c = view(h, op.c, op.cOffset, op.m * op.n)
+      const out = R.gemm(
+        view(h, op.a, op.aOffset, op.m * op.k),
+        view(h, op.b, op.bOffset, op.k * op.n),
+        op,
+        op.beta !== 0 ? c : undefined,
+        op.bias === undefined ? undefined : view(h, op.bias)
+      )
+      c.set(out)
+      return
+    }
+    case "embedding":
+      view(h, op.out, 0, op.tokens * op.dim).set(R.embedding(view(h, op.table), ids(h, op.ids), op.tokens, op.dim))
+      return
+    case "embeddingBackward": {
+      const dT = view(h, op.dTable)
+      const add = R.embeddingBackward(ids(h, op.ids), view(h, op.dOut), op.tokens, op.dim, op.dTable.size / op.dim)
+      for (let i = 0; i < dT.length; i++) dT[i] += add[i]
+      return
+    }
+    case "rmsNorm": {
+      const { rstd, y } = R.rmsNorm(view(h, op.x), view(h, op.weight), op.rows, op.dim, op.eps)
+      view(h, op.y, 0, y.length).set(y)
+      view(h, op.rstd, 0, op.rows).set(rstd)
+      return
+    }
+    case "rmsNormBackward": {
+      const n = op.rows * op.dim
+      const { dw, dx } = R.rmsNormBackward(
+        view(h, op.x, 0, n),
+        view(h, op.weight),
+        view(h, op.rstd),
+        view(h, op.dy, 0, n),
+        op.rows,
+        op.dim
+      )
+      const dX = view(h, op.dx, 0, n)
+      for (let i = 0; i < n; i++) dX[i] = dx[i] + (op.accumulate ? dX[i] : 0)
+      const dW = view(h, op.dWeight)
+      for (let i = 0; i < op.dim; i++) dW[i] += dw[i]
+      return
+    }
+    case "rope": {
+      const x = view(h, op.x, 0, op.tokens * op.heads * op.headDim)
+      x.set(R.rope(x, ids(h, op.positions), op.tokens, op.heads, op.headDim, op.theta, op.inverse))
+      return
+    }
+    case "attention": {
+      const { lse, o } = R.attention(view(h, op.q), view(h, op.k), view(h, op.v), op.shape)
+      view(h, op.o, 0, o.length).set(o)
+      view(h, op.lse, 0, lse.length).set(lse)
+      return
+    }
+    case "attentionBackward": {
+      const s = op.shape
+      const nq = s.batch * s.seq * s.heads * s.headDim
+      const nk = s.batch * s.seq * s.kvHeads * s.headDim
+      const { dk, dq, dv } = R.attentionBackward(
+        view(h, op.q, 0, nq),
+        view(h, op.k, 0, nk),
+        view(h, op.v, 0, nk),
+        view(h, op.o, 0, nq),
+        view(h, op.lse),
+        view(h, op.dO, 0, nq),
+        s
+      )
+      view(h, op.dq, 0, nq).set(dq)
+      view(h, op.dk, 0, nk).set(dk)
+      view(h, op.dv, 0, nk).set(dv)
+      return
+    }
+    case "swiglu":
+      view(h, op.out, 0, op.gate.size).set(R.swiglu(view(h, op.gate), view(h, op.up, 0, op.gate.size)))
+      return
+    case "swigluBackward": {
+      const n = op.gate.size
+      const { dGate, dUp } = R.swigluBackward(view(h, op.gate), view(h, op.up, 0, n), view(h, op.dOut, 0, n))
+      view(h, op.dGate, 0, n).set(dGate)
+      view(h, op.dUp, 0, n).set(dUp)
+      return
+    }
+    case "tokenLogprobs": {
+      const targets = ids(h, op.targets).subarray(op.rowOffset, op.rowOffset + op.rows)
+      const r = R.tokenLogprobs(
+        view(h, op.logits, 0, op.rows * op.vocab),
+        targets,
+        op.rows,
+        op.vocab,
+        op.invTemperature
+      )
+      view(h, op.logp, op.rowOffset, op.rows).set(r.logp)
+      view(h, op.entropy, op.rowOffset, op.rows).set(r.entropy)
+      view(h, op.lse, op.rowOffset, op.rows).set(r.lse)
+      return
+    }
+    case "tokenLogprobsBackward": {
+      const z = view(h, op.logits, 0, op.rows * op.vocab)
+      const targets = ids(h, op.targets).subarray(op.rowOffset, op.rowOffset + op.rows)
+      z.set(R.tokenLogprobsBackward(
+        z,
+        targets,
+        op.rows,
+        op.vocab,
+        op.invTemperature,
+        view(h, op.dLogp, op.rowOffset, op.rows),
+        op.dEntropy === undefined ? undefined : view(h, op.dEntropy, op.rowOffset, op.rows)
+      ))
+      return
+    }
+    case "maskedMean": {
+      const r = R.maskedMean(view(h, op.x), view(h, op.mask), op.rows, op.cols, op.scale)
+      const out = view(h, op.out, op.outIndex, op.rows)
+      for (let i = 0; i < op.rows; i++) out[i] = r.out[i] + (op.accumulate ? out[i] : 0)
+      if (op.dx !== undefined) {
+        const dx = view(h, op.dx, 0, r.dx.length)
+        for (let i = 0; i < dx.length; i++) dx[i] = op.gradScale * r.dx[i]
+      }
+      return
+    }
+    case "gradNorm": {
+      const s = h.f32(STEP_SCALARS)
+      const res = h.f32(STEP_RESULTS)
+      const g = R.gradNorm((h.plan.groups.get(GRAD) ?? []).map((i) => h.raw(i)), s[Scalar.maxGradNorm])
+      res[Result.gradNorm] = g.norm
+      res[Result.clipScale] = g.clip
+      res[Result.skipped] = g.skipped ? 1 : 0
+      return
+    }
+    case "adamw": {
+      const s = h.f32(STEP_SCALARS)
+      const res = h.f32(STEP_RESULTS)
+      if (res[Result.skipped] !== 0) return
+      const hyper: R.AdamWStep = {
+        lr: s[Scalar.lr],
+        beta1: s[Scalar.beta1],
+        beta2: s[Scalar.beta2],
+        eps: s[Scalar.eps],
+        weightDecay: s[Scalar.weightDecay],
+        biasCorrection1: s[Scalar.biasCorrection1],
+        biasCorrection2: s[Scalar.biasCorrection2]
+      }
+      const [ps, gs, ms, vs] = [PARAM, GRAD, ADAM_M, ADAM_V].map((g) => h.plan.groups.get(g) ?? [])
+      ps.forEach((shard, i) => {
+        const flags = h.u32(`opt.decay.${i}`)
+        R.adamw(
+          h.raw(shard),
+          h.raw(gs[i]),
+          h.raw(ms[i]),
+          h.raw(vs[i]),
+          (j) => flags[Math.floor(j / 256)] !== 0,
+          hyper,
+          res[Result.clipScale]
+        )
+      })
+      return
+    }
+  }
+}

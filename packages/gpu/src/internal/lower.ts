@@ -1,0 +1,312 @@
+/** Lowering of ops to dispatch specs: kernel source, tensor bindings, parameter words, grid, cost estimate. */
+import {
+  ADAM_M,
+  ADAM_V,
+  type ArenaPlan,
+  GRAD,
+  normGroups,
+  PARAM,
+  STEP_RESULTS,
+  STEP_SCALARS,
+  tensorOf
+} from "../Arena.js"
+import type { Tensor } from "../Arena.js"
+import type { Op } from "../Ops.js"
+import * as W from "./wgsl.js"
+
+export type Word = readonly ["u" | "f", number]
+export const u = (x: number): Word => ["u", x]
+export const f = (x: number): Word => ["f", x]
+
+/** A buffer range to bind: a planned tensor, or a whole buffer of the plan (a group shard). */
+export type Bind = Tensor | { readonly shard: number; readonly bytes: number }
+
+export interface DispatchSpec {
+  readonly label: string
+  readonly code: string
+  readonly bindings: ReadonlyArray<Bind>
+  readonly params: ReadonlyArray<Word>
+  readonly groups: readonly [number, number, number]
+  /** Estimated floating-point operations and bytes moved, for the profile's GFLOP/s and GB/s. */
+  readonly flops: number
+  readonly bytes: number
+}
+
+const MAX_DIM = 65535
+/** A 1-D launch of `count` workgroups folded into a 2-D grid. */
+export const grid = (count: number): readonly [number, number, number] =>
+  count <= MAX_DIM ? [Math.max(1, count), 1, 1] : [MAX_DIM, Math.ceil(count / MAX_DIM), 1]
+const over = (n: number, wg: number) => grid(Math.ceil(n / wg))
+
+export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
+  switch (op.kind) {
+    case "fill":
+      return [{
+        label: "fill",
+        code: W.fill,
+        bindings: [op.out],
+        params: [u(op.out.size), f(op.value)],
+        groups: over(op.out.size, 256),
+        flops: 0,
+        bytes: op.out.bytes
+      }]
+    case "axpy":
+      return [{
+        label: "axpy",
+        code: W.axpy,
+        bindings: [op.x, op.y],
+        params: [u(op.n), f(op.alpha), f(op.beta)],
+        groups: over(op.n, 256),
+        flops: 2 * op.n,
+        bytes: 12 * op.n
+      }]
+    case "matmul": {
+      const flags = { transA: op.transA, transB: op.transB, bias: op.bias !== undefined }
+      const label = `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${op.bias ? "_bias" : ""}`
+      return [{
+        label,
+        code: W.matmul(flags),
+        bindings: op.bias === undefined ? [op.a, op.b, op.c] : [op.a, op.b, op.c, op.bias],
+        params: [
+          u(op.m),
+          u(op.n),
+          u(op.k),
+          u(op.aOffset),
+          u(op.bOffset),
+          u(op.cOffset),
+          u(0),
+          f(op.alpha),
+          f(op.beta)
+        ],
+        groups: [Math.ceil(op.n / W.MM_TILE.n), Math.ceil(op.m / W.MM_TILE.m), 1],
+        flops: 2 * op.m * op.n * op.k,
+        bytes: 4 * (op.m * op.k + op.k * op.n + op.m * op.n * (op.beta !== 0 ? 2 : 1))
+      }]
+    }
+    case "embedding":
+      return [{
+        label: "embedding",
+        code: W.embedding,
+        bindings: [op.table, op.ids, op.out],
+        params: [u(op.tokens * op.dim), u(op.dim), u(op.table.size / op.dim)],
+        groups: over(op.tokens * op.dim, 256),
+        flops: 0,
+        bytes: 8 * op.tokens * op.dim
+      }]
+    case "embeddingBackward":
+      return [{
+        label: "embedding_backward",
+        code: W.embeddingBackward,
+        bindings: [op.ids, op.dOut, op.dTable],
+        params: [u(op.tokens), u(op.dim), u(op.dTable.size / op.dim)],
+        groups: grid(op.tokens),
+        flops: op.tokens * op.dim,
+        bytes: 12 * op.tokens * op.dim
+      }]
+    case "rmsNorm":
+      return [{
+        label: "rmsnorm",
+        code: W.rmsNorm,
+        bindings: [op.x, op.weight, op.y, op.rstd],
+        params: [u(op.rows), u(op.dim), f(op.eps)],
+        groups: grid(op.rows),
+        flops: 4 * op.rows * op.dim,
+        bytes: 8 * op.rows * op.dim
+      }]
+    case "rmsNormBackward":
+      return [{
+        label: "rmsnorm_backward_x",
+        code: W.rmsNormBackwardX,
+        bindings: [op.x, op.weight, op.rstd, op.dy, op.dx],
+        params: [u(op.rows), u(op.dim), f(op.accumulate ? 1 : 0)],
+        groups: grid(op.rows),
+        flops: 8 * op.rows * op.dim,
+        bytes: 16 * op.rows * op.dim
+      }, {
+        label: "rmsnorm_backward_w",
+        code: W.rmsNormBackwardW,
+        bindings: [op.x, op.rstd, op.dy, op.dWeight],
+        params: [u(op.rows), u(op.dim)],
+        groups: over(op.dim, 64),
+        flops: 3 * op.rows * op.dim,
+        bytes: 8 * op.rows * op.dim
+      }]
+    case "rope": {
+      const n = op.tokens * op.heads * op.headDim / 2
+      return [{
+        label: "rope",
+        code: W.rope,
+        bindings: [op.x, op.positions],
+        params: [u(op.tokens), u(op.heads), u(op.headDim), f(op.theta), f(op.inverse ? -1 : 1)],
+        groups: over(n, 256),
+        flops: 6 * 2 * n,
+        bytes: 16 * n
+      }]
+    }
+    case "attention": {
+      const s = op.shape
+      const rows = s.batch * s.seq * s.heads
+      const pairs = s.batch * s.heads * s.seq * (s.seq + 1) / 2
+      return [{
+        label: `attention_hd${s.headDim}`,
+        code: W.attention(s.headDim),
+        bindings: [op.q, op.k, op.v, op.o, op.lse],
+        params: attnParams(s),
+        groups: over(rows, 64),
+        flops: 4 * pairs * s.headDim,
+        bytes: 8 * pairs * s.headDim
+      }]
+    }
+    case "attentionBackward": {
+      const s = op.shape
+      const rows = s.batch * s.seq * s.heads
+      const pairs = s.batch * s.heads * s.seq * (s.seq + 1) / 2
+      return [{
+        label: `attention_delta_hd${s.headDim}`,
+        code: W.attentionDelta(s.headDim),
+        bindings: [op.o, op.dO, op.delta],
+        params: [u(rows)],
+        groups: over(rows, 64),
+        flops: 2 * rows * s.headDim,
+        bytes: 8 * rows * s.headDim
+      }, {
+        label: `attention_backward_q_hd${s.headDim}`,
+        code: W.attentionBackwardQ(s.headDim),
+        bindings: [op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dq],
+        params: attnParams(s),
+        groups: over(rows, 64),
+        flops: 6 * pairs * s.headDim,
+        bytes: 12 * pairs * s.headDim
+      }, {
+        label: `attention_backward_kv_hd${s.headDim}`,
+        code: W.attentionBackwardKV(s.headDim),
+        bindings: [op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dk, op.dv],
+        params: attnParams(s),
+        groups: over(s.batch * s.seq * s.kvHeads, 64),
+        flops: 8 * pairs * s.headDim,
+        bytes: 8 * pairs * s.headDim
+      }]
+    }
+    case "swiglu":
+      return [{
+        label: "swiglu",
+        code: W.swiglu,
+        bindings: [op.gate, op.up, op.out],
+        params: [u(op.gate.size)],
+        groups: over(op.gate.size, 256),
+        flops: 6 * op.gate.size,
+        bytes: 12 * op.gate.size
+      }]
+    case "swigluBackward":
+      return [{
+        label: "swiglu_backward",
+        code: W.swigluBackward,
+        bindings: [op.gate, op.up, op.dOut, op.dGate, op.dUp],
+        params: [u(op.gate.size)],
+        groups: over(op.gate.size, 256),
+        flops: 12 * op.gate.size,
+        bytes: 20 * op.gate.size
+      }]
+    case "tokenLogprobs":
+      return [{
+        label: "token_logprobs",
+        code: W.tokenLogprobs,
+        bindings: [op.logits, op.targets, op.logp, op.entropy, op.lse],
+        params: [u(op.rows), u(op.vocab), u(op.rowOffset), f(op.invTemperature)],
+        groups: grid(op.rows),
+        flops: 5 * op.rows * op.vocab,
+        bytes: 8 * op.rows * op.vocab
+      }]
+    case "tokenLogprobsBackward": {
+      const entropy = op.dEntropy !== undefined
+      const bindings: Array<Bind> = [op.logits, op.targets, op.lse, op.entropy, op.dLogp]
+      if (op.dEntropy !== undefined) bindings.push(op.dEntropy)
+      return [{
+        label: `token_logprobs_backward${entropy ? "_entropy" : ""}`,
+        code: W.tokenLogprobsBackward(entropy),
+        bindings,
+        params: [u(op.rows), u(op.vocab), u(op.rowOffset), f(op.invTemperature)],
+        groups: over(op.rows * op.vocab, 256),
+        flops: 8 * op.rows * op.vocab,
+        bytes: 8 * op.rows * op.vocab
+      }]
+    }
+    case "maskedMean": {
+      const bindings: Array<Bind> = [op.x, op.mask, op.out]
+      if (op.dx !== undefined) bindings.push(op.dx)
+      return [{
+        label: `masked_mean${op.dx !== undefined ? "_grad" : ""}`,
+        code: W.maskedMean(op.dx !== undefined),
+        bindings,
+        params: [u(op.rows), u(op.cols), u(op.outIndex), u(op.accumulate ? 1 : 0), f(op.scale), f(op.gradScale)],
+        groups: grid(op.rows),
+        flops: 2 * op.x.size,
+        bytes: 12 * op.x.size
+      }]
+    }
+    case "gradNorm": {
+      const shards = plan.groups.get(GRAD) ?? []
+      if (shards.length === 0) throw new RangeError("gradNorm: the plan has no \"grad\" group (use Arena.parameters)")
+      const partials = tensorOf(plan, "opt.partials")
+      const out: Array<DispatchSpec> = []
+      let off = 0
+      for (const shard of shards) {
+        const n = plan.buffers[shard].bytes / 4
+        const g = normGroups(n)
+        out.push({
+          label: "grad_norm_partials",
+          code: W.normPartials,
+          bindings: [{ shard, bytes: plan.buffers[shard].bytes }, partials],
+          params: [u(n), u(off)],
+          groups: [g, 1, 1],
+          flops: 2 * n,
+          bytes: 4 * n
+        })
+        off += g
+      }
+      out.push({
+        label: "grad_norm_finish",
+        code: W.normFinish,
+        bindings: [partials, tensorOf(plan, STEP_SCALARS), tensorOf(plan, STEP_RESULTS)],
+        params: [u(off)],
+        groups: [1, 1, 1],
+        flops: off,
+        bytes: 4 * off
+      })
+      return out
+    }
+    case "adamw": {
+      const shards = [PARAM, GRAD, ADAM_M, ADAM_V].map((g) => plan.groups.get(g) ?? [])
+      if (shards[0].length === 0) throw new RangeError("adamw: the plan has no \"param\" group (use Arena.parameters)")
+      return shards[0].map((_, i) => {
+        const n = plan.buffers[shards[0][i]].bytes / 4
+        const whole = (g: number) => ({ shard: shards[g][i], bytes: plan.buffers[shards[g][i]].bytes })
+        return {
+          label: "adamw",
+          code: W.adamw,
+          bindings: [
+            whole(0),
+            whole(1),
+            whole(2),
+            whole(3),
+            tensorOf(plan, `opt.decay.${i}`),
+            tensorOf(plan, STEP_SCALARS),
+            tensorOf(plan, STEP_RESULTS)
+          ],
+          params: [u(n)],
+          groups: over(n, 256),
+          flops: 12 * n,
+          bytes: 28 * n
+        }
+      })
+    }
+  }
+}
+
+const attnParams = (s: { batch: number; seq: number; heads: number; kvHeads: number; scale: number }) => [
+  u(s.batch),
+  u(s.seq),
+  u(s.heads),
+  u(s.kvHeads),
+  f(s.scale)
+]

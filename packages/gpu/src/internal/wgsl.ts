@@ -1,0 +1,588 @@
+/**
+ * WGSL sources of the kernels. Binding 0 of every kernel is its uniform parameter block (one 256-byte slot of
+ * the program's parameter buffer); bindings 1.. are tensors, in the order the lowering lists them.
+ * Large 1-D launches use a 2-D grid (the per-dimension limit is 65535 workgroups): the linear workgroup index
+ * is `wid.y * nwg.x + wid.x`.
+ */
+
+type Access = "read" | "read_write"
+type Binding = readonly [name: string, access: Access, type?: "f32" | "u32"]
+
+const header = (params: string, bindings: ReadonlyArray<Binding>) =>
+  `struct P { ${params} }\n@group(0) @binding(0) var<uniform> p: P;\n` +
+  bindings.map(([name, access, type], i) =>
+    `@group(0) @binding(${i + 1}) var<storage, ${access}> ${name}: array<${type ?? "f32"}>;`
+  ).join("\n") + "\n"
+
+const builtins =
+  "@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32"
+const linear = (wg: number) => `let wg = wid.y * nwg.x + wid.x;\n  let i = wg * ${wg}u + lid;`
+
+/** y = beta·y + alpha·x (beta = 0 writes without reading y). Also a fill when bound with x = y and alpha = 0. */
+export const axpy = header("n: u32, alpha: f32, beta: f32", [["X", "read"], ["Y", "read_write"]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.n) { return; }
+  var v = p.alpha * X[i];
+  if (p.beta != 0.0) { v += p.beta * Y[i]; }
+  Y[i] = v;
+}`
+
+export const fill = header("n: u32, value: f32", [["Y", "read_write"]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.n) { return; }
+  Y[i] = p.value;
+}`
+
+/** Matmul tile: 64×64 outputs per 256-thread workgroup, 4×4 per thread, K staged 16 at a time. */
+export const MM_TILE = { m: 64, n: 64, k: 16 } as const
+
+/**
+ * C[cOff + r·N + c] = alpha · Σ_k op(A)[r,k] · op(B)[k,c] (+ beta · C) (+ bias[c]).
+ * op(A) = A[K,M]ᵀ when transA; op(B) = B[N,K]ᵀ when transB. Loads are arranged so neighbouring threads read
+ * neighbouring addresses in every layout. `vec4` reads A and B with vec4 loads (needs K, M, N as the layout
+ * requires to be multiples of 4 and 16-byte aligned offsets; the lowering checks).
+ */
+export const matmul = (o: { transA: boolean; transB: boolean; bias: boolean }) => {
+  const { k: TK, m: TM, n: TN } = MM_TILE
+  const loadA = o.transA
+    ? `let r = idx % ${TM}u; let kk = idx / ${TM}u; let gr = row0 + r; let gk = k0 + kk;
+      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.m + gr]; }`
+    : `let r = idx / ${TK}u; let kk = idx % ${TK}u; let gr = row0 + r; let gk = k0 + kk;
+      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.k + gk]; }`
+  const loadB = o.transB
+    ? `let bc = idx / ${TK}u; let bk = idx % ${TK}u; let gbk = k0 + bk; let gc = col0 + bc;
+      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gc * p.k + gbk]; }`
+    : `let bk = idx / ${TN}u; let bc = idx % ${TN}u; let gbk = k0 + bk; let gc = col0 + bc;
+      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gbk * p.n + gc]; }`
+  const bindings: Array<Binding> = [["A", "read"], ["B", "read"], ["C", "read_write"]]
+  if (o.bias) bindings.push(["Bias", "read"])
+  return header(
+    "m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32",
+    bindings
+  ) + `
+var<workgroup> As: array<f32, ${TM * TK}>; // [TK][TM]
+var<workgroup> Bs: array<f32, ${TK * TN}>; // [TK][TN]
+@compute @workgroup_size(16, 16)
+fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: vec3u) {
+  let tid = lid.y * 16u + lid.x;
+  let row0 = wid.y * ${TM}u;
+  let col0 = wid.x * ${TN}u;
+  var acc: array<f32, 16>;
+  for (var k0 = 0u; k0 < p.k; k0 += ${TK}u) {
+    for (var q = 0u; q < 4u; q++) {
+      let idx = tid + q * 256u;
+      {
+      ${loadA}
+      As[kk * ${TM}u + r] = v;
+      }
+      {
+      ${loadB}
+      Bs[bk * ${TN}u + bc] = w;
+      }
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < ${TK}u; kk++) {
+      let a = vec4f(As[kk * ${TM}u + lid.y * 4u], As[kk * ${TM}u + lid.y * 4u + 1u],
+                    As[kk * ${TM}u + lid.y * 4u + 2u], As[kk * ${TM}u + lid.y * 4u + 3u]);
+      let b = vec4f(Bs[kk * ${TN}u + lid.x * 4u], Bs[kk * ${TN}u + lid.x * 4u + 1u],
+                    Bs[kk * ${TN}u + lid.x * 4u + 2u], Bs[kk * ${TN}u + lid.x * 4u + 3u]);
+      for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) {
+          acc[i * 4u + j] = fma(a[i], b[j], acc[i * 4u + j]);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < 4u; i++) {
+    let r = row0 + lid.y * 4u + i;
+    for (var j = 0u; j < 4u; j++) {
+      let c = col0 + lid.x * 4u + j;
+      if (r < p.m && c < p.n) {
+        let at = p.cOff + r * p.n + c;
+        var v = p.alpha * acc[i * 4u + j];
+        if (p.beta != 0.0) { v += p.beta * C[at]; }
+        ${o.bias ? "v += Bias[p.biasOff + c];" : ""}
+        C[at] = v;
+      }
+    }
+  }
+}`
+}
+
+export const embedding = header("n: u32, dim: u32, vocab: u32", [["Table", "read"], ["Ids", "read", "u32"], [
+  "Out",
+  "read_write"
+]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.n) { return; }
+  let t = i / p.dim;
+  let id = Ids[t];
+  var v = 0.0;
+  if (id < p.vocab) { v = Table[id * p.dim + i % p.dim]; }
+  Out[i] = v;
+}`
+
+/**
+ * Deterministic embedding backward without float atomics: one workgroup per token position; only the first
+ * occurrence of each id does work, summing dOut over every later position with the same id in increasing
+ * order, so each table row has exactly one writer and a fixed summation order.
+ */
+export const embeddingBackward = header("tokens: u32, dim: u32, vocab: u32", [["Ids", "read", "u32"], [
+  "DOut",
+  "read"
+], ["DTable", "read_write"]]) + `
+var<workgroup> flag: array<u32, 64>;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  let t = wid.y * nwg.x + wid.x;
+  if (t >= p.tokens) { return; }
+  let id = Ids[t];
+  if (id >= p.vocab) { return; }
+  var seen = 0u;
+  for (var s = lid; s < t; s += 64u) { if (Ids[s] == id) { seen = 1u; } }
+  flag[lid] = seen;
+  workgroupBarrier();
+  for (var w = 32u; w > 0u; w >>= 1u) {
+    if (lid < w) { flag[lid] = flag[lid] | flag[lid + w]; }
+    workgroupBarrier();
+  }
+  let earlier = workgroupUniformLoad(&flag[0]);
+  if (earlier != 0u) { return; }
+  for (var t0 = t; t0 < p.tokens; t0 += 64u) {
+    let s = t0 + lid;
+    var hit = 0u;
+    if (s < p.tokens) { if (Ids[s] == id) { hit = 1u; } }
+    workgroupBarrier();
+    flag[lid] = hit;
+    workgroupBarrier();
+    for (var d = lid; d < p.dim; d += 64u) {
+      var acc = DTable[id * p.dim + d];
+      for (var j = 0u; j < 64u; j++) {
+        if (flag[j] != 0u) { acc += DOut[(t0 + j) * p.dim + d]; }
+      }
+      DTable[id * p.dim + d] = acc;
+    }
+  }
+}`
+
+const reduce64 = (arr: string, op: (a: string, b: string) => string) => `
+  workgroupBarrier();
+  for (var w = 32u; w > 0u; w >>= 1u) {
+    if (lid < w) { ${arr}[lid] = ${op(`${arr}[lid]`, `${arr}[lid + w]`)}; }
+    workgroupBarrier();
+  }`
+
+/** One 64-thread workgroup per row: rstd = 1/sqrt(mean(x²)+eps), y = x·rstd·w. */
+export const rmsNorm = header("rows: u32, dim: u32, eps: f32", [["X", "read"], ["W", "read"], ["Y", "read_write"], [
+  "R",
+  "read_write"
+]]) + `
+var<workgroup> red: array<f32, 64>;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  let row = wid.y * nwg.x + wid.x;
+  if (row >= p.rows) { return; }
+  let base = row * p.dim;
+  var ss = 0.0;
+  for (var c = lid; c < p.dim; c += 64u) { let x = X[base + c]; ss = fma(x, x, ss); }
+  red[lid] = ss;
+  ${reduce64("red", (a, b) => `${a} + ${b}`)}
+  let rstd = inverseSqrt(red[0] / f32(p.dim) + p.eps);
+  for (var c = lid; c < p.dim; c += 64u) { Y[base + c] = X[base + c] * rstd * W[c]; }
+  if (lid == 0u) { R[row] = rstd; }
+}`
+
+/** dx = rstd·g − x·rstd³·Σ(g·x)/dim with g = dy·w; written as dx = beta·dx + that (beta 1 accumulates). */
+export const rmsNormBackwardX = header("rows: u32, dim: u32, beta: f32", [
+  ["X", "read"],
+  ["W", "read"],
+  [
+    "R",
+    "read"
+  ],
+  ["DY", "read"],
+  ["DX", "read_write"]
+]) + `
+var<workgroup> red: array<f32, 64>;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  let row = wid.y * nwg.x + wid.x;
+  if (row >= p.rows) { return; }
+  let base = row * p.dim;
+  var s = 0.0;
+  for (var c = lid; c < p.dim; c += 64u) { s += DY[base + c] * W[c] * X[base + c]; }
+  red[lid] = s;
+  ${reduce64("red", (a, b) => `${a} + ${b}`)}
+  let rstd = R[row];
+  let k = red[0] * rstd * rstd * rstd / f32(p.dim);
+  for (var c = lid; c < p.dim; c += 64u) {
+    var v = rstd * DY[base + c] * W[c] - X[base + c] * k;
+    if (p.beta != 0.0) { v += p.beta * DX[base + c]; }
+    DX[base + c] = v;
+  }
+}`
+
+/** dw[c] += Σ_rows dy·x·rstd, one thread per column, rows in order (deterministic). */
+export const rmsNormBackwardW = header("rows: u32, dim: u32", [["X", "read"], ["R", "read"], ["DY", "read"], [
+  "DW",
+  "read_write"
+]]) + `
+@compute @workgroup_size(64) fn main(${builtins}) {
+  ${linear(64)}
+  if (i >= p.dim) { return; }
+  var acc = 0.0;
+  for (var r = 0u; r < p.rows; r++) { acc += DY[r * p.dim + i] * X[r * p.dim + i] * R[r]; }
+  DW[i] += acc;
+}`
+
+/** In-place rotate_half RoPE over x[tokens, heads, headDim]; sign −1 is the backward (inverse) rotation. */
+export const rope = header("tokens: u32, heads: u32, headDim: u32, theta: f32, sign: f32", [["X", "read_write"], [
+  "Pos",
+  "read",
+  "u32"
+]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  let half = p.headDim / 2u;
+  if (i >= p.tokens * p.heads * half) { return; }
+  let pair = i % half;
+  let th = i / half;
+  let t = th / p.heads;
+  let angle = f32(Pos[t]) * pow(p.theta, -f32(2u * pair) / f32(p.headDim));
+  let c = cos(angle);
+  let s = sin(angle) * p.sign;
+  let base = th * p.headDim;
+  let x1 = X[base + pair];
+  let x2 = X[base + pair + half];
+  X[base + pair] = x1 * c - x2 * s;
+  X[base + pair + half] = x2 * c + x1 * s;
+}`
+
+const attnParams = "batch: u32, seq: u32, heads: u32, kvHeads: u32, scale: f32"
+
+/**
+ * Causal GQA forward, streaming (online) softmax: one invocation per (token, head) walks keys 0..i, keeping
+ * the running max, normaliser and output in registers; saves lse = max + log(sum).
+ */
+export const attention = (hd: number) =>
+  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["O", "read_write"], ["L", "read_write"]]) + `
+const HD = ${hd}u;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  ${linear(64)}
+  if (i >= p.batch * p.seq * p.heads) { return; }
+  let h = i % p.heads;
+  let tok = i / p.heads;
+  let b = tok / p.seq;
+  let qi = tok % p.seq;
+  let g = h / (p.heads / p.kvHeads);
+  let qBase = i * HD;
+  var q: array<f32, HD>;
+  var acc: array<f32, HD>;
+  for (var d = 0u; d < HD; d++) { q[d] = Q[qBase + d] * p.scale; acc[d] = 0.0; }
+  var mx = -3.0e38;
+  var l = 0.0;
+  for (var j = 0u; j <= qi; j++) {
+    let kBase = ((b * p.seq + j) * p.kvHeads + g) * HD;
+    var s = 0.0;
+    for (var d = 0u; d < HD; d++) { s = fma(q[d], K[kBase + d], s); }
+    let mNew = max(mx, s);
+    let corr = exp(mx - mNew);
+    let e = exp(s - mNew);
+    l = l * corr + e;
+    for (var d = 0u; d < HD; d++) { acc[d] = fma(e, V[kBase + d], acc[d] * corr); }
+    mx = mNew;
+  }
+  for (var d = 0u; d < HD; d++) { O[qBase + d] = acc[d] / l; }
+  L[i] = mx + log(l);
+}`
+
+/** delta[token, head] = Σ_d dO·O (the softmax-backward row term). */
+export const attentionDelta = (hd: number) =>
+  header("rows: u32", [["O", "read"], ["DO", "read"], ["Dl", "read_write"]]) + `
+const HD = ${hd}u;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  ${linear(64)}
+  if (i >= p.rows) { return; }
+  var s = 0.0;
+  for (var d = 0u; d < HD; d++) { s = fma(DO[i * HD + d], O[i * HD + d], s); }
+  Dl[i] = s;
+}`
+
+/** dQ: one invocation per (token, head) over keys 0..i; no atomics. */
+export const attentionBackwardQ = (hd: number) =>
+  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
+    "DQ",
+    "read_write"
+  ]]) + `
+const HD = ${hd}u;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  ${linear(64)}
+  if (i >= p.batch * p.seq * p.heads) { return; }
+  let h = i % p.heads;
+  let tok = i / p.heads;
+  let b = tok / p.seq;
+  let qi = tok % p.seq;
+  let g = h / (p.heads / p.kvHeads);
+  var q: array<f32, HD>;
+  var dO: array<f32, HD>;
+  var acc: array<f32, HD>;
+  for (var d = 0u; d < HD; d++) { q[d] = Q[i * HD + d] * p.scale; dO[d] = DO[i * HD + d]; acc[d] = 0.0; }
+  let lse = L[i];
+  let delta = Dl[i];
+  for (var j = 0u; j <= qi; j++) {
+    let kBase = ((b * p.seq + j) * p.kvHeads + g) * HD;
+    var s = 0.0;
+    var dp = 0.0;
+    for (var d = 0u; d < HD; d++) { s = fma(q[d], K[kBase + d], s); dp = fma(dO[d], V[kBase + d], dp); }
+    let ds = exp(s - lse) * (dp - delta);
+    for (var d = 0u; d < HD; d++) { acc[d] = fma(ds, K[kBase + d], acc[d]); }
+  }
+  for (var d = 0u; d < HD; d++) { DQ[i * HD + d] = acc[d] * p.scale; }
+}`
+
+/** dK, dV: one invocation per (token, kv head) over every query head of its group and queries j..seq−1. */
+export const attentionBackwardKV = (hd: number) =>
+  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
+    "DK",
+    "read_write"
+  ], ["DV", "read_write"]]) + `
+const HD = ${hd}u;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  ${linear(64)}
+  if (i >= p.batch * p.seq * p.kvHeads) { return; }
+  let g = i % p.kvHeads;
+  let tok = i / p.kvHeads;
+  let b = tok / p.seq;
+  let kj = tok % p.seq;
+  let rep = p.heads / p.kvHeads;
+  var k: array<f32, HD>;
+  var v: array<f32, HD>;
+  var dk: array<f32, HD>;
+  var dv: array<f32, HD>;
+  for (var d = 0u; d < HD; d++) { k[d] = K[i * HD + d]; v[d] = V[i * HD + d]; dk[d] = 0.0; dv[d] = 0.0; }
+  for (var r = 0u; r < rep; r++) {
+    let h = g * rep + r;
+    for (var qi = kj; qi < p.seq; qi++) {
+      let row = (b * p.seq + qi) * p.heads + h;
+      var s = 0.0;
+      var dp = 0.0;
+      for (var d = 0u; d < HD; d++) { s = fma(Q[row * HD + d], k[d], s); dp = fma(DO[row * HD + d], v[d], dp); }
+      let pr = exp(s * p.scale - L[row]);
+      let ds = pr * (dp - Dl[row]);
+      for (var d = 0u; d < HD; d++) {
+        dv[d] = fma(pr, DO[row * HD + d], dv[d]);
+        dk[d] = fma(ds, Q[row * HD + d], dk[d]);
+      }
+    }
+  }
+  for (var d = 0u; d < HD; d++) { DK[i * HD + d] = dk[d] * p.scale; DV[i * HD + d] = dv[d]; }
+}`
+
+export const swiglu = header("n: u32", [["G", "read"], ["U", "read"], ["O", "read_write"]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.n) { return; }
+  let g = G[i];
+  O[i] = g / (1.0 + exp(-g)) * U[i];
+}`
+
+export const swigluBackward = header("n: u32", [["G", "read"], ["U", "read"], ["DO", "read"], [
+  "DG",
+  "read_write"
+], ["DU", "read_write"]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.n) { return; }
+  let g = G[i];
+  let sg = 1.0 / (1.0 + exp(-g));
+  let d = DO[i];
+  DU[i] = d * g * sg;
+  DG[i] = d * U[i] * sg * (1.0 + g * (1.0 - sg));
+}`
+
+const lpParams = "rows: u32, vocab: u32, rowOff: u32, invTemp: f32"
+
+/**
+ * One 256-thread workgroup per logits row of a chunk: max, then Σe and Σe·z in one more sweep, so the row is
+ * read twice and nothing of size vocab is written. Outputs go to row `rowOff + r` of the per-token tensors.
+ */
+export const tokenLogprobs = header(lpParams, [["Z", "read"], ["T", "read", "u32"], ["LP", "read_write"], [
+  "H",
+  "read_write"
+], ["LSE", "read_write"]]) + `
+var<workgroup> ra: array<f32, 256>;
+var<workgroup> rb: array<f32, 256>;
+@compute @workgroup_size(256) fn main(${builtins}) {
+  let row = wid.y * nwg.x + wid.x;
+  if (row >= p.rows) { return; }
+  let base = row * p.vocab;
+  var mx = -3.0e38;
+  for (var j = lid; j < p.vocab; j += 256u) { mx = max(mx, Z[base + j] * p.invTemp); }
+  ra[lid] = mx;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) {
+    if (lid < w) { ra[lid] = max(ra[lid], ra[lid + w]); }
+    workgroupBarrier();
+  }
+  let m = ra[0];
+  workgroupBarrier();
+  var se = 0.0;
+  var sz = 0.0;
+  for (var j = lid; j < p.vocab; j += 256u) {
+    let z = Z[base + j] * p.invTemp;
+    let e = exp(z - m);
+    se += e;
+    sz = fma(e, z, sz);
+  }
+  ra[lid] = se;
+  rb[lid] = sz;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) {
+    if (lid < w) { ra[lid] += ra[lid + w]; rb[lid] += rb[lid + w]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) {
+    let lse = m + log(ra[0]);
+    let at = p.rowOff + row;
+    LP[at] = Z[base + T[at]] * p.invTemp - lse;
+    H[at] = lse - rb[0] / ra[0];
+    LSE[at] = lse;
+  }
+}`
+
+/** In place: logits chunk → dLogits from dLogp (and dEntropy when `entropy`). */
+export const tokenLogprobsBackward = (entropy: boolean) => {
+  const bindings: Array<Binding> = [["Z", "read_write"], ["T", "read", "u32"], ["LSE", "read"], ["H", "read"], [
+    "DLP",
+    "read"
+  ]]
+  if (entropy) bindings.push(["DH", "read"])
+  return header(lpParams, bindings) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.rows * p.vocab) { return; }
+  let at = p.rowOff + i / p.vocab;
+  let j = i % p.vocab;
+  let z = Z[i] * p.invTemp;
+  let lse = LSE[at];
+  let pr = exp(z - lse);
+  var onehot = 0.0;
+  if (T[at] == j) { onehot = 1.0; }
+  var g = DLP[at] * (onehot - pr);
+  ${entropy ? "g += DH[at] * (-pr * (z - lse + H[at]));" : "_ = H[at];"}
+  Z[i] = g * p.invTemp;
+}`
+}
+
+/**
+ * Per row (one workgroup): out[outIndex + r] (+)= scale·Σ m·x / max(Σ m, 1); with `grad`, also
+ * dx = gradScale·scale·m / max(Σm, 1). Summation order is fixed (deterministic).
+ */
+export const maskedMean = (grad: boolean) => {
+  const bindings: Array<Binding> = [["X", "read"], ["M", "read"], ["Out", "read_write"]]
+  if (grad) bindings.push(["DX", "read_write"])
+  return header("rows: u32, cols: u32, outIndex: u32, accumulate: u32, scale: f32, gradScale: f32", bindings) + `
+var<workgroup> ra: array<f32, 256>;
+var<workgroup> rb: array<f32, 256>;
+@compute @workgroup_size(256) fn main(${builtins}) {
+  let row = wid.y * nwg.x + wid.x;
+  if (row >= p.rows) { return; }
+  let base = row * p.cols;
+  var s = 0.0;
+  var n = 0.0;
+  for (var c = lid; c < p.cols; c += 256u) { let m = M[base + c]; s = fma(m, X[base + c], s); n += m; }
+  ra[lid] = s;
+  rb[lid] = n;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) {
+    if (lid < w) { ra[lid] += ra[lid + w]; rb[lid] += rb[lid + w]; }
+    workgroupBarrier();
+  }
+  let cnt = max(rb[0], 1.0);
+  if (lid == 0u) {
+    var v = p.scale * ra[0] / cnt;
+    if (p.accumulate != 0u) { v += Out[p.outIndex + row]; }
+    Out[p.outIndex + row] = v;
+  }
+  ${
+    grad
+      ? "for (var c = lid; c < p.cols; c += 256u) { DX[base + c] = p.gradScale * p.scale * M[base + c] / cnt; }"
+      : ""
+  }
+}`
+}
+
+/** Gradient norm stage 1: each workgroup sums squares of a strided slice of one shard into one partial. */
+export const normPartials = header("n: u32, partialOff: u32", [["G", "read"], ["Part", "read_write"]]) + `
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256) fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+    @builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  for (var i = wid.x * 256u + lid; i < p.n; i += nwg.x * 256u) { let g = G[i]; s = fma(g, g, s); }
+  red[lid] = s;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) {
+    if (lid < w) { red[lid] += red[lid + w]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) { Part[p.partialOff + wid.x] = red[0]; }
+}`
+
+/**
+ * Stage 2: one workgroup sums the partials; writes norm, clip scale = min(1, max/(norm+1e-6)) (max ≤ 0: 1),
+ * and skipped = 1 when the norm is not finite (then AdamW leaves everything untouched). Finite-ness is tested
+ * on the bits, since WGSL may assume NaN never occurs.
+ */
+export const normFinish = header("count: u32", [["Part", "read"], ["S", "read"], ["Res", "read_write"]]) + `
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256) fn main(@builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  for (var i = lid; i < p.count; i += 256u) { s += Part[i]; }
+  red[lid] = s;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) {
+    if (lid < w) { red[lid] += red[lid + w]; }
+    workgroupBarrier();
+  }
+  if (lid == 0u) {
+    let norm = sqrt(red[0]);
+    let finite = (bitcast<u32>(norm) & 0x7f800000u) != 0x7f800000u;
+    let mx = S[7];
+    var clip = 1.0;
+    if (mx > 0.0) { clip = min(1.0, mx / (norm + 1e-6)); }
+    if (!finite) { clip = 0.0; }
+    Res[1] = norm;
+    Res[2] = clip;
+    Res[3] = select(1.0, 0.0, finite);
+  }
+}`
+
+/** Fused AdamW over one shard of every parameter, with the clip scale and skip flag read on the device. */
+export const adamw = header("n: u32", [
+  ["Pm", "read_write"],
+  ["G", "read"],
+  ["Mm", "read_write"],
+  [
+    "Vm",
+    "read_write"
+  ],
+  ["Decay", "read", "u32"],
+  ["S", "read"],
+  ["Res", "read"]
+]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  ${linear(256)}
+  if (i >= p.n || Res[3] != 0.0) { return; }
+  let lr = S[0];
+  let b1 = S[1];
+  let b2 = S[2];
+  let g = G[i] * Res[2];
+  let m = b1 * Mm[i] + (1.0 - b1) * g;
+  let v = b2 * Vm[i] + (1.0 - b2) * g * g;
+  Mm[i] = m;
+  Vm[i] = v;
+  var keep = 1.0;
+  if (Decay[i / 256u] != 0u) { keep = 1.0 - lr * S[4]; }
+  Pm[i] = Pm[i] * keep - lr * (m / S[5]) / (sqrt(v / S[6]) + S[3]);
+}`
