@@ -4,12 +4,13 @@
  * @since 0.0.0
  */
 export * as Catch from "./Catch.js"
+export * as Client from "./Client.js"
 export * as Echo from "./Echo.js"
 export * as Environment from "./Environment.js"
-export * as OpenEnv from "./OpenEnv.js"
-export * as Tool from "./Tool.js"
-export * as Client from "./Client.js"
 export * as JsonSchema from "./JsonSchema.js"
+export * as OpenEnv from "./OpenEnv.js"
 export * as Server from "./Server.js"
 export * as ServerOptions from "./ServerOptions.js"
+export * as Tool from "./Tool.js"
 export * as Wire from "./Wire.js"
+export * as Wordle from "./Wordle.js"

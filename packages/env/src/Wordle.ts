@@ -1,0 +1,340 @@
+/**
+ * Wordle (TextArena Wordle-v0, as served by OpenEnv's `textarena_env`), seedable.
+ *
+ * - {@link openEnv}: the OpenEnv-level environment (action `{message}`, observation `{prompt, messages,
+ *   current_player_id, legal_players, info}` with the cumulative "[GAME] …" transcript, `TextArenaState`),
+ *   text for text. Unlike OpenEnv, the `seed` reset kwarg is honoured (and `secret` may pin the word).
+ * - {@link environment}: TRL's `WordleEnv` tool layer: `guess(guess)` returns the newly appended text; after the
+ *   end, "Game over.".
+ * - {@link solver}: candidate filtering with a best-split guess choice (optionally making seeded mistakes).
+ *
+ * The word lists (156 secrets, 10,879 valid guesses) ship in the package's `data/` folder.
+ *
+ * @example
+ * ```ts
+ * import { Catch, Environment, Wordle } from "@envtrain/env"
+ *
+ * const result = Environment.run(Wordle.environment, { seed: 42 }, Wordle.solver())
+ * // result.state.won, result.state.num_guesses
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import * as Environment from "./Environment.js"
+import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./internal/openEnvSupport.js"
+import * as Prng from "./internal/prng.js"
+import type { SinglePlayerState } from "./internal/textArena.js"
+import { observation as textArenaObservation } from "./internal/textArena.js"
+import type { Mark } from "./internal/wordleGame.js"
+import { feedback, WordleGame, WordleRewardSignals } from "./internal/wordleGame.js"
+import { secretWords, validGuesses, validGuessList } from "./internal/wordLists.js"
+import type { OpenEnvDefinition, StepResult } from "./OpenEnv.js"
+import * as Tool from "./Tool.js"
+
+export { feedback, PROMPT } from "./internal/wordleGame.js"
+export type { Mark } from "./internal/wordleGame.js"
+
+/** The 156 secret words. */
+export const secrets = (): ReadonlyArray<string> => secretWords()
+/** Whether a lower-case word is in the 10,879-word dictionary. */
+export const isValidGuess = (word: string): boolean => validGuesses().has(word)
+
+/** The secret of an episode: `secret` when given, else drawn from the 156 secrets with the seed. */
+const pickSecret = (seed: number, secret: string | undefined) =>
+  secret !== undefined ? secret.toLowerCase() : Prng.make(seed).choice(secretWords())
+
+// ---------------------------------------------------------------------------------------------------------------
+// OpenEnv level (textarena_env with TEXTARENA_ENV_ID=Wordle-v0)
+// ---------------------------------------------------------------------------------------------------------------
+
+/** `TextArenaAction`. */
+export const Action = actionStruct({ message: Schema.String }, "TextArenaAction")
+export type Action = typeof Action.Type
+
+/** `TextArenaMessage`. */
+export const Message = Schema.Struct({ sender_id: Schema.Int, content: Schema.String, category: Schema.String })
+
+/** `TextArenaObservation` (without the envelope's reward/done). */
+export const Observation = Schema.Struct({
+  prompt: Schema.String,
+  messages: Schema.Array(Message),
+  current_player_id: Schema.Int,
+  legal_players: Schema.Array(Schema.Int),
+  info: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+}).annotations({ identifier: "TextArenaObservation" })
+
+/** `TextArenaState` (note: `raw_state.game_state.secret_word` reveals the word, exactly as OpenEnv does). */
+export const OpenEnvState = Schema.Struct({
+  ...BaseState.fields,
+  env_id: Schema.String,
+  num_players: Schema.Int,
+  max_turns: Schema.NullOr(Schema.Int),
+  turn: Schema.Int,
+  last_reward: Schema.Number,
+  last_info: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  raw_state: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+}).annotations({ identifier: "TextArenaState" })
+
+/** A TextArena OpenEnv definition over a game engine (shared by Wordle and Sudoku). */
+export const textArenaDefinition = <
+  G extends {
+    readonly state: SinglePlayerState
+    step(message: string): boolean
+    gameState(): Record<string, unknown>
+  }
+>(
+  envId: string,
+  newGame: (options: Readonly<Record<string, unknown>>, seed: number) => G,
+  signals: boolean
+): OpenEnvDefinition<Action> => ({
+  name: "textarena_env",
+  metadata: defaultMetadata("TextArenaEnvironment"),
+  action: Action,
+  observation: Observation,
+  state: OpenEnvState,
+  supportsConcurrentSessions: true,
+  defaultMaxConcurrentEnvs: 8,
+  make: Effect.gen(function*() {
+    let game = newGame({}, yield* seedFrom({}))
+    let provider = new WordleRewardSignals()
+    let episodeId: string = crypto.randomUUID()
+    let stepCount = 0
+    let lastReward = 0
+    let lastInfo: Record<string, unknown> = {}
+    let lastSignals: Record<string, number> | undefined
+    return {
+      reset: (options) =>
+        Effect.gen(function*() {
+          game = newGame(options, yield* seedFrom(options))
+          provider = new WordleRewardSignals()
+          episodeId = yield* episodeIdFrom(options, true)
+          stepCount = 0
+          lastReward = 0
+          lastInfo = {}
+          lastSignals = undefined
+          const content = game.state.transcript()
+          return {
+            observation: textArenaObservation(content, 0, envId, {}),
+            reward: 0.0,
+            done: false
+          } satisfies StepResult
+        }),
+      step: (action) =>
+        Effect.sync(() => {
+          const done = game.step(action.message)
+          stepCount += 1
+          const content = game.state.transcript()
+          const reward = game.state.rewards ?? 0
+          lastReward = reward
+          const info: Record<string, unknown> = {}
+          lastInfo = {}
+          lastSignals = undefined
+          if (signals) {
+            lastSignals = provider.compute(action.message, content, reward)
+            info.reward_signals = lastSignals
+            lastInfo = { reward_signals: lastSignals }
+          }
+          return {
+            observation: textArenaObservation(content, game.state.turn, envId, info),
+            reward,
+            done
+          } satisfies StepResult
+        }),
+      state: Effect.sync(() => ({
+        episode_id: episodeId,
+        step_count: stepCount,
+        env_id: envId,
+        num_players: 1,
+        max_turns: null,
+        turn: game.state.turn,
+        last_reward: lastReward,
+        last_info: lastInfo,
+        raw_state: game.state.rawState(game.gameState(), lastSignals)
+      }))
+    }
+  })
+})
+
+/** The OpenEnv definition of `textarena_env` serving Wordle-v0. Reset kwargs: `seed`, `secret`, `episode_id`. */
+export const openEnv: OpenEnvDefinition<Action> = textArenaDefinition(
+  "Wordle-v0",
+  (options, seed) => new WordleGame(pickSecret(seed, typeof options.secret === "string" ? options.secret : undefined)),
+  true
+)
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tool level (TRL's WordleEnv)
+// ---------------------------------------------------------------------------------------------------------------
+
+/** `guess(guess)`: TRL's docstring. */
+export const Guess = Tool.make("guess", {
+  description: "Make a guess in the Wordle environment.",
+  parameters: { guess: Schema.String.annotations({ description: "The guessed word, formatted as '[abcde]'" }) },
+  success: Schema.String,
+  returns: "The feedback message from the environment."
+})
+
+/** The reward state: TRL reads `reward`; the rest is for shaped rewards and metrics. */
+export interface State {
+  readonly done: boolean
+  /** TRL's rule: the last step's env reward, but 0 after an invalid move. */
+  readonly reward: number
+  readonly won: boolean
+  /** Valid guesses made. */
+  readonly num_guesses: number
+  /** Most greens in any valid guess. */
+  readonly best_greens: number
+  readonly invalid_moves: number
+  readonly guesses: ReadonlyArray<string>
+  readonly seed: number
+}
+
+/** Columns: `seed` picks the secret; `secret` pins it (for evaluation over all 156 words). */
+export const Columns = Schema.Struct({
+  seed: Schema.optional(Schema.Int),
+  secret: Schema.optional(Schema.String)
+})
+
+/** The Wordle tool service. */
+export class WordleTools extends Context.Tag("@envtrain/env/Wordle/WordleTools")<WordleTools, {
+  readonly reset: (columns: typeof Columns.Type) => Effect.Effect<Option.Option<string>>
+  readonly guess: (params: { readonly guess: string }) => Effect.Effect<string, Tool.GameOver>
+  readonly state: Effect.Effect<State>
+}>() {
+  static readonly layer = Layer.sync(WordleTools, () => {
+    let game: WordleGame | undefined
+    let last = ""
+    let reward = 0
+    let done = false
+    let invalid = 0
+    let seed = 0
+    return WordleTools.of({
+      reset: (columns) =>
+        Effect.gen(function*() {
+          seed = yield* Environment.seedOf(columns.seed)
+          game = new WordleGame(pickSecret(seed, columns.secret))
+          last = game.state.transcript()
+          reward = 0
+          done = false
+          invalid = 0
+          return Option.some(last)
+        }),
+      guess: ({ guess }) =>
+        Effect.suspend(() => {
+          if (game === undefined || done) return Effect.fail(new Tool.GameOver({ message: "Game over." }))
+          done = game.step(guess)
+          const full = game.state.transcript()
+          const text = full.slice(last.length)
+          last = full
+          if (text.includes("You attempted an invalid move")) {
+            reward = 0
+            invalid += 1
+          } else {
+            reward = game.state.rewards ?? 0
+            // The second consecutive invalid move ends the game without appending text.
+            if (done && game.state.gameInfo.invalid_move) invalid += 1
+          }
+          return Effect.succeed(text)
+        }),
+      state: Effect.sync(() => {
+        const history = game?.history ?? []
+        return {
+          done,
+          reward,
+          won: history.length > 0 && history[history.length - 1][1].every((m) => m === "G"),
+          num_guesses: history.length,
+          best_greens: Math.max(0, ...history.map(([, f]) => f.filter((m) => m === "G").length)),
+          invalid_moves: invalid,
+          guesses: history.map(([w]) => w),
+          seed
+        }
+      })
+    })
+  })
+}
+
+/** Wordle as an environment (TRL's `WordleEnv`): `reset` returns the game's opening transcript. */
+export const environment = Environment.make({
+  name: "wordle",
+  description: "TextArena Wordle-v0: guess the secret 5-letter word in 6 tries with G/Y/X feedback.",
+  tag: WordleTools,
+  layer: WordleTools.layer,
+  columns: Columns,
+  tools: [Guess],
+  handlers: (service) => ({ guess: service.guess }),
+  reset: (service, columns) => service.reset(columns),
+  state: (service) => service.state
+})
+
+// ---------------------------------------------------------------------------------------------------------------
+// Solver
+// ---------------------------------------------------------------------------------------------------------------
+
+const code = (marks: ReadonlyArray<Mark>) => marks.reduce((acc, m) => acc * 3 + (m === "G" ? 2 : m === "Y" ? 1 : 0), 0)
+
+/** Picks the guess that splits `candidates` into the most feedback classes (ties: a candidate, then smallest class). */
+export const bestGuess = (candidates: ReadonlyArray<string>, exclude: ReadonlySet<string> = new Set()): string => {
+  if (candidates.length <= 2) return candidates[0]
+  const candidateSet = new Set(candidates)
+  let best = candidates[0]
+  let bestScore = -Infinity
+  const counts = new Map<number, number>()
+  for (const word of [...candidates, ...validGuessList()]) {
+    if (exclude.has(word)) continue
+    counts.clear()
+    let largest = 0
+    for (const secret of candidates) {
+      const c = code(feedback(secret, word))
+      const n = (counts.get(c) ?? 0) + 1
+      counts.set(c, n)
+      if (n > largest) largest = n
+    }
+    // Classes first; a candidate can win outright; a smaller worst case breaks remaining ties.
+    const score = counts.size * 1e6 + (candidateSet.has(word) ? 5e5 : 0) - largest
+    if (score > bestScore) {
+      bestScore = score
+      best = word
+    }
+  }
+  return best
+}
+
+let openingCache: string | undefined
+
+const parseMarks = (text: string): Array<Mark> | undefined => {
+  const m = /Feedback:\n[^\n]*\n([GYX](?: [GYX]){4})/.exec(text)
+  return m ? (m[1].split(" ") as Array<Mark>) : undefined
+}
+
+/**
+ * A solver through the `guess` tool: keeps the secrets consistent with all feedback and guesses the best split.
+ * With `errorRate` > 0 a guess is, with that probability, replaced by a random dictionary word (seeded).
+ */
+export const solver = (options: { readonly errorRate?: number; readonly seed?: number } = {}) => {
+  const prng = Prng.make(options.seed ?? 0)
+  const errorRate = options.errorRate ?? 0
+  return (episode: Environment.Episode<unknown>): Effect.Effect<void> =>
+    Effect.gen(function*() {
+      let candidates = [...secretWords()]
+      const guessed = new Set<string>()
+      for (let turn = 0; turn < 6; turn++) {
+        let word = turn === 0 && candidates.length === secretWords().length
+          ? (openingCache ??= bestGuess(candidates))
+          : bestGuess(candidates, guessed)
+        if (errorRate > 0 && prng.next() < errorRate) {
+          const list = validGuessList()
+          do word = list[prng.int(list.length)]
+          while (guessed.has(word))
+        }
+        guessed.add(word)
+        const outcome = yield* episode.call("guess", { guess: `[${word}]` })
+        if (outcome._tag === "Failure") return
+        const marks = parseMarks(outcome.text)
+        if (marks === undefined) return // won (nothing appended) or the game ended
+        const target = code(marks)
+        candidates = candidates.filter((s) => code(feedback(s, word)) === target)
+        if (candidates.length === 0) return
+      }
+    })
+}
