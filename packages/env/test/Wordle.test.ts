@@ -4,7 +4,7 @@ import { Environment, Wordle } from "../src/index.js"
 
 /** An independent brute-force formulation: per letter, yellows = min(count in secret, count in guess) - greens. */
 const bruteForce = (secret: string, guess: string): Array<string> => {
-  const out = [...guess].map((c, i) => (secret[i] === c ? "G" : "X"))
+  const out: Array<string> = [...guess].map((c, i) => (secret[i] === c ? "G" : "X"))
   for (const letter of new Set(guess)) {
     const inSecret = [...secret].filter((c) => c === letter).length
     const greens = [...guess].filter((c, i) => c === letter && secret[i] === c).length

@@ -118,8 +118,16 @@ export const observation = (content: string, turn: number, envId: string, info: 
   info
 })
 
-/** Python's `str.strip()` (whitespace as Python defines it, close enough to JS `trim`). */
-export const pyStrip = (s: string) => s.replace(/^[\s\x1c-\x1f\x85]+|[\s\x1c-\x1f\x85]+$/g, "")
+/** Python's `str.strip()`: JS `trim` plus the separators Python also counts as whitespace (U+001C..U+001F, U+0085). */
+const pyExtraSpace = new Set([0x1c, 0x1d, 0x1e, 0x1f, 0x85])
+export const pyStrip = (s: string) => {
+  const isSpace = (ch: string) => ch.trim() === "" || pyExtraSpace.has(ch.charCodeAt(0))
+  let start = 0
+  let end = s.length
+  while (start < end && isSpace(s[start])) start++
+  while (end > start && isSpace(s[end - 1])) end--
+  return s.slice(start, end)
+}
 
 /** Python's `len(str)`. */
 export const pyLen = (s: string) => [...s].length
