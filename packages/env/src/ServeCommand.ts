@@ -1,0 +1,68 @@
+/**
+ * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout]`: serves a built-in environment over
+ * OpenEnv's protocol until SIGINT/SIGTERM, then closes every session. The `envtrain` binary mounts this command.
+ *
+ * @example
+ * ```ts
+ * import { Command } from "@effect/cli"
+ * import { ServeCommand } from "@envtrain/env"
+ *
+ * const cli = Command.make("envtrain").pipe(Command.withSubcommands([ServeCommand.command]))
+ * // envtrain serve catch --port 8000 --max-concurrent-envs 64
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Args, Command, Options } from "@effect/cli"
+import { Duration, Effect, Option } from "effect"
+import * as Catch from "./Catch.js"
+import * as Echo from "./Echo.js"
+import type { OpenEnvDefinition } from "./OpenEnv.js"
+import * as Server from "./Server.js"
+
+/** The built-in environments by CLI name. */
+export const builtins: Readonly<Record<string, OpenEnvDefinition>> = {
+  echo: Echo.openEnv,
+  "echo-mcp": Echo.openEnvMcp,
+  catch: Catch.openEnv
+}
+
+const environment = Args.choice(Object.keys(builtins).map((name) => [name, name] as const), { name: "env" }).pipe(
+  Args.withDescription("the built-in environment to serve")
+)
+const host = Options.text("host").pipe(Options.withDefault("127.0.0.1"), Options.withDescription("interface to bind"))
+const port = Options.integer("port").pipe(
+  Options.withDefault(8000),
+  Options.withDescription("port (0 = any free port)")
+)
+const maxConcurrentEnvs = Options.integer("max-concurrent-envs").pipe(
+  Options.optional,
+  Options.withDescription("concurrent sessions (default: MAX_CONCURRENT_ENVS, else 8 for the built-ins)")
+)
+const sessionTimeout = Options.float("session-timeout").pipe(
+  Options.optional,
+  Options.withDescription("seconds of inactivity after which a session is closed and its slot freed")
+)
+
+/** `serve <env>`; runs until interrupted (NodeRuntime.runMain turns SIGINT/SIGTERM into interruption). */
+export const command = Command.make(
+  "serve",
+  { environment, host, port, maxConcurrentEnvs, sessionTimeout },
+  (args) =>
+    Effect.gen(function*() {
+      const definition = builtins[args.environment]
+      const server = yield* Server.serve(definition, {
+        host: args.host,
+        port: args.port,
+        ...Option.match(args.maxConcurrentEnvs, { onNone: () => ({}), onSome: (n) => ({ maxConcurrentEnvs: n }) }),
+        ...Option.match(args.sessionTimeout, {
+          onNone: () => ({}),
+          onSome: (s) => ({ sessionTimeout: Duration.millis(s * 1000) })
+        })
+      })
+      yield* Effect.logInfo(
+        `${definition.name} listening on ${server.url} (max ${server.maxConcurrentEnvs} concurrent sessions)`
+      )
+      return yield* Effect.never
+    }).pipe(Effect.scoped)
+).pipe(Command.withDescription("Serve a built-in environment over OpenEnv's HTTP/WebSocket protocol."))

@@ -1,0 +1,110 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Either, Exit, Scope } from "effect"
+import * as Client from "../src/Client.js"
+import * as Server from "../src/Server.js"
+import * as Wire from "../src/Wire.js"
+import { counter, CounterAction, CounterObservation } from "./fixtures/Counter.js"
+import { eventually } from "./fixtures/Raw.js"
+
+describe("Client", () => {
+  it("follows OpenEnv's URL rules", () => {
+    assert.strictEqual(Wire.toWebSocketUrl("http://localhost:8000/"), "ws://localhost:8000/ws")
+    assert.strictEqual(Wire.toWebSocketUrl("https://openenv-wordle.hf.space"), "wss://openenv-wordle.hf.space/ws")
+    assert.strictEqual(Wire.toWebSocketUrl("127.0.0.1:9"), "ws://127.0.0.1:9/ws")
+    assert.strictEqual(Wire.toWebSocketUrl("ws://h/ws"), "ws://h/ws/ws")
+  })
+
+  it.scopedLive("typed reset/step/state/tools over one socket", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter(), { port: 0 })
+      const env = yield* Client.connect({ url: s.url, action: CounterAction, observation: CounterObservation })
+      const first = yield* env.reset({ seed: 9 })
+      assert.deepStrictEqual(first, { observation: { total: 0, secret: 9 }, reward: 0, done: false })
+      assert.isTrue(yield* env.episodeActive)
+      const next = yield* env.step({ delta: 5 })
+      assert.deepStrictEqual(next, { observation: { total: 5, secret: 9 }, reward: 1, done: true })
+      assert.isFalse(yield* env.episodeActive)
+      assert.strictEqual((yield* env.state).step_count, 1)
+      assert.deepStrictEqual((yield* env.listTools).map((t) => t.name), ["add"])
+      assert.strictEqual((yield* env.callTool("add", { x: 2 })).data, 7)
+      const missing = yield* Effect.flip(env.callTool("nope", {}))
+      assert.strictEqual(missing._tag, "McpError")
+      const failed = yield* Effect.flip(env.step({ delta: 13 }))
+      assert.strictEqual(failed._tag, "ServerError")
+      assert.strictEqual(failed.message, "Server error: unlucky delta 13 (code: EXECUTION_ERROR)")
+      assert.strictEqual(yield* s.activeSessions, 1)
+      yield* env.close
+      yield* eventually(Effect.map(s.activeSessions, (n) => n === 0), "session closed")
+    }))
+
+  it.scopedLive("CAPACITY_REACHED is its own retryable error", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter(), { port: 0, maxConcurrentEnvs: 1 })
+      const a = yield* Client.connect({ url: s.url })
+      yield* a.reset()
+      const b = yield* Client.make({ url: s.url })
+      const refused = yield* Effect.flip(b.reset())
+      assert.strictEqual(refused._tag, "CapacityReachedError")
+      if (refused._tag === "CapacityReachedError") {
+        assert.isTrue(refused.retryable)
+        assert.strictEqual(refused.maxSessions, 1)
+      }
+      yield* a.close
+      yield* eventually(Effect.map(s.activeSessions, (n) => n === 0), "slot freed")
+      assert.strictEqual((yield* b.reset()).done, false)
+    }))
+
+  it.scopedLive("a dropped socket mid-episode fails the next step with SessionLostError until reset", () =>
+    Effect.gen(function*() {
+      const serverScope = yield* Scope.make()
+      const s = yield* Server.serve(counter({ target: 100 }), { port: 0 }).pipe(Scope.extend(serverScope))
+      const env = yield* Client.make({ url: s.url, messageTimeout: "2 seconds" })
+      yield* env.reset()
+      yield* env.step({ delta: 1 })
+      yield* Scope.close(serverScope, Exit.void)
+      const lost = yield* Effect.flip(env.step({ delta: 1 }))
+      assert.strictEqual(lost._tag, "SessionLostError")
+      // Never continues silently: state fails the same way, and keeps failing.
+      assert.strictEqual((yield* Effect.flip(env.state))._tag, "SessionLostError")
+      assert.strictEqual((yield* Effect.flip(env.step({ delta: 1 })))._tag, "SessionLostError")
+      // A new server on a new port: reset starts a fresh episode on a new socket.
+      const s2 = yield* Server.serve(counter(), { port: 0 })
+      const env2 = yield* Client.make({ url: s2.url })
+      assert.strictEqual((yield* env2.reset()).done, false)
+      // Reset on the old client tries a new socket (the old server is gone): a connect error, not a lost session.
+      const reconnect = yield* Effect.flip(env.reset())
+      assert.strictEqual(reconnect._tag, "ConnectError")
+    }))
+
+  it.scopedLive("a timed-out request discards the socket; the episode is lost, never resumed", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter({ target: 100, slowMs: 1500 }), { port: 0 })
+      const env = yield* Client.make({ url: s.url, messageTimeout: "300 millis" })
+      yield* env.reset()
+      const timedOut = yield* Effect.flip(env.step({ delta: 99 }))
+      assert.strictEqual(timedOut._tag, "RequestTimeoutError")
+      // The late reply must never be read as the answer to this step.
+      assert.strictEqual((yield* Effect.flip(env.step({ delta: 1 })))._tag, "SessionLostError")
+      yield* eventually(Effect.map(s.activeSessions, (n) => n === 0), "server freed the discarded session")
+      const fresh = yield* env.reset()
+      assert.deepStrictEqual(fresh.observation, { total: 0, secret: null })
+      assert.strictEqual((yield* env.step({ delta: 1 })).observation.total, 1)
+    }))
+
+  it.scopedLive("an interrupted request discards the socket", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter({ target: 100, slowMs: 1500 }), { port: 0 })
+      const env = yield* Client.make({ url: s.url })
+      yield* env.reset()
+      const r = yield* env.step({ delta: 99 }).pipe(Effect.timeout("200 millis"), Effect.either)
+      assert.isTrue(Either.isLeft(r))
+      assert.strictEqual((yield* Effect.flip(env.step({ delta: 1 })))._tag, "SessionLostError")
+    }))
+
+  it.scopedLive("connect fails clearly when nothing listens", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(Client.connect({ url: "http://127.0.0.1:1", connectTimeout: "2 seconds" }))
+      assert.strictEqual(error._tag, "ConnectError")
+      assert.include(error.message, "Failed to connect to ws://127.0.0.1:1/ws")
+    }))
+})
