@@ -4,4 +4,7 @@
  *
  * @since 0.0.0
  */
+export * as ChatRenderer from "./ChatRenderer.js"
+export * as Episode from "./Episode.js"
+export * as Policy from "./Policy.js"
 export * as ToolCallParser from "./ToolCallParser.js"

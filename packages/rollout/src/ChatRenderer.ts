@@ -1,0 +1,125 @@
+/**
+ * Chat rendering for rollouts: the model's tokenizer and chat template, with the template kwargs of the run
+ * (`enable_thinking`, `chat_template_kwargs`). It renders the first prompt (tools included) and the token suffix
+ * that follows a model turn with tool results, the way TRL's `_get_tool_suffix_ids` does: render a fixed
+ * `[user, assistant(tool call)]` conversation, cut it right after its end-of-turn token, render it again with the
+ * tool messages and the generation prompt, check the first is a prefix of the second, and keep the rest. Earlier
+ * turns are never rendered or tokenised again.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { ChatRenderer } from "@envtrain/rollout"
+ *
+ * const RendererLive = ChatRenderer.ChatRenderer.layer({ tokenizer, template, enableThinking: false })
+ * const ids = Effect.flatMap(ChatRenderer.ChatRenderer, (r) => r.promptIds([{ role: "user", content: "Hi" }], tools))
+ * ```
+ *
+ * @since 0.0.0
+ */
+import type { ChatMessage, ChatTemplate, ChatTemplateError, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
+import { Context, Data, Effect, Layer } from "effect"
+
+/** The template renders a conversation differently once a turn follows it, so appended tokens would drift. */
+export class TemplateNotPrefixStable extends Data.TaggedError("TemplateNotPrefixStable")<{
+  readonly prefix: string
+  readonly rendered: string
+}> {
+  override get message() {
+    let i = 0
+    while (i < this.prefix.length && this.prefix[i] === this.rendered[i]) i++
+    return `The chat template is not prefix-stable: rendering a tool-call turn followed by tool results changes the ` +
+      `tool-call turn (first difference at character ${i}: ${JSON.stringify(this.prefix.slice(i, i + 40))} vs ` +
+      `${JSON.stringify(this.rendered.slice(i, i + 40))}). Use a training template that renders every assistant turn ` +
+      `the same way wherever it stands (envtrain's QWEN3_STYLE_TEMPLATE, or TRL's qwen3_training.jinja).`
+  }
+}
+
+/** Options of {@link make}. */
+export interface ChatRendererOptions {
+  readonly tokenizer: Tokenizer
+  readonly template: ChatTemplate
+  /** `enable_thinking` for every render (Qwen3: false puts an empty think block in the generation prompt). */
+  readonly enableThinking?: boolean
+  /** Other `chat_template_kwargs`. */
+  readonly extra?: Readonly<Record<string, unknown>>
+}
+
+/** Rendering and tokenisation for the episode loop. */
+export interface Renderer {
+  readonly tokenizer: Tokenizer
+  readonly enableThinking: boolean
+  /** Token ids that end an assistant turn (EOS, `<|im_end|>`, `<|endoftext|>`). */
+  readonly eosTokenIds: ReadonlyArray<number>
+  /** Their texts, stripped from a decoded turn before parsing. */
+  readonly stopStrings: ReadonlyArray<string>
+  /** The first prompt: `messages` with `tools`, plus the generation prompt. */
+  readonly promptIds: (
+    messages: ReadonlyArray<ChatMessage>,
+    tools: ReadonlyArray<ToolDefinition>
+  ) => Effect.Effect<Array<number>, ChatTemplateError>
+  /** Tokens that follow a model turn ending in EOS: the tool messages, then the next generation prompt. */
+  readonly toolSuffixIds: (
+    toolMessages: ReadonlyArray<ChatMessage>
+  ) => Effect.Effect<Array<number>, ChatTemplateError | TemplateNotPrefixStable>
+  /** Decoded text of ids, special tokens kept. */
+  readonly decode: (ids: ReadonlyArray<number>) => string
+}
+
+/** The renderer service of a run. */
+export class ChatRenderer extends Context.Tag("@envtrain/rollout/ChatRenderer")<ChatRenderer, Renderer>() {
+  static readonly layer = (options: ChatRendererOptions): Layer.Layer<ChatRenderer> =>
+    Layer.sync(ChatRenderer, () => make(options))
+}
+
+/** Makes a renderer from a loaded tokenizer and chat template. */
+export const make = (options: ChatRendererOptions): Renderer => {
+  const { template, tokenizer } = options
+  const kwargs = {
+    ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
+    ...(options.extra === undefined ? {} : { extra: options.extra })
+  }
+  const eosTokenIds = tokenizer.eosTokenIds
+  const stopStrings = eosTokenIds.map((id) => tokenizer.idToToken(id)).filter((s): s is string => s !== undefined)
+  // The fixed context the suffix is measured against (TRL uses the first real tool name; any name works because
+  // only the part after the assistant's end-of-turn token is kept).
+  const dummy: ReadonlyArray<ChatMessage> = [
+    { role: "user", content: "dummy" },
+    { role: "assistant", content: "", tool_calls: [{ type: "function", function: { name: "dummy", arguments: {} } }] }
+  ]
+  let prefix: string | undefined
+  const prefixText = Effect.gen(function*() {
+    if (prefix !== undefined) return prefix
+    const full = yield* template.render({ messages: dummy, addGenerationPrompt: false, ...kwargs })
+    let cut = -1
+    for (const s of stopStrings) cut = Math.max(cut, full.lastIndexOf(s) >= 0 ? full.lastIndexOf(s) + s.length : -1)
+    prefix = cut < 0 ? full : full.slice(0, cut)
+    return prefix
+  })
+  return {
+    tokenizer,
+    enableThinking: options.enableThinking ?? true,
+    eosTokenIds,
+    stopStrings,
+    promptIds: (messages, tools) =>
+      Effect.map(
+        template.render({ messages, tools, addGenerationPrompt: true, ...kwargs }),
+        (text) => tokenizer.encode(text)
+      ),
+    toolSuffixIds: (toolMessages) =>
+      Effect.gen(function*() {
+        const a = yield* prefixText
+        const b = yield* template.render({
+          messages: [...dummy, ...toolMessages],
+          addGenerationPrompt: true,
+          ...kwargs
+        })
+        if (!b.startsWith(a)) return yield* new TemplateNotPrefixStable({ prefix: a, rendered: b })
+        // `a` ends with an end-of-turn token, which the tokenizer always splits on (an added token), so the ids of
+        // `b` are the ids of `a` followed by the ids of the rest: encoding the rest alone gives the same tokens.
+        return tokenizer.encode(b.slice(a.length))
+      }),
+    decode: (ids) => tokenizer.decode(ids)
+  }
+}

@@ -1,0 +1,397 @@
+/**
+ * One multi-turn tool-calling episode with exact token bookkeeping.
+ *
+ * The loop (TRL's `_tool_call_loop`, per episode): render the prompt with the tools → generate → parse the turn →
+ * call its tools on the environment session, one after another → append the tool results as the template's token
+ * suffix → generate again, until a turn has no tool call, the completion budget (`maxCompletionLength`, every
+ * model and tool token after the prompt) or `maxToolCallingIterations` rounds of tool calls. Sampled tokens are
+ * kept verbatim; model tokens get mask 1, suffix tokens (tool results and template scaffolding) mask 0 with
+ * logprob 0. Differences from TRL: a malformed tool call is answered with an error message and counted as a tool
+ * failure (TRL ends the rollout), and a turn is asked for exactly the tokens left in the budget.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { Environment, Echo } from "@envtrain/env"
+ * import { Episode } from "@envtrain/rollout"
+ *
+ * const record = Effect.scoped(Effect.gen(function*() {
+ *   const live = yield* Environment.episode(Echo.environment, { seed: 1 })
+ *   return yield* Episode.run({
+ *     prompt: [{ role: "user", content: "Say hi with the echo tool." }],
+ *     session: Episode.fromEnvironment(live),
+ *     config: { maxCompletionLength: 256, maxToolCallingIterations: 4, sampling: { temperature: 1 } }
+ *   })
+ * })) // needs Policy and ChatRenderer
+ * ```
+ *
+ * @since 0.0.0
+ */
+import * as Environment from "@envtrain/env/Environment"
+import type { ChatMessage, ChatTemplateError, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import { Effect, Option } from "effect"
+import type { Renderer, TemplateNotPrefixStable } from "./ChatRenderer.js"
+import { ChatRenderer } from "./ChatRenderer.js"
+import type { FinishReason, PolicyError, SamplingParams } from "./Policy.js"
+import { Policy } from "./Policy.js"
+import * as ToolCallParser from "./ToolCallParser.js"
+
+/** Limits and sampling of the loop (TRL's GRPOConfig names in camelCase). */
+export interface EpisodeConfig {
+  /** Budget of all completion tokens of the episode: every model turn and every tool suffix. */
+  readonly maxCompletionLength: number
+  /** Rounds of tool execution; `undefined`: unlimited (TRL's None). */
+  readonly maxToolCallingIterations?: number | undefined
+  /** Context window: the episode stops before prompt + completion would reach it. */
+  readonly maxModelLength?: number | undefined
+  /** Sampling parameters of every turn; `maxTokens` is set per turn from the budget. */
+  readonly sampling: Omit<SamplingParams, "maxTokens">
+}
+
+/** The result of one tool call as the model saw it. */
+export type ToolOutcome = Environment.ToolOutcome
+
+/**
+ * An environment session as the loop needs it. A native `Environment.Episode` (via {@link fromEnvironment}) never
+ * fails; a remote session fails with its client errors (session lost, timeout, transport), which end the episode.
+ */
+export interface Session<State, E = never> {
+  readonly environment: string
+  /** What `reset` returned; appended to the last prompt message (TRL: no separator). */
+  readonly observation: Option.Option<string>
+  /** The function-calling definitions shown to the model. */
+  readonly toolDefinitions: ReadonlyArray<ToolDefinition>
+  readonly call: (name: string, args: Readonly<Record<string, unknown>>) => Effect.Effect<ToolOutcome, E>
+  /** The environment's reward state. */
+  readonly state: Effect.Effect<State, E>
+}
+
+/** Adapts a native environment episode. */
+export const fromEnvironment = <State>(episode: Environment.Episode<State>): Session<State> => ({
+  environment: episode.environment,
+  observation: episode.observation,
+  toolDefinitions: episode.tools.map((t) => t.definition as unknown as ToolDefinition),
+  call: episode.call,
+  state: episode.state
+})
+
+/** One executed (or unparsable) tool call. */
+export interface ToolCallRecord {
+  /** Index of the model turn that made the call (0-based). */
+  readonly turn: number
+  /** The tool name; `undefined` when the call was too malformed to name one. */
+  readonly name: string | undefined
+  readonly arguments: Readonly<Record<string, unknown>> | undefined
+  readonly status: "success" | "failure" | "parse_failure"
+  /** Why it failed: the environment's reason, or the parser's. */
+  readonly reason?: string
+  /** Exactly what the model was sent back. */
+  readonly text: string
+}
+
+/** Calls and failures of one tool name (`"(unnamed)"` for calls whose name could not be read). */
+export interface ToolStats {
+  readonly calls: number
+  readonly failures: number
+}
+
+/** Why the loop ended. */
+export type StopReason =
+  /** The last turn made no tool call. */
+  | "no_tool_call"
+  /** `maxToolCallingIterations` rounds were done; the last turn's calls were not executed. */
+  | "max_tool_calling_iterations"
+  /** The budget ran out inside a turn, or the tool results did not fit (they were dropped, as TRL). */
+  | "completion_budget"
+  /** The context window would have been exceeded. */
+  | "context_window"
+  /** The episode could not finish (see `unscoreable`). */
+  | "unscoreable"
+
+/** Everything recorded about one episode. */
+export interface EpisodeRecord<State = unknown> {
+  /** Which prompt (dataset row) of the run, and which of its G generations. */
+  readonly promptIndex: number
+  readonly generation: number
+  /** The environment name and the dataset row passed to `reset` (the seed included), for replay. */
+  readonly environment: string
+  readonly row: Readonly<Record<string, unknown>>
+  readonly envSeed: number | undefined
+  readonly promptIds: ReadonlyArray<number>
+  /** Every token after the prompt: model turns and tool suffixes. */
+  readonly completionIds: ReadonlyArray<number>
+  /** 1: sampled by the model (in the loss); 0: tool results and template scaffolding. Same length as completionIds. */
+  readonly mask: ReadonlyArray<0 | 1>
+  /** The sampler's logprob of each model token; 0 at mask-0 positions. Same length as completionIds. */
+  readonly logprobs: ReadonlyArray<number>
+  /** The conversation: prompt messages (observation appended), then assistant and tool messages. */
+  readonly messages: ReadonlyArray<ChatMessage>
+  /** How many of `messages` are the prompt. */
+  readonly promptMessageCount: number
+  readonly toolCalls: ReadonlyArray<ToolCallRecord>
+  readonly toolStats: Readonly<Record<string, ToolStats>>
+  readonly toolCallCount: number
+  readonly toolFailureCount: number
+  /** Model turns generated. */
+  readonly turns: number
+  /** TRL's rule: the last completion token is not an end-of-turn token. */
+  readonly truncated: boolean
+  /** The finish reason of the last generation. */
+  readonly finishReason: FinishReason | undefined
+  readonly stopReason: StopReason
+  readonly wallTimeMs: number
+  /** The environment's final reward state (`undefined` when the episode is unscoreable and it could not be read). */
+  readonly state: State | undefined
+  /** Set when the episode could not finish: it must not be scored (never reward 0). */
+  readonly unscoreable?: { readonly reason: string; readonly tag: string }
+}
+
+/** Where the episode sits in the run. */
+export interface EpisodeIdentity {
+  readonly promptIndex: number
+  readonly generation: number
+  readonly row: Readonly<Record<string, unknown>>
+  readonly envSeed: number | undefined
+}
+
+/**
+ * The record under construction. The loop writes into it as it goes, so an episode that is interrupted or fails
+ * half-way still yields what it had (as an unscoreable record).
+ */
+export class Progress<State> {
+  readonly startedAt = Date.now()
+  environment = ""
+  promptIds: Array<number> = []
+  completionIds: Array<number> = []
+  mask: Array<0 | 1> = []
+  logprobs: Array<number> = []
+  messages: Array<ChatMessage> = []
+  promptMessageCount = 0
+  toolCalls: Array<ToolCallRecord> = []
+  toolStats: Record<string, { calls: number; failures: number }> = {}
+  turns = 0
+  finishReason: FinishReason | undefined = undefined
+  stopReason: StopReason = "unscoreable"
+  state: State | undefined = undefined
+  constructor(readonly identity: EpisodeIdentity) {}
+
+  /** The record; `unscoreable` marks an episode that could not finish. */
+  finish(unscoreable?: { readonly reason: string; readonly tag: string }): EpisodeRecord<State> {
+    const last = this.completionIds[this.completionIds.length - 1]
+    return {
+      promptIndex: this.identity.promptIndex,
+      generation: this.identity.generation,
+      environment: this.environment,
+      row: this.identity.row,
+      envSeed: this.identity.envSeed,
+      promptIds: this.promptIds,
+      completionIds: this.completionIds,
+      mask: this.mask,
+      logprobs: this.logprobs,
+      messages: this.messages,
+      promptMessageCount: this.promptMessageCount,
+      toolCalls: this.toolCalls,
+      toolStats: this.toolStats,
+      toolCallCount: this.toolCalls.length,
+      toolFailureCount: this.toolCalls.filter((c) => c.status !== "success").length,
+      turns: this.turns,
+      truncated: last !== undefined && !this.eos.has(last),
+      finishReason: this.finishReason,
+      stopReason: unscoreable === undefined ? this.stopReason : "unscoreable",
+      wallTimeMs: Date.now() - this.startedAt,
+      state: this.state,
+      ...(unscoreable === undefined ? {} : { unscoreable })
+    }
+  }
+
+  /** End-of-turn and pad ids (set by the loop from the renderer). */
+  eos: ReadonlySet<number> = new Set()
+}
+
+/** Input of {@link run}. */
+export interface RunInput<State, E> {
+  /** The prompt messages (the dataset row's `prompt`). */
+  readonly prompt: ReadonlyArray<ChatMessage>
+  readonly session: Session<State, E>
+  readonly config: EpisodeConfig
+  /** Defaults to a fresh {@link Progress} with promptIndex 0, generation 0. */
+  readonly progress?: Progress<State>
+}
+
+const appendObservation = (prompt: ReadonlyArray<ChatMessage>, observation: Option.Option<string>) => {
+  if (Option.isNone(observation) || prompt.length === 0) {
+    return Option.isNone(observation) || observation.value === ""
+      ? [...prompt]
+      : [...prompt, { role: "user", content: observation.value } as ChatMessage]
+  }
+  const last = prompt[prompt.length - 1]
+  return [...prompt.slice(0, -1), { ...last, content: last.content + observation.value }]
+}
+
+const UNNAMED = "(unnamed)"
+
+/**
+ * Runs the loop to its end and returns the record. Fails only with the session's errors, policy errors and
+ * template errors; tool failures and malformed calls are part of the record.
+ */
+export const run = <State, E>(
+  input: RunInput<State, E>
+): Effect.Effect<
+  EpisodeRecord<State>,
+  E | PolicyError | ChatTemplateError | TemplateNotPrefixStable,
+  Policy | ChatRenderer
+> =>
+  Effect.gen(function*() {
+    const renderer = yield* ChatRenderer
+    const policy = yield* Policy
+    const p = input.progress ?? new Progress<State>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
+    yield* loop(renderer, policy, input, p)
+    p.state = yield* input.session.state
+    return p.finish()
+  })
+
+const loop = <State, E>(
+  renderer: Renderer,
+  policy: Policy["Type"],
+  input: RunInput<State, E>,
+  p: Progress<State>
+) =>
+  Effect.gen(function*() {
+    const { config, session } = input
+    const eos = new Set(renderer.eosTokenIds)
+    const pad = renderer.tokenizer.padTokenId
+    p.eos = pad === null ? eos : new Set([...eos, pad])
+    p.environment = session.environment
+    p.messages = appendObservation(input.prompt, session.observation)
+    p.promptMessageCount = p.messages.length
+    p.promptIds = yield* renderer.promptIds(p.messages, session.toolDefinitions)
+    const contextLeft = () =>
+      config.maxModelLength === undefined
+        ? Infinity
+        : config.maxModelLength - p.promptIds.length - p.completionIds.length
+    const stopTokenIds = config.sampling.stopTokenIds ?? renderer.eosTokenIds
+
+    // Generates one turn into the progress; returns its parse.
+    const turn = Effect.fnUntraced(function*(maxTokens: number) {
+      const context = p.completionIds.length === 0 ? p.promptIds : [...p.promptIds, ...p.completionIds]
+      const out = yield* policy.generate({
+        promptIds: context,
+        sampling: { ...config.sampling, stopTokenIds, maxTokens }
+      })
+      // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
+      const n = Math.min(out.tokenIds.length, maxTokens)
+      const ids = out.tokenIds.slice(0, n)
+      for (let i = 0; i < n; i++) {
+        p.completionIds.push(ids[i])
+        p.mask.push(1)
+        p.logprobs.push(out.logprobs[i] ?? 0)
+      }
+      p.turns++
+      p.finishReason = n < out.tokenIds.length ? "length" : out.finishReason
+      const parsed = ToolCallParser.parse(renderer.decode(ids), {
+        thinking: renderer.enableThinking,
+        stopStrings: renderer.stopStrings
+      })
+      // An entirely truncated turn appends no message (TRL).
+      if (n > 0) p.messages.push(assistantMessage(parsed))
+      return parsed
+    })
+
+    const budgetLeft = () => Math.min(config.maxCompletionLength - p.completionIds.length, contextLeft())
+    if (budgetLeft() <= 0) {
+      p.stopReason = contextLeft() <= 0 ? "context_window" : "completion_budget"
+      return
+    }
+    let parsed = yield* turn(budgetLeft())
+    let iteration = 0
+    while (true) {
+      if (p.finishReason === "length") {
+        // The turn was cut by the budget or the context window (inside its tool calls, if it made any).
+        p.stopReason = contextLeft() <= 0 ? "context_window" : "completion_budget"
+        return
+      }
+      if (!parsed.requestedTools) {
+        p.stopReason = "no_tool_call"
+        return
+      }
+      if (config.maxToolCallingIterations !== undefined && iteration >= config.maxToolCallingIterations) {
+        p.stopReason = "max_tool_calling_iterations"
+        return
+      }
+      // Execute every call of the turn in order; parse failures are answered in place.
+      const results: Array<{ record: ToolCallRecord; message: ChatMessage }> = []
+      const blocks = [...parsed.calls, ...parsed.failures].sort((a, b) => a.index - b.index)
+      for (const block of blocks) {
+        if (block._tag === "CallFailure") {
+          // Rendered like every other tool error (TRL's `{'error': ...}`).
+          const text = Environment.errorText(block.message)
+          results.push({
+            record: {
+              turn: p.turns - 1,
+              name: block.name,
+              arguments: undefined,
+              status: "parse_failure",
+              reason: block.reason,
+              text
+            },
+            message: { role: "tool", name: block.name ?? UNNAMED, content: text }
+          })
+          continue
+        }
+        const outcome = yield* session.call(block.name, block.arguments)
+        results.push({
+          record: {
+            turn: p.turns - 1,
+            name: block.name,
+            arguments: block.arguments,
+            status: outcome._tag === "Success" ? "success" : "failure",
+            ...(outcome._tag === "Failure" ? { reason: outcome.reason } : {}),
+            text: outcome.text
+          },
+          message: { role: "tool", name: block.name, content: outcome.text }
+        })
+      }
+      // Calls count even when their results end up not fitting (they ran in the environment).
+      for (const r of results) {
+        p.toolCalls.push(r.record)
+        const key = r.record.name ?? UNNAMED
+        const s = p.toolStats[key] ?? (p.toolStats[key] = { calls: 0, failures: 0 })
+        s.calls++
+        if (r.record.status !== "success") s.failures++
+      }
+      const toolMessages = results.map((r) => r.message)
+      const suffix = yield* renderer.toolSuffixIds(toolMessages)
+      if (p.completionIds.length + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
+        // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
+        p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
+        return
+      }
+      p.messages.push(...toolMessages)
+      for (const id of suffix) {
+        p.completionIds.push(id)
+        p.mask.push(0)
+        p.logprobs.push(0)
+      }
+      iteration++
+      const left = budgetLeft()
+      if (left <= 0) {
+        // The suffix used the last of the budget: nothing can be generated (TRL would append an empty turn).
+        p.stopReason = contextLeft() <= 0 ? "context_window" : "completion_budget"
+        p.finishReason = "length"
+        return
+      }
+      parsed = yield* turn(left)
+    }
+  })
+
+const assistantMessage = (parsed: ToolCallParser.ParsedTurn): ChatMessage => ({
+  role: "assistant",
+  content: parsed.content,
+  ...(parsed.reasoning === undefined ? {} : { reasoning_content: parsed.reasoning }),
+  ...(parsed.calls.length === 0 ? {} : {
+    tool_calls: parsed.calls.map((c) => ({
+      type: "function" as const,
+      function: { name: c.name, arguments: c.arguments }
+    }))
+  })
+})
