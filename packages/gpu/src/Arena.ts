@@ -75,6 +75,38 @@ export const GROUP_ALIGN_BYTES = 1024
 /** Elements per optimiser block: weight decay is flagged per block. */
 export const BLOCK = 256
 
+/** Hyper-parameters of one optimiser step. */
+export interface StepScalars {
+  readonly lr: number
+  /** 1-based step number (for the bias corrections). */
+  readonly step: number
+  readonly beta1?: number
+  readonly beta2?: number
+  readonly eps?: number
+  readonly weightDecay?: number
+  /** Clip the global gradient norm to this (≤ 0 or absent: no clipping). */
+  readonly maxGradNorm?: number
+  /** Values for scalar slots 8..15 (seeds, loss scales). */
+  readonly user?: ReadonlyArray<number>
+}
+
+/** The step scalars as the device sees them. */
+export const scalarWords = (s: StepScalars): Float32Array => {
+  const beta1 = s.beta1 ?? 0.9
+  const beta2 = s.beta2 ?? 0.999
+  const out = new Float32Array(SCALAR_SLOTS)
+  out[Scalar.lr] = s.lr
+  out[Scalar.beta1] = beta1
+  out[Scalar.beta2] = beta2
+  out[Scalar.eps] = s.eps ?? 1e-8
+  out[Scalar.weightDecay] = s.weightDecay ?? 0
+  out[Scalar.biasCorrection1] = 1 - Math.pow(beta1, s.step)
+  out[Scalar.biasCorrection2] = 1 - Math.pow(beta2, s.step)
+  out[Scalar.maxGradNorm] = s.maxGradNorm ?? 0
+  ;(s.user ?? []).slice(0, SCALAR_SLOTS - Scalar.user).forEach((v, i) => (out[Scalar.user + i] = v))
+  return out
+}
+
 /** Names of the tensors every plan carries. */
 export const STEP_SCALARS = "step.scalars"
 export const STEP_RESULTS = "step.results"

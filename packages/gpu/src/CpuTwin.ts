@@ -19,8 +19,10 @@ import {
   PARAM,
   Result,
   Scalar,
+  scalarWords,
   STEP_RESULTS,
   STEP_SCALARS,
+  type StepScalars,
   type Tensor
 } from "./Arena.js"
 import type { Op } from "./Ops.js"
@@ -32,10 +34,41 @@ const ids = (h: HostArena, t: Tensor) => new Uint32Array(h.buffers[t.buffer], t.
 
 /** Executes `ops` in order on `h`. */
 export const run = (h: HostArena, ops: ReadonlyArray<Op>): void => {
-  for (const op of ops) step(h, op)
+  for (const op of ops) step1(h, op)
 }
 
-const step = (h: HostArena, op: Op): void => {
+/** A micro-batch's inputs: tensor name → data (as `StepProgram.MicroBatch`). */
+export type MicroBatch = ReadonlyArray<readonly [name: string, data: Float32Array | Uint32Array]>
+
+/**
+ * One training step on the host, mirroring `StepProgram.step`: writes the scalars, clears the gradients and
+ * results, runs the micro-batch ops once per micro-batch (after writing its inputs), then the optimiser ops.
+ * Returns a copy of `step.results`.
+ */
+export const step = (
+  h: HostArena,
+  program: { readonly microBatch: ReadonlyArray<Op>; readonly optimizer?: ReadonlyArray<Op> },
+  scalars: StepScalars,
+  microBatches: ReadonlyArray<MicroBatch>
+): Float32Array => {
+  h.f32(STEP_SCALARS).set(scalarWords(scalars))
+  h.f32(STEP_RESULTS).fill(0)
+  for (const shard of h.plan.groups.get(GRAD) ?? []) h.raw(shard).fill(0)
+  for (const mb of microBatches) {
+    for (const [name, data] of mb) {
+      const t = h.plan.tensors.get(name)
+      if (t === undefined) throw new RangeError(`CpuTwin.step: no tensor named "${name}"`)
+      new Uint8Array(h.buffers[t.buffer], t.offset, data.byteLength).set(
+        new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+      )
+    }
+    run(h, program.microBatch)
+  }
+  run(h, program.optimizer ?? [{ kind: "gradNorm" }, { kind: "adamw" }])
+  return h.f32(STEP_RESULTS).slice()
+}
+
+const step1 = (h: HostArena, op: Op): void => {
   switch (op.kind) {
     case "fill":
       view(h, op.out).fill(op.value)

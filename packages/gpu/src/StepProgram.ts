@@ -21,7 +21,8 @@
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
-import { type Arena, GRAD, Result, Scalar, SCALAR_SLOTS, STEP_RESULTS, STEP_SCALARS } from "./Arena.js"
+import * as Arena from "./Arena.js"
+import { GRAD, Result, STEP_RESULTS, STEP_SCALARS, type StepScalars } from "./Arena.js"
 import { Gpu } from "./Gpu.js"
 import {
   GpuDeviceLost,
@@ -35,20 +36,7 @@ import * as Ops from "./Ops.js"
 import type { Op } from "./Ops.js"
 import * as Program from "./Program.js"
 
-/** Hyper-parameters of one optimiser step. */
-export interface StepScalars {
-  readonly lr: number
-  /** 1-based step number (for the bias corrections). */
-  readonly step: number
-  readonly beta1?: number
-  readonly beta2?: number
-  readonly eps?: number
-  readonly weightDecay?: number
-  /** Clip the global gradient norm to this (≤ 0 or absent: no clipping). */
-  readonly maxGradNorm?: number
-  /** Values for scalar slots 8..15 (seeds, loss scales). */
-  readonly user?: ReadonlyArray<number>
-}
+export type { StepScalars }
 
 /** Inputs of one micro-batch: tensor name → data written before its pass. */
 export type MicroBatch = ReadonlyArray<readonly [name: string, data: Float32Array | Uint32Array]>
@@ -112,27 +100,13 @@ export interface StepProgramOptions {
 }
 
 /** The step scalars as the device sees them. */
-export const scalarWords = (s: StepScalars): Float32Array => {
-  const beta1 = s.beta1 ?? 0.9
-  const beta2 = s.beta2 ?? 0.999
-  const out = new Float32Array(SCALAR_SLOTS)
-  out[Scalar.lr] = s.lr
-  out[Scalar.beta1] = beta1
-  out[Scalar.beta2] = beta2
-  out[Scalar.eps] = s.eps ?? 1e-8
-  out[Scalar.weightDecay] = s.weightDecay ?? 0
-  out[Scalar.biasCorrection1] = 1 - Math.pow(beta1, s.step)
-  out[Scalar.biasCorrection2] = 1 - Math.pow(beta2, s.step)
-  out[Scalar.maxGradNorm] = s.maxGradNorm ?? 0
-  ;(s.user ?? []).slice(0, SCALAR_SLOTS - Scalar.user).forEach((v, i) => (out[Scalar.user + i] = v))
-  return out
-}
+export const scalarWords = Arena.scalarWords
 
 const READBACK_RING = 2
 
 /** Compiles the step (pipelines, bind groups, read-back ring) once. */
 export const make = (
-  arena: Arena,
+  arena: Arena.Arena,
   options: StepProgramOptions
 ): Effect.Effect<StepProgram, GpuShaderError | GpuDeviceLost | GpuOutOfMemory | GpuLimitExceeded, Gpu | Scope.Scope> =>
   Effect.gen(function*() {
