@@ -19,12 +19,14 @@ import * as Catch from "./Catch.js"
 import * as Echo from "./Echo.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Server from "./Server.js"
+import * as Wordle from "./Wordle.js"
 
 /** The built-in environments by CLI name. */
 export const builtins: Readonly<Record<string, OpenEnvDefinition>> = {
   echo: Echo.openEnv,
   "echo-mcp": Echo.openEnvMcp,
-  catch: Catch.openEnv
+  catch: Catch.openEnv,
+  wordle: Wordle.openEnv
 }
 
 const environment = Args.choice(Object.keys(builtins).map((name) => [name, name] as const), { name: "env" }).pipe(
