@@ -17,7 +17,7 @@
  * @since 0.0.0
  */
 import { FileSystem } from "@effect/platform"
-import { Data, Effect, Either, ParseResult, Schema } from "effect"
+import { Data, Effect, Either, Option, ParseResult, Schema, SchemaAST as AST } from "effect"
 import * as Yaml from "yaml"
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -487,10 +487,13 @@ export const load = Effect.fn("Config.load")(function*(path: string, argv: Reado
 export const describeFields = (): ReadonlyArray<string> => {
   const decoded = Schema.decodeUnknownSync(GRPOConfig)({})
   return fieldNames.map((name) => {
+    // optionalWith wraps the annotated schema in a Union with undefined; the description sits on our member.
     const ast = GRPOConfig.fields[name].ast
-    const description = ast._tag === "PropertySignatureTransformation"
-      ? (ast.from.type.annotations[Symbol.for("effect/annotation/Description")] as string | undefined)
-      : undefined
+    const type = ast._tag === "PropertySignatureTransformation" ? ast.from.type : undefined
+    const members = type === undefined ? [] : type._tag === "Union" ? type.types : [type]
+    const description = members
+      .map((member) => Option.getOrUndefined(AST.getDescriptionAnnotation(member)))
+      .find((d) => d !== undefined)
     return `--${name} (--${snakeCase(name)}) default ${JSON.stringify(decoded[name])}: ${description ?? ""}`
   })
 }
