@@ -460,7 +460,7 @@ export const tokenLogprobs = (
 }
 
 export interface Gradients {
-  /** L = Σ_n w_n · logprob_n. */
+  /** L = Σ_n w_n · logprob_n + Σ_n e_n · entropy_n. */
   readonly loss: number
   readonly logprobs: Float64Array
   /** dL/dW for every tensor, keyed like the weights (tied: one embed_tokens gradient holding both uses). */
@@ -468,9 +468,10 @@ export interface Gradients {
 }
 
 /**
- * Hand-written backward of L = Σ_n w_n · logprob_n, logprob_n = log_softmax(logits_n / temperature)[targets_n] —
- * every GRPO loss reduces to this given dLoss/dlogprob (for plain next-token NLL use w = −1/count). Rows with
- * target < 0 or w = 0 contribute nothing. No gradient flows through the entropy.
+ * Hand-written backward of L = Σ_n w_n · logprob_n + Σ_n e_n · entropy_n, with logprob_n =
+ * log_softmax(logits_n / temperature)[targets_n] and entropy_n that of softmax(logits_n / temperature) — every GRPO
+ * loss reduces to this given dLoss/dlogprob (and dLoss/dentropy for TRL's optional entropy bonus). For plain
+ * next-token NLL use w = −1/count and no entropy weights. Rows with target < 0 get no logprob term.
  *
  * @example
  * ```ts
@@ -484,7 +485,8 @@ export const backward = (
   fwd: Forward,
   targets: ArrayLike<number>,
   lossWeights: ArrayLike<number>,
-  temperature: number
+  temperature: number,
+  entropyWeights?: ArrayLike<number>
 ): Gradients => {
   const nm = numerics(fwd.precision)
   const {
@@ -504,20 +506,28 @@ export const backward = (
   for (const spec of tensorSpecs(config)) g[spec.name] = new Float64Array(size(spec.shape))
 
   // d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)).
-  const { logprobs } = tokenLogprobs(fwd.logits, V, targets, temperature, fwd.precision)
+  const { entropy, logprobs } = tokenLogprobs(fwd.logits, V, targets, temperature, fwd.precision)
   let loss = 0
   const dLogits = nm.alloc(N * V)
+  const z = new Float64Array(V)
   for (let n = 0; n < N; n++) {
-    const w = lossWeights[n]
-    if (targets[n] < 0 || w === 0) continue
-    loss += w * logprobs[n]
+    const w = targets[n] < 0 ? 0 : lossWeights[n]
+    const e = entropyWeights === undefined ? 0 : entropyWeights[n]
+    if (w === 0 && e === 0) continue
+    loss += w * logprobs[n] + e * entropy[n]
     let max = -Infinity
-    for (let v = 0; v < V; v++) max = Math.max(max, nm.round(fwd.logits[n * V + v] / temperature))
-    let sum = 0
-    for (let v = 0; v < V; v++) sum += Math.exp(nm.round(fwd.logits[n * V + v] / temperature) - max)
     for (let v = 0; v < V; v++) {
-      const p = Math.exp(nm.round(fwd.logits[n * V + v] / temperature) - max) / sum
-      dLogits[n * V + v] = (w / temperature) * ((v === targets[n] ? 1 : 0) - p)
+      z[v] = nm.round(fwd.logits[n * V + v] / temperature)
+      max = Math.max(max, z[v])
+    }
+    let sum = 0
+    for (let v = 0; v < V; v++) sum += Math.exp(z[v] - max)
+    const lse = max + Math.log(sum)
+    for (let v = 0; v < V; v++) {
+      const p = Math.exp(z[v] - lse)
+      // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).
+      const dz = w * ((v === targets[n] ? 1 : 0) - p) - e * p * (z[v] - lse + entropy[n])
+      dLogits[n * V + v] = dz / temperature
     }
   }
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD

@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as ModelConfig from "../src/ModelConfig.js"
 import * as Q from "../src/Qwen3Reference.js"
+import * as Reference from "../src/Reference.js"
 
 const tiny = (tied: boolean): Q.Config => ({
   vocab_size: 23,
@@ -97,13 +98,14 @@ describe("Qwen3Reference", () => {
       const targets = tokensOf(12, B * T, config.vocab_size)
       targets[3] = -1
       const lossWeights = Array.from({ length: B * T }, (_, i) => (i % 3 === 0 ? 0 : Math.sin(i + 1)))
+      const entropyWeights = Array.from({ length: B * T }, (_, i) => (i % 4 === 1 ? 0 : 0.3 * Math.cos(i)))
       const temperature = 0.7
-      const { grads, loss } = Q.backward(config, weights, fwd, targets, lossWeights, temperature)
+      const { grads, loss } = Q.backward(config, weights, fwd, targets, lossWeights, temperature, entropyWeights)
       const lossAt = () => {
         const f = Q.forward(config, weights, batch, { precision: "f64" })
-        const { logprobs } = Q.tokenLogprobs(f.logits, config.vocab_size, targets, temperature, "f64")
+        const { entropy, logprobs } = Q.tokenLogprobs(f.logits, config.vocab_size, targets, temperature, "f64")
         let sum = 0
-        for (let n = 0; n < logprobs.length; n++) sum += lossWeights[n] * logprobs[n]
+        for (let n = 0; n < logprobs.length; n++) sum += lossWeights[n] * logprobs[n] + entropyWeights[n] * entropy[n]
         return sum
       }
       assert.closeTo(lossAt(), loss, 1e-12)
@@ -128,6 +130,71 @@ describe("Qwen3Reference", () => {
       }
     })
   }
+
+  // The GPU model is assembled from kernels whose CPU twins live in Reference.ts: the same assembly of the twins must
+  // give this reference's logits (one sequence per row, since the attention twin has no packing).
+  sync("a forward assembled from the kernel twins in Reference.ts gives the same logits", () => {
+    for (const tied of [true, false]) {
+      const config = tiny(tied)
+      const weights = weightsFor(config, "f64")
+      const { head_dim: D, hidden_size: h, intermediate_size: I, num_attention_heads: H, num_key_value_heads: KV } =
+        config
+      const B = 2
+      const T = 5
+      const N = B * T
+      const tokens = tokensOf(81, N, config.vocab_size)
+      const positions = Array.from({ length: N }, (_, n) => n % T)
+      const eps = config.rms_norm_eps
+      const lin = (x: ArrayLike<number>, name: string, inF: number, outF: number) =>
+        Reference.gemm(x, weights[name], { m: N, n: outF, k: inF, transB: true })
+      let x: ArrayLike<number> = Reference.embedding(weights["model.embed_tokens.weight"], tokens, N, h)
+      for (let l = 0; l < config.num_hidden_layers; l++) {
+        const p = `model.layers.${l}.`
+        const xn = Reference.rmsNorm(x, weights[`${p}input_layernorm.weight`], N, h, eps).y
+        const qn = Reference.rmsNorm(
+          lin(xn, `${p}self_attn.q_proj.weight`, h, H * D),
+          weights[`${p}self_attn.q_norm.weight`],
+          N * H,
+          D,
+          eps
+        ).y
+        const kn = Reference.rmsNorm(
+          lin(xn, `${p}self_attn.k_proj.weight`, h, KV * D),
+          weights[`${p}self_attn.k_norm.weight`],
+          N * KV,
+          D,
+          eps
+        ).y
+        const v = lin(xn, `${p}self_attn.v_proj.weight`, h, KV * D)
+        const q = Reference.rope(qn, positions, N, H, D, config.rope_theta)
+        const k = Reference.rope(kn, positions, N, KV, D, config.rope_theta)
+        const o =
+          Reference.attention(q, k, v, { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale: 1 / Math.sqrt(D) })
+            .o
+        const h1 = Reference.gemm(o, weights[`${p}self_attn.o_proj.weight`], {
+          m: N,
+          n: h,
+          k: H * D,
+          transB: true,
+          beta: 1
+        }, x)
+        const mn = Reference.rmsNorm(h1, weights[`${p}post_attention_layernorm.weight`], N, h, eps).y
+        const act = Reference.swiglu(lin(mn, `${p}mlp.gate_proj.weight`, h, I), lin(mn, `${p}mlp.up_proj.weight`, h, I))
+        x = Reference.gemm(act, weights[`${p}mlp.down_proj.weight`], { m: N, n: h, k: I, transB: true, beta: 1 }, h1)
+      }
+      const head = tied ? "model.embed_tokens.weight" : "lm_head.weight"
+      const fn = Reference.rmsNorm(x, weights["model.norm.weight"], N, h, eps).y
+      const logits = Reference.gemm(fn, weights[head], { m: N, n: config.vocab_size, k: h, transB: true })
+      const mine = Q.forward(config, weights, { tokens, batch: B, seqLen: T }, { precision: "f64" })
+      // Only RoPE differs: transformers' f32 inverse frequencies and angles here, f64 angles in the twin.
+      assert.isBelow(maxAbsDiff(logits, mine.logits), 1e-5)
+      const targets = Q.nextTokenTargets(mine).map((t) => Math.max(t, 0))
+      const twin = Reference.tokenLogprobs(logits, targets, N, config.vocab_size, 1 / 0.8)
+      const ours = Q.tokenLogprobs(mine.logits, config.vocab_size, targets, 0.8, "f64")
+      assert.isBelow(maxAbsDiff(twin.logp, ours.logprobs), 1e-5)
+      assert.isBelow(maxAbsDiff(twin.entropy, ours.entropy), 1e-5)
+    }
+  })
 
   sync("f32 gradients agree with the f64 ones", () => {
     const config = tiny(false)
@@ -320,6 +387,27 @@ describe("Qwen3Reference", () => {
     assert.closeTo(p["x.weight"][0], 1 * 0.95 - 0.1, 1e-6)
     assert.closeTo(p["x.weight"][1], -2 * 0.95 + 0.1, 1e-6)
     assert.closeTo(p["model.norm.weight"][0], 1 - 0.1, 1e-6)
+    // Two more steps agree with the fused-kernel twin in Reference.ts (same decay mask, bias corrections 1 − βᵗ).
+    const twinP = Float64Array.from(p["x.weight"])
+    const twinM = Float64Array.from(st.m["x.weight"])
+    const twinV = Float64Array.from(st.v["x.weight"])
+    for (const gs of [[0.3, 0.1], [-0.2, 0.4]]) {
+      Q.adamWStep(p, { "x.weight": new Float32Array(gs), "model.norm.weight": new Float32Array([0]) }, st, {
+        lr: 0.1,
+        weightDecay: 0.5
+      })
+      const t = st.step
+      Reference.adamw(twinP, gs, twinM, twinV, () => true, {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weightDecay: 0.5,
+        biasCorrection1: 1 - 0.9 ** t,
+        biasCorrection2: 1 - 0.999 ** t
+      }, 1)
+    }
+    assert.isBelow(maxAbsDiff(p["x.weight"], twinP), 1e-6)
     // Tiny next-token task: the sequence 0,1,…,7 repeated, 8 steps of AdamW with clipping.
     const T = 8
     const tokens = Array.from({ length: 2 * T }, (_, i) => i % 8)
