@@ -4,6 +4,7 @@
  * @since 0.0.0
  */
 import { Command, Options } from "@effect/cli"
+import { ServeCommand } from "@envtrain/env"
 import * as Doctor from "./Doctor.js"
 
 const requireHardware = Options.boolean("require-hardware").pipe(
@@ -22,7 +23,7 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor])
+  Command.withSubcommands([doctor, ServeCommand.command])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */
