@@ -1,0 +1,249 @@
+/**
+ * GPU benchmark: adapter report, matmul GFLOP/s per kernel tier and size, and the counters of a replayed
+ * training step of the one-block transformer (CPU µs per dispatch, submits, objects created per step, per-kernel
+ * timestamp profile). Results go to bench/results/gpu-<adapter>.{json,md}.
+ *
+ *   npx tsx bench/gpu/bench.ts                          # defaults: sizes 256,512 on a software adapter, 256..4096 on a GPU
+ *   npx tsx bench/gpu/bench.ts --sizes=1024,4096 --stack=medium --steps=20 --out=gpu-h200
+ *   npx tsx bench/gpu/bench.ts --require-hardware       # fail instead of falling back to lavapipe
+ *
+ * Flags: --sizes=a,b,c  --tiers=NN,NT,TN  --stack=tiny|small|medium  --steps=N  --out=NAME  --no-profile
+ */
+import { Effect } from "effect"
+import { mkdirSync, writeFileSync } from "node:fs"
+import * as Arena from "../../packages/gpu/src/Arena.js"
+import { describe, Gpu } from "../../packages/gpu/src/Gpu.js"
+import * as Ops from "../../packages/gpu/src/Ops.js"
+import * as Program from "../../packages/gpu/src/Program.js"
+import * as StepProgram from "../../packages/gpu/src/StepProgram.js"
+import * as TinyTransformer from "../../packages/gpu/src/TinyTransformer.js"
+
+const flag = (name: string): string | undefined => {
+  const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))
+  return hit === undefined ? undefined : hit.includes("=") ? hit.slice(hit.indexOf("=") + 1) : "true"
+}
+
+const STACKS = {
+  tiny: { vocab: 64, dim: 32, heads: 4, kvHeads: 2, ffn: 64, batch: 2, seq: 16, chunk: 32 },
+  small: { vocab: 512, dim: 128, heads: 4, kvHeads: 2, ffn: 256, batch: 2, seq: 64, chunk: 64 },
+  medium: { vocab: 32768, dim: 512, heads: 8, kvHeads: 4, ffn: 1536, batch: 4, seq: 256, chunk: 256 }
+} as const
+
+interface MatmulRow {
+  readonly tier: string
+  readonly size: number
+  readonly reps: number
+  readonly millis: number
+  readonly gflops: number
+  readonly timing: "timestamp" | "wall"
+}
+
+const matmulTier = (size: number, tier: string) =>
+  Effect.gen(function*() {
+    const gpu = yield* Gpu
+    const plan = Arena.plan({ a: { shape: [size, size] }, b: { shape: [size, size] }, c: { shape: [size, size] } })
+    const arena = yield* Arena.allocate(plan)
+    const t = (n: string) => arena.tensor(n)
+    const program = yield* Program.compile(arena, [
+      Ops.matmul({
+        a: t("a"),
+        b: t("b"),
+        c: t("c"),
+        m: size,
+        n: size,
+        k: size,
+        transA: tier[0] === "T",
+        transB: tier[1] === "T"
+      })
+    ])
+    const stamps = gpu.hasFeature("timestamp-query")
+    const run = (reps: number) =>
+      Effect.gen(function*() {
+        const querySet = stamps ? gpu.device.createQuerySet({ type: "timestamp", count: 2 }) : undefined
+        const resolve = stamps
+          ? gpu.device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC })
+          : undefined
+        const t0 = performance.now()
+        const encoder = gpu.device.createCommandEncoder()
+        const pass = encoder.beginComputePass(
+          querySet === undefined
+            ? {}
+            : { timestampWrites: { querySet, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } }
+        )
+        for (let i = 0; i < reps; i++) program.encode(pass)
+        pass.end()
+        if (querySet !== undefined && resolve !== undefined) encoder.resolveQuerySet(querySet, 0, 2, resolve, 0)
+        gpu.device.queue.submit([encoder.finish()])
+        yield* gpu.fence
+        const wall = performance.now() - t0
+        if (resolve === undefined) return { millis: wall, timing: "wall" as const }
+        const ns = new BigUint64Array(yield* gpu.read(resolve, 16))
+        querySet?.destroy()
+        resolve.destroy()
+        return { millis: Number(ns[1] - ns[0]) / 1e6, timing: "timestamp" as const }
+      })
+    const warm = yield* run(1) // compiles and warms the pipeline
+    const reps = Math.max(1, Math.min(50, Math.round(500 / Math.max(warm.millis, 0.01))))
+    const r = yield* run(reps)
+    const row: MatmulRow = {
+      tier: `f32-tiled-64x64x16-${tier}`,
+      size,
+      reps,
+      millis: r.millis / reps,
+      gflops: (2 * size ** 3 * reps) / (r.millis * 1e6),
+      timing: r.timing
+    }
+    return row
+  }).pipe(Effect.scoped)
+
+const stepBench = (stackName: keyof typeof STACKS, steps: number, profile: boolean) =>
+  Effect.gen(function*() {
+    const cfg = TinyTransformer.config({ ...STACKS[stackName], tie: true })
+    const plan = Arena.plan(TinyTransformer.specs(cfg), {
+      maxShardBytes: (yield* Gpu).adapter.limits.maxStorageBufferBindingSize
+    })
+    const h = Arena.host(plan)
+    TinyTransformer.init(h, cfg, 1)
+    const arena = yield* Arena.allocate(plan)
+    arena.upload(h)
+    const t0 = performance.now()
+    const program = yield* StepProgram.make(arena, { microBatch: TinyTransformer.ops(plan, cfg) })
+    const compileMillis = performance.now() - t0
+    const n = cfg.batch * cfg.seq
+    const mb = TinyTransformer.batch(cfg, Uint32Array.from({ length: n }, (_, i) => (i * 7 + (i >> 3)) % cfg.vocab))
+    const hyper = { lr: 1e-3, weightDecay: 0.1, maxGradNorm: 1 }
+    const first = yield* program.step({ ...hyper, step: 1 }, [mb])
+    const results: Array<StepProgram.StepResult> = []
+    for (let s = 2; s <= steps + 1; s++) results.push(yield* program.step({ ...hyper, step: s }, [mb]))
+    const avg = (f: (r: StepProgram.StepResult) => number) => results.reduce((a, r) => a + f(r), 0) / results.length
+    const max = (f: (r: StepProgram.StepResult) => number) => Math.max(...results.map(f))
+    const kernels = profile ? yield* Effect.either(program.profile({ ...hyper, step: steps + 2 }, [mb])) : undefined
+    return {
+      stack: stackName,
+      config: cfg,
+      parameters: [...plan.tensors.values()].filter((t) => t.group === Arena.PARAM).reduce((a, t) => a + t.size, 0),
+      arenaBytes: plan.totalBytes,
+      compileMillis,
+      firstStepMillis: first.counters.wallMillis,
+      steps: results.length,
+      lossFirst: first.loss,
+      lossLast: results[results.length - 1].loss,
+      dispatchesPerStep: results[0].counters.dispatches,
+      submitsPerStep: results[0].counters.submits,
+      maxBuffersCreatedPerStep: max((r) => r.counters.buffersCreated),
+      maxBindGroupsCreatedPerStep: max((r) => r.counters.bindGroupsCreated),
+      maxPipelinesCreatedPerStep: max((r) => r.counters.pipelinesCreated),
+      cpuMicrosPerDispatch: avg((r) => r.counters.cpuMicrosPerDispatch),
+      encodeMicrosPerStep: avg((r) => r.counters.encodeMicros),
+      millisPerStep: avg((r) => r.counters.wallMillis),
+      tokensPerSecond: n / (avg((r) => r.counters.wallMillis) / 1000),
+      profile: kernels === undefined ? undefined : kernels._tag === "Right" ? kernels.right : String(kernels.left)
+    }
+  }).pipe(Effect.scoped)
+
+const main = Effect.gen(function*() {
+  const gpu = yield* Gpu
+  const a = gpu.adapter
+  console.log(`adapter: ${describe(a)}`)
+  console.log(`features: ${a.features.join(", ")}`)
+  console.log(`adapter features: ${a.adapterFeatures.join(", ")}`)
+  console.log(
+    `subgroup-matrix configs: ${a.subgroupMatrixConfigs.length === 0 ? "none" : a.subgroupMatrixConfigs.join("; ")}`
+  )
+  console.log(`limits: ${JSON.stringify(a.limits)}`)
+  const sizes = (flag("sizes") ?? (a.isSoftware ? "256,512" : "256,512,1024,2048,4096")).split(",").map(Number)
+  const tiers = (flag("tiers") ?? "NN,NT,TN").split(",")
+  const matmul: Array<MatmulRow> = []
+  for (const size of sizes) {
+    for (const tier of tiers) {
+      const row = yield* matmulTier(size, tier)
+      console.log(
+        `matmul ${row.tier} ${size}³: ${row.gflops.toFixed(2)} GFLOP/s (${
+          row.millis.toFixed(2)
+        } ms, ${row.reps} reps, ${row.timing})`
+      )
+      matmul.push(row)
+    }
+  }
+  const stack = (flag("stack") ?? (a.isSoftware ? "small" : "medium")) as keyof typeof STACKS
+  const step = yield* stepBench(
+    stack,
+    Number(flag("steps") ?? (a.isSoftware ? 5 : 20)),
+    flag("no-profile") === undefined
+  )
+  console.log(
+    `step (${stack}, ${step.parameters} params): ${JSON.stringify({ ...step, config: undefined, profile: undefined })}`
+  )
+  if (Array.isArray(step.profile)) {
+    for (const k of step.profile) {
+      console.log(
+        `  ${k.label.padEnd(32)} ${k.calls}× ${k.micros.toFixed(1)} µs  ${k.gflops.toFixed(2)} GFLOP/s  ${
+          k.gbytesPerSecond.toFixed(2)
+        } GB/s`
+      )
+    }
+  }
+  const name = flag("out") ??
+    `gpu-${a.isSoftware ? "lavapipe" : (a.device || a.description || "gpu").toLowerCase().replace(/[^a-z0-9]+/g, "-")}`
+  const result = {
+    date: new Date().toISOString(),
+    adapter: a,
+    softwareAdapterNote: a.isSoftware
+      ? "lavapipe (CPU) adapter: matmul sizes limited to what runs in reasonable time; numbers are not GPU numbers"
+      : undefined,
+    matmul,
+    step
+  }
+  mkdirSync("bench/results", { recursive: true })
+  writeFileSync(`bench/results/${name}.json`, JSON.stringify(result, null, 2) + "\n")
+  const md = [
+    `# GPU benchmark: ${describe(a)}`,
+    "",
+    `Date: ${result.date}. Features: ${a.features.join(", ")}. Subgroup-matrix configs: ${
+      a.subgroupMatrixConfigs.length || "none"
+    }.`,
+    a.isSoftware ? `\n${result.softwareAdapterNote}.\n` : "",
+    "## Matmul",
+    "",
+    "| tier | size | ms | GFLOP/s | timing |",
+    "|---|---|---|---|---|",
+    ...matmul.map((r) => `| ${r.tier} | ${r.size}³ | ${r.millis.toFixed(2)} | ${r.gflops.toFixed(2)} | ${r.timing} |`),
+    "",
+    "Tiers not implemented yet: f16-input (shader-f16) and subgroup-matrix.",
+    "",
+    `## Training step: one-block transformer, stack "${stack}" (${step.parameters} parameters)`,
+    "",
+    "| counter | value |",
+    "|---|---|",
+    ...Object.entries(step).filter(([k]) => k !== "config" && k !== "profile" && k !== "stack").map(([k, v]) =>
+      `| ${k} | ${typeof v === "number" ? Number(v.toPrecision(4)) : String(v)} |`
+    ),
+    "",
+    ...(Array.isArray(step.profile)
+      ? [
+        "### Per-kernel timestamp profile (one step, each dispatch in its own pass)",
+        "",
+        "| kernel | calls | µs | GFLOP/s | GB/s |",
+        "|---|---|---|---|---|",
+        ...step.profile.map((k) =>
+          `| ${k.label} | ${k.calls} | ${k.micros.toFixed(1)} | ${k.gflops.toFixed(2)} | ${
+            k.gbytesPerSecond.toFixed(2)
+          } |`
+        )
+      ]
+      : [`Profile: ${String(step.profile)}`]),
+    ""
+  ].join("\n")
+  writeFileSync(`bench/results/${name}.md`, md)
+  console.log(`saved bench/results/${name}.json and .md`)
+})
+
+Effect.runPromise(
+  main.pipe(Effect.provide(Gpu.layer({ requireHardware: flag("require-hardware") !== undefined })), Effect.scoped)
+).then(
+  () => process.exit(0),
+  (e) => {
+    console.error(e)
+    process.exit(1)
+  }
+)
