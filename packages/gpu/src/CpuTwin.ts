@@ -70,6 +70,10 @@ export const step = (
 
 const step1 = (h: HostArena, op: Op): void => {
   switch (op.kind) {
+    case "custom":
+      if (op.cpu === undefined) throw new RangeError(`CpuTwin: custom op "${op.label}" has no CPU twin`)
+      op.cpu(h)
+      return
     case "fill":
       view(h, op.out).fill(op.value)
       return

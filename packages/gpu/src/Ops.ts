@@ -19,7 +19,7 @@
  *
  * @since 0.0.0
  */
-import type { Tensor } from "./Arena.js"
+import type { HostArena, Tensor } from "./Arena.js"
 import type { AttentionShape } from "./Reference.js"
 
 export type { AttentionShape }
@@ -193,7 +193,25 @@ export interface AdamW {
   readonly kind: "adamw"
 }
 
+/**
+ * A kernel defined outside this module (a model's own WGSL): its source, tensor bindings (binding 1.. in
+ * order, after the uniform parameter block at binding 0), parameter words and grid. `cpu` is its CPU twin,
+ * when it has one.
+ */
+export interface Custom {
+  readonly kind: "custom"
+  readonly label: string
+  readonly code: string
+  readonly bindings: ReadonlyArray<Tensor>
+  readonly params: ReadonlyArray<readonly ["u" | "f", number]>
+  readonly groups: readonly [number, number, number]
+  readonly flops: number
+  readonly bytes: number
+  readonly cpu?: (h: HostArena) => void
+}
+
 export type Op =
+  | Custom
   | Fill
   | Axpy
   | Matmul
@@ -440,3 +458,11 @@ export const maskedMean = (o: {
 
 export const gradNorm: GradNorm = { kind: "gradNorm" }
 export const adamw: AdamW = { kind: "adamw" }
+
+/** A custom kernel as an op (see {@link Custom}). */
+export const custom = (o: Omit<Custom, "kind" | "flops" | "bytes"> & { flops?: number; bytes?: number }): Custom => ({
+  ...o,
+  kind: "custom",
+  flops: o.flops ?? 0,
+  bytes: o.bytes ?? 0
+})

@@ -40,6 +40,16 @@ const over = (n: number, wg: number) => grid(Math.ceil(n / wg))
 
 export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
   switch (op.kind) {
+    case "custom":
+      return [{
+        label: op.label,
+        code: op.code,
+        bindings: op.bindings,
+        params: op.params,
+        groups: op.groups,
+        flops: op.flops,
+        bytes: op.bytes
+      }]
     case "fill":
       return [{
         label: "fill",
