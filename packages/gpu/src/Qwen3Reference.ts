@@ -15,6 +15,15 @@
  * of 0 at t > 0 starts a new sequence inside the row, and attention never crosses sequences (TRL's padding-free
  * packing / flash-attention varlen semantics).
  *
+ * What the GPU model must reproduce (f32, ≤ 1e-5 relative): {@link forward} logits; {@link tokenLogprobs}
+ * (logits / T then log-softmax, entropy of the same); {@link backward} gradients of Σ w·logprob + Σ e·entropy;
+ * {@link extend} (KV cache, keys stored after k_norm and RoPE) equal to the no-cache forward; {@link generate}
+ * token for token (greedy exactly; sampling through {@link samplingUniform} = Philox4x32-10 with counter
+ * [step, sequence, 0, 0] and key [seed lo, seed hi], then {@link sampleToken}'s documented processor order and
+ * inverse-CDF pick); {@link clipGradNorm} and {@link adamWStep} with the {@link decays} mask. RoPE cos/sin come
+ * from {@link ropeTables} (transformers' f32 inverse frequencies and f32 angles). A batch of generations is
+ * independent sequences: request r with seed s must give what `generate(..., { seed: s, sequence: r })` gives.
+ *
  * @example
  * ```ts
  * import { Qwen3Reference } from "@envtrain/gpu"
