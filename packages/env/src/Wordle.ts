@@ -22,14 +22,13 @@
  */
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import * as Environment from "./Environment.js"
-import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./internal/openEnvSupport.js"
 import * as Prng from "./internal/prng.js"
-import type { SinglePlayerState } from "./internal/textArena.js"
-import { observation as textArenaObservation } from "./internal/textArena.js"
+import type { Action } from "./internal/textArenaOpenEnv.js"
+import { textArenaDefinition } from "./internal/textArenaOpenEnv.js"
 import type { Mark } from "./internal/wordleGame.js"
-import { feedback, WordleGame, WordleRewardSignals } from "./internal/wordleGame.js"
+import { feedback, WordleGame } from "./internal/wordleGame.js"
 import { secretWords, validGuesses, validGuessList } from "./internal/wordLists.js"
-import type { OpenEnvDefinition, StepResult } from "./OpenEnv.js"
+import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Tool from "./Tool.js"
 
 export { feedback, PROMPT } from "./internal/wordleGame.js"
@@ -48,113 +47,7 @@ const pickSecret = (seed: number, secret: string | undefined) =>
 // OpenEnv level (textarena_env with TEXTARENA_ENV_ID=Wordle-v0)
 // ---------------------------------------------------------------------------------------------------------------
 
-/** `TextArenaAction`. */
-export const Action = actionStruct({ message: Schema.String }, "TextArenaAction")
-export type Action = typeof Action.Type
-
-/** `TextArenaMessage`. */
-export const Message = Schema.Struct({ sender_id: Schema.Int, content: Schema.String, category: Schema.String })
-
-/** `TextArenaObservation` (without the envelope's reward/done). */
-export const Observation = Schema.Struct({
-  prompt: Schema.String,
-  messages: Schema.Array(Message),
-  current_player_id: Schema.Int,
-  legal_players: Schema.Array(Schema.Int),
-  info: Schema.Record({ key: Schema.String, value: Schema.Unknown })
-}).annotations({ identifier: "TextArenaObservation" })
-
-/** `TextArenaState` (note: `raw_state.game_state.secret_word` reveals the word, exactly as OpenEnv does). */
-export const OpenEnvState = Schema.Struct({
-  ...BaseState.fields,
-  env_id: Schema.String,
-  num_players: Schema.Int,
-  max_turns: Schema.NullOr(Schema.Int),
-  turn: Schema.Int,
-  last_reward: Schema.Number,
-  last_info: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
-  raw_state: Schema.Record({ key: Schema.String, value: Schema.Unknown })
-}).annotations({ identifier: "TextArenaState" })
-
-/** A TextArena OpenEnv definition over a game engine (shared by Wordle and Sudoku). */
-export const textArenaDefinition = <
-  G extends {
-    readonly state: SinglePlayerState
-    step(message: string): boolean
-    gameState(): Record<string, unknown>
-  }
->(
-  envId: string,
-  newGame: (options: Readonly<Record<string, unknown>>, seed: number) => G,
-  signals: boolean
-): OpenEnvDefinition<Action> => ({
-  name: "textarena_env",
-  metadata: defaultMetadata("TextArenaEnvironment"),
-  action: Action,
-  observation: Observation,
-  state: OpenEnvState,
-  supportsConcurrentSessions: true,
-  defaultMaxConcurrentEnvs: 8,
-  make: Effect.gen(function*() {
-    let game = newGame({}, yield* seedFrom({}))
-    let provider = new WordleRewardSignals()
-    let episodeId: string = crypto.randomUUID()
-    let stepCount = 0
-    let lastReward = 0
-    let lastInfo: Record<string, unknown> = {}
-    let lastSignals: Record<string, number> | undefined
-    return {
-      reset: (options) =>
-        Effect.gen(function*() {
-          game = newGame(options, yield* seedFrom(options))
-          provider = new WordleRewardSignals()
-          episodeId = yield* episodeIdFrom(options, true)
-          stepCount = 0
-          lastReward = 0
-          lastInfo = {}
-          lastSignals = undefined
-          const content = game.state.transcript()
-          return {
-            observation: textArenaObservation(content, 0, envId, {}),
-            reward: 0.0,
-            done: false
-          } satisfies StepResult
-        }),
-      step: (action) =>
-        Effect.sync(() => {
-          const done = game.step(action.message)
-          stepCount += 1
-          const content = game.state.transcript()
-          const reward = game.state.rewards ?? 0
-          lastReward = reward
-          const info: Record<string, unknown> = {}
-          lastInfo = {}
-          lastSignals = undefined
-          if (signals) {
-            lastSignals = provider.compute(action.message, content, reward)
-            info.reward_signals = lastSignals
-            lastInfo = { reward_signals: lastSignals }
-          }
-          return {
-            observation: textArenaObservation(content, game.state.turn, envId, info),
-            reward,
-            done
-          } satisfies StepResult
-        }),
-      state: Effect.sync(() => ({
-        episode_id: episodeId,
-        step_count: stepCount,
-        env_id: envId,
-        num_players: 1,
-        max_turns: null,
-        turn: game.state.turn,
-        last_reward: lastReward,
-        last_info: lastInfo,
-        raw_state: game.state.rawState(game.gameState(), lastSignals)
-      }))
-    }
-  })
-})
+export { Action, Message, Observation, OpenEnvState } from "./internal/textArenaOpenEnv.js"
 
 /** The OpenEnv definition of `textarena_env` serving Wordle-v0. Reset kwargs: `seed`, `secret`, `episode_id`. */
 export const openEnv: OpenEnvDefinition<Action> = textArenaDefinition(

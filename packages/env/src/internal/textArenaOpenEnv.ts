@@ -1,0 +1,115 @@
+/** OpenEnv's `textarena_env` server over a TextArena game engine (shared by Wordle-v0 and Sudoku-v0). */
+import { Effect, Schema } from "effect"
+import type { OpenEnvDefinition, StepResult } from "../OpenEnv.js"
+import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./openEnvSupport.js"
+import type { SinglePlayerState } from "./textArena.js"
+import { observation as textArenaObservation } from "./textArena.js"
+import { WordleRewardSignals } from "./wordleGame.js"
+
+/** `TextArenaAction`. */
+export const Action = actionStruct({ message: Schema.String }, "TextArenaAction")
+export type Action = typeof Action.Type
+
+/** `TextArenaMessage`. */
+export const Message = Schema.Struct({ sender_id: Schema.Int, content: Schema.String, category: Schema.String })
+
+/** `TextArenaObservation` (without the envelope's reward/done). */
+export const Observation = Schema.Struct({
+  prompt: Schema.String,
+  messages: Schema.Array(Message),
+  current_player_id: Schema.Int,
+  legal_players: Schema.Array(Schema.Int),
+  info: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+}).annotations({ identifier: "TextArenaObservation" })
+
+/** `TextArenaState` (note: `raw_state.game_state.secret_word` reveals the word, exactly as OpenEnv does). */
+export const OpenEnvState = Schema.Struct({
+  ...BaseState.fields,
+  env_id: Schema.String,
+  num_players: Schema.Int,
+  max_turns: Schema.NullOr(Schema.Int),
+  turn: Schema.Int,
+  last_reward: Schema.Number,
+  last_info: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  raw_state: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+}).annotations({ identifier: "TextArenaState" })
+
+/** A TextArena OpenEnv definition over a game engine (shared by Wordle and Sudoku). */
+export const textArenaDefinition = <
+  G extends {
+    readonly state: SinglePlayerState
+    step(message: string): boolean
+    gameState(): Record<string, unknown>
+  }
+>(
+  envId: string,
+  newGame: (options: Readonly<Record<string, unknown>>, seed: number) => G,
+  signals: boolean
+): OpenEnvDefinition<Action> => ({
+  name: "textarena_env",
+  metadata: defaultMetadata("TextArenaEnvironment"),
+  action: Action,
+  observation: Observation,
+  state: OpenEnvState,
+  supportsConcurrentSessions: true,
+  defaultMaxConcurrentEnvs: 8,
+  make: Effect.gen(function*() {
+    let game = newGame({}, yield* seedFrom({}))
+    let provider = new WordleRewardSignals()
+    let episodeId: string = crypto.randomUUID()
+    let stepCount = 0
+    let lastReward = 0
+    let lastInfo: Record<string, unknown> = {}
+    let lastSignals: Record<string, number> | undefined
+    return {
+      reset: (options) =>
+        Effect.gen(function*() {
+          game = newGame(options, yield* seedFrom(options))
+          provider = new WordleRewardSignals()
+          episodeId = yield* episodeIdFrom(options, true)
+          stepCount = 0
+          lastReward = 0
+          lastInfo = {}
+          lastSignals = undefined
+          const content = game.state.transcript()
+          return {
+            observation: textArenaObservation(content, 0, envId, {}),
+            reward: 0.0,
+            done: false
+          } satisfies StepResult
+        }),
+      step: (action) =>
+        Effect.sync(() => {
+          const done = game.step(action.message)
+          stepCount += 1
+          const content = game.state.transcript()
+          const reward = game.state.rewards ?? 0
+          lastReward = reward
+          const info: Record<string, unknown> = {}
+          lastInfo = {}
+          lastSignals = undefined
+          if (signals) {
+            lastSignals = provider.compute(action.message, content, reward)
+            info.reward_signals = lastSignals
+            lastInfo = { reward_signals: lastSignals }
+          }
+          return {
+            observation: textArenaObservation(content, game.state.turn, envId, info),
+            reward,
+            done
+          } satisfies StepResult
+        }),
+      state: Effect.sync(() => ({
+        episode_id: episodeId,
+        step_count: stepCount,
+        env_id: envId,
+        num_players: 1,
+        max_turns: null,
+        turn: game.state.turn,
+        last_reward: lastReward,
+        last_info: lastInfo,
+        raw_state: game.state.rawState(game.gameState(), lastSignals)
+      }))
+    }
+  })
+})
