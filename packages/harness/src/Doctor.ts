@@ -13,6 +13,7 @@
  *
  * @since 0.0.0
  */
+import { Catch, Environment } from "@envtrain/env"
 import { Gpu, Matmul, Reference } from "@envtrain/gpu"
 import { Console, Data, Effect } from "effect"
 
@@ -89,9 +90,29 @@ export const checkKernel = Effect.fn("Doctor.checkKernel")(function*(shape = { m
   }
 }, Effect.scoped)
 
+/** Plays one seeded episode of the built-in Catch environment with its perfect solver, through the tools. */
+export const checkEpisode = Effect.fn("Doctor.checkEpisode")(function*(seed = 7) {
+  const result = yield* Environment.run(Catch.environment, { seed }, Catch.solver())
+  const moves = result.steps.map((s) => s.tool === "move" ? (s.args as { direction: string }).direction : "stay")
+  yield* Console.log(
+    `episode catch (seed ${seed}): ${result.steps.length} tool calls [${moves.join(" ")}] → ` +
+      `${result.state.caught ? "caught" : "missed"}, reward ${result.state.reward}, ` +
+      `${result.counters.failures} tool failures`
+  )
+  if (!result.state.done || !result.state.caught || result.counters.failures > 0) {
+    return yield* Effect.fail(
+      new DoctorCheckFailed({
+        check: "catch episode",
+        detail: `the perfect solver did not catch the ball (seed ${seed})`
+      })
+    )
+  }
+})
+
 /** All checks, with the GPU opened for their duration. */
 export const run = (options: Gpu.GpuOptions = {}) =>
   Effect.gen(function*() {
     yield* printAdapter
     yield* checkKernel()
+    yield* checkEpisode()
   }).pipe(Effect.provide(Gpu.Gpu.layer(options)))

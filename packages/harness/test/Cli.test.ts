@@ -23,6 +23,7 @@ describe("envtrain CLI", () => {
       assert.match(stdout, /vendor\s+\S+/)
       assert.match(stdout, /maxStorageBufferBindingSize\s+[\d,]+/)
       assert.match(stdout, /kernel {2}matmul .* \(ok,/)
+      assert.match(stdout, /episode catch \(seed 7\): 9 tool calls .* caught, reward 1, 0 tool failures/)
     }))
 
   it.live("an unknown command fails with a non-zero exit and says what is available", () =>
