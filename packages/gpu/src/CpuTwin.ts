@@ -132,7 +132,8 @@ const step1 = (h: HostArena, op: Op): void => {
       return
     }
     case "attention": {
-      const { lse, o } = R.attention(view(h, op.q), view(h, op.k), view(h, op.v), op.shape)
+      const pos = op.positions === undefined ? undefined : ids(h, op.positions)
+      const { lse, o } = R.attention(view(h, op.q), view(h, op.k), view(h, op.v), op.shape, pos)
       view(h, op.o, 0, o.length).set(o)
       view(h, op.lse, 0, lse.length).set(lse)
       return
@@ -148,7 +149,8 @@ const step1 = (h: HostArena, op: Op): void => {
         view(h, op.o, 0, nq),
         view(h, op.lse),
         view(h, op.dO, 0, nq),
-        s
+        s,
+        op.positions === undefined ? undefined : ids(h, op.positions)
       )
       view(h, op.dq, 0, nq).set(dq)
       view(h, op.dk, 0, nk).set(dk)

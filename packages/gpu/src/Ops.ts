@@ -113,6 +113,8 @@ export interface Attention {
   readonly o: Tensor
   readonly lse: Tensor
   readonly shape: AttentionShape
+  /** Packed sequences: u32 positions [batch·seq] counting from 0 in each sequence (keys before i − pos[i] are masked). */
+  readonly positions: Tensor | undefined
 }
 export interface AttentionBackward {
   readonly kind: "attentionBackward"
@@ -128,6 +130,7 @@ export interface AttentionBackward {
   readonly dk: Tensor
   readonly dv: Tensor
   readonly shape: AttentionShape
+  readonly positions: Tensor | undefined
 }
 export interface Swiglu {
   readonly kind: "swiglu"
@@ -348,18 +351,29 @@ const checkAttention = (s: AttentionShape, q: Tensor, k: Tensor, v: Tensor) => {
   atLeast(v, tokens * s.kvHeads * s.headDim, "attention v")
 }
 
-export const attention = (
-  o: { q: Tensor; k: Tensor; v: Tensor; o: Tensor; lse: Tensor; shape: AttentionShape }
-): Attention => {
-  checkAttention(o.shape, o.q, o.k, o.v)
-  atLeast(o.lse, o.shape.batch * o.shape.seq * o.shape.heads, "attention lse")
-  return { ...o, kind: "attention" }
+const checkPositions = (s: AttentionShape, positions: Tensor | undefined) => {
+  if (positions === undefined) return
+  isU32(positions, "attention positions")
+  atLeast(positions, s.batch * s.seq, "attention positions")
 }
 
-export const attentionBackward = (o: Omit<AttentionBackward, "kind">): AttentionBackward => {
+/** Causal GQA attention forward (saves lse); with `positions`, packed sequences do not see each other. */
+export const attention = (
+  o: { q: Tensor; k: Tensor; v: Tensor; o: Tensor; lse: Tensor; shape: AttentionShape; positions?: Tensor }
+): Attention => {
   checkAttention(o.shape, o.q, o.k, o.v)
+  checkPositions(o.shape, o.positions)
+  atLeast(o.lse, o.shape.batch * o.shape.seq * o.shape.heads, "attention lse")
+  return { ...o, kind: "attention", positions: o.positions }
+}
+
+export const attentionBackward = (
+  o: Omit<AttentionBackward, "kind" | "positions"> & { readonly positions?: Tensor }
+): AttentionBackward => {
+  checkAttention(o.shape, o.q, o.k, o.v)
+  checkPositions(o.shape, o.positions)
   atLeast(o.delta, o.shape.batch * o.shape.seq * o.shape.heads, "attentionBackward delta")
-  return { ...o, kind: "attentionBackward" }
+  return { ...o, kind: "attentionBackward", positions: o.positions }
 }
 
 export const swiglu = (o: { gate: Tensor; up: Tensor; out: Tensor }): Swiglu => {

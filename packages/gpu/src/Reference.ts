@@ -170,8 +170,18 @@ const score = (q: Num, k: Num, s: AttentionShape, b: number, i: number, j: numbe
   return dot * s.scale
 }
 
-/** Causal GQA: o = softmax(q·kᵀ·scale, masked j ≤ i) · v, and the logsumexp per (token, head). */
-export const attention = (q: Num, k: Num, v: Num, s: AttentionShape) => {
+/**
+ * First key a query may see. Without positions: 0 (plain causal). With packed sequences, positions count up
+ * by one from 0 within each sequence, so query i's sequence starts at i − pos[i].
+ */
+export const segmentStart = (positions: ArrayLike<number> | undefined, b: number, seq: number, i: number) =>
+  positions === undefined ? 0 : Math.max(0, i - positions[b * seq + i])
+
+/**
+ * Causal GQA: o = softmax(q·kᵀ·scale, masked to start(i) ≤ j ≤ i) · v, and the logsumexp per (token, head).
+ * `positions` ([batch·seq]) makes it packed-sequence aware (see {@link segmentStart}).
+ */
+export const attention = (q: Num, k: Num, v: Num, s: AttentionShape, positions?: ArrayLike<number>) => {
   const { batch, headDim: hd, heads, kvHeads, seq } = s
   const o = new Float64Array(batch * seq * heads * hd)
   const lse = new Float64Array(batch * seq * heads)
@@ -179,13 +189,14 @@ export const attention = (q: Num, k: Num, v: Num, s: AttentionShape) => {
     for (let i = 0; i < seq; i++) {
       for (let h = 0; h < heads; h++) {
         const g = Math.floor(h / (heads / kvHeads))
-        const scores = Array.from({ length: i + 1 }, (_, j) => score(q, k, s, b, i, j, h))
+        const j0 = segmentStart(positions, b, seq, i)
+        const scores = Array.from({ length: i + 1 }, (_, j) => (j < j0 ? -Infinity : score(q, k, s, b, i, j, h)))
         const mx = Math.max(...scores)
         const sum = scores.reduce((a, x) => a + Math.exp(x - mx), 0)
         const l = mx + Math.log(sum)
         lse[(b * seq + i) * heads + h] = l
         const ob = ((b * seq + i) * heads + h) * hd
-        for (let j = 0; j <= i; j++) {
+        for (let j = j0; j <= i; j++) {
           const p = Math.exp(scores[j] - l)
           const vb = ((b * seq + j) * kvHeads + g) * hd
           for (let d = 0; d < hd; d++) o[ob + d] += p * v[vb + d]
@@ -197,7 +208,16 @@ export const attention = (q: Num, k: Num, v: Num, s: AttentionShape) => {
 }
 
 /** Gradients of {@link attention} given dO (uses the saved logsumexp, like the GPU). */
-export const attentionBackward = (q: Num, k: Num, v: Num, o: Num, lse: Num, dO: Num, s: AttentionShape) => {
+export const attentionBackward = (
+  q: Num,
+  k: Num,
+  v: Num,
+  o: Num,
+  lse: Num,
+  dO: Num,
+  s: AttentionShape,
+  positions?: ArrayLike<number>
+) => {
   const { batch, headDim: hd, heads, kvHeads, seq } = s
   const dq = new Float64Array(q.length)
   const dk = new Float64Array(k.length)
@@ -210,7 +230,7 @@ export const attentionBackward = (q: Num, k: Num, v: Num, o: Num, lse: Num, dO: 
         let delta = 0
         for (let d = 0; d < hd; d++) delta += dO[ob + d] * o[ob + d]
         const l = lse[(b * seq + i) * heads + h]
-        for (let j = 0; j <= i; j++) {
+        for (let j = segmentStart(positions, b, seq, i); j <= i; j++) {
           const p = Math.exp(score(q, k, s, b, i, j, h) - l)
           const kb = ((b * seq + j) * kvHeads + g) * hd
           let dp = 0

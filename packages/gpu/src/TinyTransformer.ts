@@ -220,7 +220,7 @@ export const ops = (plan: Arena.ArenaPlan, c: TinyTransformerConfig): ReadonlyAr
     Ops.rmsNorm({ x: t("kr"), weight: p("kNorm"), y: t("k"), rstd: t("krs"), eps: c.eps }),
     Ops.rope({ x: t("q"), positions: t("positions"), heads: c.heads, headDim: c.headDim, theta: c.theta }),
     Ops.rope({ x: t("k"), positions: t("positions"), heads: c.kvHeads, headDim: c.headDim, theta: c.theta }),
-    Ops.attention({ q: t("q"), k: t("k"), v: t("v"), o: t("att"), lse: t("lse"), shape }),
+    Ops.attention({ q: t("q"), k: t("k"), v: t("v"), o: t("att"), lse: t("lse"), shape, positions: t("positions") }),
     Ops.axpy({ x: t("x0"), y: t("x1"), beta: 0 }),
     linear("att", "wo", "x1", c.dim, q, 1),
     Ops.rmsNorm({ x: t("x1"), weight: p("mlpNorm"), y: t("n2"), rstd: t("r2"), eps: c.eps }),
@@ -303,7 +303,8 @@ export const ops = (plan: Arena.ArenaPlan, c: TinyTransformerConfig): ReadonlyAr
       dq: t("dq"),
       dk: t("dk"),
       dv: t("dv"),
-      shape
+      shape,
+      positions: t("positions")
     }),
     Ops.rope({
       x: t("dq"),
@@ -354,7 +355,10 @@ export const ops = (plan: Arena.ArenaPlan, c: TinyTransformerConfig): ReadonlyAr
   return [...forward, ...backward]
 }
 
-/** One micro-batch of next-token prediction over `tokens` (batch·seq + 1 per row is not needed: targets are the next id, the last position is masked). */
+/**
+ * One micro-batch of next-token prediction over rows of `tokens` [batch·seq]: targets are the next id in the
+ * row, the last position of each row is masked out, positions count from 0 in each row.
+ */
 export const batch = (
   c: TinyTransformerConfig,
   tokens: ArrayLike<number>

@@ -107,7 +107,7 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
       close(yield* runBoth(h, ops), ["q", "k"], 1e-5)
     }))
 
-  it.scoped("causal GQA attention forward (lse saved) and backward", () =>
+  it.scoped("causal GQA attention forward (lse saved) and backward, plain and packed", () =>
     Effect.gen(function*() {
       const shape = { batch: 2, seq: 5, heads: 4, kvHeads: 2, headDim: 8, scale: 1 / Math.sqrt(8) }
       const plan = Arena.plan({
@@ -118,14 +118,33 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
         lse: { shape: [10, 4] },
         dO: { shape: [10, 4, 8] },
         delta: { shape: [10, 4] },
+        pos: { shape: [10], dtype: "u32" },
+        o2: { shape: [10, 4, 8] },
+        lse2: { shape: [10, 4] },
+        dq2: { shape: [10, 4, 8] },
+        dk2: { shape: [10, 2, 8] },
+        dv2: { shape: [10, 2, 8] },
         dq: { shape: [10, 4, 8] },
         dk: { shape: [10, 2, 8] },
         dv: { shape: [10, 2, 8] }
       })
       const h = Arena.host(plan)
       randomize(h, 5)
+      h.u32("pos").set([0, 1, 2, 0, 1, 0, 1, 2, 3, 0]) // row 0 packs 3+2 tokens, row 1 packs 4+1
       const t = (n: string) => Arena.tensorOf(plan, n)
+      const packed = { q: t("q"), k: t("k"), v: t("v"), shape, positions: t("pos") }
       const ops = [
+        Ops.attention({ ...packed, o: t("o2"), lse: t("lse2") }),
+        Ops.attentionBackward({
+          ...packed,
+          o: t("o2"),
+          lse: t("lse2"),
+          dO: t("dO"),
+          delta: t("delta"),
+          dq: t("dq2"),
+          dk: t("dk2"),
+          dv: t("dv2")
+        }),
         Ops.attention({ q: t("q"), k: t("k"), v: t("v"), o: t("o"), lse: t("lse"), shape }),
         Ops.attentionBackward({
           q: t("q"),
@@ -141,7 +160,9 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
           shape
         })
       ]
-      close(yield* runBoth(h, ops), ["o", "lse", "dq", "dk", "dv"], 1e-4)
+      const r = yield* runBoth(h, ops)
+      close(r, ["o", "lse", "dq", "dk", "dv", "o2", "lse2", "dq2", "dk2", "dv2"], 1e-4)
+      assert.isAbove(maxRelError(r.gpu.f32("o2"), r.gpu.f32("o")), 1e-3) // packing changed the result
     }))
 
   it.scoped("swiglu, chunked token logprobs (+entropy, temperature) and masked mean", () =>

@@ -71,6 +71,25 @@ describe("Reference backward twins agree with finite differences", () => {
     for (let d = 0; d < 4; d++) assert.closeTo(o[d], v[d], 1e-12)
   })
 
+  it("packed attention: sequences sharing a row do not see each other, and the backward still holds", () => {
+    const s = { batch: 1, seq: 5, heads: 2, kvHeads: 1, headDim: 4, scale: 0.5 }
+    const pos = [0, 1, 2, 0, 1] // two sequences: tokens 0..2 and 3..4
+    const q = f64(5 * 2 * 4, 31)
+    const k = f64(5 * 4, 32)
+    const v = f64(5 * 4, 33)
+    const w = f64(q.length, 34)
+    const { lse, o } = R.attention(q, k, v, s, pos)
+    const { dk, dq, dv } = R.attentionBackward(q, k, v, o, lse, w, s, pos)
+    assert.isBelow(finiteDifference(q, (x) => dot(w, R.attention(x, k, v, s, pos).o), dq), TOL)
+    assert.isBelow(finiteDifference(k, (x) => dot(w, R.attention(q, x, v, s, pos).o), dk), TOL)
+    assert.isBelow(finiteDifference(v, (x) => dot(w, R.attention(q, k, x, s, pos).o), dv), TOL)
+    // Token 3 starts a new sequence: it sees only itself.
+    for (let d = 0; d < 4; d++) assert.closeTo(o[3 * 8 + d], v[3 * 4 + d], 1e-12)
+    // The second sequence alone gives the same outputs as inside the packed row.
+    const alone = R.attention(q.slice(24), k.slice(12), v.slice(12), { ...s, seq: 2 })
+    for (let i = 0; i < 16; i++) assert.closeTo(o[24 + i], alone.o[i], 1e-12)
+  })
+
   it("swiglu for gate and up", () => {
     const g = f64(10, 15, 3)
     const u = f64(10, 16)

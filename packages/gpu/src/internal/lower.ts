@@ -158,9 +158,9 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
       const rows = s.batch * s.seq * s.heads
       const pairs = s.batch * s.heads * s.seq * (s.seq + 1) / 2
       return [{
-        label: `attention_hd${s.headDim}`,
-        code: W.attention(s.headDim),
-        bindings: [op.q, op.k, op.v, op.o, op.lse],
+        label: `attention_hd${s.headDim}${packed(op.positions)}`,
+        code: W.attention(s.headDim, op.positions !== undefined),
+        bindings: withPositions([op.q, op.k, op.v, op.o, op.lse], op.positions),
         params: attnParams(s),
         groups: over(rows, 64),
         flops: 4 * pairs * s.headDim,
@@ -180,17 +180,17 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
         flops: 2 * rows * s.headDim,
         bytes: 8 * rows * s.headDim
       }, {
-        label: `attention_backward_q_hd${s.headDim}`,
-        code: W.attentionBackwardQ(s.headDim),
-        bindings: [op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dq],
+        label: `attention_backward_q_hd${s.headDim}${packed(op.positions)}`,
+        code: W.attentionBackwardQ(s.headDim, op.positions !== undefined),
+        bindings: withPositions([op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dq], op.positions),
         params: attnParams(s),
         groups: over(rows, 64),
         flops: 6 * pairs * s.headDim,
         bytes: 12 * pairs * s.headDim
       }, {
-        label: `attention_backward_kv_hd${s.headDim}`,
-        code: W.attentionBackwardKV(s.headDim),
-        bindings: [op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dk, op.dv],
+        label: `attention_backward_kv_hd${s.headDim}${packed(op.positions)}`,
+        code: W.attentionBackwardKV(s.headDim, op.positions !== undefined),
+        bindings: withPositions([op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dk, op.dv], op.positions),
         params: attnParams(s),
         groups: over(s.batch * s.seq * s.kvHeads, 64),
         flops: 8 * pairs * s.headDim,
@@ -312,6 +312,10 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
     }
   }
 }
+
+const packed = (positions: Tensor | undefined) => (positions === undefined ? "" : "_packed")
+const withPositions = (bindings: Array<Bind>, positions: Tensor | undefined) =>
+  positions === undefined ? bindings : [...bindings, positions]
 
 const attnParams = (s: { batch: number; seq: number; heads: number; kvHeads: number; scale: number }) => [
   u(s.batch),

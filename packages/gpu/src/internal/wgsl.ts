@@ -260,14 +260,25 @@ export const rope = header("tokens: u32, heads: u32, headDim: u32, theta: f32, s
 }`
 
 const attnParams = "batch: u32, seq: u32, heads: u32, kvHeads: u32, scale: f32"
+/** Packed variants bind the positions last and mask keys before i − pos[i] (the query's sequence start). */
+const pos = (packed: boolean, bindings: Array<Binding>): Array<Binding> =>
+  packed ? [...bindings, ["Pos", "read", "u32"]] : bindings
+const start = (packed: boolean) =>
+  packed
+    ? `fn segStart(b: u32, i: u32) -> u32 { let q = Pos[b * p.seq + i]; return select(i - q, 0u, q > i); }`
+    : `fn segStart(b: u32, i: u32) -> u32 { return 0u; }`
 
 /**
  * Causal GQA forward, streaming (online) softmax: one invocation per (token, head) walks keys 0..i, keeping
  * the running max, normaliser and output in registers; saves lse = max + log(sum).
  */
-export const attention = (hd: number) =>
-  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["O", "read_write"], ["L", "read_write"]]) + `
+export const attention = (hd: number, packed: boolean) =>
+  header(
+    attnParams,
+    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["O", "read_write"], ["L", "read_write"]])
+  ) + `
 const HD = ${hd}u;
+${start(packed)}
 @compute @workgroup_size(64) fn main(${builtins}) {
   ${linear(64)}
   if (i >= p.batch * p.seq * p.heads) { return; }
@@ -282,7 +293,7 @@ const HD = ${hd}u;
   for (var d = 0u; d < HD; d++) { q[d] = Q[qBase + d] * p.scale; acc[d] = 0.0; }
   var mx = -3.0e38;
   var l = 0.0;
-  for (var j = 0u; j <= qi; j++) {
+  for (var j = segStart(b, qi); j <= qi; j++) {
     let kBase = ((b * p.seq + j) * p.kvHeads + g) * HD;
     var s = 0.0;
     for (var d = 0u; d < HD; d++) { s = fma(q[d], K[kBase + d], s); }
@@ -310,12 +321,16 @@ const HD = ${hd}u;
 }`
 
 /** dQ: one invocation per (token, head) over keys 0..i; no atomics. */
-export const attentionBackwardQ = (hd: number) =>
-  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
-    "DQ",
-    "read_write"
-  ]]) + `
+export const attentionBackwardQ = (hd: number, packed: boolean) =>
+  header(
+    attnParams,
+    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
+      "DQ",
+      "read_write"
+    ]])
+  ) + `
 const HD = ${hd}u;
+${start(packed)}
 @compute @workgroup_size(64) fn main(${builtins}) {
   ${linear(64)}
   if (i >= p.batch * p.seq * p.heads) { return; }
@@ -330,7 +345,7 @@ const HD = ${hd}u;
   for (var d = 0u; d < HD; d++) { q[d] = Q[i * HD + d] * p.scale; dO[d] = DO[i * HD + d]; acc[d] = 0.0; }
   let lse = L[i];
   let delta = Dl[i];
-  for (var j = 0u; j <= qi; j++) {
+  for (var j = segStart(b, qi); j <= qi; j++) {
     let kBase = ((b * p.seq + j) * p.kvHeads + g) * HD;
     var s = 0.0;
     var dp = 0.0;
@@ -342,12 +357,19 @@ const HD = ${hd}u;
 }`
 
 /** dK, dV: one invocation per (token, kv head) over every query head of its group and queries j..seq−1. */
-export const attentionBackwardKV = (hd: number) =>
-  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
-    "DK",
-    "read_write"
-  ], ["DV", "read_write"]]) + `
+export const attentionBackwardKV = (hd: number, packed: boolean) =>
+  header(
+    attnParams,
+    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
+      "DK",
+      "read_write"
+    ], [
+      "DV",
+      "read_write"
+    ]])
+  ) + `
 const HD = ${hd}u;
+${start(packed)}
 @compute @workgroup_size(64) fn main(${builtins}) {
   ${linear(64)}
   if (i >= p.batch * p.seq * p.kvHeads) { return; }
@@ -364,6 +386,7 @@ const HD = ${hd}u;
   for (var r = 0u; r < rep; r++) {
     let h = g * rep + r;
     for (var qi = kj; qi < p.seq; qi++) {
+      if (segStart(b, qi) > kj) { continue; }
       let row = (b * p.seq + qi) * p.heads + h;
       var s = 0.0;
       var dp = 0.0;
