@@ -153,9 +153,8 @@ const objectSchema = (ast: SchemaAST.AST): { properties: Record<string, JsonSche
   for (const ps of literal.propertySignatures) {
     const key = String(ps.name)
     const schema = { ...jsonSchemaOf(ps.type) }
-    const description = SchemaAST.getDescriptionAnnotation(ps).pipe(
-      (o) => o._tag === "Some" ? o : descriptionOf(ps.type)
-    )
+    const own = SchemaAST.getDescriptionAnnotation(ps)
+    const description = own._tag === "Some" ? own : descriptionOf(ps.type)
     if (description._tag === "Some") schema.description = description.value
     properties[key] = schema
     if (!ps.isOptional) required.push(key)
@@ -171,11 +170,33 @@ const withoutUndefined = (ast: SchemaAST.AST): SchemaAST.AST => {
   return ast
 }
 
+// Effect's built-in schemas carry generic descriptions ("a string", "an integer"); only user-written ones count.
+const builtIns: ReadonlySet<SchemaAST.AST> = new Set([
+  SchemaAST.stringKeyword,
+  SchemaAST.numberKeyword,
+  SchemaAST.booleanKeyword,
+  SchemaAST.bigIntKeyword,
+  SchemaAST.unknownKeyword,
+  SchemaAST.anyKeyword,
+  SchemaAST.objectKeyword,
+  Schema.Int.ast,
+  Schema.NonNegativeInt.ast,
+  Schema.Positive.ast,
+  Schema.NonNegative.ast,
+  Schema.Finite.ast,
+  Schema.NonEmptyString.ast,
+  Schema.Trim.ast,
+  Schema.Trimmed.ast
+])
+
 const descriptionOf = (ast: SchemaAST.AST) => {
-  const own = SchemaAST.getDescriptionAnnotation(ast)
-  if (own._tag === "Some") return own
   const inner = withoutUndefined(ast)
-  return inner === ast ? own : SchemaAST.getDescriptionAnnotation(inner)
+  for (const candidate of [ast, inner]) {
+    if (builtIns.has(candidate)) continue
+    const own = SchemaAST.getDescriptionAnnotation(candidate)
+    if (own._tag === "Some") return own
+  }
+  return { _tag: "None" as const }
 }
 
 const literalType = (value: unknown) =>
@@ -254,7 +275,31 @@ export const decodeArguments = <T extends Any>(
   args: unknown
 ): Effect.Effect<Schema.Schema.Type<T["parameters"]>, InvalidArguments> =>
   Effect.suspend(() => {
-    const result = Schema.decodeUnknownEither(tool.parameters)(args ?? {}, { onExcessProperty: "error" })
+    const input = args ?? {}
+    if (typeof input !== "object" || Array.isArray(input)) {
+      return Effect.fail(
+        new InvalidArguments({
+          tool: tool.name,
+          message: `Invalid arguments for tool '${tool.name}': arguments must be a JSON object, got ${
+            JSON.stringify(input)
+          }`
+        })
+      )
+    }
+    // An empty Struct accepts anything, so unexpected keys are checked against the declared names first.
+    const declared = Object.keys(tool.definition.function.parameters.properties)
+    const unexpected = Object.keys(input).filter((k) => !declared.includes(k))
+    if (unexpected.length > 0) {
+      return Effect.fail(
+        new InvalidArguments({
+          tool: tool.name,
+          message: `Invalid arguments for tool '${tool.name}': ${
+            unexpected.map((k) => `unexpected parameter '${k}'`).join("; ")
+          }`
+        })
+      )
+    }
+    const result = Schema.decodeUnknownEither(tool.parameters)(input, { onExcessProperty: "error" })
     if (Either.isRight(result)) return Effect.succeed(result.right)
     return Effect.fail(
       new InvalidArguments({ tool: tool.name, message: formatArgumentsError(tool.name, result.left) })

@@ -1,0 +1,137 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Schema } from "effect"
+import { Catch, Echo, Sudoku, Tool, Wordle } from "../src/index.js"
+
+describe("Tool definitions", () => {
+  it("Wordle guess", () => {
+    assert.deepStrictEqual(Wordle.Guess.definition, {
+      type: "function",
+      function: {
+        name: "guess",
+        description: "Make a guess in the Wordle environment.",
+        parameters: {
+          type: "object",
+          properties: { guess: { type: "string", description: "The guessed word, formatted as '[abcde]'" } },
+          required: ["guess"]
+        },
+        return: { type: "string", description: "The feedback message from the environment." }
+      }
+    })
+    // Byte-identical to transformers' get_json_schema output rendered by `tojson` (TRL reference §1.3).
+    assert.strictEqual(
+      Tool.pythonJson(Wordle.Guess.definition),
+      `{"type": "function", "function": {"name": "guess", "description": "Make a guess in the Wordle environment.", "parameters": {"type": "object", "properties": {"guess": {"type": "string", "description": "The guessed word, formatted as '[abcde]'"}}, "required": ["guess"]}, "return": {"type": "string", "description": "The feedback message from the environment."}}}`
+    )
+  })
+
+  it("Sudoku place: integers, declaration order, all required", () => {
+    assert.deepStrictEqual(Sudoku.Place.definition, {
+      type: "function",
+      function: {
+        name: "place",
+        description: "Place a number on the Sudoku board.",
+        parameters: {
+          type: "object",
+          properties: {
+            row: { type: "integer", description: "Row number (1-9)." },
+            col: { type: "integer", description: "Column number (1-9)." },
+            number: { type: "integer", description: "Number to place (1-9)." }
+          },
+          required: ["row", "col", "number"]
+        },
+        return: { type: "string", description: "The result of the move and updated board state." }
+      }
+    })
+  })
+
+  it("Catch move (literal union -> enum) and stay (no parameters, no required)", () => {
+    assert.deepStrictEqual(Catch.Move.definition, {
+      type: "function",
+      function: {
+        name: "move",
+        description: "Move the paddle left or right.",
+        parameters: {
+          type: "object",
+          properties: {
+            direction: {
+              type: "string",
+              enum: ["left", "right"],
+              description: "Direction to move, either \"left\" or \"right\"."
+            }
+          },
+          required: ["direction"]
+        },
+        return: { type: "string", description: "The observation after moving." }
+      }
+    })
+    assert.deepStrictEqual(Catch.Stay.definition, {
+      type: "function",
+      function: {
+        name: "stay",
+        description: "Do nothing and let the ball fall one step.",
+        parameters: { type: "object", properties: {} },
+        return: { type: "string", description: "The observation after staying." }
+      }
+    })
+  })
+
+  it("Echo echo", () => {
+    assert.deepStrictEqual(Echo.Echo.definition, {
+      type: "function",
+      function: {
+        name: "echo",
+        description: "Echo the message back from the environment.",
+        parameters: {
+          type: "object",
+          properties: { message: { type: "string", description: "The message to echo" } },
+          required: ["message"]
+        },
+        return: { type: "string", description: "The echoed message." }
+      }
+    })
+  })
+
+  it("defaults make a parameter optional; arrays, booleans and numbers map to JSON types", () => {
+    const t = Tool.make("search", {
+      description: "Search.",
+      parameters: {
+        query: Schema.String.annotations({ description: "Query." }),
+        limit: Schema.optionalWith(Schema.Int.annotations({ description: "Max hits." }), { default: () => 10 }),
+        tags: Schema.Array(Schema.String),
+        exact: Schema.Boolean,
+        weight: Schema.Number
+      }
+    })
+    assert.deepStrictEqual(t.definition.function.parameters, {
+      type: "object",
+      properties: {
+        query: { type: "string", description: "Query." },
+        limit: { type: "integer", description: "Max hits." },
+        tags: { type: "array", items: { type: "string" } },
+        exact: { type: "boolean" },
+        weight: { type: "number" }
+      },
+      required: ["query", "tags", "exact", "weight"]
+    })
+  })
+})
+
+describe("Tool argument decoding", () => {
+  it.effect("errors name the parameter", () =>
+    Effect.gen(function*() {
+      const wrongType = yield* Effect.flip(Tool.decodeArguments(Sudoku.Place, { row: "1", col: 2, number: 3 }))
+      assert.include(wrongType.message, "Invalid arguments for tool 'place': parameter 'row'")
+      const missing = yield* Effect.flip(Tool.decodeArguments(Sudoku.Place, { row: 1, col: 2 }))
+      assert.include(missing.message, "missing required parameter 'number'")
+      const extra = yield* Effect.flip(Tool.decodeArguments(Catch.Stay, { direction: "left" }))
+      assert.include(extra.message, "unexpected parameter 'direction'")
+      const badEnum = yield* Effect.flip(Tool.decodeArguments(Catch.Move, { direction: "up" }))
+      assert.include(badEnum.message, "parameter 'direction'")
+      assert.deepStrictEqual(yield* Tool.decodeArguments(Catch.Move, { direction: "left" }), { direction: "left" })
+    }))
+
+  it.prop("any well-typed arguments decode to themselves", [Sudoku.Place.parameters], ([params]) => {
+    const decoded = Schema.decodeUnknownSync(Sudoku.Place.parameters)(params)
+    assert.deepStrictEqual(decoded, params)
+  })
+})
