@@ -84,13 +84,22 @@ export const compile = (
       })
     )
     gpu.device.queue.writeBuffer(params, 0, words.buffer)
+    const scratchBytes = Math.max(4, ...specs.flatMap((s) => s.bindings.map((b) => ("scratch" in b ? b.scratch : 0))))
+    const scratch = yield* Effect.acquireRelease(
+      gpu.createBuffer(`${label}.scratch`, scratchBytes, GPUBufferUsage.STORAGE),
+      (b) => Effect.sync(() => b.destroy())
+    )
     const dispatches = specs.map((s, i): Dispatch => {
       const pipeline = pipelines.get(s.code)!
       const entries: Array<GPUBindGroupEntry> = [
         { binding: 0, resource: { buffer: params, offset: i * PARAM_SLOT, size: PARAM_SLOT } },
         ...s.bindings.map((b, j): GPUBindGroupEntry => ({
           binding: j + 1,
-          resource: "shard" in b ? { buffer: arena.buffers[b.shard], offset: 0, size: b.bytes } : arena.binding(b)
+          resource: "shard" in b
+            ? { buffer: arena.buffers[b.shard], offset: 0, size: b.bytes }
+            : "scratch" in b
+            ? { buffer: scratch, offset: 0, size: b.scratch }
+            : arena.binding(b)
         }))
       ]
       const bindGroup = gpu.createBindGroup({

@@ -71,7 +71,14 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
         dx: { shape: [5, 24] },
         dxh: { shape: [15, 8] },
         dw: { shape: [24] },
-        dwh: { shape: [8] }
+        dwh: { shape: [8] },
+        // Many rows: the weight gradient is reduced in several row blocks.
+        xl: { shape: [200, 8] },
+        yl: { shape: [200, 8] },
+        rl: { shape: [200] },
+        dyl: { shape: [200, 8] },
+        dxl: { shape: [200, 8] },
+        dwl: { shape: [8] }
       })
       const h = Arena.host(plan)
       randomize(h, 3)
@@ -88,9 +95,25 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
           dWeight: t("dw"),
           accumulate: true
         }),
-        Ops.rmsNormBackward({ x: t("x"), weight: t("wh"), rstd: t("rh"), dy: t("dy"), dx: t("dxh"), dWeight: t("dwh") })
+        Ops.rmsNormBackward({
+          x: t("x"),
+          weight: t("wh"),
+          rstd: t("rh"),
+          dy: t("dy"),
+          dx: t("dxh"),
+          dWeight: t("dwh")
+        }),
+        Ops.rmsNorm({ x: t("xl"), weight: t("wh"), y: t("yl"), rstd: t("rl"), eps: 1e-6 }),
+        Ops.rmsNormBackward({
+          x: t("xl"),
+          weight: t("wh"),
+          rstd: t("rl"),
+          dy: t("dyl"),
+          dx: t("dxl"),
+          dWeight: t("dwl")
+        })
       ]
-      close(yield* runBoth(h, ops), ["y", "yh", "r", "rh", "dx", "dxh", "dw", "dwh"], 1e-4)
+      close(yield* runBoth(h, ops), ["y", "yh", "r", "rh", "dx", "dxh", "dw", "dwh", "yl", "dxl", "dwl"], 1e-4)
     }))
 
   it.scoped("rope forward and inverse in place", () =>

@@ -18,8 +18,11 @@ export type Word = readonly ["u" | "f", number]
 export const u = (x: number): Word => ["u", x]
 export const f = (x: number): Word => ["f", x]
 
-/** A buffer range to bind: a planned tensor, or a whole buffer of the plan (a group shard). */
-export type Bind = Tensor | { readonly shard: number; readonly bytes: number }
+/**
+ * A buffer range to bind: a planned tensor, a whole buffer of the plan (a group shard), or the program's
+ * scratch buffer (live only within one op; the program allocates the largest any op asks for).
+ */
+export type Bind = Tensor | { readonly shard: number; readonly bytes: number } | { readonly scratch: number }
 
 export interface DispatchSpec {
   readonly label: string
@@ -133,13 +136,21 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
         flops: 8 * op.rows * op.dim,
         bytes: 16 * op.rows * op.dim
       }, {
-        label: "rmsnorm_backward_w",
-        code: W.rmsNormBackwardW,
-        bindings: [op.x, op.rstd, op.dy, op.dWeight],
-        params: [u(op.rows), u(op.dim)],
-        groups: over(op.dim, 64),
+        label: "rmsnorm_backward_w_partial",
+        code: W.rmsNormBackwardWPartial,
+        bindings: [op.x, op.rstd, op.dy, { scratch: blocks(op.rows) * op.dim * 4 }],
+        params: [u(op.rows), u(op.dim), u(Math.ceil(op.rows / blocks(op.rows)))],
+        groups: [Math.ceil(op.dim / 64), blocks(op.rows), 1],
         flops: 3 * op.rows * op.dim,
         bytes: 8 * op.rows * op.dim
+      }, {
+        label: "rmsnorm_backward_w_finish",
+        code: W.rmsNormBackwardWFinish,
+        bindings: [{ scratch: blocks(op.rows) * op.dim * 4 }, op.dWeight],
+        params: [u(op.dim), u(blocks(op.rows))],
+        groups: over(op.dim, 64),
+        flops: blocks(op.rows) * op.dim,
+        bytes: 4 * blocks(op.rows) * op.dim
       }]
     case "rope": {
       const n = op.tokens * op.heads * op.headDim / 2
@@ -312,6 +323,9 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
     }
   }
 }
+
+/** Row blocks of the two-stage RMSNorm weight gradient: ~32 rows each, at most 256 blocks. */
+const blocks = (rows: number) => Math.min(256, Math.ceil(rows / 32))
 
 const packed = (positions: Tensor | undefined) => (positions === undefined ? "" : "_packed")
 const withPositions = (bindings: Array<Bind>, positions: Tensor | undefined) =>

@@ -223,16 +223,31 @@ var<workgroup> red: array<f32, 64>;
   }
 }`
 
-/** dw[c] += Σ_rows dy·x·rstd, one thread per column, rows in order (deterministic). */
-export const rmsNormBackwardW = header("rows: u32, dim: u32", [["X", "read"], ["R", "read"], ["DY", "read"], [
-  "DW",
-  "read_write"
-]]) + `
+/**
+ * dw stage 1: workgroup (column block of 64, row block) sums dy·x·rstd over its rows into
+ * Part[block·dim + c]. Two stages keep every SM busy when rows ≫ dim (q/k norm: rows = tokens·heads).
+ */
+export const rmsNormBackwardWPartial = header("rows: u32, dim: u32, rowsPerBlock: u32", [["X", "read"], ["R", "read"], [
+  "DY",
+  "read"
+], ["Part", "read_write"]]) + `
+@compute @workgroup_size(64) fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x * 64u + lid;
+  if (c >= p.dim) { return; }
+  let r0 = wid.y * p.rowsPerBlock;
+  let r1 = min(p.rows, r0 + p.rowsPerBlock);
+  var acc = 0.0;
+  for (var r = r0; r < r1; r++) { acc = fma(DY[r * p.dim + c] * X[r * p.dim + c], R[r], acc); }
+  Part[wid.y * p.dim + c] = acc;
+}`
+
+/** dw stage 2: dw[c] += Σ_blocks Part[block·dim + c], blocks in order (deterministic). */
+export const rmsNormBackwardWFinish = header("dim: u32, blocks: u32", [["Part", "read"], ["DW", "read_write"]]) + `
 @compute @workgroup_size(64) fn main(${builtins}) {
   ${linear(64)}
   if (i >= p.dim) { return; }
   var acc = 0.0;
-  for (var r = 0u; r < p.rows; r++) { acc += DY[r * p.dim + i] * X[r * p.dim + i] * R[r]; }
+  for (var b = 0u; b < p.blocks; b++) { acc += Part[b * p.dim + i]; }
   DW[i] += acc;
 }`
 
