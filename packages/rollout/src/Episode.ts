@@ -230,17 +230,16 @@ const appendObservation = (prompt: ReadonlyArray<ChatMessage>, observation: Opti
 
 const UNNAMED = "(unnamed)"
 
+/** Failures of the loop itself (besides the session's): policy and template errors. */
+export type RunError = PolicyError | ChatTemplateError | TemplateNotPrefixStable
+
 /**
  * Runs the loop to its end and returns the record. Fails only with the session's errors, policy errors and
  * template errors; tool failures and malformed calls are part of the record.
  */
 export const run = <State, E>(
   input: RunInput<State, E>
-): Effect.Effect<
-  EpisodeRecord<State>,
-  E | PolicyError | ChatTemplateError | TemplateNotPrefixStable,
-  Policy | ChatRenderer
-> =>
+): Effect.Effect<EpisodeRecord<State>, E | RunError, Policy | ChatRenderer> =>
   Effect.gen(function*() {
     const renderer = yield* ChatRenderer
     const policy = yield* Policy

@@ -1,0 +1,215 @@
+/**
+ * Rollouts: a Stream of GRPO groups. Each dataset row becomes one group of `groupSize` (G) episodes, built by the
+ * producer (by prompt, never by time), each with a fresh environment session in its own Scope.
+ *
+ * Supervision:
+ * - `concurrency` bounds the episodes in flight across the whole run (one shared semaphore); groups overlap so the
+ *   bound stays full at group boundaries. Groups are emitted as they complete.
+ * - An episode that loses its session (`SessionLostError`), times out (`episodeTimeout`) or hits a transport failure
+ *   (`PolicyTransportError`, connection errors) ends alone, as an *unscoreable* record carrying the reason and
+ *   whatever it had produced; its group's other episodes complete. It is never scored as 0.
+ * - Any other failure (a template that is not prefix-stable, a policy that answers 4xx, a defect) fails the stream:
+ *   it would repeat for every episode.
+ * - A run-level abort (`abort` Deferred) interrupts every in-flight episode; closing their scopes releases every
+ *   environment session.
+ *
+ * @example
+ * ```ts
+ * import { Stream } from "effect"
+ * import { Environment, Wordle } from "@envtrain/env"
+ * import { Episode, Rollout } from "@envtrain/rollout"
+ *
+ * const groups = Rollout.groups(Stream.fromIterable(rows), {
+ *   groupSize: 8,
+ *   concurrency: 64,
+ *   episodeTimeout: "2 minutes",
+ *   config: { maxCompletionLength: 1024, maxToolCallingIterations: 6, sampling: { temperature: 1 } },
+ *   open: (row) => Effect.map(Environment.episode(Wordle.environment, row), Episode.fromEnvironment)
+ * }) // Stream<Rollout.Group<Wordle.State>, ..., Policy | ChatRenderer>
+ * ```
+ *
+ * @since 0.0.0
+ */
+import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
+import type { Scope } from "effect"
+import { Data, Deferred, Duration, Effect, Stream } from "effect"
+import type { ChatRenderer } from "./ChatRenderer.js"
+import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"
+import * as Episode from "./Episode.js"
+import type { Policy } from "./Policy.js"
+
+/** A dataset row: the prompt messages plus any columns (`seed`, `env`, …) that `reset` receives. */
+export interface PromptRow {
+  readonly prompt: ReadonlyArray<ChatMessage>
+  readonly [column: string]: unknown
+}
+
+/** The G episodes of one prompt. */
+export interface Group<State> {
+  readonly promptIndex: number
+  readonly row: PromptRow
+  readonly episodes: ReadonlyArray<EpisodeRecord<State>>
+}
+
+/** An episode ran past `episodeTimeout`. */
+export class EpisodeTimeout extends Data.TaggedError("EpisodeTimeout")<{
+  readonly promptIndex: number
+  readonly generation: number
+  readonly timeout: Duration.Duration
+}> {
+  override get message() {
+    return `Episode ${this.generation} of prompt ${this.promptIndex} did not finish within ${
+      Duration.format(this.timeout)
+    }; raise episodeTimeout if episodes are legitimately this long.`
+  }
+}
+
+/** The run was aborted: every in-flight episode was interrupted and its session released. */
+export class RolloutAborted extends Data.TaggedError("RolloutAborted")<{ readonly reason: string }> {
+  override get message() {
+    return `Rollout aborted: ${this.reason}`
+  }
+}
+
+/** What a user episode function receives (TRL's `rollout_func`, per episode). */
+export interface EpisodeInput<State> {
+  readonly prompt: ReadonlyArray<ChatMessage>
+  /** The columns `reset` should receive (the row without `prompt`, with the episode's `seed`). */
+  readonly row: Readonly<Record<string, unknown>>
+  readonly promptIndex: number
+  readonly generation: number
+  readonly envSeed: number
+  /**
+   * The record under construction: write into it as the episode goes, so a timeout or a lost session still yields
+   * what was done (as an unscoreable record).
+   */
+  readonly progress: Episode.Progress<State>
+}
+
+/** Options of {@link groups}. */
+export interface RolloutOptions<State, E, R> {
+  /** G: episodes per prompt (TRL's num_generations). */
+  readonly groupSize: number
+  /** Most episodes in flight at once, across groups. */
+  readonly concurrency: number
+  /** Most groups in flight at once; default `ceil(concurrency / groupSize) + 1`. */
+  readonly groupConcurrency?: number
+  /** Time limit of one episode (from when it gets its concurrency slot). Default: none. */
+  readonly episodeTimeout?: Duration.DurationInput
+  readonly config: EpisodeConfig
+  /** Opens a fresh environment session for one episode in the given Scope; `row` is passed to `reset`. */
+  readonly open: (row: Readonly<Record<string, unknown>>) => Effect.Effect<Session<State, E>, E, Scope.Scope | R>
+  /**
+   * Base of the environment seeds. A row with a `seed` column gives all G episodes that seed (identical group
+   * states); otherwise episode g of prompt i gets `seedOf(baseSeed, i, g)`. Default 0.
+   */
+  readonly baseSeed?: number
+  /** Which failures end an episode as unscoreable (default {@link isEpisodeFailure}); others fail the run. */
+  readonly isUnscoreable?: (error: unknown) => boolean
+  /** Completing this Deferred (with a failure) aborts the run. */
+  readonly abort?: Deferred.Deferred<never, RolloutAborted>
+  /**
+   * Escape hatch (TRL's `rollout_func`): runs each episode instead of the built-in loop and returns the same
+   * record. It still gets the concurrency slot, the timeout, unscoreable handling and abort.
+   */
+  readonly episode?: (input: EpisodeInput<State>) => Effect.Effect<EpisodeRecord<State>, E, Scope.Scope | R>
+}
+
+const UNSCOREABLE_TAGS: ReadonlySet<string> = new Set([
+  "SessionLostError",
+  "RequestTimeoutError",
+  "ConnectionClosedError",
+  "ConnectError",
+  "PolicyTransportError",
+  "EpisodeTimeout"
+])
+
+/**
+ * The default split between episode-level failures (unscoreable: session lost, request timeout, connection closed
+ * or refused, policy transport failure, episode timeout) and run-level ones (everything else).
+ */
+export const isEpisodeFailure = (error: unknown): boolean =>
+  typeof error === "object" && error !== null && "_tag" in error && UNSCOREABLE_TAGS.has(String(error._tag))
+
+/** A well-mixed 31-bit seed for episode `generation` of prompt `promptIndex` (splitmix32). */
+export const seedOf = (baseSeed: number, promptIndex: number, generation: number): number => {
+  let x = (baseSeed ^ Math.imul(promptIndex + 1, 0x9e3779b1) ^ Math.imul(generation + 1, 0x85ebca6b)) >>> 0
+  x = Math.imul(x ^ (x >>> 16), 0x21f0aaad) >>> 0
+  x = Math.imul(x ^ (x >>> 15), 0x735a2d97) >>> 0
+  return (x ^ (x >>> 15)) & 0x7fffffff
+}
+
+const describeError = (error: unknown): { readonly reason: string; readonly tag: string } => {
+  const tag = typeof error === "object" && error !== null && "_tag" in error ? String(error._tag) : "Error"
+  const reason = error instanceof Error || (typeof error === "object" && error !== null && "message" in error)
+    ? String((error as { message: unknown }).message)
+    : String(error)
+  return { reason: reason.length > 0 ? reason : tag, tag }
+}
+
+/** Makes an abort signal for {@link RolloutOptions.abort}. */
+export const makeAbort: Effect.Effect<Deferred.Deferred<never, RolloutAborted>> = Deferred.make<
+  never,
+  RolloutAborted
+>()
+
+/** Aborts a run. */
+export const abort = (signal: Deferred.Deferred<never, RolloutAborted>, reason: string): Effect.Effect<boolean> =>
+  Deferred.fail(signal, new RolloutAborted({ reason }))
+
+/**
+ * The rollout stream: one {@link Group} per row of `rows`, in completion order (`promptIndex` says which row).
+ */
+export const groups = <State, E, R, EIn = never, RIn = never>(
+  rows: Stream.Stream<PromptRow, EIn, RIn>,
+  options: RolloutOptions<State, E, R>
+): Stream.Stream<
+  Group<State>,
+  E | EIn | RolloutAborted | EpisodeTimeout | Episode.RunError,
+  Policy | ChatRenderer | R | RIn
+> =>
+  Stream.unwrap(Effect.gen(function*() {
+    const slots = yield* Effect.makeSemaphore(Math.max(1, options.concurrency))
+    const isUnscoreable = options.isUnscoreable ?? isEpisodeFailure
+    const timeout = options.episodeTimeout === undefined ? undefined : Duration.decode(options.episodeTimeout)
+    const groupConcurrency = options.groupConcurrency ??
+      Math.ceil(Math.max(1, options.concurrency) / Math.max(1, options.groupSize)) + 1
+
+    const episode = (row: PromptRow, promptIndex: number, generation: number) => {
+      const { prompt, ...columns } = row
+      const envSeed = typeof columns.seed === "number"
+        ? columns.seed
+        : seedOf(options.baseSeed ?? 0, promptIndex, generation)
+      const resetRow = { ...columns, seed: envSeed }
+      const progress = new Episode.Progress<State>({ promptIndex, generation, row: resetRow, envSeed })
+      const body = options.episode !== undefined
+        ? options.episode({ prompt, row: resetRow, promptIndex, generation, envSeed, progress })
+        : Effect.gen(function*() {
+          const session = yield* options.open(resetRow)
+          return yield* Episode.run({ prompt, session, config: options.config, progress })
+        })
+      const limited = timeout === undefined ? Effect.scoped(body) : Effect.scoped(body).pipe(
+        Effect.timeoutFail({
+          duration: timeout,
+          onTimeout: () => new EpisodeTimeout({ promptIndex, generation, timeout })
+        })
+      )
+      return slots.withPermits(1)(limited).pipe(
+        Effect.catchAll((e) => isUnscoreable(e) ? Effect.succeed(progress.finish(describeError(e))) : Effect.fail(e)),
+        Effect.withSpan("Rollout.episode", { attributes: { promptIndex, generation } })
+      )
+    }
+
+    const group = ([row, promptIndex]: [PromptRow, number]) =>
+      Effect.forEach(
+        Array.from({ length: options.groupSize }, (_, g) => g),
+        (g) => episode(row, promptIndex, g),
+        { concurrency: "unbounded" }
+      ).pipe(Effect.map((episodes): Group<State> => ({ promptIndex, row, episodes })))
+
+    const stream = rows.pipe(
+      Stream.zipWithIndex,
+      Stream.mapEffect(group, { concurrency: groupConcurrency, unordered: true })
+    )
+    return options.abort === undefined ? stream : Stream.interruptWhenDeferred(stream, options.abort)
+  }))

@@ -1,0 +1,238 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Catch, Client, Echo, Environment, Server } from "@envtrain/env"
+import { Chunk, Effect, Exit, Fiber, Layer, Ref, Schedule, Stream, TestClock } from "effect"
+import type { Policy as PolicyNs } from "../src/index.js"
+import { Episode, Policy, RemoteSession, Rollout } from "../src/index.js"
+import { catchScript, renderer, tinyModel } from "./fixtures.js"
+
+const scripted = (respond: (ctx: PolicyNs.ScriptContext) => string | Effect.Effect<string>) =>
+  Layer.unwrapEffect(Effect.map(tinyModel, ({ tokenizer }) => Policy.scripted(tokenizer, respond)))
+
+const Live = Layer.merge(renderer(false), scripted(catchScript))
+
+const rows = (n: number, extra: Record<string, unknown> = {}) =>
+  Stream.fromIterable(
+    Array.from({ length: n }, (_, i) => ({ prompt: [{ role: "user" as const, content: `Game ${i}.` }], ...extra }))
+  )
+
+const poll = Schedule.spaced("10 millis")
+
+// Polls the server's session count until it is 0 (sockets close asynchronously) or 3 s pass; returns the last count.
+const drained = (server: Server.RunningServer) =>
+  Effect.repeat(server.activeSessions, { until: (n) => n === 0, schedule: poll }).pipe(
+    Effect.timeout("3 seconds"),
+    Effect.ignore,
+    Effect.zipRight(server.activeSessions)
+  )
+
+const config: Episode.EpisodeConfig = { maxCompletionLength: 2048, sampling: { temperature: 1 } }
+
+const openCatch = (row: Environment.Row) =>
+  Effect.map(Environment.episode(Catch.environment, row), Episode.fromEnvironment)
+
+describe("Rollout", () => {
+  it.effect("emits one group of G episodes per prompt, with bounded concurrency", () =>
+    Effect.gen(function*() {
+      const inFlight = yield* Ref.make(0)
+      const peak = yield* Ref.make(0)
+      const open = (row: Environment.Row) =>
+        Effect.gen(function*() {
+          const now = yield* Ref.updateAndGet(inFlight, (n) => n + 1)
+          yield* Ref.update(peak, (p) => Math.max(p, now))
+          yield* Effect.addFinalizer(() => Ref.update(inFlight, (n) => n - 1))
+          return yield* openCatch(row)
+        })
+      const groups = yield* Rollout.groups(rows(5), { groupSize: 4, concurrency: 3, config, open }).pipe(
+        Stream.runCollect,
+        Effect.map(Chunk.toArray)
+      )
+      assert.deepStrictEqual(groups.map((g) => g.promptIndex).sort(), [0, 1, 2, 3, 4])
+      for (const g of groups) {
+        assert.deepStrictEqual(
+          g.episodes.map((e) => [e.promptIndex, e.generation]),
+          [0, 1, 2, 3].map((i) => [g.promptIndex, i])
+        )
+        assert.isTrue(g.episodes.every((e) => e.unscoreable === undefined && (e.state as Catch.State).caught))
+        assert.include(g.episodes[0].messages[0].content, `Game ${g.promptIndex}.`)
+        // No seed column: each generation gets its own derived seed, recorded and passed to reset.
+        assert.strictEqual(new Set(g.episodes.map((e) => e.envSeed)).size, 4)
+        assert.deepStrictEqual(g.episodes.map((e) => (e.state as Catch.State).seed), g.episodes.map((e) => e.envSeed))
+      }
+      assert.isAtMost(yield* Ref.get(peak), 3)
+      assert.strictEqual(yield* Ref.get(inFlight), 0)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a seed column gives the whole group the same environment", () =>
+    Effect.gen(function*() {
+      const [g] = yield* Rollout.groups(rows(1, { seed: 77 }), {
+        groupSize: 3,
+        concurrency: 3,
+        config,
+        open: openCatch
+      })
+        .pipe(Stream.runCollect, Effect.map(Chunk.toArray))
+      assert.deepStrictEqual(g.episodes.map((e) => e.envSeed), [77, 77, 77])
+      assert.strictEqual(new Set(g.episodes.map((e) => e.completionIds.join(","))).size, 1)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a lost session makes only its episode unscoreable; the group's others complete", () =>
+    Effect.gen(function*() {
+      let opened = 0
+      const open = (row: Environment.Row) =>
+        Effect.map(openCatch(row), (session): Episode.Session<Catch.State, Client.SessionLostError> => {
+          if (opened++ !== 1) return session
+          let calls = 0
+          return {
+            ...session,
+            call: (name, args) =>
+              ++calls > 2
+                ? Effect.fail(new Client.SessionLostError({ url: "ws://test", reason: "socket closed (1006)" }))
+                : session.call(name, args)
+          }
+        })
+      const [g] = yield* Rollout.groups(rows(1), { groupSize: 4, concurrency: 1, config, open }).pipe(
+        Stream.runCollect,
+        Effect.map(Chunk.toArray)
+      )
+      const lost = g.episodes.filter((e) => e.unscoreable !== undefined)
+      assert.strictEqual(lost.length, 1)
+      assert.strictEqual(lost[0].generation, 1)
+      assert.strictEqual(lost[0].unscoreable?.tag, "SessionLostError")
+      assert.include(lost[0].unscoreable?.reason, "lost mid-episode")
+      assert.strictEqual(lost[0].stopReason, "unscoreable")
+      assert.strictEqual(lost[0].state, undefined)
+      // What happened before the loss is kept (two tool calls made it).
+      assert.strictEqual(lost[0].toolCallCount, 2)
+      assert.strictEqual(lost[0].mask.length, lost[0].completionIds.length)
+      const rest = g.episodes.filter((e) => e.unscoreable === undefined)
+      assert.strictEqual(rest.length, 3)
+      assert.isTrue(rest.every((e) => (e.state as Catch.State).caught))
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("an episode past its timeout is unscoreable; the others finish", () =>
+    Effect.gen(function*() {
+      let opened = 0
+      const open = (row: Environment.Row) =>
+        Effect.map(openCatch(row), (session): Episode.Session<Catch.State> =>
+          opened++ === 0
+            ? {
+              ...session,
+              call: (n, a) => Effect.zipRight(Effect.sleep("1 hour"), session.call(n, a))
+            }
+            : session)
+      const fiber = yield* Rollout.groups(rows(1), {
+        groupSize: 3,
+        concurrency: 3,
+        config,
+        open,
+        episodeTimeout: "1 minute"
+      })
+        .pipe(Stream.runCollect, Effect.map(Chunk.toArray), Effect.fork)
+      yield* TestClock.adjust("2 minutes")
+      const [g] = yield* Fiber.join(fiber)
+      assert.deepStrictEqual(g.episodes.map((e) => e.unscoreable?.tag), ["EpisodeTimeout", undefined, undefined])
+      assert.include(g.episodes[0].unscoreable?.reason, "within 1m")
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a run-level failure (a policy answering 4xx) fails the stream", () =>
+    Effect.gen(function*() {
+      const failing = Layer.succeed(Policy.Policy, {
+        generate: () => Effect.fail(new Policy.PolicyResponseError({ message: "400: unknown model" }))
+      })
+      const exit = yield* Rollout.groups(rows(2), { groupSize: 2, concurrency: 2, config, open: openCatch }).pipe(
+        Stream.runCollect,
+        Effect.provide(failing),
+        Effect.exit
+      )
+      assert.isTrue(Exit.isFailure(exit))
+      assert.include(String(exit), "PolicyResponseError")
+    }).pipe(Effect.provide(renderer(false))))
+
+  it.effect("escape hatch: a user episode function returns the record (TRL's rollout_func)", () =>
+    Effect.gen(function*() {
+      const [g] = yield* Rollout.groups(rows(1), {
+        groupSize: 2,
+        concurrency: 2,
+        config,
+        open: openCatch,
+        episode: ({ generation, progress, prompt }) =>
+          generation === 1
+            ? Effect.fail(new Client.SessionLostError({ url: "ws://agent", reason: "agent crashed" }))
+            : Effect.sync(() => {
+              progress.promptIds = [1, 2]
+              progress.completionIds = [3, 4, 5]
+              progress.mask = [1, 0, 1]
+              progress.logprobs = [-0.5, 0, -0.25]
+              progress.messages = [...prompt, { role: "assistant", content: "hand-made" }]
+              progress.stopReason = "no_tool_call"
+              return progress.finish()
+            })
+      }).pipe(Stream.runCollect, Effect.map(Chunk.toArray))
+      assert.deepStrictEqual(g.episodes[0].completionIds, [3, 4, 5])
+      assert.strictEqual(g.episodes[0].envSeed, Rollout.seedOf(0, 0, 0))
+      assert.strictEqual(g.episodes[1].unscoreable?.tag, "SessionLostError")
+    }).pipe(Effect.provide(Live)))
+})
+
+describe("Rollout against the envtrain server", () => {
+  const echoForever = ({ text }: PolicyNs.ScriptContext) =>
+    Effect.as(
+      Effect.sleep("5 millis"),
+      `<tool_call>\n{"name": "echo_message", "arguments": {"message": "turn ${text.length % 97}"}}\n</tool_call>`
+    )
+
+  it.scopedLive("over the wire: MCP tools are listed, called, and sessions are released after the run", () =>
+    Effect.gen(function*() {
+      const server = yield* Server.serve(Echo.openEnvMcp, { port: 0, host: "127.0.0.1", maxConcurrentEnvs: 16 })
+      const groups = yield* Rollout.groups(rows(2), {
+        groupSize: 3,
+        concurrency: 6,
+        config: { ...config, maxToolCallingIterations: 2 },
+        open: (row) => RemoteSession.mcp({ client: { url: server.url }, environment: "echo_env" }, row)
+      }).pipe(
+        Stream.runCollect,
+        Effect.map(Chunk.toArray),
+        Effect.provide(Layer.merge(renderer(false), scripted(echoForever)))
+      )
+      const episodes = groups.flatMap((g) => g.episodes)
+      assert.strictEqual(episodes.length, 6)
+      for (const e of episodes) {
+        assert.strictEqual(e.unscoreable, undefined)
+        assert.strictEqual(e.toolCallCount, 2)
+        assert.strictEqual(e.toolFailureCount, 0)
+        assert.deepStrictEqual(e.messages.filter((m) => m.role === "tool").map((m) => m.content.startsWith("turn ")), [
+          true,
+          true
+        ])
+        assert.isString((e.state as { episode_id: string }).episode_id)
+      }
+      assert.strictEqual(yield* drained(server), 0)
+    }))
+
+  it.scopedLive("abort interrupts every in-flight episode and the server reports zero active sessions", () =>
+    Effect.gen(function*() {
+      const server = yield* Server.serve(Echo.openEnvMcp, { port: 0, host: "127.0.0.1", maxConcurrentEnvs: 64 })
+      const generated = yield* Ref.make(0)
+      const counting = (ctx: PolicyNs.ScriptContext) =>
+        Effect.zipRight(Ref.update(generated, (n) => n + 1), echoForever(ctx))
+      const abort = yield* Rollout.makeAbort
+      const fiber = yield* Rollout.groups(rows(100), {
+        groupSize: 4,
+        concurrency: 24,
+        config: { ...config, maxCompletionLength: 1_000_000 },
+        open: (row) => RemoteSession.mcp({ client: { url: server.url } }, row),
+        abort
+      }).pipe(Stream.runDrain, Effect.provide(Layer.merge(renderer(false), scripted(counting))), Effect.fork)
+      // Wait until the run is in full swing.
+      yield* Effect.repeat(server.activeSessions, { until: (n) => n >= 20, schedule: poll })
+      yield* Rollout.abort(abort, "trainer stopping")
+      const exit = yield* Fiber.await(fiber)
+      assert.isTrue(Exit.isFailure(exit))
+      assert.include(String(exit), "trainer stopping")
+      // Sessions are released as the episode scopes close; the server notices the sockets closing.
+      assert.strictEqual(yield* drained(server), 0)
+      const after = yield* Ref.get(generated)
+      yield* Effect.sleep("100 millis")
+      assert.strictEqual(yield* Ref.get(generated), after)
+    }))
+})
