@@ -87,7 +87,7 @@ export interface EpisodeInput<State> {
 }
 
 /** Options of {@link groups}. */
-export interface RolloutOptions<State, E, R> {
+export interface RolloutOptions<State, E, R, EOpen = E> {
   /** G: episodes per prompt (TRL's num_generations). */
   readonly groupSize: number
   /** Most episodes in flight at once, across groups. */
@@ -98,7 +98,7 @@ export interface RolloutOptions<State, E, R> {
   readonly episodeTimeout?: Duration.DurationInput
   readonly config: EpisodeConfig
   /** Opens a fresh environment session for one episode in the given Scope; `row` is passed to `reset`. */
-  readonly open: (row: Readonly<Record<string, unknown>>) => Effect.Effect<Session<State, E>, E, Scope.Scope | R>
+  readonly open: (row: Readonly<Record<string, unknown>>) => Effect.Effect<Session<State, E>, EOpen, Scope.Scope | R>
   /**
    * Base of the environment seeds. A row with a `seed` column gives all G episodes that seed (identical group
    * states); otherwise episode g of prompt i gets `seedOf(baseSeed, i, g)`. Default 0.
@@ -160,13 +160,13 @@ export const abort = (signal: Deferred.Deferred<never, RolloutAborted>, reason: 
 /**
  * The rollout stream: one {@link Group} per row of `rows`, in completion order (`promptIndex` says which row).
  */
-export const groups = <State, E, R, EIn = never, RIn = never>(
+export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
   rows: Stream.Stream<PromptRow, EIn, RIn>,
-  options: RolloutOptions<State, E, R>
+  options: RolloutOptions<State, E, R, EOpen>
 ): Stream.Stream<
   Group<State>,
-  E | EIn | RolloutAborted | EpisodeTimeout | Episode.RunError,
-  Policy | ChatRenderer | R | RIn
+  E | EOpen | EIn | RolloutAborted | EpisodeTimeout | Episode.RunError,
+  Policy | ChatRenderer | Exclude<R, Scope.Scope> | RIn
 > =>
   Stream.unwrap(Effect.gen(function*() {
     const slots = yield* Effect.makeSemaphore(Math.max(1, options.concurrency))
