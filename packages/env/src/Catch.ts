@@ -215,7 +215,8 @@ export const environment = Environment.make({
   tools: [Move, Stay],
   handlers: (service) => ({ move: service.move, stay: () => service.stay() }),
   reset: (service, columns) => service.reset(columns),
-  state: (service) => service.state
+  state: (service) => service.state,
+  openEnv
 })
 
 /** TRL's reward: `max(reward, 0)` when done, else 0. */

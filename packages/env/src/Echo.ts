@@ -269,5 +269,6 @@ export const environment = Environment.make({
   tools: [Echo],
   handlers: (service) => ({ echo: service.echo }),
   reset: () => Effect.succeed(Option.none()),
-  state: (service) => service.state
+  state: (service) => service.state,
+  openEnv
 })

@@ -96,6 +96,8 @@ export interface Environment<State, Columns = unknown> {
   readonly supportsConcurrentSessions: boolean
   /** Builds a fresh instance; it is released when the scope closes. */
   readonly instance: Effect.Effect<Instance<State>, never, Scope.Scope>
+  /** The OpenEnv-level twin (action/observation/state Schemas for the wire), when there is one. */
+  readonly openEnv?: OpenEnvDefinition | undefined
 }
 
 /** The handlers an environment's service gives for a list of tools (matched by name). */
@@ -130,6 +132,7 @@ export const make = <Self, Shape, const Tools extends ReadonlyArray<Tool.Any>, C
     readonly reset: (service: Shape, columns: Columns) => Effect.Effect<Option.Option<string>>
     readonly state: (service: Shape) => Effect.Effect<State>
     readonly supportsConcurrentSessions?: boolean
+    readonly openEnv?: OpenEnvDefinition
   }
 ): Native<Self, Shape, State, Columns> => {
   const names = new Set<string>()
@@ -163,8 +166,10 @@ export const make = <Self, Shape, const Tools extends ReadonlyArray<Tool.Any>, C
     description: options.description ?? options.name,
     tools: options.tools,
     columns: options.columns as Schema.Schema<Columns, any>,
-    supportsConcurrentSessions: options.supportsConcurrentSessions ?? true,
+    supportsConcurrentSessions: options.supportsConcurrentSessions ?? options.openEnv?.supportsConcurrentSessions ??
+      true,
     instance,
+    openEnv: options.openEnv,
     tag: options.tag,
     layer: options.layer
   }
@@ -335,6 +340,3 @@ export const seedOf = (seed: number | undefined): Effect.Effect<number> =>
 
 /** The columns Schema the built-ins share: an optional integer `seed` (other columns are ignored). */
 export const SeedColumns = Schema.Struct({ seed: Schema.optional(Schema.Int) })
-
-/** An OpenEnv definition attached to an environment (for environments that are also served over the wire). */
-export type WithOpenEnv = { readonly openEnv: OpenEnvDefinition }

@@ -300,7 +300,8 @@ export const environment = Environment.make({
   tools: [Place],
   handlers: (service) => ({ place: service.place }),
   reset: (service, columns) => service.reset(columns),
-  state: (service) => service.state
+  state: (service) => service.state,
+  openEnv
 })
 
 /**

@@ -157,7 +157,8 @@ export const environment = Environment.make({
   tools: [Guess],
   handlers: (service) => ({ guess: service.guess }),
   reset: (service, columns) => service.reset(columns),
-  state: (service) => service.state
+  state: (service) => service.state,
+  openEnv
 })
 
 // ---------------------------------------------------------------------------------------------------------------
