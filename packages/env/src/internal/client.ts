@@ -1,7 +1,7 @@
 // The OpenEnv client's socket handling: one outstanding request per socket (a semaphore of 1), replies taken from an
 // inbox filled by the socket's listeners, and a socket that cannot be trusted any more (timeout, interruption, drop)
 // discarded at once.
-import { Deferred, Duration, Effect, Exit, Option, Queue, Schema } from "effect"
+import { Deferred, Duration, Effect, Exit, Schema } from "effect"
 import { WebSocket } from "ws"
 import type * as Api from "../Client.js"
 import {
@@ -17,9 +17,18 @@ import {
 import type { McpCallToolResult, McpToolDescriptor } from "../OpenEnv.js"
 import * as Wire from "../Wire.js"
 
+type Outcome =
+  | { readonly _tag: "Frame"; readonly text: string }
+  | { readonly _tag: "Closed"; readonly code: number; readonly reason: string }
+  | { readonly _tag: "Timeout" }
+
 interface Conn {
   readonly ws: WebSocket
-  readonly inbox: Queue.Queue<string>
+  /** Frames that arrived with no request waiting (e.g. CAPACITY_REACHED right after the handshake). */
+  readonly early: Array<string>
+  /** The waiting request, resolved straight from the socket's listeners (one async boundary per request). */
+  waiting: ((outcome: Outcome) => void) | undefined
+  closedWith: { readonly code: number; readonly reason: string } | undefined
   readonly closed: Deferred.Deferred<{ readonly code: number; readonly reason: string }>
   alive: boolean
   timer: ReturnType<typeof setInterval> | undefined
@@ -29,20 +38,35 @@ const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "obj
 
 const open = (url: string, options: { maxPayload: number; connectTimeoutMs: number; pingMs: number }) =>
   Effect.gen(function*() {
-    const inbox = yield* Queue.unbounded<string>()
     const closed = yield* Deferred.make<{ code: number; reason: string }>()
     const ws = new WebSocket(url, { maxPayload: options.maxPayload, perMessageDeflate: false })
-    const conn: Conn = { ws, inbox, closed, alive: true, timer: undefined }
+    const conn: Conn = {
+      ws,
+      early: [],
+      waiting: undefined,
+      closedWith: undefined,
+      closed,
+      alive: true,
+      timer: undefined
+    }
     // Listeners go on before "open" so a frame sent right after the handshake (CAPACITY_REACHED) is kept.
     ws.on("message", (data, isBinary) => {
-      if (!isBinary) inbox.unsafeOffer(data.toString())
+      if (isBinary) return
+      const waiting = conn.waiting
+      conn.waiting = undefined
+      if (waiting !== undefined) waiting({ _tag: "Frame", text: data.toString() })
+      else conn.early.push(data.toString())
     })
     ws.on("pong", () => {
       conn.alive = true
     })
     ws.on("close", (code, reason) => {
       if (conn.timer !== undefined) clearInterval(conn.timer)
-      Deferred.unsafeDone(closed, Exit.succeed({ code, reason: reason.toString() }))
+      conn.closedWith = { code, reason: reason.toString() }
+      const waiting = conn.waiting
+      conn.waiting = undefined
+      if (waiting !== undefined) waiting({ _tag: "Closed", ...conn.closedWith })
+      Deferred.unsafeDone(closed, Exit.succeed(conn.closedWith))
     })
     ws.on("error", () => {
       // Always followed by "close" (or reported by the open below).
@@ -143,52 +167,61 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
       })
     }
 
+    /** A frame that arrived unasked (right after the handshake) is the server refusing the session. */
+    const unsolicited = (c: Conn) =>
+      Effect.gen(function*() {
+        const early = c.early.shift()
+        if (early === undefined) return
+        yield* drop("server sent an unsolicited frame")
+        const reply = yield* parseReply(early)
+        return yield* Effect.fail(
+          reply.type === "error" ? errorOf(reply) : new ProtocolError({ reason: "unsolicited frame" })
+        )
+      })
+
     /** Sends one frame and takes its one reply. `kind` names the request in errors. */
     const request = (kind: string, frame: Record<string, unknown>, opensEpisode: boolean) =>
       lock.withPermits(1)(
         Effect.gen(function*() {
           if (conn !== undefined) {
-            // A frame that arrived unasked (right after the handshake) is the server refusing the session.
-            const early = yield* Queue.poll(conn.inbox)
-            if (Option.isSome(early)) {
-              yield* drop("server sent an unsolicited frame")
-              const reply = yield* parseReply(early.value)
-              return yield* Effect.fail(
-                reply.type === "error" ? errorOf(reply) : new ProtocolError({ reason: "unsolicited frame" })
-              )
-            }
-            const closedNow = yield* Deferred.poll(conn.closed)
-            if (Option.isSome(closedNow)) yield* drop(`socket closed (code ${(yield* closedNow.value).code})`)
+            yield* unsolicited(conn)
+            if (conn.closedWith !== undefined) yield* drop(`socket closed (code ${conn.closedWith.code})`)
           }
           if (opensEpisode) lost = undefined
           else if (lost !== undefined) return yield* Effect.fail(lost)
           const c = conn ?? (yield* open(url, { maxPayload, connectTimeoutMs, pingMs }))
           conn = c
-          c.ws.send(JSON.stringify(frame))
-          const text = yield* Effect.raceFirst(
-            Queue.take(c.inbox),
-            Effect.flatMap(Deferred.await(c.closed), (info) =>
-              // A reply that landed together with the close still counts.
-              Effect.flatMap(Queue.poll(c.inbox), (o) =>
-                Option.isSome(o)
-                  ? Effect.succeed(o.value)
-                  : Effect.gen(function*() {
-                    const wasActive = episodeActive
-                    yield* drop(`socket closed during '${kind}' (code ${info.code})`)
-                    return yield* Effect.fail<Api.ClientError>(
-                      wasActive && lost !== undefined
-                        ? lost
-                        : new ConnectionClosedError({ url, code: info.code, reason: info.reason })
-                    )
-                  })))
-          ).pipe(
-            Effect.timeoutFail({
-              duration: Duration.millis(messageTimeoutMs),
-              onTimeout: () => new RequestTimeoutError({ url, request: kind, timeoutMs: messageTimeoutMs })
-            }),
-            Effect.tapError((e) => e._tag === "RequestTimeoutError" ? drop(`'${kind}' timed out`) : Effect.void),
-            Effect.onInterrupt(() => drop(`'${kind}' was interrupted`))
-          )
+          yield* unsolicited(c)
+          const outcome = yield* Effect.async<Outcome>((resume) => {
+            const timer = setTimeout(() => {
+              c.waiting = undefined
+              resume(Effect.succeed({ _tag: "Timeout" }))
+            }, messageTimeoutMs)
+            c.waiting = (o) => {
+              clearTimeout(timer)
+              resume(Effect.succeed(o))
+            }
+            c.ws.send(JSON.stringify(frame))
+            return Effect.sync(() => {
+              clearTimeout(timer)
+              c.waiting = undefined
+            })
+          }).pipe(Effect.onInterrupt(() => drop(`'${kind}' was interrupted`)))
+          if (outcome._tag === "Timeout") {
+            yield* drop(`'${kind}' timed out`)
+            return yield* Effect.fail(new RequestTimeoutError({ url, request: kind, timeoutMs: messageTimeoutMs }))
+          }
+          if (outcome._tag === "Closed") {
+            yield* unsolicited(c)
+            const wasActive = episodeActive
+            yield* drop(`socket closed during '${kind}' (code ${outcome.code})`)
+            return yield* Effect.fail<Api.ClientError>(
+              wasActive && lost !== undefined
+                ? lost
+                : new ConnectionClosedError({ url, code: outcome.code, reason: outcome.reason })
+            )
+          }
+          const text = outcome.text
           const reply = yield* parseReply(text)
           if (reply.type === "error") {
             const error = errorOf(reply)
@@ -260,8 +293,7 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
             Effect.sync(() => {
               episodeActive = !r.done
             })
-          ),
-          Effect.withSpan("Client.reset")
+          )
         ),
       step: (action) =>
         encodeAction(action).pipe(
@@ -271,8 +303,7 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
             Effect.sync(() => {
               if (r.done) episodeActive = false
             })
-          ),
-          Effect.withSpan("Client.step")
+          )
         ),
       state: request("state", { type: "state" }, false).pipe(
         Effect.flatMap((reply) =>

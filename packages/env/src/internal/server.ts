@@ -1,6 +1,6 @@
 // The OpenEnv server on node:http + ws, run inside Effect: every connection is a fiber in one FiberSet owned by the
 // server's scope, so closing the scope ends every session (its instance's scope closes, its socket is closed).
-import { Cause, Deferred, Duration, Effect, Either, Exit, FiberSet, Option, Queue } from "effect"
+import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberSet, Option } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { WebSocket, WebSocketServer } from "ws"
@@ -21,7 +21,7 @@ export interface Running {
 
 type Inbound = { readonly _tag: "Text"; readonly text: string } | { readonly _tag: "Binary" }
 
-// Inbound frames beyond this are held in the kernel (socket paused), so a flooding client cannot grow our memory.
+// Queued frames beyond this are held in the kernel (socket paused), so a flooding client cannot grow our memory.
 const HIGH_WATER = 64
 const LOW_WATER = 8
 
@@ -138,34 +138,97 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
 
     const handleSocket = (ws: WebSocket, path: "/ws" | "/mcp") =>
       Effect.gen(function*() {
-        const inbox = yield* Queue.unbounded<Inbound>()
         const ended = yield* Deferred.make<void>()
-        let pending = 0
+        let finished = false
+        const end = () => {
+          finished = true
+          Deferred.unsafeDone(ended, Exit.void)
+        }
+        // Frames wait here until the one before has been answered: strictly in order, never concurrently.
+        const queue: Array<Inbound> = []
         let paused = false
+        // Set once the instance exists; frames that arrive earlier wait in the queue.
+        const live: { ready?: { session: Session; instance: OpenEnvInstance } } = {}
+        let current: Fiber.RuntimeFiber<unknown, unknown> | undefined
         const liveness = { alive: true }
         liveSockets.set(ws, liveness)
+
+        const finish = (reply: Wire.Frame | Wire.JsonRpcResponse | "close") => {
+          current = undefined
+          if (live.ready !== undefined) live.ready.session.busy = false
+          if (reply === "close") return end()
+          send(ws, reply)
+          pump()
+        }
+        // The hot path: each frame runs as a fiber started synchronously (no scheduler hop when the environment
+        // answers synchronously); its observer sends the reply and starts the next frame.
+        const pump = (): void => {
+          if (finished || live.ready === undefined || current !== undefined || queue.length === 0) {
+            return
+          }
+          const next = queue.shift()!
+          if (paused && queue.length <= LOW_WATER) {
+            paused = false
+            ws.resume()
+          }
+          if (next._tag === "Binary") {
+            // Starlette's receive_text fails on binary frames and OpenEnv ends the session; say why.
+            send(
+              ws,
+              path === "/ws"
+                ? Wire.errorFrame(
+                  "SESSION_ERROR",
+                  "Binary frames are not supported: send each message as a JSON text frame"
+                )
+                : Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, "Parse error: binary frames are not supported")
+            )
+            return end()
+          }
+          const { instance, session } = live.ready
+          session.busy = true
+          const handled: Effect.Effect<Wire.Frame | Wire.JsonRpcResponse | "close"> = path === "/ws"
+            ? handleGymFrame(session, instance, next.text)
+            : handleMcpFrame(session, next.text)
+          const fiber = run(handled, { immediate: true })
+          current = fiber
+          fiber.addObserver((exit) => {
+            if (current !== fiber) return
+            if (Exit.isSuccess(exit)) return finish(exit.value)
+            current = undefined
+            if (!Cause.isInterruptedOnly(exit.cause)) {
+              send(ws, Wire.errorFrame("SESSION_ERROR", Mcp.causeMessage(exit.cause)))
+              end()
+            }
+          })
+        }
+
         ws.on("message", (data, isBinary) => {
-          pending++
-          inbox.unsafeOffer(isBinary ? { _tag: "Binary" } : { _tag: "Text", text: data.toString() })
-          if (!paused && pending >= HIGH_WATER) {
+          queue.push(isBinary ? { _tag: "Binary" } : { _tag: "Text", text: data.toString() })
+          if (!paused && queue.length >= HIGH_WATER) {
             paused = true
             ws.pause()
           }
+          pump()
         })
         ws.on("pong", () => {
           liveness.alive = true
         })
         ws.on("close", () => {
           liveSockets.delete(ws)
-          Deferred.unsafeDone(ended, Exit.void)
+          end()
         })
         ws.on("error", () => {
           // A protocol error (oversized frame, bad UTF-8) is followed by "close"; nothing else to do here.
         })
         yield* Effect.addFinalizer(() =>
-          Effect.sync(() => {
+          Effect.gen(function*() {
             liveSockets.delete(ws)
             closeSocket(ws, shuttingDown ? 1001 : 1000)
+            // A disconnect mid-request interrupts the request (its reply could never be read) before the
+            // instance's scope closes.
+            const inFlight = current
+            current = undefined
+            if (inFlight !== undefined) yield* Fiber.interrupt(inFlight)
           })
         )
 
@@ -173,7 +236,7 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
           table.release(sessionId)
           // The idle reaper and session/close free the slot at once, tell the client why, and close its socket.
           send(ws, Wire.errorFrame("SESSION_ERROR", `Session ended by the server: ${reason}`))
-          Deferred.unsafeDone(ended, Exit.void)
+          end()
         })
         if (!("id" in reserved)) {
           const message = Wire.capacityMessage(reserved.active, reserved.max)
@@ -207,42 +270,11 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
           )
           return
         }
-        const instance = made.value
-        session.instance = instance
+        session.instance = made.value
         session.lastActivity = Date.now()
-
-        const endedSignal = Deferred.await(ended).pipe(Effect.as(undefined))
-        while (true) {
-          const next = yield* Effect.raceFirst(Queue.take(inbox), endedSignal)
-          if (next === undefined) return
-          pending--
-          if (paused && pending <= LOW_WATER) {
-            paused = false
-            ws.resume()
-          }
-          if (next._tag === "Binary") {
-            // Starlette's receive_text fails on binary frames and OpenEnv ends the session; say why.
-            send(
-              ws,
-              path === "/ws"
-                ? Wire.errorFrame(
-                  "SESSION_ERROR",
-                  "Binary frames are not supported: send each message as a JSON text frame"
-                )
-                : Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, "Parse error: binary frames are not supported")
-            )
-            return
-          }
-          session.busy = true
-          // A disconnect mid-request interrupts the request: its reply could never be read.
-          const handled: Effect.Effect<Wire.Frame | Wire.JsonRpcResponse | "close"> = path === "/ws"
-            ? handleGymFrame(session, instance, next.text)
-            : handleMcpFrame(session, next.text)
-          const reply = yield* Effect.raceFirst(handled, endedSignal)
-          session.busy = false
-          if (reply === undefined || reply === "close") return
-          send(ws, reply)
-        }
+        live.ready = { session, instance: made.value }
+        pump()
+        yield* Deferred.await(ended)
       }).pipe(
         Effect.scoped,
         Effect.catchAllCause((cause) =>
