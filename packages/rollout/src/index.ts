@@ -7,6 +7,7 @@
 export * as ChatRenderer from "./ChatRenderer.js"
 export * as Episode from "./Episode.js"
 export * as Policy from "./Policy.js"
+export * as Recording from "./Recording.js"
 export * as RemoteSession from "./RemoteSession.js"
 export * as Rollout from "./Rollout.js"
 export * as ToolCallParser from "./ToolCallParser.js"
