@@ -38,8 +38,17 @@ export interface Axpy {
   readonly alpha: number
   readonly beta: number
 }
+/**
+ * Matmul kernel tiers. "tiled64": 64×64 tile, 4×4 per thread, scalar loads (the default). "tiled64v4" and
+ * "tiled128v4" read with vec4 loads (falling back to their scalar twin when a contiguous dim or offset is not a
+ * multiple of 4); "tiled128": 128×128 tile, 8×8 per thread, K staged 8 at a time.
+ */
+export type MatmulTier = "tiled64" | "tiled64v4" | "tiled128" | "tiled128v4"
+export const MATMUL_TIERS: ReadonlyArray<MatmulTier> = ["tiled64", "tiled64v4", "tiled128", "tiled128v4"]
+
 export interface Matmul {
   readonly kind: "matmul"
+  readonly tier: MatmulTier
   readonly a: Tensor
   readonly b: Tensor
   readonly c: Tensor
@@ -265,9 +274,11 @@ export const matmul = (o: {
   aOffset?: number
   bOffset?: number
   cOffset?: number
+  tier?: MatmulTier
 }): Matmul => {
   const op: Matmul = {
     kind: "matmul",
+    tier: o.tier ?? "tiled64",
     a: o.a,
     b: o.b,
     c: o.c,

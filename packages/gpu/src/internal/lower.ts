@@ -75,10 +75,13 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
       }]
     case "matmul": {
       const flags = { transA: op.transA, transB: op.transB, bias: op.bias !== undefined }
-      const label = `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${op.bias ? "_bias" : ""}`
+      const tiling = matmulTiling(op)
+      const tier = tiling === undefined ? "" : `_${tiling.tm}${tiling.vec4 ? "v4" : ""}`
+      const label = `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${op.bias ? "_bias" : ""}${tier}`
+      const tile = tiling ?? { tm: W.MM_TILE.m, tn: W.MM_TILE.n }
       return [{
         label,
-        code: W.matmul(flags),
+        code: tiling === undefined ? W.matmul(flags) : W.matmulTiled(flags, tiling),
         bindings: op.bias === undefined ? [op.a, op.b, op.c] : [op.a, op.b, op.c, op.bias],
         params: [
           u(op.m),
@@ -91,7 +94,7 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
           f(op.alpha),
           f(op.beta)
         ],
-        groups: [Math.ceil(op.n / W.MM_TILE.n), Math.ceil(op.m / W.MM_TILE.m), 1],
+        groups: [Math.ceil(op.n / tile.tn), Math.ceil(op.m / tile.tm), 1],
         flops: 2 * op.m * op.n * op.k,
         bytes: 4 * (op.m * op.k + op.k * op.n + op.m * op.n * (op.beta !== 0 ? 2 : 1))
       }]
@@ -322,6 +325,15 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
       })
     }
   }
+}
+
+/** The tiling of a matmul's tier (undefined: the original 64×64 kernel); vec4 only where alignment allows. */
+const matmulTiling = (op: Extract<Op, { kind: "matmul" }>): W.MatmulTiling | undefined => {
+  if (op.tier === "tiled64") return undefined
+  const size = op.tier.startsWith("tiled128") ? { tm: 128, tn: 128, tk: 8 } : { tm: 64, tn: 64, tk: 16 }
+  const aligned = (op.transA ? op.m : op.k) % 4 === 0 && (op.transB ? op.k : op.n) % 4 === 0 &&
+    op.aOffset % 4 === 0 && op.bOffset % 4 === 0 && op.a.offset % 16 === 0 && op.b.offset % 16 === 0
+  return { ...size, vec4: op.tier.endsWith("v4") && aligned }
 }
 
 /** Row blocks of the two-stage RMSNorm weight gradient: ~32 rows each, at most 256 blocks. */

@@ -112,6 +112,113 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
 }`
 }
 
+/** A register + workgroup tiling: tm×tn outputs per 256-thread workgroup, K staged tk at a time. */
+export interface MatmulTiling {
+  readonly tm: number
+  readonly tn: number
+  readonly tk: number
+  /** Read A and B from global memory as vec4 (needs the contiguous dims and offsets to be multiples of 4). */
+  readonly vec4: boolean
+}
+
+/**
+ * General tiled matmul with the same parameters and epilogue as {@link matmul}. Each of the 16×16 threads
+ * owns (tm/16)×(tn/16) outputs strided by 16, so neighbouring threads read neighbouring workgroup-memory
+ * words (no bank conflicts) and write neighbouring outputs.
+ */
+// Vector lanes are stored with constant swizzles: a loop indexing v[e] compiled ~20 s on lavapipe's LLVM.
+const unroll = (f: (e: number, c: string) => string) => ["x", "y", "z", "w"].map((c, e) => f(e, c)).join(" ")
+
+export const matmulTiled = (o: { transA: boolean; transB: boolean; bias: boolean }, t: MatmulTiling) => {
+  const { tk: TK, tm: TM, tn: TN } = t
+  const RM = TM / 16
+  const RN = TN / 16
+  const loads = t.vec4 ? (TM * TK) / 1024 : (TM * TK) / 256
+  const loadsB = t.vec4 ? (TK * TN) / 1024 : (TK * TN) / 256
+  const ty = t.vec4 ? "vec4f" : "f32"
+  const loadA = t.vec4
+    ? o.transA
+      ? `let kk = idx / ${TM / 4}u; let mq = idx % ${TM / 4}u; let gr = row0 + mq * 4u; let gk = k0 + kk;
+      var v = vec4f(0.0); if (gr < p.m && gk < p.k) { v = A[(p.aOff + gk * p.m + gr) / 4u]; }
+      ${unroll((e, c) => `As[kk * ${TM}u + mq * 4u + ${e}u] = v.${c};`)}`
+      : `let r = idx / ${TK / 4}u; let kq = idx % ${TK / 4}u; let gr = row0 + r; let gk = k0 + kq * 4u;
+      var v = vec4f(0.0); if (gr < p.m && gk < p.k) { v = A[(p.aOff + gr * p.k + gk) / 4u]; }
+      ${unroll((e, c) => `As[(kq * 4u + ${e}u) * ${TM}u + r] = v.${c};`)}`
+    : o.transA
+    ? `let r = idx % ${TM}u; let kk = idx / ${TM}u; let gr = row0 + r; let gk = k0 + kk;
+      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.m + gr]; }
+      As[kk * ${TM}u + r] = v;`
+    : `let r = idx / ${TK}u; let kk = idx % ${TK}u; let gr = row0 + r; let gk = k0 + kk;
+      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.k + gk]; }
+      As[kk * ${TM}u + r] = v;`
+  const loadB = t.vec4
+    ? o.transB
+      ? `let bc = idx / ${TK / 4}u; let kq = idx % ${TK / 4}u; let gc = col0 + bc; let gk = k0 + kq * 4u;
+      var w = vec4f(0.0); if (gk < p.k && gc < p.n) { w = B[(p.bOff + gc * p.k + gk) / 4u]; }
+      ${unroll((e, c) => `Bs[(kq * 4u + ${e}u) * ${TN}u + bc] = w.${c};`)}`
+      : `let bk = idx / ${TN / 4}u; let nq = idx % ${TN / 4}u; let gbk = k0 + bk; let gc = col0 + nq * 4u;
+      var w = vec4f(0.0); if (gbk < p.k && gc < p.n) { w = B[(p.bOff + gbk * p.n + gc) / 4u]; }
+      ${unroll((e, c) => `Bs[bk * ${TN}u + nq * 4u + ${e}u] = w.${c};`)}`
+    : o.transB
+    ? `let bc = idx / ${TK}u; let bk = idx % ${TK}u; let gbk = k0 + bk; let gc = col0 + bc;
+      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gc * p.k + gbk]; }
+      Bs[bk * ${TN}u + bc] = w;`
+    : `let bk = idx / ${TN}u; let bc = idx % ${TN}u; let gbk = k0 + bk; let gc = col0 + bc;
+      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gbk * p.n + gc]; }
+      Bs[bk * ${TN}u + bc] = w;`
+  const bias = o.bias ? "\n@group(0) @binding(4) var<storage, read> Bias: array<f32>;" : ""
+  return `struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> A: array<${ty}>;
+@group(0) @binding(2) var<storage, read> B: array<${ty}>;
+@group(0) @binding(3) var<storage, read_write> C: array<f32>;${bias}
+var<workgroup> As: array<f32, ${TM * TK}>; // [TK][TM]
+var<workgroup> Bs: array<f32, ${TK * TN}>; // [TK][TN]
+@compute @workgroup_size(16, 16)
+fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: vec3u) {
+  let tid = lid.y * 16u + lid.x;
+  let row0 = wid.y * ${TM}u;
+  let col0 = wid.x * ${TN}u;
+  var acc: array<f32, ${RM * RN}>;
+  var a: array<f32, ${RM}>;
+  var b: array<f32, ${RN}>;
+  for (var k0 = 0u; k0 < p.k; k0 += ${TK}u) {
+    for (var q = 0u; q < ${loads}u; q++) {
+      let idx = tid + q * 256u;
+      ${loadA}
+    }
+    for (var q = 0u; q < ${loadsB}u; q++) {
+      let idx = tid + q * 256u;
+      ${loadB}
+    }
+    workgroupBarrier();
+    for (var kk = 0u; kk < ${TK}u; kk++) {
+      for (var i = 0u; i < ${RM}u; i++) { a[i] = As[kk * ${TM}u + lid.y + i * 16u]; }
+      for (var j = 0u; j < ${RN}u; j++) { b[j] = Bs[kk * ${TN}u + lid.x + j * 16u]; }
+      for (var i = 0u; i < ${RM}u; i++) {
+        for (var j = 0u; j < ${RN}u; j++) {
+          acc[i * ${RN}u + j] = fma(a[i], b[j], acc[i * ${RN}u + j]);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < ${RM}u; i++) {
+    let r = row0 + lid.y + i * 16u;
+    for (var j = 0u; j < ${RN}u; j++) {
+      let c = col0 + lid.x + j * 16u;
+      if (r < p.m && c < p.n) {
+        let at = p.cOff + r * p.n + c;
+        var v = p.alpha * acc[i * ${RN}u + j];
+        if (p.beta != 0.0) { v += p.beta * C[at]; }
+        ${o.bias ? "v += Bias[p.biasOff + c];" : ""}
+        C[at] = v;
+      }
+    }
+  }
+}`
+}
+
 export const embedding = header("n: u32, dim: u32, vocab: u32", [["Table", "read"], ["Ids", "read", "u32"], [
   "Out",
   "read_write"

@@ -1,0 +1,55 @@
+import { assert, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Arena from "../src/Arena.js"
+import { Gpu } from "../src/Gpu.js"
+import * as Ops from "../src/Ops.js"
+import * as Program from "../src/Program.js"
+import { maxRelError, randomize, runBoth } from "./helpers.js"
+
+// The faster matmul tiers against the CPU twin. Each tier/form is its own pipeline and lavapipe's first
+// dispatch of one costs 5-20 s of LLVM time, so a covering subset runs: every load path of the shared
+// generator (scalar/vec4 × A plain/transposed × B plain/transposed) through the 128 tile, and the vec4
+// fallback on unaligned shapes. The 64-tile vec4 tier is the same generator with other constants (bench only).
+layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
+  it.scoped("tiled128 NT, tiled128v4 NN/TN/NT with epilogues, on ragged and aligned shapes", () =>
+    Effect.gen(function*() {
+      const plan = Arena.plan({
+        a: { shape: [132 * 24 + 4] },
+        b: { shape: [24 * 140 + 8] },
+        bias: { shape: [140] },
+        c1: { shape: [132, 140] },
+        c2: { shape: [132, 140] },
+        c3: { shape: [132, 140] },
+        c4: { shape: [132, 140] },
+        c5: { shape: [132, 140] },
+        c6: { shape: [7, 9] }
+      })
+      const h = Arena.host(plan)
+      randomize(h, 11)
+      const t = (n: string) => Arena.tensorOf(plan, n)
+      const mm = { a: t("a"), b: t("b"), m: 132, n: 140, k: 24 }
+      const ops = [
+        Ops.matmul({ ...mm, c: t("c1"), tier: "tiled128v4", bias: t("bias"), aOffset: 4 }),
+        Ops.matmul({ ...mm, c: t("c2"), tier: "tiled128v4", transB: true, bOffset: 8, beta: 1 }),
+        Ops.matmul({ ...mm, c: t("c3"), tier: "tiled128v4", transA: true, alpha: 2 }),
+        Ops.matmul({ ...mm, c: t("c4"), tier: "tiled128", transB: true, beta: 0.5 }),
+        Ops.matmul({ ...mm, c: t("c5"), tier: "tiled128", transA: true }),
+        // K = 5 is not a multiple of 4: falls back to the scalar 64 tile (same pipeline as no tier).
+        Ops.matmul({ a: t("a"), b: t("b"), c: t("c6"), m: 7, n: 9, k: 5, tier: "tiled64v4", aOffset: 1 })
+      ]
+      const labels = Program.plan({ plan }, ops).map((d) => d.label)
+      assert.deepStrictEqual(labels, [
+        "matmul_NN_bias_128v4",
+        "matmul_NT_128v4",
+        "matmul_TN_128v4",
+        "matmul_NT_128",
+        "matmul_TN_128",
+        "matmul_NN_64"
+      ])
+      const r = yield* runBoth(h, ops)
+      for (const name of ["c1", "c2", "c3", "c4", "c5", "c6"]) {
+        const e = maxRelError(r.gpu.f32(name), r.cpu.f32(name))
+        assert.isBelow(e, 1e-5, `${name}: ${e}`)
+      }
+    }))
+})
