@@ -6,39 +6,9 @@ import * as os from "node:os"
 import * as path from "node:path"
 import * as Checkpoint from "../src/Checkpoint.js"
 import { Gpu } from "../src/Gpu.js"
-import type { ModelConfig } from "../src/ModelConfig.js"
 import * as Qwen3 from "../src/Qwen3.js"
 import * as Ref from "../src/Qwen3Reference.js"
-
-export const testConfig = (o: Partial<ModelConfig> = {}): ModelConfig => ({
-  architecture: "Qwen3ForCausalLM",
-  vocab_size: 40,
-  hidden_size: 32,
-  intermediate_size: 48,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  head_dim: 16,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
-  max_position_embeddings: 256,
-  tie_word_embeddings: true,
-  torch_dtype: "float32",
-  bos_token_id: null,
-  eos_token_ids: [],
-  pad_token_id: null,
-  initializer_range: 0.02,
-  extra: {},
-  ...o
-})
-
-export const testModel = (config: ModelConfig, seed: number) => {
-  const w = Ref.randomWeights(config, { seed, std: 0.3, normJitter: 0.2 })
-  const tensors = new Map(
-    Ref.tensorSpecs(config).map((s) => [s.name, { shape: s.shape, data: Float32Array.from(w[s.name]) }] as const)
-  )
-  return { config, tensors, weights: w }
-}
+import { testConfig, testModel } from "./qwen3Fixtures.js"
 
 /** |got − want| ≤ tol·max|want| elementwise. */
 const assertClose = (got: ArrayLike<number>, want: ArrayLike<number>, tol: number, what: string) => {

@@ -317,4 +317,4 @@ const HD = ${hd}u;
 
 /** Increments Ctl[0] (the decode ring index) by one: one invocation. */
 export const ringAdvance = header("unused: u32", [["Ctl", "read_write", "u32"]]) + `
-@compute @workgroup_size(1) fn main() { Ctl[0] = Ctl[0] + 1u; }`
+@compute @workgroup_size(1) fn main() { Ctl[0] = Ctl[0] + 1u + p.unused; }`

@@ -145,9 +145,9 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
     for (var i = 0u; i < 4u; i++) { bf[i] = SF[s * 4u + i]; }
     bu[8] = Ctl[0];
   }
-  let active = workgroupUniformLoad(&bu[0]);
+  let isActive = workgroupUniformLoad(&bu[0]);
   let ring = workgroupUniformLoad(&bu[8]) % p.ring;
-  if (active == 0u) {
+  if (isActive == 0u) {
     if (lid == 0u) { OutTok[s * p.ring + ring] = NONE; }
     return;
   }
@@ -274,14 +274,14 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
     let step = workgroupUniformLoad(&bu[4]);
     let x0 = philoxX0(vec4u(step, sequence, 0u, 0u), vec2u(seedLo, seedHi));
     let u = f32(x0 >> 8u) / 16777216.0;
-    let target = u * total;
+    let goal = u * total;
     var acc = start;
     var found = NONE;
     for (var v = v0; v < v1; v++) {
       let z = W[zb + v];
       if (z <= KEPT) { continue; }
       acc += exp(z - mz);
-      if (acc > target) { found = v; break; }
+      if (acc > goal) { found = v; break; }
     }
     let first = minU(found, lid);
     let last = maxU(select(0u, lastKept, anyKept != 0u), lid);
