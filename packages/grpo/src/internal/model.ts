@@ -1,0 +1,266 @@
+/**
+ * The model as the trainers need it, and a plain-TypeScript implementation over `Qwen3Reference` (slow, exact;
+ * used by tests and as a CPU fallback until the GPU model is plugged in through the same interface).
+ */
+import type { ChatTemplate } from "@envtrain/gpu/ChatTemplate"
+import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import type * as ModelConfig from "@envtrain/gpu/ModelConfig"
+import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
+import type * as Safetensors from "@envtrain/gpu/Safetensors"
+import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
+import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
+import { Effect } from "effect"
+
+/**
+ * Sequences to score or train on: row i is `prompts[i] ++ completions[i]`; per-token outputs cover the completion
+ * tokens only, as `rows × length` row-major arrays (`length` = the longest completion; shorter rows are padded
+ * with 0).
+ */
+export interface SequenceBatch {
+  readonly prompts: ReadonlyArray<ReadonlyArray<number>>
+  readonly completions: ReadonlyArray<ReadonlyArray<number>>
+  readonly length: number
+}
+
+/** Per completion token: log_softmax(logits / temperature)[token] over the full vocabulary, and the entropy. */
+export interface TokenScores {
+  readonly logprobs: Float64Array
+  readonly entropies: Float64Array
+}
+
+/** One optimizer update: clip the accumulated gradient's global norm (0 = off), then AdamW, then zero it. */
+export interface OptimizerStep {
+  readonly learningRate: number
+  readonly maxGradNorm: number
+  readonly beta1: number
+  readonly beta2: number
+  readonly epsilon: number
+  readonly weightDecay: number
+}
+
+/** Weights and AdamW moments, for checkpoints. Tensors are f32 and named as in the HF checkpoint. */
+export interface ModelState {
+  readonly weights: Safetensors.Tensors
+  readonly optimizerStep: number
+  /** `exp_avg.<name>` and `exp_avg_sq.<name>` for every parameter (absent before the first update). */
+  readonly moments: Safetensors.Tensors
+}
+
+/**
+ * What the GRPO and SFT trainers need from a model. The GPU model (`@envtrain/gpu` Qwen3) and the CPU reference
+ * implement it; a failure of any method is a run-level failure (device lost), never an episode's.
+ *
+ * Gradients: `accumulate` adds d(Σ w·l)/dθ for per-token weights `w` chosen from the logprobs `l` of the same
+ * forward pass. The GRPO trainer passes `w = d loss / d l` from `Loss.compute`, which gives exactly the gradient of
+ * the loss (the loss depends on θ only through l).
+ */
+export interface TrainableModel {
+  readonly config: ModelConfig.ModelConfig
+  readonly tokenizer: Tokenizer
+  readonly chatTemplate: ChatTemplate
+  readonly generationConfig: Readonly<Record<string, unknown>>
+  /** Most generation requests served by one call of `generate`. */
+  readonly maxBatchSize: number
+  /**
+   * One completion per request, in order. Sampling is seeded by `sampling.seed` and the prompt length (so a turn's
+   * tokens do not depend on which other requests share the batch); temperature 0 is greedy. Logprobs are the
+   * sampler's processed logprobs.
+   */
+  readonly generate: (requests: ReadonlyArray<GenerateRequest>) => Effect.Effect<ReadonlyArray<Completion>>
+  /** Logprobs and entropies of the completion tokens under the current weights (no gradient). */
+  readonly score: (batch: SequenceBatch, temperature: number) => Effect.Effect<TokenScores>
+  /** Forward, then backward of Σ w·l with `w = weightsFor(scores)`, added to the gradient buffers. */
+  readonly accumulate: (
+    batch: SequenceBatch,
+    temperature: number,
+    weightsFor: (scores: TokenScores) => ArrayLike<number>
+  ) => Effect.Effect<TokenScores>
+  /** Applies the accumulated gradient; returns the pre-clip global gradient norm. */
+  readonly step: (options: OptimizerStep) => Effect.Effect<{ readonly gradNorm: number }>
+  readonly exportState: Effect.Effect<ModelState>
+  readonly importState: (state: ModelState) => Effect.Effect<void>
+  /** A frozen copy of the current weights (the KL reference model). */
+  readonly frozenCopy: Effect.Effect<TrainableModel>
+}
+
+const toRecord = (tensors: Safetensors.Tensors): Qwen3Reference.Weights => {
+  const out: Qwen3Reference.Weights = {}
+  for (const [name, t] of tensors) out[name] = Float32Array.from(t.data)
+  return out
+}
+
+const toTensors = (
+  weights: Qwen3Reference.Weights,
+  shapes: ReadonlyMap<string, ReadonlyArray<number>>,
+  prefix = ""
+): Map<string, Safetensors.Tensor> => {
+  const out = new Map<string, Safetensors.Tensor>()
+  for (const [name, data] of Object.entries(weights)) {
+    out.set(prefix + name, { shape: shapes.get(name) ?? [data.length], data: Float32Array.from(data) })
+  }
+  return out
+}
+
+/**
+ * The CPU reference model: `Qwen3Reference` forward/backward in f32 with f64 accumulation, AdamW and clipping as
+ * torch. Sequences are run one at a time (a few hundred tokens per second for the tiny preset).
+ */
+export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSize?: number } = {}): TrainableModel => {
+  const config = model.config
+  let weights = toRecord(model.tensors)
+  const shapes = new Map<string, ReadonlyArray<number>>([...model.tensors].map(([n, t]) => [n, t.shape]))
+  let adam = Qwen3Reference.makeAdamWState(weights)
+  let grads: Record<string, Float64Array> | undefined
+  const V = config.vocab_size
+
+  const forwardRow = (prompt: ReadonlyArray<number>, completion: ReadonlyArray<number>, temperature: number) => {
+    const tokens = [...prompt, ...completion]
+    const fwd = Qwen3Reference.forward(config, weights, { tokens, batch: 1, seqLen: tokens.length })
+    const targets = new Int32Array(tokens.length).fill(-1)
+    // Position t predicts token t+1: completion token c sits at prompt.length + c and is predicted one earlier.
+    for (let c = 0; c < completion.length; c++) targets[prompt.length + c - 1] = completion[c]
+    const scores = Qwen3Reference.tokenLogprobs(fwd.logits, V, targets, temperature)
+    return { fwd, targets, scores }
+  }
+
+  const score = (batch: SequenceBatch, temperature: number) =>
+    Effect.sync((): TokenScores => {
+      const rows = batch.prompts.length
+      const T = batch.length
+      const logprobs = new Float64Array(rows * T)
+      const entropies = new Float64Array(rows * T)
+      for (let i = 0; i < rows; i++) {
+        const p = batch.prompts[i]
+        const c = batch.completions[i]
+        if (c.length === 0) continue
+        const { scores } = forwardRow(p, c, temperature)
+        for (let t = 0; t < c.length; t++) {
+          logprobs[i * T + t] = scores.logprobs[p.length + t - 1]
+          entropies[i * T + t] = scores.entropy[p.length + t - 1]
+        }
+      }
+      return { logprobs, entropies }
+    })
+
+  const self: TrainableModel = {
+    config,
+    tokenizer: model.tokenizer,
+    chatTemplate: model.chatTemplate,
+    generationConfig: model.generationConfig,
+    maxBatchSize: options.maxBatchSize ?? 64,
+    generate: (requests) =>
+      Effect.sync(() =>
+        requests.map((request): Completion => {
+          const s = request.sampling
+          const temperature = s.temperature ?? 1
+          const out = Qwen3Reference.generate(config, weights, request.promptIds, {
+            temperature,
+            ...(s.topK !== undefined && s.topK > 0 ? { topK: s.topK } : {}),
+            ...(s.topP !== undefined ? { topP: s.topP } : {}),
+            ...(s.minP !== undefined ? { minP: s.minP } : {}),
+            ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {}),
+            maxNewTokens: Math.max(0, s.maxTokens),
+            stopTokens: s.stopTokenIds ?? [],
+            seed: s.seed ?? 0,
+            sequence: request.promptIds.length
+          })
+          return {
+            tokenIds: out.tokens,
+            logprobs: temperature === 0 ? out.logprobs : out.sampledLogprobs,
+            finishReason: out.finishReason
+          }
+        })
+      ),
+    score,
+    accumulate: (batch, temperature, weightsFor) =>
+      Effect.sync(() => {
+        const rows = batch.prompts.length
+        const T = batch.length
+        const runs = batch.prompts.map((p, i) =>
+          batch.completions[i].length === 0 ? undefined : forwardRow(p, batch.completions[i], temperature)
+        )
+        const logprobs = new Float64Array(rows * T)
+        const entropies = new Float64Array(rows * T)
+        runs.forEach((run, i) => {
+          if (run === undefined) return
+          const p = batch.prompts[i].length
+          for (let t = 0; t < batch.completions[i].length; t++) {
+            logprobs[i * T + t] = run.scores.logprobs[p + t - 1]
+            entropies[i * T + t] = run.scores.entropy[p + t - 1]
+          }
+        })
+        const scores = { logprobs, entropies }
+        const w = weightsFor(scores)
+        if (grads === undefined) {
+          grads = {}
+          for (const [name, data] of Object.entries(weights)) grads[name] = new Float64Array(data.length)
+        }
+        runs.forEach((run, i) => {
+          if (run === undefined) return
+          const p = batch.prompts[i].length
+          const lossWeights = new Float64Array(run.targets.length)
+          let any = false
+          for (let t = 0; t < batch.completions[i].length; t++) {
+            lossWeights[p + t - 1] = w[i * T + t]
+            if (w[i * T + t] !== 0) any = true
+          }
+          if (!any) return
+          const g = Qwen3Reference.backward(config, weights, run.fwd, run.targets, lossWeights, temperature)
+          for (const [name, gw] of Object.entries(g.grads)) {
+            const acc = grads![name]
+            for (let j = 0; j < gw.length; j++) acc[j] += gw[j]
+          }
+        })
+        return scores
+      }),
+    step: (o) =>
+      Effect.sync(() => {
+        const g: Qwen3Reference.Weights = {}
+        for (const [name, data] of Object.entries(weights)) {
+          g[name] = grads === undefined ? new Float32Array(data.length) : Float32Array.from(grads[name])
+        }
+        // maxGradNorm 0 disables clipping: an infinite bound measures the norm and scales by 1.
+        const { totalNorm } = Qwen3Reference.clipGradNorm(g, o.maxGradNorm > 0 ? o.maxGradNorm : Infinity)
+        Qwen3Reference.adamWStep(weights, g, adam, {
+          lr: o.learningRate,
+          beta1: o.beta1,
+          beta2: o.beta2,
+          eps: o.epsilon,
+          weightDecay: o.weightDecay
+        })
+        grads = undefined
+        return { gradNorm: totalNorm }
+      }),
+    exportState: Effect.sync((): ModelState => ({
+      weights: toTensors(weights, shapes),
+      optimizerStep: adam.step,
+      moments: new Map([...toTensors(adam.m, shapes, "exp_avg."), ...toTensors(adam.v, shapes, "exp_avg_sq.")])
+    })),
+    importState: (state) =>
+      Effect.sync(() => {
+        weights = toRecord(state.weights)
+        const fresh = Qwen3Reference.makeAdamWState(weights)
+        for (const name of Object.keys(weights)) {
+          const m = state.moments.get(`exp_avg.${name}`)
+          const v = state.moments.get(`exp_avg_sq.${name}`)
+          if (m !== undefined) fresh.m[name].set(m.data)
+          if (v !== undefined) fresh.v[name].set(v.data)
+        }
+        fresh.step = state.optimizerStep
+        adam = fresh
+        grads = undefined
+      }),
+    frozenCopy: Effect.sync(() => cpuModel({ ...model, tensors: toTensors(weights, shapes) }, options))
+  }
+  return self
+}
+
+/** Converts row-major ragged completions into the padded `rows × length` layout. */
+export const batchOf = (
+  prompts: ReadonlyArray<ReadonlyArray<number>>,
+  completions: ReadonlyArray<ReadonlyArray<number>>
+): SequenceBatch => ({
+  prompts,
+  completions,
+  length: completions.reduce((m, c) => Math.max(m, c.length), 0)
+})

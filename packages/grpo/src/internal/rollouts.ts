@@ -1,0 +1,90 @@
+/**
+ * One generation batch of episodes with the trainer's model as the policy: the rows' groups rolled out through
+ * `Rollout.groups`, every episode seeded from (seed, prompt, generation) so its tokens do not depend on scheduling,
+ * and the records returned in (prompt, generation) order.
+ */
+import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
+import { ChatRenderer } from "@envtrain/rollout/ChatRenderer"
+import * as Episode from "@envtrain/rollout/Episode"
+import * as Policy from "@envtrain/rollout/Policy"
+import * as Rollout from "@envtrain/rollout/Rollout"
+import { Chunk, Effect, Layer, type Scope, Stream } from "effect"
+import { mixSeed } from "../Dataset.js"
+import type * as Reward from "../Reward.js"
+import type { TrainableModel } from "./model.js"
+
+/**
+ * How episodes meet their environment: open a fresh session for one dataset row (its columns, with `seed`), in
+ * the episode's Scope.
+ */
+export type OpenSession<State, E, R> = (
+  row: Readonly<Record<string, unknown>>
+) => Effect.Effect<Episode.Session<State, E>, E, Scope.Scope | R>
+
+export interface BatchOptions<State, E, R> {
+  readonly model: TrainableModel
+  readonly rows: ReadonlyArray<Rollout.PromptRow>
+  readonly groupSize: number
+  readonly open: OpenSession<State, E, R>
+  readonly episode: Episode.EpisodeConfig
+  readonly seed: number
+  readonly concurrency: number
+  readonly enableThinking: boolean
+  readonly episodeTimeout?: Rollout.RolloutOptions<State, E, R>["episodeTimeout"]
+}
+
+/** The policy and renderer layers of a model. */
+export const layers = (model: TrainableModel, enableThinking: boolean) =>
+  Layer.merge(
+    Policy.batching({ maxBatchSize: model.maxBatchSize, generateBatch: (requests) => model.generate(requests) }),
+    ChatRenderer.layer({ tokenizer: model.tokenizer, template: model.chatTemplate, enableThinking })
+  )
+
+export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
+  Effect.gen(function*() {
+    const groups = yield* Rollout.groups(Stream.fromIterable(options.rows), {
+      groupSize: options.groupSize,
+      concurrency: options.concurrency,
+      config: options.episode,
+      baseSeed: options.seed,
+      open: options.open,
+      ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
+      episode: (input) =>
+        Effect.gen(function*() {
+          const session = yield* options.open(input.row)
+          return yield* Episode.run({
+            prompt: input.prompt,
+            session,
+            config: {
+              ...options.episode,
+              sampling: {
+                ...options.episode.sampling,
+                seed: mixSeed(options.seed, input.promptIndex, input.generation)
+              }
+            },
+            progress: input.progress
+          })
+        })
+    }).pipe(Stream.runCollect)
+    const sorted = Chunk.toReadonlyArray(groups).slice().sort((a, b) => a.promptIndex - b.promptIndex)
+    return sorted.flatMap((g) => g.episodes.slice().sort((a, b) => a.generation - b.generation))
+  }).pipe(Effect.provide(layers(options.model, options.enableThinking)))
+
+/** A record as reward functions see it: prompt and completion messages, the environment's final state. */
+export const rewardEpisode = <State>(
+  record: Episode.EpisodeRecord<State>
+): Reward.Episode<State, ReadonlyArray<ChatMessage>, ReadonlyArray<ChatMessage>> => ({
+  prompt: record.messages.slice(0, record.promptMessageCount),
+  completion: record.messages.slice(record.promptMessageCount),
+  completionIds: record.completionIds,
+  environment: record.state as State,
+  columns: record.row,
+  ...(record.unscoreable === undefined ? {} : { unscoreable: { reason: record.unscoreable.reason } })
+})
+
+/** Model tokens of a record (mask 1). */
+export const modelTokens = (record: Episode.EpisodeRecord<unknown>): number => {
+  let n = 0
+  for (const m of record.mask) n += m
+  return n
+}

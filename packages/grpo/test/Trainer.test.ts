@@ -1,0 +1,138 @@
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Fiber } from "effect"
+import * as Metrics from "../src/Metrics.js"
+import * as Trainer from "../src/Trainer.js"
+import * as TrainerState from "../src/TrainerState.js"
+import * as F from "./fixtures.js"
+
+const fingerprint = (s: Trainer.StepResult) => [s.step, s.loss, s.values["grad_norm"], s.values["reward"]]
+
+describe("Trainer.train", () => {
+  it.scoped(
+    "a short run on an in-process environment raises the reward and writes metrics, report, checkpoint",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const config = yield* F.config({ maxSteps: 6, evalSteps: 6, saveSteps: 3, outputDir: dir })
+        const model = yield* F.tinyModel()
+        const result = yield* Trainer.train({
+          config,
+          model,
+          dataset: F.dataset(0, 64),
+          evalDataset: F.dataset(1000, 1002),
+          open: F.open,
+          rewardFunctions: [F.parityReward],
+          progress: false
+        })
+        assert.strictEqual(result.globalStep, 6)
+        const rewards = result.steps.map((s) => s.values["reward"])
+        const early = (rewards[0] + rewards[1]) / 2
+        const late = (rewards[4] + rewards[5]) / 2
+        assert.isTrue(late > early + 0.2, `reward should rise: ${rewards.map((r) => r.toFixed(3)).join(", ")}`)
+
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, Metrics.files.metrics))
+        assert.deepStrictEqual(metrics.map((m) => m.step), [1, 2, 3, 4, 5, 6])
+        for (
+          const key of [
+            "reward",
+            "reward_std",
+            "rewards/even_tokens/mean",
+            "rewards/even_tokens/std",
+            "frac_reward_zero_std",
+            "completions/mean_length",
+            "completions/clipped_ratio",
+            "tools/call_frequency",
+            "tools/failure_frequency",
+            "loss",
+            "grad_norm",
+            "learning_rate",
+            "entropy",
+            "clip_ratio/region_mean",
+            "num_tokens",
+            "step_time",
+            "tokens_per_second"
+          ]
+        ) assert.isTrue(key in metrics[0], `metrics.jsonl lacks ${key}`)
+        assert.strictEqual(metrics[0]["learning_rate"], 0.05)
+        const completions = yield* Metrics.read<Metrics.CompletionSample>(path.join(dir, Metrics.files.completions))
+        assert.strictEqual(completions.length, 6 * 8)
+        assert.isTrue(completions[0].prompt.includes("Say a"))
+        const evals = yield* Metrics.read<{ step: number }>(path.join(dir, Metrics.files.evaluations))
+        assert.deepStrictEqual(evals.map((e) => e.step), [0, 6])
+        assert.isTrue(yield* fs.exists(path.join(dir, "eval.json")))
+        const html = yield* fs.readFileString(result.report)
+        assert.isTrue(html.includes(`data-metric="reward"`) && html.includes("<svg"))
+        assert.deepStrictEqual(
+          (yield* fs.readDirectory(dir)).filter((n) => n.startsWith("checkpoint-")).sort(),
+          ["checkpoint-3", "checkpoint-6"]
+        )
+        const ckpt = path.join(dir, "checkpoint-6")
+        for (
+          const name of [
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "optimizer.safetensors",
+            "trainer_state.json"
+          ]
+        ) {
+          assert.isTrue(yield* fs.exists(path.join(ckpt, name)), `checkpoint lacks ${name}`)
+        }
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
+  it.scoped("interrupted then resumed, the next steps equal an uninterrupted run's", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      // A generation batch spans two optimizer steps, so the checkpoint must carry the pending micro-batch.
+      const base = { maxSteps: 4, perDeviceTrainBatchSize: 4, stepsPerGeneration: 2, saveSteps: 100 }
+      const dirA = yield* fs.makeTempDirectoryScoped()
+      const a = yield* Trainer.train({
+        config: yield* F.config({ ...base, outputDir: dirA }),
+        model: yield* F.tinyModel(),
+        dataset: F.dataset(0, 64),
+        open: F.open,
+        rewardFunctions: [F.parityReward],
+        progress: false
+      })
+      assert.strictEqual(a.steps.length, 4)
+
+      const dirB = yield* fs.makeTempDirectoryScoped()
+      const configB = yield* F.config({ ...base, outputDir: dirB })
+      const reached = yield* Deferred.make<void>()
+      const fiber = yield* Effect.fork(Trainer.train({
+        config: configB,
+        model: yield* F.tinyModel(),
+        dataset: F.dataset(0, 64),
+        open: F.open,
+        rewardFunctions: [F.parityReward],
+        progress: false,
+        // The signal arrives while the trainer is busy after step 1.
+        onStep: (s) =>
+          s.step === 1 ? Deferred.succeed(reached, undefined).pipe(Effect.zipRight(Effect.never)) : Effect.void
+      }))
+      yield* Deferred.await(reached)
+      yield* Fiber.interrupt(fiber)
+      const saved = yield* TrainerState.latest(dirB)
+      assert.isTrue(saved._tag === "Some" && saved.value.endsWith("checkpoint-1"), `checkpoint: ${String(saved)}`)
+
+      // A different initial model: the checkpoint must overwrite it.
+      const b = yield* Trainer.train({
+        config: configB,
+        model: yield* F.tinyModel(7),
+        dataset: F.dataset(0, 64),
+        open: F.open,
+        rewardFunctions: [F.parityReward],
+        progress: false,
+        resume: true
+      })
+      assert.deepStrictEqual(b.steps.map(fingerprint), a.steps.slice(1).map(fingerprint))
+      const metrics = yield* Metrics.read<Metrics.MetricsRecord>(`${dirB}/${Metrics.files.metrics}`)
+      assert.deepStrictEqual(metrics.map((m) => m.step), [1, 2, 3, 4])
+    }).pipe(Effect.provide(NodeContext.layer)), 120_000)
+})

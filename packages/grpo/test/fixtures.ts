@@ -1,0 +1,50 @@
+/**
+ * Test fixtures: a tiny Qwen3 model on the CPU reference, an in-process environment without tools, and configs.
+ */
+import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import type { Session } from "@envtrain/rollout/Episode"
+import { Effect, Option } from "effect"
+import * as Config from "../src/Config.js"
+import * as Dataset from "../src/Dataset.js"
+import * as Reward from "../src/Reward.js"
+import * as Trainer from "../src/Trainer.js"
+
+/** The environment's state: the parity the episode is asked for (even token ids). */
+export interface ParityState {
+  readonly seed: number
+}
+
+/** An in-process environment with no tools: the episode is one answer, judged on its token ids. */
+export const open = (row: Readonly<Record<string, unknown>>) =>
+  Effect.succeed<Session<ParityState>>({
+    environment: "parity",
+    observation: Option.none(),
+    toolDefinitions: [],
+    call: () => Effect.die("no tools"),
+    state: Effect.succeed({ seed: Number(row.seed ?? 0) })
+  })
+
+/** Fraction of the completion's tokens with an even id: dense, and a random model scores about 0.5. */
+export const parityReward = Reward.perEpisode<ParityState>("even_tokens", (e) => {
+  const ids = e.completionIds
+  return ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length
+})
+
+export const tinyModel = (seed = 1) => Effect.map(Checkpoint.makeModel("tiny", seed), (m) => Trainer.referenceModel(m))
+
+export const dataset = (from: number, to: number) =>
+  Dataset.fromSeeds({ prompt: [{ role: "user", content: "Say a" }], seeds: Dataset.range(from, to) })
+
+export const config = (overrides: Record<string, unknown>) =>
+  Config.fromSources({
+    numGenerations: 4,
+    perDeviceTrainBatchSize: 8,
+    maxCompletionLength: 6,
+    learningRate: 0.05,
+    lrSchedulerType: "constant",
+    loggingSteps: 1,
+    saveSteps: 1000,
+    logCompletions: true,
+    numCompletionsToPrint: 2,
+    ...overrides
+  })
