@@ -19,6 +19,7 @@ import * as Catch from "./Catch.js"
 import * as Echo from "./Echo.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Server from "./Server.js"
+import * as Sudoku from "./Sudoku.js"
 import * as Wordle from "./Wordle.js"
 
 /** The built-in environments by CLI name. */
@@ -26,6 +27,7 @@ export const builtins: Readonly<Record<string, OpenEnvDefinition>> = {
   echo: Echo.openEnv,
   "echo-mcp": Echo.openEnvMcp,
   catch: Catch.openEnv,
+  sudoku: Sudoku.openEnv,
   wordle: Wordle.openEnv
 }
 
