@@ -97,6 +97,33 @@ export const make = (options: ChatRendererOptions): Renderer => {
     prefix = cut < 0 ? full : full.slice(0, cut)
     return prefix
   })
+  // The suffix text after the dummy prefix, checked to be a prefix extension.
+  const suffixText = (toolMessages: ReadonlyArray<ChatMessage>) =>
+    Effect.gen(function*() {
+      const a = yield* prefixText
+      const b = yield* template.render({ messages: [...dummy, ...toolMessages], addGenerationPrompt: true, ...kwargs })
+      if (!b.startsWith(a)) return yield* new TemplateNotPrefixStable({ prefix: a, rendered: b })
+      return b.slice(a.length)
+    })
+  // Rendering the template costs ~0.1 ms, a large part of a remote environment step. The suffix of a given list of
+  // tool messages (roles and names) is the same text around their contents, so it is rendered once with sentinel
+  // contents and cut into pieces; contents are then spliced in.
+  const frames = new Map<string, { pieces: Array<string>; checksLeft: number } | null>()
+  const makeFrame = (toolMessages: ReadonlyArray<ChatMessage>) =>
+    Effect.gen(function*() {
+      const sentinels = toolMessages.map((_, i) => `\u0001envtrain-content-${i}\u0001`)
+      const text = yield* suffixText(toolMessages.map((m, i) => ({ ...m, content: sentinels[i] })))
+      const pieces: Array<string> = []
+      let rest = text
+      for (const sentinel of sentinels) {
+        const at = rest.indexOf(sentinel)
+        if (at < 0) return null
+        pieces.push(rest.slice(0, at))
+        rest = rest.slice(at + sentinel.length)
+      }
+      pieces.push(rest)
+      return { pieces, checksLeft: 8 }
+    })
   return {
     tokenizer,
     enableThinking: options.enableThinking ?? true,
@@ -109,16 +136,31 @@ export const make = (options: ChatRendererOptions): Renderer => {
       ),
     toolSuffixIds: (toolMessages) =>
       Effect.gen(function*() {
-        const a = yield* prefixText
-        const b = yield* template.render({
-          messages: [...dummy, ...toolMessages],
-          addGenerationPrompt: true,
-          ...kwargs
-        })
-        if (!b.startsWith(a)) return yield* new TemplateNotPrefixStable({ prefix: a, rendered: b })
-        // `a` ends with an end-of-turn token, which the tokenizer always splits on (an added token), so the ids of
-        // `b` are the ids of `a` followed by the ids of the rest: encoding the rest alone gives the same tokens.
-        return tokenizer.encode(b.slice(a.length))
+        const key = toolMessages.map((m) => `${m.role}:${m.name ?? ""}`).join("|")
+        let frame = frames.get(key)
+        if (frame === undefined) {
+          frame = yield* makeFrame(toolMessages)
+          frames.set(key, frame)
+        }
+        let text: string
+        if (frame === null) text = yield* suffixText(toolMessages)
+        else {
+          text = frame.pieces[0]
+          for (let i = 0; i < toolMessages.length; i++) text += toolMessages[i].content + frame.pieces[i + 1]
+          if (frame.checksLeft > 0) {
+            // The first uses of a frame are checked against a full render; a template that treats contents
+            // specially falls back to rendering every time.
+            frame.checksLeft--
+            const full = yield* suffixText(toolMessages)
+            if (full !== text) {
+              frames.set(key, null)
+              text = full
+            }
+          }
+        }
+        // The text follows an end-of-turn token, which the tokenizer always splits on (an added token), so the
+        // ids of the whole conversation are the ids before it followed by the ids of this text.
+        return tokenizer.encode(text)
       }),
     decode: (ids) => tokenizer.decode(ids)
   }

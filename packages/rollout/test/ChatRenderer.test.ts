@@ -1,0 +1,51 @@
+import { assert, describe, it } from "@effect/vitest"
+import type * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
+import { Effect, FastCheck as fc } from "effect"
+import { ChatRenderer } from "../src/index.js"
+import { tinyModel } from "./fixtures.js"
+
+const dummy: ReadonlyArray<ChatTemplate.ChatMessage> = [
+  { role: "user", content: "dummy" },
+  { role: "assistant", content: "", tool_calls: [{ type: "function", function: { name: "dummy", arguments: {} } }] }
+]
+
+// The suffix by the definition: render with and without the tool messages, keep what follows the end-of-turn token.
+const reference = (template: ChatTemplate.ChatTemplate, tools: ReadonlyArray<ChatTemplate.ChatMessage>) => {
+  const a = template.renderUnsafe({ messages: dummy, enableThinking: false })
+  const cut = a.lastIndexOf("<|im_end|>") + "<|im_end|>".length
+  const b = template.renderUnsafe({ messages: [...dummy, ...tools], addGenerationPrompt: true, enableThinking: false })
+  return b.slice(cut)
+}
+
+describe("ChatRenderer", () => {
+  it.effect.prop(
+    "tool suffixes equal the full render, before and after the frame cache takes over",
+    [fc.array(fc.array(fc.string({ maxLength: 30 }), { minLength: 1, maxLength: 3 }), {
+      minLength: 12,
+      maxLength: 12
+    })],
+    ([batches]) =>
+      Effect.gen(function*() {
+        const { template, tokenizer } = yield* tinyModel
+        const r = ChatRenderer.make({ tokenizer, template, enableThinking: false })
+        for (const contents of batches) {
+          const messages = contents.map((content) => ({ role: "tool" as const, name: "guess", content }))
+          const ids = yield* r.toolSuffixIds(messages)
+          assert.deepStrictEqual(ids, tokenizer.encode(reference(template, messages)))
+        }
+        return true
+      }),
+    { fastCheck: { numRuns: 6 } }
+  )
+
+  it.effect("the prompt renders the tools and ends with the generation prompt", () =>
+    Effect.gen(function*() {
+      const { template, tokenizer } = yield* tinyModel
+      const r = ChatRenderer.make({ tokenizer, template, enableThinking: false })
+      const tools = [{ type: "function", function: { name: "guess", description: "Guess.", parameters: {} } }]
+      const text = tokenizer.decode(yield* r.promptIds([{ role: "user", content: "Play." }], tools))
+      assert.include(text, "\"name\": \"guess\"")
+      assert.isTrue(text.endsWith("<|im_start|>user\nPlay.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"))
+      assert.deepStrictEqual(r.stopStrings.slice().sort(), ["<|endoftext|>", "<|im_end|>"])
+    }))
+})
