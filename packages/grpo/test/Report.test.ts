@@ -1,0 +1,92 @@
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import type { EnvironmentRow, EvaluationResult } from "../src/Evaluation.js"
+import * as Metrics from "../src/Metrics.js"
+import * as Report from "../src/Report.js"
+
+const row = (environment: string, successRate: number): EnvironmentRow => ({
+  environment,
+  episodes: 4,
+  successRate,
+  meanReward: successRate,
+  rewardStd: 0.1,
+  meanLength: 12,
+  toolCallsPerEpisode: 2,
+  toolFailureFrequency: 0.25,
+  unscoreable: 0
+})
+
+const evaluation = (step: number, rate: number): EvaluationResult => ({
+  step,
+  label: `step ${step}`,
+  rows: [row("catch", rate), row("wordle", rate / 2)],
+  overall: row("all", rate * 0.75),
+  metrics: { "eval/success_rate": rate * 0.75, "eval/mean_reward": rate },
+  seconds: 1
+})
+
+const metrics: Array<Metrics.MetricsRecord> = [1, 2, 3].map((step) => ({
+  step,
+  epoch: 0,
+  reward: step / 10,
+  reward_std: 0.1,
+  "rewards/catch/mean": step / 5,
+  "rewards/wordle/mean": null,
+  loss: 0.01 * step,
+  "completions/mean_length": 10 + step,
+  "tools/failure_frequency": 0.5 / step
+}))
+
+describe("Report", () => {
+  it("renders every chart, the before/after table and escaped completions", () => {
+    const html = Report.render({
+      title: "catch <run>",
+      metrics,
+      evaluations: [evaluation(0, 0.2), evaluation(3, 0.8)],
+      completions: [{
+        step: 3,
+        prompt: "<script>alert(1)</script>",
+        completion: "ok",
+        rewards: { catch: 1 },
+        advantage: 1
+      }]
+    })
+    for (const id of ["reward", "rewards-per-function", "loss", "kl", "completion-length", "tool-failures", "eval"]) {
+      assert.include(html, `data-metric="${id}"`)
+    }
+    assert.include(html, "catch &lt;run&gt;")
+    assert.include(html, "&lt;script&gt;alert(1)&lt;/script&gt;")
+    assert.notInclude(html, "<script>alert(1)")
+    // Curves are drawn from the data: the per-function chart has the catch series and no wordle line (all null).
+    assert.include(html, `data-series="catch"`)
+    assert.include(html, "no data yet") // kl was never logged
+    // Before/after columns for both steps, per environment and overall.
+    assert.include(html, "step 0</th>")
+    assert.include(html, "step 3</th>")
+    assert.include(html, "<td>0.200</td><td>0.800</td>")
+    assert.include(html, `<td class="left">all</td>`)
+    assert.notInclude(html, "http://cdn")
+    assert.notInclude(html, "<link")
+  })
+
+  it("says when there is nothing yet", () => {
+    const html = Report.render({ title: "empty", metrics: [] })
+    assert.include(html, "No evaluation yet.")
+    assert.include(html, "no data yet")
+  })
+
+  it.scoped("writes report.html from the output directory's files", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.makeTempDirectoryScoped()
+      yield* Metrics.append(path.join(dir, Metrics.files.metrics), metrics)
+      yield* Metrics.append(path.join(dir, Metrics.files.evaluations), [evaluation(0, 0.1)])
+      const target = yield* Report.write(dir, { title: "t" })
+      const html = yield* fs.readFileString(target)
+      assert.include(html, "Last logged step 3")
+      assert.include(html, "<td>0.100</td>")
+    }).pipe(Effect.provide(NodeContext.layer)))
+})
