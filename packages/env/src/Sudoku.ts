@@ -306,7 +306,8 @@ export const environment = Environment.make({
 
 /**
  * An exact solver through `place`: reads the board from the first observation, solves it, and fills every empty
- * cell. With `errorRate` > 0 a placement is, with that probability, a wrong number (seeded) before the right one.
+ * cell. With `errorRate` > 0 a placement is, with that probability, a wrong number (seeded), possibly repeatedly
+ * (two wrong in a row lose the game, as in Sudoku-v0).
  */
 export const solver = (options: { readonly errorRate?: number; readonly seed?: number } = {}) => {
   const prng = Prng.make(options.seed ?? 0)
@@ -320,7 +321,8 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
       for (let r = 0; r < 9; r++) {
         for (let c = 0; c < 9; c++) {
           if (puzzle[r][c] !== 0) continue
-          if (errorRate > 0 && prng.next() < errorRate) {
+          // Each mistake may be followed by another: two in a row end the game, as they would for a model.
+          while (errorRate > 0 && prng.next() < errorRate) {
             const wrong = 1 + ((solution[r][c] - 1 + 1 + prng.int(8)) % 9)
             const outcome = yield* episode.call("place", { row: r + 1, col: c + 1, number: wrong })
             if (outcome._tag === "Failure" || outcome.text.includes("Game over.")) return

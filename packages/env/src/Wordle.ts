@@ -203,7 +203,8 @@ const parseMarks = (text: string): Array<Mark> | undefined => {
 
 /**
  * A solver through the `guess` tool: keeps the secrets consistent with all feedback and guesses the best split.
- * With `errorRate` > 0 a guess is, with that probability, replaced by a random dictionary word (seeded).
+ * With `errorRate` > 0 a guess is, with that probability, replaced (seeded) by a random dictionary word or, half of
+ * the time, by a non-word (an invalid move; two in a row end the game).
  */
 export const solver = (options: { readonly errorRate?: number; readonly seed?: number } = {}) => {
   const prng = Prng.make(options.seed ?? 0)
@@ -212,16 +213,27 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
     Effect.gen(function*() {
       let candidates = [...secretWords()]
       const guessed = new Set<string>()
-      for (let turn = 0; turn < 6; turn++) {
+      let turn = 0
+      while (turn < 6) {
         let word = turn === 0 && candidates.length === secretWords().length
           ? (openingCache ??= bestGuess(candidates))
           : bestGuess(candidates, guessed)
         if (errorRate > 0 && prng.next() < errorRate) {
+          if (prng.next() < 0.5) {
+            // A non-word: an invalid move (two in a row end the game, as for a model).
+            let junk = ""
+            do junk = Array.from({ length: 5 }, () => "abcdefghijklmnopqrstuvwxyz"[prng.int(26)]).join("")
+            while (validGuesses().has(junk))
+            const outcome = yield* episode.call("guess", { guess: `[${junk}]` })
+            if (outcome._tag === "Failure" || !outcome.text.includes("You attempted an invalid move")) return
+            continue
+          }
           const list = validGuessList()
           do word = list[prng.int(list.length)]
           while (guessed.has(word))
         }
         guessed.add(word)
+        turn++
         const outcome = yield* episode.call("guess", { guess: `[${word}]` })
         if (outcome._tag === "Failure") return
         const marks = parseMarks(outcome.text)

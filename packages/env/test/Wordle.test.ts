@@ -184,6 +184,20 @@ describe("Wordle (tools)", () => {
       assert.isBelow(total / 156, 4.5)
     }))
 
+  it.effect("an imperfect solver makes invalid moves and sometimes loses", () =>
+    Effect.gen(function*() {
+      let invalid = 0
+      let lost = 0
+      for (let seed = 0; seed < 40; seed++) {
+        const r = yield* Environment.run(Wordle.environment, { seed }, Wordle.solver({ errorRate: 0.6, seed }))
+        invalid += r.state.invalid_moves
+        if (!r.state.won) lost++
+      }
+      assert.isAbove(invalid, 0)
+      assert.isAbove(lost, 0)
+      assert.isBelow(lost, 40)
+    }))
+
   it.effect.prop("same seed, same episode (imperfect solver included)", [Seed], ([seed]) =>
     Effect.gen(function*() {
       const a = yield* Environment.run(Wordle.environment, { seed }, Wordle.solver({ errorRate: 0.3, seed }))
