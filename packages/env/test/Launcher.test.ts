@@ -4,7 +4,7 @@ import { fileURLToPath } from "node:url"
 import * as Client from "../src/Client.js"
 import * as Docker from "../src/Docker.js"
 import * as Launcher from "../src/Launcher.js"
-import { http } from "./fixtures/Raw.js"
+import { http, raw } from "./fixtures/Raw.js"
 
 const fixture = fileURLToPath(new URL("./fixtures/serveCounter.ts", import.meta.url))
 
@@ -37,6 +37,13 @@ describe("Launcher", () => {
         const first = yield* env.reset()
         assert.deepStrictEqual((first.observation as any).legal_actions, [0, 1, 2])
         yield* env.close
+        // SIGTERM: every session is closed (1001, going away) before the process exits.
+        const socket = yield* raw(server.url.replace("http://", "ws://") + "/ws")
+        yield* socket.send({ type: "reset" })
+        yield* socket.next
+        yield* server.kill("SIGTERM")
+        assert.strictEqual(yield* socket.closed, 1001)
+        yield* server.exited
       }),
     { timeout: 60_000 }
   )

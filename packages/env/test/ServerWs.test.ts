@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
 import * as Server from "../src/Server.js"
 import { counter } from "./fixtures/Counter.js"
-import { eventually, raw } from "./fixtures/Raw.js"
+import { eventually, http, raw } from "./fixtures/Raw.js"
 
 const wsUrl = (s: Server.RunningServer, path = "/ws") => s.url.replace("http://", "ws://") + path
 const zeroSessions = (s: Server.RunningServer) =>
@@ -223,6 +223,32 @@ describe("Server /ws", () => {
       yield* m.sendText("nope")
       assert.strictEqual((yield* m.next).error.code, -32700)
       assert.strictEqual(yield* s.activeSessions, 2)
+    }))
+
+  it.scopedLive("keep-alive: a peer that stops answering pings is dropped and its slot freed", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter(), { port: 0, pingInterval: "100 millis" })
+      const healthy = yield* raw(wsUrl(s))
+      const dead = yield* raw(wsUrl(s))
+      yield* dead.send({ type: "reset" })
+      yield* dead.next
+      // Stop reading: the peer never sees the pings, so it never answers them.
+      dead.ws.pause()
+      yield* eventually(Effect.map(s.activeSessions, (n) => n === 1), "the silent peer was dropped")
+      yield* healthy.send({ type: "reset" })
+      assert.strictEqual((yield* healthy.next).type, "observation")
+    }))
+
+  it.scopedLive("idle HTTP-MCP sessions are reaped too", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter(), { port: 0, sessionTimeout: "200 millis" })
+      const created = yield* http(`${s.url}/mcp`, {
+        method: "POST",
+        body: JSON.stringify({ jsonrpc: "2.0", method: "openenv/session/create", id: 1 })
+      })
+      assert.isString(created.body.result.session_id)
+      assert.strictEqual(yield* s.activeSessions, 1)
+      yield* zeroSessions(s)
     }))
 
   it.scopedLive("graceful shutdown closes every session", () =>
