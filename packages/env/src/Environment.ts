@@ -300,9 +300,6 @@ export interface Step {
   readonly outcome: ToolOutcome
 }
 
-/** A player (a solver or a scripted policy) that plays an episode through its tools. */
-export type Player<E = never, R = never> = (episode: Episode<unknown>) => Effect.Effect<void, E, R>
-
 /** The record of one finished episode. */
 export interface EpisodeResult<State> {
   readonly observation: Option.Option<string>
