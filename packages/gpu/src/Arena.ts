@@ -25,8 +25,14 @@ import type { Scope } from "effect"
 import { Gpu } from "./Gpu.js"
 import { type GpuDeviceLost, GpuLimitExceeded, type GpuOutOfMemory, type GpuUncapturedError } from "./GpuError.js"
 
-/** Element types: all compute is f32; token ids, positions and flags are u32. */
-export type Dtype = "f32" | "u32"
+/**
+ * Element types: all compute is f32; token ids, positions and flags are u32; "f16" is storage only (IEEE half,
+ * packed two per 32-bit word) for matmul operands that are read at half the bandwidth.
+ */
+export type Dtype = "f32" | "u32" | "f16"
+
+/** Bytes of `size` elements of a dtype (f16 rounds up to whole 32-bit words). */
+export const byteSize = (dtype: Dtype, size: number) => (dtype === "f16" ? Math.ceil(size / 2) * 4 : size * 4)
 
 /** One tensor to plan. */
 export interface TensorSpec {
@@ -178,7 +184,7 @@ export const plan = (specs: Record<string, TensorSpec>, options: PlanOptions = {
       }
     }
     const size = product(spec.shape)
-    const bytes = size * 4
+    const bytes = byteSize(spec.dtype ?? "f32", size)
     const base = { name, shape: [...spec.shape], dtype: spec.dtype ?? "f32", size, bytes, decay: spec.decay ?? false }
     if (spec.group === undefined) {
       buffers.push({ label: name, bytes, group: undefined })
@@ -250,6 +256,8 @@ export interface HostArena {
   readonly buffers: ReadonlyArray<ArrayBuffer>
   readonly f32: (name: string) => Float32Array
   readonly u32: (name: string) => Uint32Array
+  /** The raw half-precision bits of an f16 tensor (see `HalfFloat`). */
+  readonly f16: (name: string) => Uint16Array
   /** A whole shard or buffer as f32. */
   readonly raw: (buffer: number) => Float32Array
 }
@@ -265,10 +273,14 @@ export const host = (p: ArenaPlan, buffers?: ReadonlyArray<ArrayBuffer>): HostAr
     const t = tensorOf(p, name)
     return new Uint32Array(mem[t.buffer], t.offset, t.size)
   }
+  const f16 = (name: string) => {
+    const t = tensorOf(p, name)
+    return new Uint16Array(mem[t.buffer], t.offset, t.size)
+  }
   if (buffers === undefined) {
     ;(p.groups.get(PARAM) ?? []).forEach((shard, i) => u32(`opt.decay.${i}`).set(decayFlags(p, shard)))
   }
-  return { plan: p, buffers: mem, f32, u32, raw: (i) => new Float32Array(mem[i]) }
+  return { plan: p, buffers: mem, f32, u32, f16, raw: (i) => new Float32Array(mem[i]) }
 }
 
 /** A planned arena on the device. */
@@ -279,7 +291,7 @@ export interface Arena {
   /** The binding resource of a tensor (its byte range in its buffer). */
   readonly binding: (t: Tensor) => GPUBufferBinding
   /** Queues an upload of a whole tensor (or `data` at element `offset`). */
-  readonly write: (name: string, data: Float32Array | Uint32Array, offset?: number) => void
+  readonly write: (name: string, data: Float32Array | Uint32Array | Uint16Array, offset?: number) => void
   /** Reads a tensor back (waits for the queue, checks the device). */
   readonly read: (name: string) => Effect.Effect<Float32Array, GpuDeviceLost | GpuUncapturedError>
   readonly readU32: (name: string) => Effect.Effect<Uint32Array, GpuDeviceLost | GpuUncapturedError>
@@ -320,12 +332,24 @@ export const allocate = (
     }
     const tensor = (name: string) => tensorOf(p, name)
     const binding = (t: Tensor): GPUBufferBinding => ({ buffer: buffers[t.buffer], offset: t.offset, size: t.bytes })
-    const write = (name: string, data: Float32Array | Uint32Array, offset = 0) => {
+    const write = (name: string, data: Float32Array | Uint32Array | Uint16Array, offset = 0) => {
       const t = tensor(name)
       if (offset + data.length > t.size) {
         throw new RangeError(`Arena.write: ${data.length} elements at ${offset} overflow "${name}" of ${t.size}`)
       }
-      device.queue.writeBuffer(buffers[t.buffer], t.offset + offset * 4, data.buffer, data.byteOffset, data.byteLength)
+      const width = data.BYTES_PER_ELEMENT
+      if ((t.dtype === "f16") !== (width === 2) || (width === 2 && (offset % 2 !== 0 || data.byteLength % 4 !== 0))) {
+        throw new RangeError(
+          `Arena.write: "${name}" is ${t.dtype}; write Uint16Array bits to f16 tensors (an even count at an even offset), 32-bit arrays otherwise`
+        )
+      }
+      device.queue.writeBuffer(
+        buffers[t.buffer],
+        t.offset + offset * width,
+        data.buffer,
+        data.byteOffset,
+        data.byteLength
+      )
     }
     const read = (name: string) => {
       const t = tensor(name)

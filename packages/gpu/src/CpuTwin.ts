@@ -25,11 +25,17 @@ import {
   type StepScalars,
   type Tensor
 } from "./Arena.js"
+import { f16ToF32, f32ToF16 } from "./HalfFloat.js"
 import type { Op } from "./Ops.js"
 import * as R from "./Reference.js"
 
 const view = (h: HostArena, t: Tensor, offset = 0, length = t.size - offset) =>
   new Float32Array(h.buffers[t.buffer], t.offset + offset * 4, length)
+/** Values of a tensor range as f32, decoding f16 storage. */
+const values = (h: HostArena, t: Tensor, offset: number, length: number) =>
+  t.dtype === "f16"
+    ? f16ToF32(new Uint16Array(h.buffers[t.buffer], t.offset + offset * 2, length))
+    : view(h, t, offset, length)
 const ids = (h: HostArena, t: Tensor) => new Uint32Array(h.buffers[t.buffer], t.offset, t.size)
 
 /** Executes `ops` in order on `h`. */
@@ -77,6 +83,11 @@ const step1 = (h: HostArena, op: Op): void => {
     case "fill":
       view(h, op.out).fill(op.value)
       return
+    case "cast":
+      if (op.y.dtype === "f16") {
+        new Uint16Array(h.buffers[op.y.buffer], op.y.offset, op.n).set(f32ToF16(view(h, op.x, 0, op.n)))
+      } else view(h, op.y, 0, op.n).set(values(h, op.x, 0, op.n))
+      return
     case "axpy": {
       const x = view(h, op.x, 0, op.n)
       const y = view(h, op.y, 0, op.n)
@@ -86,8 +97,8 @@ const step1 = (h: HostArena, op: Op): void => {
     case "matmul": {
       const c = view(h, op.c, op.cOffset, op.m * op.n)
       const out = R.gemm(
-        view(h, op.a, op.aOffset, op.m * op.k),
-        view(h, op.b, op.bOffset, op.k * op.n),
+        values(h, op.a, op.aOffset, op.m * op.k),
+        values(h, op.b, op.bOffset, op.k * op.n),
         op,
         op.beta !== 0 ? c : undefined,
         op.bias === undefined ? undefined : view(h, op.bias)

@@ -46,6 +46,14 @@ export interface Axpy {
 export type MatmulTier = "tiled64" | "tiled64v4" | "tiled128" | "tiled128v4"
 export const MATMUL_TIERS: ReadonlyArray<MatmulTier> = ["tiled64", "tiled64v4", "tiled128", "tiled128v4"]
 
+/** Converts between f32 and f16 storage (round to nearest even), n elements. */
+export interface Cast {
+  readonly kind: "cast"
+  readonly x: Tensor
+  readonly y: Tensor
+  readonly n: number
+}
+
 export interface Matmul {
   readonly kind: "matmul"
   readonly tier: MatmulTier
@@ -224,6 +232,7 @@ export interface Custom {
 
 export type Op =
   | Custom
+  | Cast
   | Fill
   | Axpy
   | Matmul
@@ -250,6 +259,18 @@ const atLeast = (t: Tensor, n: number, what: string) =>
 const isU32 = (t: Tensor, what: string) => need(t.dtype === "u32", `${what}: "${t.name}" must be u32`)
 
 export const fill = (out: Tensor, value = 0): Fill => ({ kind: "fill", out, value })
+
+/** y = x converted between f32 and f16 (one side must be each); e.g. f16 weight copies for f16-input matmuls. */
+export const cast = (o: { x: Tensor; y: Tensor; n?: number }): Cast => {
+  const n = o.n ?? o.x.size
+  need(
+    (o.x.dtype === "f32" && o.y.dtype === "f16") || (o.x.dtype === "f16" && o.y.dtype === "f32"),
+    `cast: "${o.x.name}" (${o.x.dtype}) → "${o.y.name}" (${o.y.dtype}) must be f32 → f16 or f16 → f32`
+  )
+  atLeast(o.x, n, "cast")
+  atLeast(o.y, n, "cast")
+  return { kind: "cast", x: o.x, y: o.y, n }
+}
 
 export const axpy = (o: { x: Tensor; y: Tensor; alpha?: number; beta?: number; n?: number }): Axpy => {
   const n = o.n ?? o.y.size
@@ -298,6 +319,20 @@ export const matmul = (o: {
   atLeast(op.b, op.bOffset + op.k * op.n, "matmul B")
   atLeast(op.c, op.cOffset + op.m * op.n, "matmul C")
   if (op.bias !== undefined) atLeast(op.bias, op.n, "matmul bias")
+  need(op.c.dtype === "f32", `matmul: C "${op.c.name}" must be f32`)
+  // f16 operands are read as packed pairs along their contiguous dim: pairs must not straddle rows.
+  if (op.a.dtype === "f16") {
+    need(
+      (op.transA ? op.m : op.k) % 2 === 0 && op.aOffset % 2 === 0,
+      `matmul: f16 A "${op.a.name}" needs an even ${op.transA ? "m" : "k"} and offset`
+    )
+  }
+  if (op.b.dtype === "f16") {
+    need(
+      (op.transB ? op.k : op.n) % 2 === 0 && op.bOffset % 2 === 0,
+      `matmul: f16 B "${op.b.name}" needs an even ${op.transB ? "k" : "n"} and offset`
+    )
+  }
   need(op.a !== op.c && op.b !== op.c, "matmul: C must not alias A or B")
   return op
 }

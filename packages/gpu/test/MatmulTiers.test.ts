@@ -52,4 +52,42 @@ layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
         assert.isBelow(e, 1e-5, `${name}: ${e}`)
       }
     }))
+
+  it.scoped("f16-stored operands: cast both ways, then f16 × f32 and f32 × f16ᵀ matmuls with f32 accumulation", () =>
+    Effect.gen(function*() {
+      const plan = Arena.plan({
+        x: { shape: [70, 32] },
+        w: { shape: [40, 32] },
+        xh: { shape: [70, 32], dtype: "f16" },
+        wh: { shape: [40, 32], dtype: "f16" },
+        back: { shape: [40, 32] },
+        y1: { shape: [70, 40] },
+        y2: { shape: [32, 32] }
+      })
+      const h = Arena.host(plan)
+      randomize(h, 12)
+      const t = (n: string) => Arena.tensorOf(plan, n)
+      const ops = [
+        Ops.cast({ x: t("x"), y: t("xh") }),
+        Ops.cast({ x: t("w"), y: t("wh") }),
+        Ops.cast({ x: t("wh"), y: t("back") }),
+        // y1 = x_f16 · w_f16ᵀ (the forward of a linear layer with f16 weight copies), 64 tile.
+        Ops.matmul({ a: t("xh"), b: t("wh"), c: t("y1"), m: 70, n: 40, k: 32, transB: true }),
+        // y2 = w_f32ᵀ · x_f16[0:40] (a weight gradient form), 128 tile with vec4 loads for the f32 side.
+        Ops.matmul({ a: t("w"), b: t("xh"), c: t("y2"), m: 32, n: 32, k: 40, transA: true, tier: "tiled128v4" })
+      ]
+      const labels = Program.plan({ plan }, ops).map((d) => d.label)
+      assert.deepStrictEqual(labels.slice(3), ["matmul_NT_64_f16a_f16b", "matmul_TN_128v4_f16b"])
+      const r = yield* runBoth(h, ops)
+      assert.deepStrictEqual(Array.from(r.gpu.f16("wh")), Array.from(r.cpu.f16("wh"))) // round to nearest even
+      for (const name of ["back", "y1", "y2"]) {
+        const e = maxRelError(r.gpu.f32(name), r.cpu.f32(name))
+        assert.isBelow(e, 1e-5, `${name}: ${e}`)
+      }
+      // f16 storage loses precision against the f32 product, by about 2^-11 relative.
+      const exact = Arena.host(plan, h.buffers.map((b) => b.slice(0)))
+      const f32Product = maxRelError(r.gpu.f32("back"), exact.f32("w"))
+      assert.isAbove(f32Product, 0)
+      assert.isBelow(f32Product, 1e-3)
+    }))
 })

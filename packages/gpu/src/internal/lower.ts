@@ -43,6 +43,18 @@ const over = (n: number, wg: number) => grid(Math.ceil(n / wg))
 
 export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
   switch (op.kind) {
+    case "cast": {
+      const toF16 = op.y.dtype === "f16"
+      return [{
+        label: toF16 ? "cast_f32_f16" : "cast_f16_f32",
+        code: toF16 ? W.castToF16 : W.castToF32,
+        bindings: [op.x, op.y],
+        params: [u(op.n)],
+        groups: over(Math.ceil(op.n / 2), 256),
+        flops: 0,
+        bytes: 6 * op.n
+      }]
+    }
     case "custom":
       return [{
         label: op.label,
@@ -76,7 +88,8 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
     case "matmul": {
       const flags = { transA: op.transA, transB: op.transB, bias: op.bias !== undefined }
       const tiling = matmulTiling(op)
-      const tier = tiling === undefined ? "" : `_${tiling.tm}${tiling.vec4 ? "v4" : ""}`
+      const half = `${tiling?.f16A === true ? "_f16a" : ""}${tiling?.f16B === true ? "_f16b" : ""}`
+      const tier = tiling === undefined ? "" : `_${tiling.tm}${tiling.vec4 ? "v4" : ""}${half}`
       const label = `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${op.bias ? "_bias" : ""}${tier}`
       const tile = tiling ?? { tm: W.MM_TILE.m, tn: W.MM_TILE.n }
       return [{
@@ -96,7 +109,8 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
         ],
         groups: [Math.ceil(op.n / tile.tn), Math.ceil(op.m / tile.tm), 1],
         flops: 2 * op.m * op.n * op.k,
-        bytes: 4 * (op.m * op.k + op.k * op.n + op.m * op.n * (op.beta !== 0 ? 2 : 1))
+        bytes: op.a.bytes / op.a.size * op.m * op.k + op.b.bytes / op.b.size * op.k * op.n +
+          4 * op.m * op.n * (op.beta !== 0 ? 2 : 1)
       }]
     }
     case "embedding":
@@ -329,11 +343,14 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
 
 /** The tiling of a matmul's tier (undefined: the original 64×64 kernel); vec4 only where alignment allows. */
 const matmulTiling = (op: Extract<Op, { kind: "matmul" }>): W.MatmulTiling | undefined => {
-  if (op.tier === "tiled64") return undefined
+  const f16A = op.a.dtype === "f16"
+  const f16B = op.b.dtype === "f16"
+  if (op.tier === "tiled64" && !f16A && !f16B) return undefined
   const size = op.tier.startsWith("tiled128") ? { tm: 128, tn: 128, tk: 8 } : { tm: 64, tn: 64, tk: 16 }
-  const aligned = (op.transA ? op.m : op.k) % 4 === 0 && (op.transB ? op.k : op.n) % 4 === 0 &&
-    op.aOffset % 4 === 0 && op.bOffset % 4 === 0 && op.a.offset % 16 === 0 && op.b.offset % 16 === 0
-  return { ...size, vec4: op.tier.endsWith("v4") && aligned }
+  // vec4 applies to f32 operands; both must be aligned (one flag for the pair keeps the pipeline count down).
+  const aligned = (f16A || ((op.transA ? op.m : op.k) % 4 === 0 && op.aOffset % 4 === 0 && op.a.offset % 16 === 0)) &&
+    (f16B || ((op.transB ? op.k : op.n) % 4 === 0 && op.bOffset % 4 === 0 && op.b.offset % 16 === 0))
+  return { ...size, vec4: op.tier.endsWith("v4") && aligned, f16A, f16B }
 }
 
 /** Row blocks of the two-stage RMSNorm weight gradient: ~32 rows each, at most 256 blocks. */

@@ -117,60 +117,59 @@ export interface MatmulTiling {
   readonly tm: number
   readonly tn: number
   readonly tk: number
-  /** Read A and B from global memory as vec4 (needs the contiguous dims and offsets to be multiples of 4). */
+  /** Read f32 operands from global memory as vec4 (needs the contiguous dims and offsets to be multiples of 4). */
   readonly vec4: boolean
+  /** Operands stored as packed f16 pairs (half the bytes; f32 accumulation). Needs even contiguous dims/offsets. */
+  readonly f16A?: boolean
+  readonly f16B?: boolean
 }
+
+// Vector lanes are stored with constant swizzles: a loop indexing v[e] compiled ~20 s on lavapipe's LLVM.
+const LANES = ["x", "y", "z", "w"]
+const lanes = (w: number, f: (e: number, c: string) => string) =>
+  w === 1 ? f(0, "") : LANES.slice(0, w).map((c, e) => f(e, `.${c}`)).join(" ")
+
+/** How one operand is read: `width` elements per load, WGSL element type, fetch expression and zero. */
+const operand = (name: string, f16: boolean, vec4: boolean) =>
+  f16
+    ? { width: 2, type: "u32", fetch: (i: string) => `unpack2x16float(${name}[${i}])`, zero: "vec2f(0.0)" }
+    : vec4
+    ? { width: 4, type: "vec4f", fetch: (i: string) => `${name}[${i}]`, zero: "vec4f(0.0)" }
+    : { width: 1, type: "f32", fetch: (i: string) => `${name}[${i}]`, zero: "0.0" }
 
 /**
  * General tiled matmul with the same parameters and epilogue as {@link matmul}. Each of the 16×16 threads
  * owns (tm/16)×(tn/16) outputs strided by 16, so neighbouring threads read neighbouring workgroup-memory
- * words (no bank conflicts) and write neighbouring outputs.
+ * words (no bank conflicts) and write neighbouring outputs. Global loads read 1, 2 (packed f16) or 4 (vec4)
+ * elements along each operand's contiguous dimension.
  */
-// Vector lanes are stored with constant swizzles: a loop indexing v[e] compiled ~20 s on lavapipe's LLVM.
-const unroll = (f: (e: number, c: string) => string) => ["x", "y", "z", "w"].map((c, e) => f(e, c)).join(" ")
-
 export const matmulTiled = (o: { transA: boolean; transB: boolean; bias: boolean }, t: MatmulTiling) => {
   const { tk: TK, tm: TM, tn: TN } = t
   const RM = TM / 16
   const RN = TN / 16
-  const loads = t.vec4 ? (TM * TK) / 1024 : (TM * TK) / 256
-  const loadsB = t.vec4 ? (TK * TN) / 1024 : (TK * TN) / 256
-  const ty = t.vec4 ? "vec4f" : "f32"
-  const loadA = t.vec4
-    ? o.transA
-      ? `let kk = idx / ${TM / 4}u; let mq = idx % ${TM / 4}u; let gr = row0 + mq * 4u; let gk = k0 + kk;
-      var v = vec4f(0.0); if (gr < p.m && gk < p.k) { v = A[(p.aOff + gk * p.m + gr) / 4u]; }
-      ${unroll((e, c) => `As[kk * ${TM}u + mq * 4u + ${e}u] = v.${c};`)}`
-      : `let r = idx / ${TK / 4}u; let kq = idx % ${TK / 4}u; let gr = row0 + r; let gk = k0 + kq * 4u;
-      var v = vec4f(0.0); if (gr < p.m && gk < p.k) { v = A[(p.aOff + gr * p.k + gk) / 4u]; }
-      ${unroll((e, c) => `As[(kq * 4u + ${e}u) * ${TM}u + r] = v.${c};`)}`
-    : o.transA
-    ? `let r = idx % ${TM}u; let kk = idx / ${TM}u; let gr = row0 + r; let gk = k0 + kk;
-      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.m + gr]; }
-      As[kk * ${TM}u + r] = v;`
-    : `let r = idx / ${TK}u; let kk = idx % ${TK}u; let gr = row0 + r; let gk = k0 + kk;
-      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.k + gk]; }
-      As[kk * ${TM}u + r] = v;`
-  const loadB = t.vec4
-    ? o.transB
-      ? `let bc = idx / ${TK / 4}u; let kq = idx % ${TK / 4}u; let gc = col0 + bc; let gk = k0 + kq * 4u;
-      var w = vec4f(0.0); if (gk < p.k && gc < p.n) { w = B[(p.bOff + gc * p.k + gk) / 4u]; }
-      ${unroll((e, c) => `Bs[(kq * 4u + ${e}u) * ${TN}u + bc] = w.${c};`)}`
-      : `let bk = idx / ${TN / 4}u; let nq = idx % ${TN / 4}u; let gbk = k0 + bk; let gc = col0 + nq * 4u;
-      var w = vec4f(0.0); if (gbk < p.k && gc < p.n) { w = B[(p.bOff + gbk * p.n + gc) / 4u]; }
-      ${unroll((e, c) => `Bs[bk * ${TN}u + nq * 4u + ${e}u] = w.${c};`)}`
-    : o.transB
-    ? `let bc = idx / ${TK}u; let bk = idx % ${TK}u; let gbk = k0 + bk; let gc = col0 + bc;
-      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gc * p.k + gbk]; }
-      Bs[bk * ${TN}u + bc] = w;`
-    : `let bk = idx / ${TN}u; let bc = idx % ${TN}u; let gbk = k0 + bk; let gc = col0 + bc;
-      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gbk * p.n + gc]; }
-      Bs[bk * ${TN}u + bc] = w;`
+  const A = operand("A", t.f16A === true, t.vec4)
+  const B = operand("B", t.f16B === true, t.vec4)
+  const wa = A.width
+  const wb = B.width
+  const loadA = o.transA
+    ? `let kk = idx / ${TM / wa}u; let mq = idx % ${TM / wa}u; let gr = row0 + mq * ${wa}u; let gk = k0 + kk;
+      var v = ${A.zero}; if (gr < p.m && gk < p.k) { v = ${A.fetch(`(p.aOff + gk * p.m + gr) / ${wa}u`)}; }
+      ${lanes(wa, (e, c) => `As[kk * ${TM}u + mq * ${wa}u + ${e}u] = v${c};`)}`
+    : `let r = idx / ${TK / wa}u; let kq = idx % ${TK / wa}u; let gr = row0 + r; let gk = k0 + kq * ${wa}u;
+      var v = ${A.zero}; if (gr < p.m && gk < p.k) { v = ${A.fetch(`(p.aOff + gr * p.k + gk) / ${wa}u`)}; }
+      ${lanes(wa, (e, c) => `As[(kq * ${wa}u + ${e}u) * ${TM}u + r] = v${c};`)}`
+  const loadB = o.transB
+    ? `let bc = idx / ${TK / wb}u; let kq = idx % ${TK / wb}u; let gc = col0 + bc; let gk = k0 + kq * ${wb}u;
+      var w = ${B.zero}; if (gk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gc * p.k + gk) / ${wb}u`)}; }
+      ${lanes(wb, (e, c) => `Bs[(kq * ${wb}u + ${e}u) * ${TN}u + bc] = w${c};`)}`
+    : `let bk = idx / ${TN / wb}u; let nq = idx % ${TN / wb}u; let gbk = k0 + bk; let gc = col0 + nq * ${wb}u;
+      var w = ${B.zero}; if (gbk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gbk * p.n + gc) / ${wb}u`)}; }
+      ${lanes(wb, (e, c) => `Bs[bk * ${TN}u + nq * ${wb}u + ${e}u] = w${c};`)}`
   const bias = o.bias ? "\n@group(0) @binding(4) var<storage, read> Bias: array<f32>;" : ""
   return `struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read> A: array<${ty}>;
-@group(0) @binding(2) var<storage, read> B: array<${ty}>;
+@group(0) @binding(1) var<storage, read> A: array<${A.type}>;
+@group(0) @binding(2) var<storage, read> B: array<${B.type}>;
 @group(0) @binding(3) var<storage, read_write> C: array<f32>;${bias}
 var<workgroup> As: array<f32, ${TM * TK}>; // [TK][TM]
 var<workgroup> Bs: array<f32, ${TK * TN}>; // [TK][TN]
@@ -183,11 +182,11 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
   var a: array<f32, ${RM}>;
   var b: array<f32, ${RN}>;
   for (var k0 = 0u; k0 < p.k; k0 += ${TK}u) {
-    for (var q = 0u; q < ${loads}u; q++) {
+    for (var q = 0u; q < ${(TM * TK) / (256 * wa)}u; q++) {
       let idx = tid + q * 256u;
       ${loadA}
     }
-    for (var q = 0u; q < ${loadsB}u; q++) {
+    for (var q = 0u; q < ${(TK * TN) / (256 * wb)}u; q++) {
       let idx = tid + q * 256u;
       ${loadB}
     }
@@ -218,6 +217,25 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
   }
 }`
 }
+
+/** f32 → packed f16 pairs (round to nearest even), and back. n counts elements. */
+export const castToF16 = header("n: u32", [["X", "read"], ["Y", "read_write", "u32"]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+  if (2u * i >= p.n) { return; }
+  var hi = 0.0;
+  if (2u * i + 1u < p.n) { hi = X[2u * i + 1u]; }
+  Y[i] = pack2x16float(vec2f(X[2u * i], hi));
+}`
+
+export const castToF32 = header("n: u32", [["X", "read", "u32"], ["Y", "read_write"]]) + `
+@compute @workgroup_size(256) fn main(${builtins}) {
+  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+  if (2u * i >= p.n) { return; }
+  let v = unpack2x16float(X[i]);
+  Y[2u * i] = v.x;
+  if (2u * i + 1u < p.n) { Y[2u * i + 1u] = v.y; }
+}`
 
 export const embedding = header("n: u32, dim: u32, vocab: u32", [["Table", "read"], ["Ids", "read", "u32"], [
   "Out",
