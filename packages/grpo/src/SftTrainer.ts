@@ -1,0 +1,343 @@
+/**
+ * Supervised warm-up on chat / tool-calling transcripts (TRL's `SFTTrainer` with `assistant_only_loss`): each
+ * transcript (a JSONL line `{"messages": [...], "tools": [...]}`) is rendered with the model's chat template and
+ * trained with the next-token loss on the assistant turns only — their content, tool calls and end-of-turn token;
+ * system, user and tool turns and the template's scaffolding are context. The mask comes from the template itself:
+ * the text of assistant turn k is what rendering messages[0..k] adds to rendering messages[0..k) with the generation
+ * prompt, cut after its end-of-turn token, so it is exactly the text the policy will later generate. Segments are
+ * tokenised separately and concatenated, as the episode loop appends tokens.
+ *
+ * Same configuration file and checkpoint format as GRPO (learningRate, perDeviceTrainBatchSize,
+ * gradientAccumulationSteps, maxSteps / numTrainEpochs, lrSchedulerType, warmup, AdamW, maxGradNorm, loggingSteps,
+ * saveSteps, seed, outputDir); the loss is the mean negative log-likelihood over the assistant tokens of an
+ * optimizer step.
+ *
+ * @example
+ * ```ts
+ * import { SftTrainer } from "@envtrain/grpo"
+ * const transcripts = yield* SftTrainer.fromJsonl("catch-solver.jsonl")
+ * const result = yield* SftTrainer.train({ config, model, transcripts })
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { FileSystem, Path } from "@effect/platform"
+import type { ChatMessage, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import { Cause, Data, Effect, Exit, Option } from "effect"
+import type * as Config from "./Config.js"
+import { epochOrder } from "./Dataset.js"
+import { batchOf, type TrainableModel } from "./internal/model.js"
+import * as LrSchedule from "./LrSchedule.js"
+import * as Metrics from "./Metrics.js"
+import * as Progress from "./Progress.js"
+import * as Report from "./Report.js"
+import * as TrainerState from "./TrainerState.js"
+
+/**
+ * One training conversation.
+ *
+ * @since 0.0.0
+ */
+export interface Transcript {
+  readonly messages: ReadonlyArray<ChatMessage>
+  readonly tools?: ReadonlyArray<ToolDefinition>
+}
+
+/**
+ * A transcript that cannot be used (bad JSON, no assistant turn, a template that renders turns differently
+ * depending on what follows).
+ *
+ * @since 0.0.0
+ */
+export class TranscriptError extends Data.TaggedError("TranscriptError")<{
+  readonly source: string
+  readonly problem: string
+}> {
+  override get message() {
+    return `SFT data ${this.source}: ${this.problem}`
+  }
+}
+
+/**
+ * Reads transcripts from JSONL: one `{"messages": [...], "tools"?: [...]}` per line.
+ *
+ * @since 0.0.0
+ */
+export const fromJsonl = Effect.fn("SftTrainer.fromJsonl")(function*(path: string) {
+  const fs = yield* FileSystem.FileSystem
+  const text = yield* fs.readFileString(path).pipe(
+    Effect.mapError((e) => new TranscriptError({ source: path, problem: `cannot read (${e.message}); check the path` }))
+  )
+  const out: Array<Transcript> = []
+  const lines = text.split("\n")
+  for (let i = 0; i < lines.length; i++) {
+    if (lines[i].trim() === "") continue
+    const value = yield* Effect.try({
+      try: () => JSON.parse(lines[i]) as Record<string, unknown>,
+      catch: (e) => new TranscriptError({ source: path, problem: `line ${i + 1} is not JSON (${String(e)})` })
+    })
+    if (!Array.isArray(value.messages)) {
+      return yield* new TranscriptError({ source: path, problem: `line ${i + 1} has no "messages" list` })
+    }
+    out.push({
+      messages: value.messages as ReadonlyArray<ChatMessage>,
+      ...(Array.isArray(value.tools) ? { tools: value.tools as ReadonlyArray<ToolDefinition> } : {})
+    })
+  }
+  return out
+})
+
+/**
+ * A tokenised transcript: `ids` and a 0/1 `mask` (1 on assistant tokens).
+ *
+ * @since 0.0.0
+ */
+export interface Tokenized {
+  readonly ids: ReadonlyArray<number>
+  readonly mask: ReadonlyArray<0 | 1>
+}
+
+/**
+ * Renders and tokenises a transcript with the assistant-only mask.
+ *
+ * @since 0.0.0
+ */
+export const tokenize = (
+  model: Pick<TrainableModel, "tokenizer" | "chatTemplate">,
+  transcript: Transcript,
+  options: { readonly enableThinking?: boolean; readonly source?: string } = {}
+): Effect.Effect<Tokenized, TranscriptError> =>
+  Effect.gen(function*() {
+    const source = options.source ?? "transcript"
+    const { chatTemplate: template, tokenizer } = model
+    const tools = transcript.tools ?? []
+    const render = (messages: ReadonlyArray<ChatMessage>, addGenerationPrompt: boolean) =>
+      template.render({
+        messages,
+        tools,
+        addGenerationPrompt,
+        ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking })
+      }).pipe(Effect.mapError((e) => new TranscriptError({ source, problem: e.message })))
+    const stops = tokenizer.eosTokenIds.map((id) => tokenizer.idToToken(id)).filter((s): s is string => s !== undefined)
+    const full = yield* render(transcript.messages, false)
+    const ids: Array<number> = []
+    const mask: Array<0 | 1> = []
+    const push = (text: string, m: 0 | 1) => {
+      if (text === "") return
+      for (const id of tokenizer.encode(text)) {
+        ids.push(id)
+        mask.push(m)
+      }
+    }
+    let consumed = 0
+    const notStable = (k: number) =>
+      new TranscriptError({
+        source,
+        problem: `rendering the conversation up to message ${k} is not a prefix of the whole conversation, so the ` +
+          `assistant turns cannot be located; use a prefix-stable training template (envtrain's QWEN3_STYLE_TEMPLATE)`
+      })
+    for (let k = 0; k < transcript.messages.length; k++) {
+      if (transcript.messages[k].role !== "assistant") continue
+      const before = yield* render(transcript.messages.slice(0, k), true)
+      const through = yield* render(transcript.messages.slice(0, k + 1), false)
+      if (!full.startsWith(before) || !through.startsWith(before) || before.length < consumed) {
+        return yield* notStable(k)
+      }
+      let turn = through.slice(before.length)
+      let end = -1
+      for (const s of stops) {
+        const at = turn.lastIndexOf(s)
+        if (at >= 0) end = Math.max(end, at + s.length)
+      }
+      if (end >= 0) turn = turn.slice(0, end)
+      push(full.slice(consumed, before.length), 0)
+      push(turn, 1)
+      consumed = before.length + turn.length
+    }
+    // The template's text after the last assistant turn (its newline) is context, kept so the ids are the rendering.
+    push(full.slice(consumed), 0)
+    if (!mask.includes(1)) {
+      return yield* new TranscriptError({ source, problem: "the conversation has no assistant turn to learn from" })
+    }
+    return { ids, mask }
+  })
+
+/**
+ * Options of {@link train}.
+ *
+ * @since 0.0.0
+ */
+export interface SftOptions {
+  readonly config: Config.GRPOConfig
+  readonly model: TrainableModel
+  readonly transcripts: ReadonlyArray<Transcript>
+  readonly enableThinking?: boolean
+  /** Longest sequence kept (tokens); longer transcripts are cut (their tail is not learnt). Default none. */
+  readonly maxLength?: number
+  readonly resume?: boolean | string
+  readonly progress?: Progress.Progress | false
+  readonly stopAfter?: number
+  readonly title?: string
+  readonly onStep?: (step: { readonly step: number; readonly loss: number }) => Effect.Effect<void>
+}
+
+/**
+ * Runs SFT. Returns the per-step losses, the last checkpoint and the report path.
+ *
+ * @since 0.0.0
+ */
+export const train = (options: SftOptions) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const config = options.config
+    const model = options.model
+    const outputDir = config.outputDir
+    yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(Effect.ignore)
+    const data: Array<Tokenized> = []
+    for (let i = 0; i < options.transcripts.length; i++) {
+      const t = yield* tokenize(model, options.transcripts[i], {
+        enableThinking: options.enableThinking ?? false,
+        source: `transcript ${i}`
+      })
+      const cut = options.maxLength ?? Infinity
+      data.push(t.ids.length > cut ? { ids: t.ids.slice(0, cut), mask: t.mask.slice(0, cut) } : t)
+    }
+    const B = config.perDeviceTrainBatchSize
+    const GA = config.gradientAccumulationSteps
+    const perEpoch = Math.floor(data.length / (B * GA))
+    if (perEpoch === 0) {
+      return yield* new TranscriptError({
+        source: "transcripts",
+        problem: `${data.length} transcripts cannot fill one optimizer step of perDeviceTrainBatchSize × ` +
+          `gradientAccumulationSteps = ${B * GA}; add transcripts or lower the batch`
+      })
+    }
+    const totalSteps = config.maxSteps > 0 ? config.maxSteps : Math.max(1, Math.ceil(config.numTrainEpochs * perEpoch))
+    const lr = LrSchedule.fromConfig(config, totalSteps)
+    const progress = options.progress === false
+      ? Progress.make({ total: totalSteps, silent: true })
+      : options.progress ?? Progress.make({ total: totalSteps, label: "sft" })
+    let committed: TrainerState.State = {
+      kind: "sft",
+      globalStep: 0,
+      totalSteps,
+      position: { epoch: 0, batch: 0 },
+      seed: config.seed,
+      numTokens: 0,
+      config: config as unknown as Record<string, unknown>
+    }
+    const resumeFrom = options.resume === undefined || options.resume === false
+      ? Option.none<string>()
+      : options.resume === true
+      ? yield* TrainerState.latest(outputDir)
+      : Option.some(options.resume)
+    if (Option.isSome(resumeFrom)) committed = (yield* TrainerState.load(resumeFrom.value, model)).state
+    const metricsFile = path.join(outputDir, Metrics.files.metrics)
+    if (committed.globalStep === 0) yield* fs.remove(metricsFile).pipe(Effect.ignore)
+    else yield* Metrics.truncateAfter(metricsFile, committed.globalStep)
+    const title = options.title ?? `${path.basename(outputDir)} (SFT)`
+    let lastSaved = Option.isSome(resumeFrom) ? committed.globalStep : -1
+    let lastCheckpoint = Option.getOrUndefined(resumeFrom)
+    const save = Effect.suspend(() => TrainerState.save(outputDir, model, committed)).pipe(
+      Effect.tap((dir) =>
+        Effect.sync(() => {
+          lastSaved = committed.globalStep
+          lastCheckpoint = dir
+        })
+      )
+    )
+
+    const run = Effect.gen(function*() {
+      const acc = Metrics.accumulator()
+      const losses: Array<{ readonly step: number; readonly loss: number }> = []
+      const startStep = committed.globalStep
+      const stopAt = options.stopAfter === undefined ? totalSteps : Math.min(totalSteps, startStep + options.stopAfter)
+      const started = Date.now()
+      let { batch, epoch } = committed.position
+      let numTokens = committed.numTokens
+      for (let step = startStep; step < stopAt; step++) {
+        const stepStarted = Date.now()
+        // One optimizer step: GA micro-batches of B transcripts from this epoch's seeded order.
+        if (batch >= perEpoch) {
+          epoch += 1
+          batch = 0
+        }
+        const order = epochOrder(data.length, epoch, config.seed, config.shuffleDataset)
+        const rows = order.slice(batch * B * GA, (batch + 1) * B * GA).map((i) => data[i])
+        batch += 1
+        let targets = 0
+        for (const r of rows) for (let t = 1; t < r.mask.length; t++) targets += r.mask[t]
+        const N = Math.max(1, targets)
+        let loss = 0
+        let tokens = 0
+        for (let m = 0; m < GA; m++) {
+          const part = rows.slice(m * B, (m + 1) * B)
+          // Prompt = the first token (it has no prediction); completion = the rest, weighted by its mask.
+          const batchOfPart = batchOf(part.map((r) => r.ids.slice(0, 1)), part.map((r) => r.ids.slice(1)))
+          const T = batchOfPart.length
+          yield* model.accumulate(batchOfPart, 1, (scores) => {
+            const w = new Float64Array(part.length * T)
+            part.forEach((r, i) => {
+              for (let t = 1; t < r.ids.length; t++) {
+                if (r.mask[t] === 1) {
+                  w[i * T + t - 1] = -1 / N
+                  loss -= scores.logprobs[i * T + t - 1] / N
+                }
+              }
+            })
+            return w
+          })
+          tokens += part.reduce((s, r) => s + r.ids.length, 0)
+        }
+        const learningRate = lr(step)
+        const { gradNorm } = yield* model.step({
+          learningRate,
+          maxGradNorm: config.maxGradNorm,
+          beta1: config.adamBeta1,
+          beta2: config.adamBeta2,
+          epsilon: config.adamEpsilon,
+          weightDecay: config.weightDecay
+        })
+        const globalStep = step + 1
+        numTokens += tokens
+        committed = { ...committed, globalStep, position: { epoch, batch }, numTokens }
+        const seconds = Math.max(1e-9, (Date.now() - stepStarted) / 1000)
+        acc.add({
+          loss,
+          grad_norm: gradNorm,
+          learning_rate: learningRate,
+          num_tokens: numTokens,
+          step_time: seconds,
+          tokens_per_second: tokens / seconds
+        })
+        losses.push({ step: globalStep, loss })
+        yield* progress.update({
+          step: globalStep,
+          loss,
+          tokensPerSecond: tokens / seconds,
+          elapsedSeconds: (Date.now() - started) / 1000,
+          startStep
+        })
+        const last = globalStep === stopAt
+        if (globalStep % config.loggingSteps === 0 || last) {
+          yield* Metrics.append(metricsFile, [acc.flush({ step: globalStep, epoch: epoch + batch / perEpoch })])
+          yield* Report.write(outputDir, { title, status: last ? "finished" : "training" })
+        }
+        if (globalStep % config.saveSteps === 0 || last) yield* save
+        if (options.onStep !== undefined) yield* options.onStep({ step: globalStep, loss })
+      }
+      yield* progress.done(`sft: ${committed.globalStep}/${totalSteps} steps, output in ${outputDir}`)
+      const report = yield* Report.write(outputDir, { title, status: `step ${committed.globalStep}` })
+      return { globalStep: committed.globalStep, totalSteps, losses, checkpoint: lastCheckpoint, report }
+    })
+    return yield* run.pipe(
+      Effect.onExit((exit) =>
+        Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && committed.globalStep !== lastSaved
+          ? save.pipe(
+            Effect.catchAllCause((cause) => Effect.logError("could not write the interruption checkpoint", cause))
+          )
+          : Effect.void
+      )
+    )
+  }).pipe(Effect.withSpan("SftTrainer.train"))
