@@ -1,5 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Either, Exit, Scope } from "effect"
+import * as Net from "node:net"
+import { WebSocketServer } from "ws"
 import * as Client from "../src/Client.js"
 import * as Server from "../src/Server.js"
 import * as Wire from "../src/Wire.js"
@@ -99,6 +101,54 @@ describe("Client", () => {
       const r = yield* env.step({ delta: 99 }).pipe(Effect.timeout("200 millis"), Effect.either)
       assert.isTrue(Either.isLeft(r))
       assert.strictEqual((yield* Effect.flip(env.step({ delta: 1 })))._tag, "SessionLostError")
+    }))
+
+  it.scopedLive("client keep-alive: a server that stops answering pings loses the session", () =>
+    Effect.gen(function*() {
+      // A minimal OpenEnv-speaking server that never answers pings.
+      const wss = yield* Effect.acquireRelease(
+        Effect.async<WebSocketServer>((resume) => {
+          const w: WebSocketServer = new WebSocketServer(
+            { host: "127.0.0.1", port: 0, autoPong: false },
+            () => resume(Effect.succeed(w))
+          )
+          w.on(
+            "connection",
+            (ws) =>
+              ws.on(
+                "message",
+                () =>
+                  ws.send(JSON.stringify({ type: "observation", data: { observation: {}, reward: null, done: false } }))
+              )
+          )
+        }),
+        (w) => Effect.sync(() => w.close())
+      )
+      const port = (wss.address() as { port: number }).port
+      const env = yield* Client.make({ url: `http://127.0.0.1:${port}`, pingInterval: "100 millis" })
+      yield* env.reset()
+      yield* Effect.sleep("500 millis")
+      assert.strictEqual((yield* Effect.flip(env.step({})))._tag, "SessionLostError")
+    }))
+
+  it.scopedLive("the connect timeout bounds a handshake that never completes", () =>
+    Effect.gen(function*() {
+      const sockets: Array<Net.Socket> = []
+      const server = yield* Effect.acquireRelease(
+        Effect.async<Net.Server>((resume) => {
+          const srv = Net.createServer((socket) => sockets.push(socket)) // accepts, never answers
+          srv.listen(0, "127.0.0.1", () => resume(Effect.succeed(srv)))
+        }),
+        (srv) =>
+          Effect.sync(() => {
+            for (const socket of sockets) socket.destroy()
+            srv.close()
+          })
+      )
+      const port = (server.address() as Net.AddressInfo).port
+      const error = yield* Effect.flip(Client.connect({ url: `127.0.0.1:${port}`, connectTimeout: "300 millis" }))
+      assert.strictEqual(error._tag, "ConnectError")
+      assert.include(error.message, "no handshake within 300 ms")
     }))
 
   it.scopedLive("connect fails clearly when nothing listens", () =>
