@@ -20,6 +20,7 @@
 import type { ChatMessage, ChatTemplate, ChatTemplateError, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
 import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
 import { Context, Data, Effect, Layer } from "effect"
+import * as FastCodec from "./internal/fastCodec.js"
 
 /** The template renders a conversation differently once a turn follows it, so appended tokens would drift. */
 export class TemplateNotPrefixStable extends Data.TaggedError("TemplateNotPrefixStable")<{
@@ -80,6 +81,7 @@ export const make = (options: ChatRendererOptions): Renderer => {
     ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
     ...(options.extra === undefined ? {} : { extra: options.extra })
   }
+  const codec = FastCodec.make(tokenizer)
   const eosTokenIds = tokenizer.eosTokenIds
   const stopStrings = eosTokenIds.map((id) => tokenizer.idToToken(id)).filter((s): s is string => s !== undefined)
   // The fixed context the suffix is measured against (TRL uses the first real tool name; any name works because
@@ -132,7 +134,7 @@ export const make = (options: ChatRendererOptions): Renderer => {
     promptIds: (messages, tools) =>
       Effect.map(
         template.render({ messages, tools, addGenerationPrompt: true, ...kwargs }),
-        (text) => tokenizer.encode(text)
+        (text) => codec.encode(text)
       ),
     toolSuffixIds: (toolMessages) =>
       Effect.gen(function*() {
@@ -160,8 +162,8 @@ export const make = (options: ChatRendererOptions): Renderer => {
         }
         // The text follows an end-of-turn token, which the tokenizer always splits on (an added token), so the
         // ids of the whole conversation are the ids before it followed by the ids of this text.
-        return tokenizer.encode(text)
+        return codec.encode(text)
       }),
-    decode: (ids) => tokenizer.decode(ids)
+    decode: codec.decode
   }
 }

@@ -1,0 +1,165 @@
+// Faster encode/decode for the rollout hot path, exact by construction and checked against the tokenizer.
+//
+// Encode: a tokenizer splits text at added tokens (<|im_end|>, <tool_call>, …) first and encodes each stretch in
+// between on its own. Chat-template text is mostly the same stretches over and over ("user\n", the tools block,
+// "\n</tool_response>"), so stretches are memoised and only new ones (tool outputs) are encoded.
+// Decode: for a byte-level BPE tokenizer every id stands for fixed bytes; the bytes are concatenated and decoded
+// as UTF-8 once.
+// Both are verified against the tokenizer on their first uses and switch themselves off on any difference.
+import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
+
+const CHECKS = 32
+const MAX_MEMO = 50_000
+
+const byteLevelTable = (): Map<string, number> => {
+  const bs: Array<number> = []
+  for (let b = 33; b <= 126; b++) bs.push(b)
+  for (let b = 161; b <= 172; b++) bs.push(b)
+  for (let b = 174; b <= 255; b++) bs.push(b)
+  const cs = [...bs]
+  let n = 0
+  for (let b = 0; b < 256; b++) {
+    if (!bs.includes(b)) {
+      bs.push(b)
+      cs.push(256 + n)
+      n++
+    }
+  }
+  const table = new Map<string, number>()
+  bs.forEach((b, i) => table.set(String.fromCodePoint(cs[i]), b))
+  return table
+}
+
+const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+
+export interface FastCodec {
+  readonly encode: (text: string) => Array<number>
+  readonly decode: (ids: ReadonlyArray<number>) => string
+  /** Whether the fast paths are (still) on. */
+  readonly status: () => { readonly encode: boolean; readonly decode: boolean }
+}
+
+export const make = (tokenizer: Tokenizer): FastCodec => {
+  const json = tokenizer.json as {
+    readonly added_tokens?: ReadonlyArray<
+      { content: string; lstrip?: boolean; rstrip?: boolean; single_word?: boolean; normalized?: boolean }
+    >
+    readonly decoder?: { readonly type?: string } | null
+  }
+  const added = json.added_tokens ?? []
+  // Stretch-wise encoding is what the tokenizer does only when added tokens do not eat neighbouring whitespace.
+  const splittable = added.length > 0 && added.every((t) => !t.lstrip && !t.rstrip && !t.single_word)
+  const addedIds = new Map<string, number>()
+  for (const t of added) {
+    const id = tokenizer.tokenToId(t.content)
+    if (id !== undefined) addedIds.set(t.content, id)
+  }
+  const pattern = new RegExp(
+    [...addedIds.keys()].sort((a, b) => b.length - a.length).map(escape).join("|"),
+    "g"
+  )
+  const memo = new Map<string, Array<number>>()
+  let encodeChecks = splittable ? CHECKS : -1
+
+  const stretch = (s: string): ReadonlyArray<number> => {
+    let ids = memo.get(s)
+    if (ids === undefined) {
+      ids = tokenizer.encode(s)
+      if (memo.size >= MAX_MEMO) memo.clear()
+      memo.set(s, ids)
+    }
+    return ids
+  }
+  const splitEncode = (text: string): Array<number> => {
+    const out: Array<number> = []
+    let last = 0
+    pattern.lastIndex = 0
+    for (let m = pattern.exec(text); m !== null; m = pattern.exec(text)) {
+      if (m.index > last) { for (const id of stretch(text.slice(last, m.index))) out.push(id) }
+      out.push(addedIds.get(m[0])!)
+      last = m.index + m[0].length
+    }
+    if (last < text.length) { for (const id of stretch(text.slice(last))) out.push(id) }
+    return out
+  }
+  const encode = (text: string): Array<number> => {
+    if (encodeChecks < 0) return tokenizer.encode(text)
+    const fast = splitEncode(text)
+    if (encodeChecks > 0) {
+      encodeChecks--
+      const slow = tokenizer.encode(text)
+      if (slow.length !== fast.length || slow.some((id, i) => id !== fast[i])) {
+        encodeChecks = -1
+        return slow
+      }
+    }
+    return fast
+  }
+
+  // Decode through per-id bytes (byte-level decoders only).
+  const byteLevel = json.decoder?.type === "ByteLevel"
+  const table = byteLevel ? byteLevelTable() : undefined
+  const bytesOf = new Map<number, Uint8Array | null>()
+  const utf8 = new TextEncoder()
+  const utf8Decoder = new TextDecoder("utf-8", { fatal: false })
+  const addedById = new Map<number, string>()
+  for (const [content, id] of addedIds) addedById.set(id, content)
+  const idBytes = (id: number): Uint8Array | null => {
+    let bytes = bytesOf.get(id)
+    if (bytes !== undefined) return bytes
+    const content = addedById.get(id)
+    if (content !== undefined) bytes = utf8.encode(content)
+    else {
+      const token = tokenizer.idToToken(id)
+      if (token === undefined) bytes = null
+      else {
+        const out: Array<number> = []
+        for (const ch of token) {
+          const b = table!.get(ch)
+          if (b === undefined) {
+            out.length = 0
+            bytes = null
+            break
+          }
+          out.push(b)
+        }
+        if (bytes !== null) bytes = Uint8Array.from(out)
+      }
+    }
+    bytesOf.set(id, bytes)
+    return bytes
+  }
+  let decodeChecks = byteLevel ? CHECKS : -1
+  const fastDecode = (ids: ReadonlyArray<number>): string | undefined => {
+    const parts: Array<Uint8Array> = []
+    let size = 0
+    for (const id of ids) {
+      const b = idBytes(id)
+      if (b === null) return undefined
+      parts.push(b)
+      size += b.length
+    }
+    const all = new Uint8Array(size)
+    let at = 0
+    for (const p of parts) {
+      all.set(p, at)
+      at += p.length
+    }
+    return utf8Decoder.decode(all)
+  }
+  const decode = (ids: ReadonlyArray<number>): string => {
+    if (decodeChecks < 0) return tokenizer.decode(ids)
+    const fast = fastDecode(ids)
+    if (fast === undefined) return tokenizer.decode(ids)
+    if (decodeChecks > 0) {
+      decodeChecks--
+      const slow = tokenizer.decode(ids)
+      if (slow !== fast) {
+        decodeChecks = -1
+        return slow
+      }
+    }
+    return fast
+  }
+  return { encode, decode, status: () => ({ encode: encodeChecks >= 0, decode: decodeChecks >= 0 }) }
+}
