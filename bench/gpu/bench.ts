@@ -9,7 +9,7 @@
  *
  * Flags: --sizes=a,b,c  --tiers=tiled64,tiled64v4,tiled128,tiled128v4  --forms=NN,NT,TN (default NN on a
  * software adapter, where each new pipeline costs seconds of LLVM time)  --stack=tiny|small|medium  --steps=N
- * --out=NAME  --no-profile
+ * --precisions=f32,f16 (f16: both operands stored as f16, f32 accumulation)  --out=NAME  --no-profile
  */
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
@@ -40,10 +40,14 @@ interface MatmulRow {
   readonly timing: "timestamp" | "wall"
 }
 
-const matmulTier = (size: number, tier: Ops.MatmulTier, form: string) =>
+const matmulTier = (size: number, tier: Ops.MatmulTier, form: string, precision: "f32" | "f16") =>
   Effect.gen(function*() {
     const gpu = yield* Gpu
-    const plan = Arena.plan({ a: { shape: [size, size] }, b: { shape: [size, size] }, c: { shape: [size, size] } })
+    const plan = Arena.plan({
+      a: { shape: [size, size], dtype: precision },
+      b: { shape: [size, size], dtype: precision },
+      c: { shape: [size, size] }
+    })
     const arena = yield* Arena.allocate(plan)
     const t = (n: string) => arena.tensor(n)
     const program = yield* Program.compile(arena, [
@@ -88,7 +92,7 @@ const matmulTier = (size: number, tier: Ops.MatmulTier, form: string) =>
     const reps = Math.max(1, Math.min(50, Math.round(500 / Math.max(warm.millis, 0.01))))
     const r = yield* run(reps)
     const row: MatmulRow = {
-      tier: `f32-${tier}-${form}`,
+      tier: `${precision}in-${tier}-${form}`,
       size,
       reps,
       millis: r.millis / reps,
@@ -137,6 +141,7 @@ const stepBench = (stackName: keyof typeof STACKS, steps: number, profile: boole
       maxPipelinesCreatedPerStep: max((r) => r.counters.pipelinesCreated),
       cpuMicrosPerDispatch: avg((r) => r.counters.cpuMicrosPerDispatch),
       encodeMicrosPerStep: avg((r) => r.counters.encodeMicros),
+      submitMicrosPerStep: avg((r) => r.counters.submitMicros),
       millisPerStep: avg((r) => r.counters.wallMillis),
       tokensPerSecond: n / (avg((r) => r.counters.wallMillis) / 1000),
       profile: kernels === undefined ? undefined : kernels._tag === "Right" ? kernels.right : String(kernels.left)
@@ -156,14 +161,17 @@ const main = Effect.gen(function*() {
   const sizes = (flag("sizes") ?? (a.isSoftware ? "256,512" : "256,512,1024,2048,4096")).split(",").map(Number)
   const tiers = (flag("tiers")?.split(",") ?? Ops.MATMUL_TIERS) as ReadonlyArray<Ops.MatmulTier>
   const forms = (flag("forms") ?? (a.isSoftware ? "NN" : "NN,NT,TN")).split(",")
+  const precisions = (flag("precisions") ?? "f32,f16").split(",") as ReadonlyArray<"f32" | "f16">
   const matmul: Array<MatmulRow> = []
   for (const size of sizes) {
-    for (const tier of tiers) {
-      for (const form of forms) {
-        const row = yield* matmulTier(size, tier, form)
-        const how = `${row.millis.toFixed(2)} ms, ${row.reps} reps, ${row.timing}`
-        console.log(`matmul ${row.tier} ${size}³: ${row.gflops.toFixed(2)} GFLOP/s (${how})`)
-        matmul.push(row)
+    for (const precision of precisions) {
+      for (const tier of tiers) {
+        for (const form of forms) {
+          const row = yield* matmulTier(size, tier, form, precision)
+          const how = `${row.millis.toFixed(2)} ms, ${row.reps} reps, ${row.timing}`
+          console.log(`matmul ${row.tier} ${size}³: ${row.gflops.toFixed(2)} GFLOP/s (${how})`)
+          matmul.push(row)
+        }
       }
     }
   }
@@ -211,8 +219,9 @@ const main = Effect.gen(function*() {
     "|---|---|---|---|---|",
     ...matmul.map((r) => `| ${r.tier} | ${r.size}³ | ${r.millis.toFixed(2)} | ${r.gflops.toFixed(2)} | ${r.timing} |`),
     "",
-    "Tiers: tiled64 = 64×64 tile, 4×4 per thread, scalar loads; tiled128 = 128×128, 8×8 per thread, K step 8; v4 = vec4 global loads.",
-    "Not implemented yet: an f16-input (shader-f16) tier and a subgroup-matrix tier.",
+    "Tiers: tiled64 = 64×64 tile, 4×4 per thread, scalar loads; tiled128 = 128×128, 8×8 per thread, K step 8;",
+    "v4 = vec4 global loads (f32 operands); f16in = both operands stored as packed f16 (half the bytes), f32",
+    "accumulation (core WGSL unpack2x16float, no shader-f16 needed). Not implemented: a subgroup-matrix tier.",
     "",
     `## Training step: one-block transformer, stack "${stack}" (${step.parameters} parameters)`,
     "",

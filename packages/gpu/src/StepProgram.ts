@@ -70,6 +70,11 @@ export interface StepResult {
   readonly counters: StepCounters
 }
 
+/** A submitted step; `result` waits for it (once; later calls return the same values). */
+export interface PendingStep {
+  readonly result: Effect.Effect<StepResult, GpuDeviceLost | GpuUncapturedError>
+}
+
 /** Time of one kernel in a timestamp profile. */
 export interface KernelProfile {
   readonly label: string
@@ -82,11 +87,20 @@ export interface KernelProfile {
 export interface StepProgram {
   readonly microBatch: Program.Program
   readonly optimizer: Program.Program
-  /** Runs one step over the given micro-batches (at least one). */
+  /** Runs one step over the given micro-batches (at least one) and waits for its results. */
   readonly step: (
     scalars: StepScalars,
     microBatches: ReadonlyArray<MicroBatch>
   ) => Effect.Effect<StepResult, GpuDeviceLost | GpuUncapturedError>
+  /**
+   * Submits one step without waiting (run-ahead): the next step can be encoded while this one runs. Up to
+   * two steps are in flight; submitting a third first waits for the oldest one's results (kept for its
+   * handle). Inputs are queued writes, so they never overwrite an in-flight step's data.
+   */
+  readonly submit: (
+    scalars: StepScalars,
+    microBatches: ReadonlyArray<MicroBatch>
+  ) => Effect.Effect<PendingStep, GpuDeviceLost | GpuUncapturedError>
   /**
    * Runs one step with every dispatch in its own timestamped pass and returns the time per kernel label
    * (needs the timestamp-query feature). It does update the parameters, like `step`.
@@ -164,12 +178,19 @@ export const make = (
     const needBatches = (mbs: ReadonlyArray<MicroBatch>) =>
       mbs.length === 0 ? Effect.dieMessage("StepProgram.step: give at least one micro-batch") : Effect.void
 
-    const step = Effect.fn("StepProgram.step")(
+    // The read-back ring: each slot remembers the unread result of the step that used it last.
+    const pendingOf: Array<Effect.Effect<StepResult, GpuDeviceLost | GpuUncapturedError> | undefined> = ring.map(
+      () => undefined
+    )
+    const submit = Effect.fn("StepProgram.submit")(
       function*(scalars: StepScalars, microBatches: ReadonlyArray<MicroBatch>) {
         yield* needBatches(microBatches)
+        const slot = steps++ % READBACK_RING
+        const previous = pendingOf[slot]
+        if (previous !== undefined) yield* previous
         const before = { ...gpu.counters }
         const t0 = performance.now()
-        const staging = ring[steps++ % READBACK_RING]
+        const staging = ring[slot]
         let submits = 0
         let encodeMillis = 0
         let submitMillis = 0
@@ -190,30 +211,57 @@ export const make = (
           encodeMillis += e1 - e0
           submits++
         })
-        const out = yield* mapResults(staging)
-        const t2 = performance.now()
-        const dispatches = microBatch.dispatches.length * microBatches.length + optimizer.dispatches.length
-        const counters: StepCounters = {
-          dispatches,
-          submits,
-          buffersCreated: gpu.counters.buffers - before.buffers,
-          bindGroupsCreated: gpu.counters.bindGroups - before.bindGroups,
-          pipelinesCreated: gpu.counters.pipelines - before.pipelines,
-          encodeMicros: encodeMillis * 1000,
-          cpuMicrosPerDispatch: encodeMillis * 1000 / dispatches,
-          submitMicros: submitMillis * 1000,
-          wallMillis: t2 - t0
+        const created = {
+          buffers: gpu.counters.buffers - before.buffers,
+          bindGroups: gpu.counters.bindGroups - before.bindGroups,
+          pipelines: gpu.counters.pipelines - before.pipelines
         }
-        return {
-          loss: out[Result.loss],
-          gradNorm: out[Result.gradNorm],
-          clipScale: out[Result.clipScale],
-          skipped: out[Result.skipped] !== 0,
-          results: out,
-          counters
-        } satisfies StepResult
+        // Map now (the promise settles when the copy has run); never leave a rejection unhandled.
+        const mapped = staging.mapAsync(GPUMapMode.READ).then(() => undefined, (e: unknown) => e ?? "mapAsync failed")
+        const read = Effect.gen(function*() {
+          const failure = yield* Effect.promise(() =>
+            Promise.race([mapped, device.lost.then((l) => `device lost: ${l.message}`)])
+          )
+          if (failure !== undefined) {
+            return yield* Effect.fail(
+              new GpuDeviceLost({ reason: "unknown", detail: `reading step results failed: ${String(failure)}` })
+            )
+          }
+          const values = new Float32Array(staging.getMappedRange().slice(0))
+          staging.unmap()
+          yield* gpu.check
+          return values
+        })
+        const result = yield* Effect.cached(Effect.map(read, (out) => {
+          const t2 = performance.now()
+          const dispatches = microBatch.dispatches.length * microBatches.length + optimizer.dispatches.length
+          const counters: StepCounters = {
+            dispatches,
+            submits,
+            buffersCreated: created.buffers,
+            bindGroupsCreated: created.bindGroups,
+            pipelinesCreated: created.pipelines,
+            encodeMicros: encodeMillis * 1000,
+            cpuMicrosPerDispatch: encodeMillis * 1000 / dispatches,
+            submitMicros: submitMillis * 1000,
+            wallMillis: t2 - t0
+          }
+          return {
+            loss: out[Result.loss],
+            gradNorm: out[Result.gradNorm],
+            clipScale: out[Result.clipScale],
+            skipped: out[Result.skipped] !== 0,
+            results: out,
+            counters
+          } satisfies StepResult
+        }))
+        pendingOf[slot] = result
+        return { result } satisfies PendingStep
       }
     )
+
+    const step = (scalars: StepScalars, microBatches: ReadonlyArray<MicroBatch>) =>
+      Effect.flatMap(submit(scalars, microBatches), (p) => p.result)
 
     const profile = Effect.fn("StepProgram.profile")(
       function*(scalars: StepScalars, microBatches: ReadonlyArray<MicroBatch>) {
@@ -241,7 +289,11 @@ export const make = (
           })),
           ({ querySet, read, resolve }) =>
             Effect.gen(function*() {
-              const staging = ring[steps++ % READBACK_RING]
+              const slot = steps++ % READBACK_RING
+              const previous = pendingOf[slot]
+              if (previous !== undefined) yield* previous
+              pendingOf[slot] = undefined
+              const staging = ring[slot]
               let q = 0
               microBatches.forEach((mb, i) => {
                 writeInputs(mb)
@@ -295,5 +347,5 @@ export const make = (
       }
     )
 
-    return { microBatch, optimizer, step, profile } satisfies StepProgram
+    return { microBatch, optimizer, step, submit, profile } satisfies StepProgram
   })

@@ -145,7 +145,7 @@ export const specs = (c: TinyTransformerConfig): Record<string, Arena.TensorSpec
   return out
 }
 
-/** Random weights (scaled by 1/sqrt(fan-in)), unit norms. */
+/** Random weights uniform in ±1/sqrt(fan-in) (the embedding too, so tied logits start near zero), unit norms. */
 export const init = (h: Arena.HostArena, c: TinyTransformerConfig, seed: number) => {
   let s = seed >>> 0 || 1
   const rand = () => {
@@ -157,7 +157,7 @@ export const init = (h: Arena.HostArena, c: TinyTransformerConfig, seed: number)
   for (const [name, p] of Object.entries(parameterShapes(c))) {
     const t = h.f32(`param.${name}`)
     if (p.shape.length === 1) t.fill(1)
-    else for (let i = 0; i < t.length; i++) t[i] = rand() * (name === "embed" ? 1 : 1 / Math.sqrt(p.shape[1]))
+    else for (let i = 0; i < t.length; i++) t[i] = rand() / Math.sqrt(p.shape[1])
   }
 }
 

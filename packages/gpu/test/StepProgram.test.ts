@@ -70,6 +70,23 @@ layer(Gpu.layer())("StepProgram on a one-block Qwen3-style transformer", (it) =>
       assert.isBelow(losses[losses.length - 1], losses[0] * 0.5, `losses: ${losses.map((l) => l.toFixed(3)).join(" ")}`)
     }))
 
+  it.scoped("run-ahead: steps submitted back to back give the CPU twin's losses", () =>
+    Effect.gen(function*() {
+      const cfg = TinyTransformer.config({ vocab: 37, dim: 32, ffn: 48, batch: 2, seq: 6, tie: true })
+      const { h, ops, program } = yield* setup(cfg)
+      const mbs = [1, 2, 3].map((s) => [TinyTransformer.batch(cfg, tokens(12, s, 37))])
+      // Three submits without waiting: the third reuses the first read-back slot, so it waits for step 1.
+      const pending = []
+      for (let step = 1; step <= 3; step++) pending.push(yield* program.submit({ ...hyper, step }, mbs[step - 1]))
+      const got = []
+      for (const p of pending) got.push(yield* p.result)
+      assert.strictEqual((yield* pending[0].result).loss, got[0].loss) // a handle can be read again
+      for (let step = 1; step <= 3; step++) {
+        const want = CpuTwin.step(h, { microBatch: ops }, { ...hyper, step }, mbs[step - 1])
+        assert.closeTo(got[step - 1].loss, want[Arena.Result.loss], 1e-4 * want[Arena.Result.loss])
+      }
+    }))
+
   it.scoped("a non-finite gradient skips the update on the device and is reported", () =>
     Effect.gen(function*() {
       const cfg = TinyTransformer.config({ vocab: 37, dim: 32, ffn: 48, batch: 2, seq: 6, tie: true })
