@@ -3,6 +3,7 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import type { EnvironmentRow, EvaluationResult } from "../src/Evaluation.js"
+import * as BrowserCheck from "../src/internal/browserCheck.js"
 import * as Metrics from "../src/Metrics.js"
 import * as Report from "../src/Report.js"
 
@@ -89,4 +90,23 @@ describe("Report", () => {
       assert.include(html, "Last logged step 3")
       assert.include(html, "<td>0.100</td>")
     }).pipe(Effect.provide(NodeContext.layer)))
+})
+
+describe("Report in a headless browser", () => {
+  it.scoped.skipIf(BrowserCheck.chromiumPath() === undefined)(
+    "renders in Chromium: the script runs, every chart is in the DOM, the screenshot is not blank (skipped without /usr/bin/chromium)",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        yield* Metrics.append(path.join(dir, Metrics.files.metrics), metrics)
+        yield* Metrics.append(path.join(dir, Metrics.files.evaluations), [evaluation(0, 0.2), evaluation(3, 0.8)])
+        const target = yield* Report.write(dir, { title: "browser check" })
+        const result = yield* BrowserCheck.check(target, path.join(dir, "shot.png"))
+        assert.isAtLeast(result.renderedCharts, 7)
+        assert.isAbove(result.screenshot.nonBackground, 1000)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
 })

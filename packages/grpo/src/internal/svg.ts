@@ -28,7 +28,10 @@ const niceTicks = (lo: number, hi: number, count: number): Array<number> => {
   const mag = Math.pow(10, Math.floor(Math.log10(raw)))
   const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => span / s <= count) ?? 10 * mag
   const out: Array<number> = []
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)))
+  // Integer multiples of the step, so accumulated float error never prints as -1.4e-17.
+  for (let k = Math.ceil(lo / step); k * step <= hi + step * 1e-9; k++) {
+    out.push(k === 0 ? 0 : Number((k * step).toPrecision(12)))
+  }
   return out
 }
 
