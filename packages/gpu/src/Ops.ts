@@ -132,6 +132,11 @@ export interface Attention {
   readonly shape: AttentionShape
   /** Packed sequences: u32 positions [batch·seq] counting from 0 in each sequence (keys before i − pos[i] are masked). */
   readonly positions: Tensor | undefined
+  /**
+   * "tiled" (default where headDim % 4 = 0 and headDim ≤ 128): 16×16 query/key tiles in workgroup memory;
+   * "rows": one invocation per (token, head) walking its keys (any headDim).
+   */
+  readonly kernel: "tiled" | "rows"
 }
 export interface AttentionBackward {
   readonly kind: "attentionBackward"
@@ -405,12 +410,24 @@ const checkPositions = (s: AttentionShape, positions: Tensor | undefined) => {
 
 /** Causal GQA attention forward (saves lse); with `positions`, packed sequences do not see each other. */
 export const attention = (
-  o: { q: Tensor; k: Tensor; v: Tensor; o: Tensor; lse: Tensor; shape: AttentionShape; positions?: Tensor }
+  o: {
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    o: Tensor
+    lse: Tensor
+    shape: AttentionShape
+    positions?: Tensor
+    kernel?: "tiled" | "rows"
+  }
 ): Attention => {
   checkAttention(o.shape, o.q, o.k, o.v)
   checkPositions(o.shape, o.positions)
   atLeast(o.lse, o.shape.batch * o.shape.seq * o.shape.heads, "attention lse")
-  return { ...o, kind: "attention", positions: o.positions }
+  const tileable = o.shape.headDim % 4 === 0 && o.shape.headDim <= 128
+  const kernel = o.kernel ?? (tileable ? "tiled" : "rows")
+  need(kernel === "rows" || tileable, "attention: the tiled kernel needs headDim % 4 = 0 and headDim ≤ 128")
+  return { ...o, kind: "attention", positions: o.positions, kernel }
 }
 
 export const attentionBackward = (

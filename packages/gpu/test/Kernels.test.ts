@@ -168,7 +168,7 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
           dk: t("dk2"),
           dv: t("dv2")
         }),
-        Ops.attention({ q: t("q"), k: t("k"), v: t("v"), o: t("o"), lse: t("lse"), shape }),
+        Ops.attention({ q: t("q"), k: t("k"), v: t("v"), o: t("o"), lse: t("lse"), shape, kernel: "rows" }),
         Ops.attentionBackward({
           q: t("q"),
           k: t("k"),
@@ -186,6 +186,34 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
       const r = yield* runBoth(h, ops)
       close(r, ["o", "lse", "dq", "dk", "dv", "o2", "lse2", "dq2", "dk2", "dv2"], 1e-4)
       assert.isAbove(maxRelError(r.gpu.f32("o2"), r.gpu.f32("o")), 1e-3) // packing changed the result
+    }))
+
+  it.scoped("tiled attention forward across several 16-row tiles, packed rows, against the row kernel", () =>
+    Effect.gen(function*() {
+      const shape = { batch: 2, seq: 37, heads: 4, kvHeads: 2, headDim: 8, scale: 0.3 }
+      const plan = Arena.plan({
+        q: { shape: [74, 4, 8] },
+        k: { shape: [74, 2, 8] },
+        v: { shape: [74, 2, 8] },
+        pos: { shape: [74], dtype: "u32" },
+        o1: { shape: [74, 4, 8] },
+        l1: { shape: [74, 4] },
+        o2: { shape: [74, 4, 8] },
+        l2: { shape: [74, 4] }
+      })
+      const h = Arena.host(plan)
+      randomize(h, 9)
+      // Row 0 packs sequences of 20 and 17 tokens (the second starts inside a tile); row 1 is one sequence.
+      h.u32("pos").set(Uint32Array.from({ length: 74 }, (_, i) => (i < 20 ? i : i < 37 ? i - 20 : i - 37)))
+      const t = (n: string) => Arena.tensorOf(plan, n)
+      const base = { q: t("q"), k: t("k"), v: t("v"), shape, positions: t("pos") }
+      const ops = [
+        Ops.attention({ ...base, o: t("o1"), lse: t("l1") }),
+        Ops.attention({ ...base, o: t("o2"), lse: t("l2"), kernel: "rows" })
+      ]
+      assert.strictEqual(ops[0].kernel, "tiled")
+      const r = yield* runBoth(h, ops)
+      close(r, ["o1", "l1", "o2", "l2"], 1e-4)
     }))
 
   it.scoped("swiglu, chunked token logprobs (+entropy, temperature) and masked mean", () =>

@@ -186,11 +186,15 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
       const rows = s.batch * s.seq * s.heads
       const pairs = s.batch * s.heads * s.seq * (s.seq + 1) / 2
       return [{
-        label: `attention_hd${s.headDim}${packed(op.positions)}`,
-        code: W.attention(s.headDim, op.positions !== undefined),
+        label: `attention${op.kernel === "tiled" ? "_tiled" : ""}_hd${s.headDim}${packed(op.positions)}`,
+        code: op.kernel === "tiled"
+          ? W.attentionTiled(s.headDim, op.positions !== undefined)
+          : W.attention(s.headDim, op.positions !== undefined),
         bindings: withPositions([op.q, op.k, op.v, op.o, op.lse], op.positions),
         params: attnParams(s),
-        groups: over(rows, 64),
+        groups: op.kernel === "tiled"
+          ? grid(s.batch * s.heads * Math.ceil(s.seq / W.ATTN_TILE))
+          : over(rows, 64),
         flops: 4 * pairs * s.headDim,
         bytes: 8 * pairs * s.headDim
       }]

@@ -448,6 +448,128 @@ ${start(packed)}
   L[i] = mx + log(l);
 }`
 
+/** Query and key rows per tile of the tiled attention forward. */
+export const ATTN_TILE = 16
+
+/**
+ * Tiled causal GQA forward (FlashAttention-style): one 64-thread workgroup per (batch, head, 16 queries)
+ * stages the query block and 16-key K/V tiles in workgroup memory, computes the 16×16 score tile (4 per
+ * thread), updates each row's running max / normaliser (online softmax), and accumulates the output with
+ * each thread owning headDim/4 columns of one row. K rows are padded by one word against bank conflicts.
+ * Saves lse = max + log(sum). Needs headDim % 4 = 0 and 48·headDim + 16·17 words of workgroup memory.
+ */
+export const attentionTiled = (hd: number, packed: boolean) =>
+  header(
+    attnParams,
+    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["O", "read_write"], ["L", "read_write"]])
+  ) + `
+const HD = ${hd}u;
+const KS = ${hd + 1}u;
+const BQ = ${ATTN_TILE}u;
+const BK = ${ATTN_TILE}u;
+const CPT = ${hd / 4}u;
+${start(packed)}
+var<workgroup> Qs: array<f32, ${ATTN_TILE * hd}>;
+var<workgroup> Ks: array<f32, ${ATTN_TILE * (hd + 1)}>;
+var<workgroup> Vs: array<f32, ${ATTN_TILE * hd}>;
+var<workgroup> S: array<f32, ${ATTN_TILE * ATTN_TILE}>;
+var<workgroup> rowM: array<f32, ${ATTN_TILE}>;
+var<workgroup> rowL: array<f32, ${ATTN_TILE}>;
+var<workgroup> rowC: array<f32, ${ATTN_TILE}>;
+var<workgroup> rowStart: array<u32, ${ATTN_TILE}>;
+var<workgroup> lo: u32;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  let wg = wid.y * nwg.x + wid.x;
+  let nqb = (p.seq + BQ - 1u) / BQ;
+  if (wg >= p.batch * p.heads * nqb) { return; }
+  let qb = wg % nqb;
+  let h = (wg / nqb) % p.heads;
+  let b = wg / (nqb * p.heads);
+  let g = h / (p.heads / p.kvHeads);
+  let q0 = qb * BQ;
+  for (var e = lid; e < BQ * HD; e += 64u) {
+    let qi = q0 + e / HD;
+    var v = 0.0;
+    if (qi < p.seq) { v = Q[((b * p.seq + qi) * p.heads + h) * HD + e % HD] * p.scale; }
+    Qs[e] = v;
+  }
+  if (lid < BQ) {
+    rowM[lid] = -3.0e38;
+    rowL[lid] = 0.0;
+    rowStart[lid] = segStart(b, min(q0 + lid, p.seq - 1u));
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    var m = rowStart[0];
+    for (var r = 1u; r < BQ; r++) { m = min(m, rowStart[r]); }
+    lo = m;
+  }
+  let kFirst = workgroupUniformLoad(&lo) / BK;
+  let kLast = min(q0 + BQ - 1u, p.seq - 1u) / BK;
+  let orow = lid / 4u;
+  let ocol = lid % 4u;
+  let qi = q0 + orow;
+  var acc: array<f32, CPT>;
+  for (var c = 0u; c < CPT; c++) { acc[c] = 0.0; }
+  for (var kb = kFirst; kb <= kLast; kb++) {
+    let k0 = kb * BK;
+    for (var e = lid; e < BK * HD; e += 64u) {
+      let r = e / HD;
+      let d = e % HD;
+      var kv = 0.0;
+      var vv = 0.0;
+      if (k0 + r < p.seq) {
+        let at = ((b * p.seq + k0 + r) * p.kvHeads + g) * HD + d;
+        kv = K[at];
+        vv = V[at];
+      }
+      Ks[r * KS + d] = kv;
+      Vs[e] = vv;
+    }
+    workgroupBarrier();
+    for (var c = 0u; c < 4u; c++) {
+      let kj = ocol * 4u + c;
+      var s = 0.0;
+      for (var d = 0u; d < HD; d++) { s = fma(Qs[orow * HD + d], Ks[kj * KS + d], s); }
+      let key = k0 + kj;
+      if (qi >= p.seq || key > qi || key < rowStart[orow]) { s = -3.0e38; }
+      S[orow * BK + kj] = s;
+    }
+    workgroupBarrier();
+    if (lid < BQ) {
+      var m = rowM[lid];
+      for (var j = 0u; j < BK; j++) { m = max(m, S[lid * BK + j]); }
+      let corr = exp(rowM[lid] - m);
+      var l = rowL[lid] * corr;
+      for (var j = 0u; j < BK; j++) {
+        let s = S[lid * BK + j];
+        var pr = 0.0;
+        if (s > -1.0e38) { pr = exp(s - m); }
+        S[lid * BK + j] = pr;
+        l += pr;
+      }
+      rowM[lid] = m;
+      rowL[lid] = l;
+      rowC[lid] = corr;
+    }
+    workgroupBarrier();
+    let corr = rowC[orow];
+    for (var c = 0u; c < CPT; c++) {
+      let d = ocol + 4u * c;
+      var a = acc[c] * corr;
+      for (var j = 0u; j < BK; j++) { a = fma(S[orow * BK + j], Vs[j * HD + d], a); }
+      acc[c] = a;
+    }
+    workgroupBarrier();
+  }
+  if (qi < p.seq) {
+    let l = rowL[orow];
+    let base = ((b * p.seq + qi) * p.heads + h) * HD;
+    for (var c = 0u; c < CPT; c++) { O[base + ocol + 4u * c] = acc[c] / l; }
+    if (ocol == 0u) { L[(b * p.seq + qi) * p.heads + h] = rowM[orow] + log(l); }
+  }
+}`
+
 /** delta[token, head] = Σ_d dO·O (the softmax-backward row term). */
 export const attentionDelta = (hd: number) =>
   header("rows: u32", [["O", "read"], ["DO", "read"], ["Dl", "read_write"]]) + `
