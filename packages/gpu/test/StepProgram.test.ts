@@ -106,7 +106,7 @@ layer(Gpu.layer())("StepProgram on a one-block Qwen3-style transformer", (it) =>
       const { program } = yield* setup(cfg)
       const profile = yield* program.profile({ ...hyper, step: 1 }, [TinyTransformer.batch(cfg, tokens(12, 5, 37))])
       const labels = profile.map((p) => p.label)
-      for (const l of ["matmul_NT", "matmul_NN", "matmul_TN", "adamw", "attention_hd8_packed"]) {
+      for (const l of ["matmul_NT", "matmul_NN", "matmul_TN", "adamw", "attention_tiled_hd8_packed"]) {
         assert.include(labels, l)
       }
       assert.isTrue(profile.every((p) => p.micros >= 0 && p.calls > 0))
