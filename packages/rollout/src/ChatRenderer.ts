@@ -68,6 +68,30 @@ export interface Renderer {
   readonly decode: (ids: ReadonlyArray<number>) => string
 }
 
+interface Frame {
+  readonly pieces: ReadonlyArray<string>
+  checksLeft: number
+}
+
+const sentinel = (i: number) => `\u0001envtrain-content-${i}\u0001`
+
+const withSentinels = (messages: ReadonlyArray<ChatMessage>): Array<ChatMessage> =>
+  messages.map((m, i) => ({ ...m, content: sentinel(i) }))
+
+// Cuts a text rendered with sentinel contents into the pieces around them (null if a sentinel is missing).
+const cut = (text: string, count: number): Frame | null => {
+  const pieces: Array<string> = []
+  let rest = text
+  for (let i = 0; i < count; i++) {
+    const at = rest.indexOf(sentinel(i))
+    if (at < 0) return null
+    pieces.push(rest.slice(0, at))
+    rest = rest.slice(at + sentinel(i).length)
+  }
+  pieces.push(rest)
+  return { pieces, checksLeft: 8 }
+}
+
 /** The renderer service of a run. */
 export class ChatRenderer extends Context.Tag("@envtrain/rollout/ChatRenderer")<ChatRenderer, Renderer>() {
   static readonly layer = (options: ChatRendererOptions): Layer.Layer<ChatRenderer> =>
@@ -110,32 +134,42 @@ export const make = (options: ChatRendererOptions): Renderer => {
   // Rendering the template costs ~0.1 ms, a large part of a remote environment step. The suffix of a given list of
   // tool messages (roles and names) is the same text around their contents, so it is rendered once with sentinel
   // contents and cut into pieces; contents are then spliced in.
-  const frames = new Map<string, { pieces: Array<string>; checksLeft: number } | null>()
+  const frames = new Map<string, Frame | null>()
+  const promptFrames = new Map<string, Frame | null>()
   const makeFrame = (toolMessages: ReadonlyArray<ChatMessage>) =>
-    Effect.gen(function*() {
-      const sentinels = toolMessages.map((_, i) => `\u0001envtrain-content-${i}\u0001`)
-      const text = yield* suffixText(toolMessages.map((m, i) => ({ ...m, content: sentinels[i] })))
-      const pieces: Array<string> = []
-      let rest = text
-      for (const sentinel of sentinels) {
-        const at = rest.indexOf(sentinel)
-        if (at < 0) return null
-        pieces.push(rest.slice(0, at))
-        rest = rest.slice(at + sentinel.length)
-      }
-      pieces.push(rest)
-      return { pieces, checksLeft: 8 }
-    })
+    Effect.map(suffixText(withSentinels(toolMessages)), (text) => cut(text, toolMessages.length))
   return {
     tokenizer,
     enableThinking: options.enableThinking ?? true,
     eosTokenIds,
     stopStrings,
     promptIds: (messages, tools) =>
-      Effect.map(
-        template.render({ messages, tools, addGenerationPrompt: true, ...kwargs }),
-        (text) => codec.encode(text)
-      ),
+      Effect.gen(function*() {
+        // Prompts of a run share their tools and message roles; only contents differ. Same frame idea as the
+        // tool suffixes: render once with sentinel contents, splice contents in, check the first uses.
+        const key = `${messages.map((m) => m.role).join(",")}|${JSON.stringify(tools)}`
+        const render = (ms: ReadonlyArray<ChatMessage>) =>
+          template.render({ messages: ms, tools, addGenerationPrompt: true, ...kwargs })
+        let frame = promptFrames.get(key)
+        if (frame === undefined) {
+          const plain = messages.every((m) => m.tool_calls === undefined && m.reasoning_content === undefined)
+          frame = plain ? cut(yield* render(withSentinels(messages)), messages.length) : null
+          if (promptFrames.size >= 256) promptFrames.clear()
+          promptFrames.set(key, frame)
+        }
+        if (frame === null) return codec.encode(yield* render(messages))
+        let text = frame.pieces[0]
+        for (let i = 0; i < messages.length; i++) text += messages[i].content + frame.pieces[i + 1]
+        if (frame.checksLeft > 0) {
+          frame.checksLeft--
+          const full = yield* render(messages)
+          if (full !== text) {
+            promptFrames.set(key, null)
+            text = full
+          }
+        }
+        return codec.encode(text)
+      }),
     toolSuffixIds: (toolMessages) =>
       Effect.gen(function*() {
         const key = toolMessages.map((m) => `${m.role}:${m.name ?? ""}`).join("|")

@@ -38,6 +38,24 @@ describe("ChatRenderer", () => {
     { fastCheck: { numRuns: 6 } }
   )
 
+  it.effect.prop(
+    "prompts equal the full render, before and after the frame cache takes over",
+    [fc.array(fc.tuple(fc.string({ maxLength: 30 }), fc.string({ maxLength: 30 })), { minLength: 12, maxLength: 12 })],
+    ([prompts]) =>
+      Effect.gen(function*() {
+        const { template, tokenizer } = yield* tinyModel
+        const r = ChatRenderer.make({ tokenizer, template, enableThinking: false })
+        const tools = [{ type: "function", function: { name: "guess", description: "Guess.", parameters: {} } }]
+        for (const [system, user] of prompts) {
+          const messages = [{ role: "system" as const, content: system }, { role: "user" as const, content: user }]
+          const full = template.renderUnsafe({ messages, tools, addGenerationPrompt: true, enableThinking: false })
+          assert.deepStrictEqual(yield* r.promptIds(messages, tools), tokenizer.encode(full))
+        }
+        return true
+      }),
+    { fastCheck: { numRuns: 6 } }
+  )
+
   it.effect("the prompt renders the tools and ends with the generation prompt", () =>
     Effect.gen(function*() {
       const { template, tokenizer } = yield* tinyModel

@@ -61,7 +61,7 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
   const memo = new Map<string, Array<number>>()
   let encodeChecks = splittable ? CHECKS : -1
 
-  const stretch = (s: string): ReadonlyArray<number> => {
+  const memoEncode = (s: string): Array<number> => {
     let ids = memo.get(s)
     if (ids === undefined) {
       ids = tokenizer.encode(s)
@@ -69,6 +69,25 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
       memo.set(s, ids)
     }
     return ids
+  }
+  // A new stretch (e.g. a tool output) is cut into lines, which repeat far more often than whole outputs. The cut
+  // goes after a run of newlines followed by a non-space character: no GPT-2/Qwen-style pre-token spans such a
+  // point, and BPE merges never cross pre-tokens, so the ids are the same (and checked, see `encode`).
+  const lineBreak = /[\r\n]+(?=[^\s])/g
+  const stretch = (s: string): ReadonlyArray<number> => {
+    const hit = memo.get(s)
+    if (hit !== undefined) return hit
+    const out: Array<number> = []
+    let last = 0
+    lineBreak.lastIndex = 0
+    for (let m = lineBreak.exec(s); m !== null; m = lineBreak.exec(s)) {
+      const end = m.index + m[0].length
+      for (const id of memoEncode(s.slice(last, end))) out.push(id)
+      last = end
+    }
+    if (last === 0) return memoEncode(s)
+    for (const id of memoEncode(s.slice(last))) out.push(id)
+    return out
   }
   const splitEncode = (text: string): Array<number> => {
     const out: Array<number> = []
