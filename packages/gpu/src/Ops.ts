@@ -153,6 +153,8 @@ export interface AttentionBackward {
   readonly dv: Tensor
   readonly shape: AttentionShape
   readonly positions: Tensor | undefined
+  /** As for {@link Attention}: "tiled" (default where possible) or "rows". */
+  readonly kernel: "tiled" | "rows"
 }
 export interface Swiglu {
   readonly kind: "swiglu"
@@ -431,12 +433,18 @@ export const attention = (
 }
 
 export const attentionBackward = (
-  o: Omit<AttentionBackward, "kind" | "positions"> & { readonly positions?: Tensor }
+  o: Omit<AttentionBackward, "kind" | "positions" | "kernel"> & {
+    readonly positions?: Tensor
+    readonly kernel?: "tiled" | "rows"
+  }
 ): AttentionBackward => {
   checkAttention(o.shape, o.q, o.k, o.v)
   checkPositions(o.shape, o.positions)
   atLeast(o.delta, o.shape.batch * o.shape.seq * o.shape.heads, "attentionBackward delta")
-  return { ...o, kind: "attentionBackward", positions: o.positions }
+  const tileable = o.shape.headDim % 4 === 0 && o.shape.headDim <= 128
+  const kernel = o.kernel ?? (tileable ? "tiled" : "rows")
+  need(kernel === "rows" || tileable, "attentionBackward: the tiled kernels need headDim % 4 = 0 and headDim ≤ 128")
+  return { ...o, kind: "attentionBackward", positions: o.positions, kernel }
 }
 
 export const swiglu = (o: { gate: Tensor; up: Tensor; out: Tensor }): Swiglu => {

@@ -180,7 +180,8 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
           dq: t("dq"),
           dk: t("dk"),
           dv: t("dv"),
-          shape
+          shape,
+          kernel: "rows"
         })
       ]
       const r = yield* runBoth(h, ops)
@@ -188,7 +189,7 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
       assert.isAbove(maxRelError(r.gpu.f32("o2"), r.gpu.f32("o")), 1e-3) // packing changed the result
     }))
 
-  it.scoped("tiled attention forward across several 16-row tiles, packed rows, against the row kernel", () =>
+  it.scoped("tiled attention forward and backward across several tiles, packed rows, against the row kernels", () =>
     Effect.gen(function*() {
       const shape = { batch: 2, seq: 37, heads: 4, kvHeads: 2, headDim: 8, scale: 0.3 }
       const plan = Arena.plan({
@@ -199,7 +200,15 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
         o1: { shape: [74, 4, 8] },
         l1: { shape: [74, 4] },
         o2: { shape: [74, 4, 8] },
-        l2: { shape: [74, 4] }
+        l2: { shape: [74, 4] },
+        dO: { shape: [74, 4, 8] },
+        delta: { shape: [74, 4] },
+        dq1: { shape: [74, 4, 8] },
+        dk1: { shape: [74, 2, 8] },
+        dv1: { shape: [74, 2, 8] },
+        dq2: { shape: [74, 4, 8] },
+        dk2: { shape: [74, 2, 8] },
+        dv2: { shape: [74, 2, 8] }
       })
       const h = Arena.host(plan)
       randomize(h, 9)
@@ -209,11 +218,32 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
       const base = { q: t("q"), k: t("k"), v: t("v"), shape, positions: t("pos") }
       const ops = [
         Ops.attention({ ...base, o: t("o1"), lse: t("l1") }),
-        Ops.attention({ ...base, o: t("o2"), lse: t("l2"), kernel: "rows" })
+        Ops.attention({ ...base, o: t("o2"), lse: t("l2"), kernel: "rows" }),
+        Ops.attentionBackward({
+          ...base,
+          o: t("o1"),
+          lse: t("l1"),
+          dO: t("dO"),
+          delta: t("delta"),
+          dq: t("dq1"),
+          dk: t("dk1"),
+          dv: t("dv1")
+        }),
+        Ops.attentionBackward({
+          ...base,
+          o: t("o2"),
+          lse: t("l2"),
+          dO: t("dO"),
+          delta: t("delta"),
+          dq: t("dq2"),
+          dk: t("dk2"),
+          dv: t("dv2"),
+          kernel: "rows"
+        })
       ]
-      assert.strictEqual(ops[0].kernel, "tiled")
+      assert.strictEqual(ops[0].kind === "attention" && ops[0].kernel, "tiled")
       const r = yield* runBoth(h, ops)
-      close(r, ["o1", "l1", "o2", "l2"], 1e-4)
+      close(r, ["o1", "l1", "o2", "l2", "dq1", "dk1", "dv1", "dq2", "dk2", "dv2"], 1e-4)
     }))
 
   it.scoped("swiglu, chunked token logprobs (+entropy, temperature) and masked mean", () =>

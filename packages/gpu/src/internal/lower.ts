@@ -201,6 +201,7 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
     }
     case "attentionBackward": {
       const s = op.shape
+      const tiled = op.kernel === "tiled" ? "_tiled" : ""
       const rows = s.batch * s.seq * s.heads
       const pairs = s.batch * s.heads * s.seq * (s.seq + 1) / 2
       return [{
@@ -212,19 +213,25 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
         flops: 2 * rows * s.headDim,
         bytes: 8 * rows * s.headDim
       }, {
-        label: `attention_backward_q_hd${s.headDim}${packed(op.positions)}`,
-        code: W.attentionBackwardQ(s.headDim, op.positions !== undefined),
+        label: `attention_backward_q${tiled}_hd${s.headDim}${packed(op.positions)}`,
+        code: op.kernel === "tiled"
+          ? W.attentionBackwardQTiled(s.headDim, op.positions !== undefined)
+          : W.attentionBackwardQ(s.headDim, op.positions !== undefined),
         bindings: withPositions([op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dq], op.positions),
         params: attnParams(s),
-        groups: over(rows, 64),
+        groups: op.kernel === "tiled" ? grid(s.batch * s.heads * Math.ceil(s.seq / 16)) : over(rows, 64),
         flops: 6 * pairs * s.headDim,
         bytes: 12 * pairs * s.headDim
       }, {
-        label: `attention_backward_kv_hd${s.headDim}${packed(op.positions)}`,
-        code: W.attentionBackwardKV(s.headDim, op.positions !== undefined),
+        label: `attention_backward_kv${tiled}_hd${s.headDim}${packed(op.positions)}`,
+        code: op.kernel === "tiled"
+          ? W.attentionBackwardKVTiled(s.headDim, op.positions !== undefined)
+          : W.attentionBackwardKV(s.headDim, op.positions !== undefined),
         bindings: withPositions([op.q, op.k, op.v, op.dO, op.lse, op.delta, op.dk, op.dv], op.positions),
         params: attnParams(s),
-        groups: over(s.batch * s.seq * s.kvHeads, 64),
+        groups: op.kernel === "tiled"
+          ? grid(s.batch * s.kvHeads * Math.ceil(s.seq / 16))
+          : over(s.batch * s.seq * s.kvHeads, 64),
         flops: 8 * pairs * s.headDim,
         bytes: 8 * pairs * s.headDim
       }]

@@ -570,6 +570,250 @@ var<workgroup> lo: u32;
   }
 }`
 
+/**
+ * Tiled dQ: one 64-thread workgroup per (batch, head, 16 queries); Q and dO blocks and 8-key K/V tiles in
+ * workgroup memory (rows padded by one word); each thread computes two dS entries per tile, then accumulates
+ * headDim/4 columns of one dQ row. No atomics.
+ */
+export const attentionBackwardQTiled = (hd: number, packed: boolean) =>
+  header(
+    attnParams,
+    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
+      "DQ",
+      "read_write"
+    ]])
+  ) + `
+const HD = ${hd}u;
+const QS = ${hd + 1}u;
+const BQ = 16u;
+const BK = 8u;
+const CPT = ${hd / 4}u;
+${start(packed)}
+var<workgroup> Qs: array<f32, ${16 * (hd + 1)}>;
+var<workgroup> dOs: array<f32, ${16 * (hd + 1)}>;
+var<workgroup> Ks: array<f32, ${8 * (hd + 1)}>;
+var<workgroup> Vs: array<f32, ${8 * (hd + 1)}>;
+var<workgroup> dS: array<f32, 128>;
+var<workgroup> rowL: array<f32, 16>;
+var<workgroup> rowD: array<f32, 16>;
+var<workgroup> rowStart: array<u32, 16>;
+var<workgroup> lo: u32;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  let wg = wid.y * nwg.x + wid.x;
+  let nqb = (p.seq + BQ - 1u) / BQ;
+  if (wg >= p.batch * p.heads * nqb) { return; }
+  let qb = wg % nqb;
+  let h = (wg / nqb) % p.heads;
+  let b = wg / (nqb * p.heads);
+  let g = h / (p.heads / p.kvHeads);
+  let q0 = qb * BQ;
+  for (var e = lid; e < BQ * HD; e += 64u) {
+    let r = e / HD;
+    let d = e % HD;
+    var qv = 0.0;
+    var ov = 0.0;
+    if (q0 + r < p.seq) {
+      let at = ((b * p.seq + q0 + r) * p.heads + h) * HD + d;
+      qv = Q[at] * p.scale;
+      ov = DO[at];
+    }
+    Qs[r * QS + d] = qv;
+    dOs[r * QS + d] = ov;
+  }
+  if (lid < BQ) {
+    let q = min(q0 + lid, p.seq - 1u);
+    let row = (b * p.seq + q) * p.heads + h;
+    rowL[lid] = L[row];
+    rowD[lid] = Dl[row];
+    rowStart[lid] = segStart(b, q);
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    var m = rowStart[0];
+    for (var r = 1u; r < BQ; r++) { m = min(m, rowStart[r]); }
+    lo = m;
+  }
+  let kFirst = workgroupUniformLoad(&lo) / BK;
+  let kLast = min(q0 + BQ - 1u, p.seq - 1u) / BK;
+  let orow = lid / 4u;
+  let ocol = lid % 4u;
+  var acc: array<f32, CPT>;
+  for (var c = 0u; c < CPT; c++) { acc[c] = 0.0; }
+  for (var kb = kFirst; kb <= kLast; kb++) {
+    let k0 = kb * BK;
+    for (var e = lid; e < BK * HD; e += 64u) {
+      let r = e / HD;
+      let d = e % HD;
+      var kv = 0.0;
+      var vv = 0.0;
+      if (k0 + r < p.seq) {
+        let at = ((b * p.seq + k0 + r) * p.kvHeads + g) * HD + d;
+        kv = K[at];
+        vv = V[at];
+      }
+      Ks[r * QS + d] = kv;
+      Vs[r * QS + d] = vv;
+    }
+    workgroupBarrier();
+    for (var c = 0u; c < 2u; c++) {
+      let idx = lid * 2u + c;
+      let row = idx / BK;
+      let kj = idx % BK;
+      var s = 0.0;
+      var dp = 0.0;
+      for (var d = 0u; d < HD; d++) {
+        s = fma(Qs[row * QS + d], Ks[kj * QS + d], s);
+        dp = fma(dOs[row * QS + d], Vs[kj * QS + d], dp);
+      }
+      let q = q0 + row;
+      let key = k0 + kj;
+      var ds = 0.0;
+      if (q < p.seq && key <= q && key >= rowStart[row]) { ds = exp(s - rowL[row]) * (dp - rowD[row]); }
+      dS[row * BK + kj] = ds;
+    }
+    workgroupBarrier();
+    for (var c = 0u; c < CPT; c++) {
+      let d = ocol + 4u * c;
+      var a = acc[c];
+      for (var j = 0u; j < BK; j++) { a = fma(dS[orow * BK + j], Ks[j * QS + d], a); }
+      acc[c] = a;
+    }
+    workgroupBarrier();
+  }
+  let qi = q0 + orow;
+  if (qi < p.seq) {
+    let base = ((b * p.seq + qi) * p.heads + h) * HD;
+    for (var c = 0u; c < CPT; c++) { DQ[base + ocol + 4u * c] = acc[c] * p.scale; }
+  }
+}`
+
+/**
+ * Tiled dK, dV: one 64-thread workgroup per (batch, kv head, 16 keys) keeps its K/V tile in workgroup memory
+ * and sweeps every query head of its group and 8-query tiles from the tile's first key on; each thread owns
+ * headDim/4 columns of one key row for both dK and dV. No atomics.
+ */
+export const attentionBackwardKVTiled = (hd: number, packed: boolean) =>
+  header(
+    attnParams,
+    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
+      "DK",
+      "read_write"
+    ], ["DV", "read_write"]])
+  ) + `
+const HD = ${hd}u;
+const QS = ${hd + 1}u;
+const BK = 16u;
+const BQ = 8u;
+const CPT = ${hd / 4}u;
+${start(packed)}
+var<workgroup> Ks: array<f32, ${16 * (hd + 1)}>;
+var<workgroup> Vs: array<f32, ${16 * (hd + 1)}>;
+var<workgroup> Qs: array<f32, ${8 * (hd + 1)}>;
+var<workgroup> dOs: array<f32, ${8 * (hd + 1)}>;
+var<workgroup> Pt: array<f32, 128>;
+var<workgroup> dSt: array<f32, 128>;
+var<workgroup> rowL: array<f32, 8>;
+var<workgroup> rowD: array<f32, 8>;
+var<workgroup> rowStart: array<u32, 8>;
+@compute @workgroup_size(64) fn main(${builtins}) {
+  let wg = wid.y * nwg.x + wid.x;
+  let nkb = (p.seq + BK - 1u) / BK;
+  if (wg >= p.batch * p.kvHeads * nkb) { return; }
+  let kb = wg % nkb;
+  let g = (wg / nkb) % p.kvHeads;
+  let b = wg / (nkb * p.kvHeads);
+  let k0 = kb * BK;
+  for (var e = lid; e < BK * HD; e += 64u) {
+    let r = e / HD;
+    let d = e % HD;
+    var kv = 0.0;
+    var vv = 0.0;
+    if (k0 + r < p.seq) {
+      let at = ((b * p.seq + k0 + r) * p.kvHeads + g) * HD + d;
+      kv = K[at];
+      vv = V[at];
+    }
+    Ks[r * QS + d] = kv;
+    Vs[r * QS + d] = vv;
+  }
+  let krow = lid / 4u;
+  let ocol = lid % 4u;
+  var dk: array<f32, CPT>;
+  var dv: array<f32, CPT>;
+  for (var c = 0u; c < CPT; c++) { dk[c] = 0.0; dv[c] = 0.0; }
+  let rep = p.heads / p.kvHeads;
+  let nqb = (p.seq + BQ - 1u) / BQ;
+  for (var r = 0u; r < rep; r++) {
+    let h = g * rep + r;
+    for (var qb = k0 / BQ; qb < nqb; qb++) {
+      let q0 = qb * BQ;
+      workgroupBarrier();
+      for (var e = lid; e < BQ * HD; e += 64u) {
+        let qr = e / HD;
+        let d = e % HD;
+        var qv = 0.0;
+        var ov = 0.0;
+        if (q0 + qr < p.seq) {
+          let at = ((b * p.seq + q0 + qr) * p.heads + h) * HD + d;
+          qv = Q[at];
+          ov = DO[at];
+        }
+        Qs[qr * QS + d] = qv;
+        dOs[qr * QS + d] = ov;
+      }
+      if (lid < BQ) {
+        let q = min(q0 + lid, p.seq - 1u);
+        let row = (b * p.seq + q) * p.heads + h;
+        rowL[lid] = L[row];
+        rowD[lid] = Dl[row];
+        rowStart[lid] = segStart(b, q);
+      }
+      workgroupBarrier();
+      for (var c = 0u; c < 2u; c++) {
+        let idx = lid * 2u + c;
+        let kj = idx / BQ;
+        let qr = idx % BQ;
+        var s = 0.0;
+        var dp = 0.0;
+        for (var d = 0u; d < HD; d++) {
+          s = fma(Qs[qr * QS + d], Ks[kj * QS + d], s);
+          dp = fma(dOs[qr * QS + d], Vs[kj * QS + d], dp);
+        }
+        let q = q0 + qr;
+        let key = k0 + kj;
+        var pr = 0.0;
+        var ds = 0.0;
+        if (q < p.seq && key < p.seq && key <= q && key >= rowStart[qr]) {
+          pr = exp(s * p.scale - rowL[qr]);
+          ds = pr * (dp - rowD[qr]);
+        }
+        Pt[kj * BQ + qr] = pr;
+        dSt[kj * BQ + qr] = ds;
+      }
+      workgroupBarrier();
+      for (var c = 0u; c < CPT; c++) {
+        let d = ocol + 4u * c;
+        var a = dv[c];
+        var k = dk[c];
+        for (var j = 0u; j < BQ; j++) {
+          a = fma(Pt[krow * BQ + j], dOs[j * QS + d], a);
+          k = fma(dSt[krow * BQ + j], Qs[j * QS + d], k);
+        }
+        dv[c] = a;
+        dk[c] = k;
+      }
+    }
+  }
+  let key = k0 + krow;
+  if (key < p.seq) {
+    let base = ((b * p.seq + key) * p.kvHeads + g) * HD;
+    for (var c = 0u; c < CPT; c++) {
+      DK[base + ocol + 4u * c] = dk[c] * p.scale;
+      DV[base + ocol + 4u * c] = dv[c];
+    }
+  }
+}`
+
 /** delta[token, head] = Σ_d dO·O (the softmax-backward row term). */
 export const attentionDelta = (hd: number) =>
   header("rows: u32", [["O", "read"], ["DO", "read"], ["Dl", "read_write"]]) + `
