@@ -149,6 +149,23 @@ export type ClientError =
   | ConnectionClosedError
   | ProtocolError
 
+const CLIENT_ERROR_TAGS: ReadonlySet<string> = new Set([
+  "ConnectError",
+  "CapacityReachedError",
+  "ServerError",
+  "SessionLostError",
+  "RequestTimeoutError",
+  "ConnectionClosedError",
+  "ProtocolError"
+])
+
+/**
+ * True for the client's own errors. A remote-backed environment that meets one cannot go on with its episode: it
+ * is an infrastructure failure (the episode becomes unscoreable), never a tool failure to show the model.
+ */
+export const isClientError = (u: unknown): u is ClientError =>
+  typeof u === "object" && u !== null && "_tag" in u && CLIENT_ERROR_TAGS.has(String((u as { _tag: unknown })._tag))
+
 /** One OpenEnv session (one socket, one environment instance on the server). */
 export interface OpenEnvClient<A = Record<string, unknown>, O = Record<string, unknown>> {
   readonly url: string

@@ -28,6 +28,7 @@
  */
 import type { Option, Scope } from "effect"
 import { Cause, Context, Effect, Exit, Layer, Random, Ref, Schema } from "effect"
+import { isClientError } from "./Client.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Tool from "./Tool.js"
 
@@ -185,7 +186,11 @@ export interface Episode<State> {
   /** What `reset` returned (appended to the last prompt message by the trainer). */
   readonly observation: Option.Option<string>
   readonly tools: ReadonlyArray<Tool.Any>
-  /** Calls a tool by name with the model's parsed JSON arguments. Never fails (only interruption propagates). */
+  /**
+   * Calls a tool by name with the model's parsed JSON arguments. Never fails: tool errors and defects come back as
+   * the text the model sees. Only interruption, and a remote session's client error (`Client.isClientError`, as a
+   * defect: the episode cannot go on), propagate.
+   */
   readonly call: (name: string, args: unknown) => Effect.Effect<ToolOutcome>
   /** The environment's reward state, readable during and after the episode (while the scope is open). */
   readonly state: Effect.Effect<State>
@@ -251,6 +256,10 @@ export const fromInstance = <State>(
       if (Cause.isInterruptedOnly(exit.cause)) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
       const typed = Cause.failureOption(exit.cause)
       if (typed._tag === "Some") return failure(toolName, "failure", typed.value.message)
+      // A remote-backed tool whose session was lost (or timed out, or its connection failed) has no answer for the
+      // model: the episode cannot go on. It stays a defect carrying the client error, for the rollout to end the
+      // episode as unscoreable; it is never shown to the model or counted as a tool failure.
+      if (isClientError(Cause.squash(exit.cause))) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
       yield* Effect.logWarning(`Defect in tool '${toolName}' of environment '${name}'`, exit.cause)
       return failure(toolName, "defect", defectMessage(toolName, exit.cause))
     }).pipe(

@@ -1,15 +1,18 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Scope } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Scope } from "effect"
+import { SessionLostError } from "../src/Client.js"
 import { Catch, Echo, Environment, MultiEnv, Tool, Wordle } from "../src/index.js"
 
 // A tiny environment whose tool can fail, die, or block, and whose layer records acquire/release.
 const Boom = Tool.make("boom", {
   description: "Misbehave.",
-  parameters: { how: Schema.Literal("fail", "die", "ok", "block").annotations({ description: "How." }) }
+  parameters: { how: Schema.Literal("fail", "die", "ok", "block", "lost").annotations({ description: "How." }) }
 })
 
 class Probe extends Context.Tag("test/Probe")<Probe, {
-  readonly boom: (p: { readonly how: "fail" | "die" | "ok" | "block" }) => Effect.Effect<string, Tool.InvalidMove>
+  readonly boom: (
+    p: { readonly how: "fail" | "die" | "ok" | "block" | "lost" }
+  ) => Effect.Effect<string, Tool.InvalidMove>
   readonly id: number
 }>() {}
 
@@ -28,6 +31,8 @@ const make = (log: Ref.Ref<Array<string>>, blocked?: Deferred.Deferred<void>) =>
             ? Effect.fail(new Tool.InvalidMove({ message: "Not like that." }))
             : how === "die"
             ? Effect.die(new Error("kaput"))
+            : how === "lost"
+            ? Effect.die(new SessionLostError({ url: "ws://127.0.0.1:1/ws", reason: "socket closed" }))
             : how === "block"
             ? Effect.zipRight(blocked ? Deferred.succeed(blocked, void 0) : Effect.void, Effect.never)
             : Effect.succeed(`ok from ${id}`)
@@ -72,6 +77,25 @@ describe("Environment", () => {
         defects: 1,
         byTool: { boom: { calls: 4, failures: 3, defects: 1 }, nope: { calls: 1, failures: 1, defects: 0 } }
       })
+      assert.deepStrictEqual(yield* Ref.get(log), ["acquire 1", "release 1"])
+    }))
+
+  it.effect("a remote session's client error is not a tool failure: it propagates and is not counted", () =>
+    Effect.gen(function*() {
+      const log = yield* Ref.make<Array<string>>([])
+      const exit = yield* Effect.exit(Effect.scoped(Effect.gen(function*() {
+        const episode = yield* Environment.episode(make(log), {})
+        yield* episode.call("boom", { how: "ok" })
+        const lost = yield* Effect.exit(episode.call("boom", { how: "lost" }))
+        assert.deepStrictEqual((yield* episode.counters).calls, 1)
+        return yield* lost
+      })))
+      assert.isTrue(Exit.isFailure(exit))
+      if (Exit.isFailure(exit)) {
+        const defect = Cause.squash(exit.cause)
+        assert.instanceOf(defect, SessionLostError)
+      }
+      // The instance is still released.
       assert.deepStrictEqual(yield* Ref.get(log), ["acquire 1", "release 1"])
     }))
 
