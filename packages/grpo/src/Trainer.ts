@@ -50,6 +50,7 @@ import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
 import { type MicroBatch, prepare, trainMicroBatch } from "./internal/generation.js"
+import { gpuModel as makeGpuModel, type GpuModelOptions } from "./internal/gpuModel.js"
 import { cpuModel } from "./internal/model.js"
 import type { ModelState, OptimizerStep, SequenceBatch, TokenScores, TrainableModel } from "./internal/model.js"
 import { type OpenSession, runBatch } from "./internal/rollouts.js"
@@ -61,7 +62,7 @@ import * as Report from "./Report.js"
 import type * as Reward from "./Reward.js"
 import * as TrainerState from "./TrainerState.js"
 
-export type { ModelState, OpenSession, OptimizerStep, SequenceBatch, TokenScores, TrainableModel }
+export type { GpuModelOptions, ModelState, OpenSession, OptimizerStep, SequenceBatch, TokenScores, TrainableModel }
 
 /**
  * The plain-TypeScript Qwen3 model (`Qwen3Reference`) as a {@link TrainableModel}: exact and slow (tests, tiny
@@ -71,6 +72,20 @@ export type { ModelState, OpenSession, OptimizerStep, SequenceBatch, TokenScores
  */
 export const referenceModel: (model: Checkpoint.Model, options?: { readonly maxBatchSize?: number }) => TrainableModel =
   cpuModel
+
+/**
+ * The Qwen3 model on the GPU (WebGPU/Dawn) as a {@link TrainableModel}, scoped to the device. `batch` should be
+ * perDeviceTrainBatchSize and `seq` the longest prompt + maxCompletionLength; `temperature` the run's. The AdamW
+ * moments live only on the device, so resuming a GPU run restores weights, data and seeds but restarts the moments.
+ *
+ * @example
+ * ```ts
+ * const model = yield* Trainer.gpuModel(yield* Checkpoint.load("models/tiny-sft"), { batch: 8, seq: 512, temperature: 1 })
+ * ```
+ *
+ * @since 0.0.0
+ */
+export const gpuModel = makeGpuModel
 
 /**
  * Options of {@link train}.

@@ -1,0 +1,187 @@
+/**
+ * The GPU model (`@envtrain/gpu` Qwen3 + Generation) as a {@link TrainableModel}. Each micro-batch is scored
+ * (`logprobs`) to get the policy logprobs, the trainer turns them into per-token coefficients d loss / d logprob,
+ * and the optimizer step runs every micro-batch of the step on the device in "weighted" mode (gradient
+ * accumulation, global-norm clipping and AdamW on the device). The weights do not change between the scoring pass
+ * and the step, so this is the exact gradient of the loss for every loss type, at the cost of one extra forward.
+ *
+ * Limits (the GPU model's interface): the AdamW moments cannot be read back or restored, so a resumed GPU run
+ * restarts the moments (weights, data, seeds and step count are restored); device failures are defects.
+ */
+import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import * as Generation from "@envtrain/gpu/Generation"
+import type { Gpu } from "@envtrain/gpu/Gpu"
+import * as Qwen3 from "@envtrain/gpu/Qwen3"
+import type { Completion } from "@envtrain/rollout/Policy"
+import { Effect, type Scope } from "effect"
+import type { ModelState, SequenceBatch, TokenScores, TrainableModel } from "./model.js"
+
+export interface GpuModelOptions {
+  /** Rows of a training / scoring batch (use perDeviceTrainBatchSize). */
+  readonly batch: number
+  /** Longest prompt + completion in tokens. */
+  readonly seq: number
+  /** The sampling temperature of the run (the logprobs are of softmax(logits / temperature)). */
+  readonly temperature: number
+  /** Concurrent generations (KV-cache slots); default 16. */
+  readonly slots?: number
+  /** Also load a frozen copy as the KL reference (needed when beta > 0). */
+  readonly reference?: boolean
+}
+
+const rowsOf = (batch: SequenceBatch, from: number, to: number) => ({
+  prompts: batch.prompts.slice(from, to),
+  completions: batch.completions.slice(from, to)
+})
+
+const pack = (
+  shape: { readonly batch: number; readonly seq: number },
+  part: {
+    readonly prompts: ReadonlyArray<ReadonlyArray<number>>
+    readonly completions: ReadonlyArray<ReadonlyArray<number>>
+  }
+) => {
+  const tokens = new Int32Array(shape.batch * shape.seq)
+  const targets = new Int32Array(shape.batch * shape.seq).fill(-1)
+  part.prompts.forEach((p, i) => {
+    const c = part.completions[i]
+    if (p.length + c.length > shape.seq) {
+      throw new Error(`a sequence of ${p.length + c.length} tokens does not fit the GPU model's seq ${shape.seq}`)
+    }
+    tokens.set(p, i * shape.seq)
+    tokens.set(c, i * shape.seq + p.length)
+    for (let t = 0; t < c.length; t++) targets[i * shape.seq + p.length + t - 1] = c[t]
+  })
+  return { tokens, targets }
+}
+
+const scorer =
+  (model: Qwen3.Qwen3Model, shape: { readonly batch: number; readonly seq: number }) =>
+  (batch: SequenceBatch): Effect.Effect<TokenScores> =>
+    Effect.gen(function*() {
+      const rows = batch.prompts.length
+      const T = batch.length
+      const logprobs = new Float64Array(rows * T)
+      const entropies = new Float64Array(rows * T)
+      for (let s = 0; s < rows; s += shape.batch) {
+        const part = rowsOf(batch, s, s + shape.batch)
+        const out = yield* model.logprobs(pack(shape, part)).pipe(Effect.orDie)
+        part.prompts.forEach((p, i) => {
+          for (let t = 0; t < part.completions[i].length; t++) {
+            logprobs[(s + i) * T + t] = out.logprobs[i * shape.seq + p.length + t - 1]
+            entropies[(s + i) * T + t] = out.entropy[i * shape.seq + p.length + t - 1]
+          }
+        })
+      }
+      return { logprobs, entropies }
+    })
+
+export const gpuModel = (
+  checkpoint: Checkpoint.Model,
+  options: GpuModelOptions
+): Effect.Effect<TrainableModel, Qwen3.MakeError | Generation.GenerationError, Gpu | Scope.Scope> =>
+  Effect.gen(function*() {
+    const shape = { batch: options.batch, seq: options.seq }
+    const model = yield* Qwen3.make(checkpoint, {
+      ...shape,
+      temperature: options.temperature,
+      generation: { slots: options.slots ?? 16, capacity: options.seq }
+    })
+    const generator = yield* Generation.make(model)
+    const frozen = options.reference === true
+      ? yield* Qwen3.make(checkpoint, { ...shape, temperature: options.temperature, trainable: false })
+      : undefined
+    let pending: Array<Qwen3.TrainBatch> = []
+    let optimizerStep = 0
+    const score = scorer(model, shape)
+    const checkTemperature = (temperature: number) =>
+      temperature === options.temperature ? Effect.void : Effect.dieMessage(
+        `the GPU model computes logprobs at temperature ${options.temperature}, asked for ${temperature}; make it ` +
+          `with the run's temperature`
+      )
+    const frozenModel = (m: Qwen3.Qwen3Model): TrainableModel => ({
+      ...self,
+      score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scorer(m, shape)(batch)),
+      accumulate: () => Effect.dieMessage("the reference model is frozen"),
+      step: () => Effect.dieMessage("the reference model is frozen")
+    })
+    const self: TrainableModel = {
+      config: checkpoint.config,
+      tokenizer: checkpoint.tokenizer,
+      chatTemplate: checkpoint.chatTemplate,
+      generationConfig: checkpoint.generationConfig,
+      maxBatchSize: options.slots ?? 16,
+      generate: (requests) =>
+        Effect.forEach(requests, (r) => {
+          const s = r.sampling
+          return generator.generate({
+            prompt: r.promptIds,
+            maxNewTokens: Math.max(0, s.maxTokens),
+            stopTokens: s.stopTokenIds ?? [],
+            seed: s.seed ?? 0,
+            sequence: r.promptIds.length,
+            temperature: s.temperature ?? 1,
+            ...(s.topK !== undefined && s.topK > 0 ? { topK: s.topK } : {}),
+            ...(s.topP !== undefined ? { topP: s.topP } : {}),
+            ...(s.minP !== undefined ? { minP: s.minP } : {}),
+            ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {})
+          }).pipe(
+            Effect.map((out): Completion => ({
+              tokenIds: out.tokens,
+              logprobs: (s.temperature ?? 1) === 0 ? out.logprobs : out.sampledLogprobs,
+              finishReason: out.finishReason
+            }))
+          )
+        }, { concurrency: "unbounded" }).pipe(Effect.orDie),
+      score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), score(batch)),
+      accumulate: (batch, temperature, weightsFor) =>
+        Effect.gen(function*() {
+          yield* checkTemperature(temperature)
+          const scores = yield* score(batch)
+          const w = weightsFor(scores)
+          const T = batch.length
+          for (let s = 0; s < batch.prompts.length; s += shape.batch) {
+            const part = rowsOf(batch, s, s + shape.batch)
+            const packed = pack(shape, part)
+            const coef = new Float32Array(shape.batch * shape.seq)
+            part.prompts.forEach((p, i) => {
+              for (let t = 0; t < part.completions[i].length; t++) {
+                coef[i * shape.seq + p.length + t - 1] = w[(s + i) * T + t]
+              }
+            })
+            pending.push({ ...packed, coef })
+          }
+          return scores
+        }),
+      step: (o) =>
+        Effect.gen(function*() {
+          optimizerStep += 1
+          const result = yield* model.step(pending, {
+            lr: o.learningRate,
+            step: optimizerStep,
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.epsilon,
+            weightDecay: o.weightDecay,
+            maxGradNorm: o.maxGradNorm
+          }, { mode: "weighted" }).pipe(Effect.orDie)
+          pending = []
+          return { gradNorm: result.gradNorm }
+        }),
+      exportState: Effect.map(model.weights.pipe(Effect.orDie), (weights): ModelState => ({
+        weights,
+        optimizerStep,
+        moments: new Map()
+      })),
+      importState: (state) =>
+        Effect.gen(function*() {
+          yield* model.setWeights(state.weights).pipe(Effect.orDie)
+          optimizerStep = state.optimizerStep
+          pending = []
+        }),
+      frozenCopy: frozen === undefined
+        ? Effect.dieMessage("make the GPU model with reference: true to train with beta > 0")
+        : Effect.succeed(frozenModel(frozen))
+    }
+    return self
+  })
