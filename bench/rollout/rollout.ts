@@ -1,0 +1,298 @@
+/**
+ * Rollout benchmark: episodes/s and tool steps/s of `Rollout.groups` with a scripted policy (the tiny preset's
+ * tokenizer and Qwen3-style template) on Wordle, in-process and against the envtrain server over /ws on loopback,
+ * at concurrency 1..256; and the rollout's own overhead per tool step (wall time minus policy, environment and
+ * session-open time, measured sequentially) relative to a bare Wordle step over the wire.
+ *
+ *   npx tsx bench/rollout/rollout.ts                       # defaults
+ *   npx tsx bench/rollout/rollout.ts --concurrency=1,16,256 --overhead-episodes=200 --out=rollout-local
+ *
+ * Results: bench/results/<out>.{json,md} (default out: rollout-wordle).
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Client, Environment, Server, Wordle } from "@envtrain/env"
+import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
+import * as Tokenizer from "@envtrain/gpu/Tokenizer"
+import { ChatRenderer, Episode, Policy, RemoteSession, Rollout } from "@envtrain/rollout"
+import { Effect, Layer, Option, Stream } from "effect"
+import { mkdirSync, writeFileSync } from "node:fs"
+import * as Os from "node:os"
+
+const flag = (name: string): string | undefined => {
+  const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))
+  return hit === undefined ? undefined : hit.includes("=") ? hit.slice(hit.indexOf("=") + 1) : "true"
+}
+const CONCURRENCY = (flag("concurrency") ?? "1,4,16,64,256").split(",").map(Number)
+const OVERHEAD_EPISODES = Number(flag("overhead-episodes") ?? 150)
+const OUT = flag("out") ?? "rollout-wordle"
+const GROUP = 8
+
+// Six valid words; a game ends early when one is the secret.
+const GUESSES = ["crane", "pious", "mound", "tight", "bloke", "fuzzy"]
+const callFor = (n: number) => `<tool_call>\n{"name": "guess", "arguments": {"guess": "[${GUESSES[n]}]"}}\n</tool_call>`
+
+const timers = { policy: 0, env: 0, open: 0 }
+// Session lifecycle time: opening (connect + reset) and, at scope close, releasing (socket close, instance drop).
+// Finalizers run last-added first, so the one added before opening runs after the session's own release.
+const lifecycle = <A, E, R>(open: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    let closing = 0
+    yield* Effect.addFinalizer(() => Effect.sync(() => timers.open += performance.now() - closing))
+    const session = yield* timed("open", open)
+    yield* Effect.addFinalizer(() => Effect.sync(() => closing = performance.now()))
+    return session
+  })
+const timed = <A, E, R>(key: keyof typeof timers, effect: Effect.Effect<A, E, R>) =>
+  Effect.suspend(() => {
+    const t0 = performance.now()
+    return Effect.ensuring(effect, Effect.sync(() => timers[key] += performance.now() - t0))
+  })
+
+const main = Effect.gen(function*() {
+  const loadAtStart = Os.loadavg()
+  const trained = Tokenizer.train({ vocabSize: 1024 })
+  const tokenizer = yield* Tokenizer.Tokenizer.fromJson(
+    trained,
+    Tokenizer.qwen3TokenizerConfig(trained, ChatTemplate.QWEN3_STYLE_TEMPLATE)
+  )
+  const template = yield* ChatTemplate.ChatTemplate.fromString(ChatTemplate.QWEN3_STYLE_TEMPLATE)
+  // The script counts tool responses without decoding the context, so the policy's own cost stays small.
+  const responseId = tokenizer.tokenToId("<tool_response>")!
+  const replies = [...GUESSES.map((_, n) => callFor(n)), "I am done."].map((t) => [
+    ...tokenizer.encode(t),
+    tokenizer.eosTokenId!
+  ])
+  const policy = Layer.succeed(Policy.Policy, {
+    generate: (request) =>
+      timed(
+        "policy",
+        Effect.sync(() => {
+          let n = 0
+          for (const id of request.promptIds) if (id === responseId) n++
+          const ids = replies[Math.min(n, GUESSES.length)].slice(0, request.sampling.maxTokens)
+          return { tokenIds: ids, logprobs: ids.map(Policy.scriptedLogprob), finishReason: "stop" as const }
+        })
+      )
+  })
+  const Live = Layer.merge(ChatRenderer.ChatRenderer.layer({ tokenizer, template, enableThinking: false }), policy)
+  const config: Episode.EpisodeConfig = {
+    maxCompletionLength: 4096,
+    maxToolCallingIterations: 10,
+    sampling: { temperature: 1 }
+  }
+  const rows = (n: number) =>
+    Stream.fromIterable(
+      Array.from({ length: n }, (_, i) => ({ prompt: [{ role: "user" as const, content: `Game ${i}.` }] }))
+    )
+
+  const instrument = <S, E>(session: Episode.Session<S, E>): Episode.Session<S, E> => ({
+    ...session,
+    call: (name, args) => timed("env", session.call(name, args))
+  })
+  const openLocal = (row: Environment.Row) =>
+    timed(
+      "open",
+      Effect.map(Environment.episode(Wordle.environment, row), (e) => instrument(Episode.fromEnvironment(e)))
+    )
+
+  const server = yield* Server.serve(Wordle.openEnv, { port: 0, host: "127.0.0.1", maxConcurrentEnvs: 1024 })
+  const lastMessage = (observation: { readonly messages?: ReadonlyArray<{ readonly content: string }> }) =>
+    observation.messages?.[observation.messages.length - 1]?.content ?? ""
+  const openRemote = (row: Environment.Row) =>
+    lifecycle(
+      Effect.map(
+        RemoteSession.fromClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>({
+          client: { url: server.url },
+          environment: "wordle",
+          toolDefinitions: Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition),
+          observation: (first) => Option.some(lastMessage(first.observation)),
+          call: (client, _name, args) =>
+            Effect.map(client.step({ message: String(args.guess) }), (r) => ({
+              _tag: "Success" as const,
+              tool: "guess",
+              text: lastMessage(r.observation)
+            }))
+        }, row),
+        instrument
+      )
+    )
+
+  type Row = {
+    readonly where: string
+    readonly concurrency: number
+    readonly episodes: number
+    readonly steps: number
+    readonly seconds: number
+    readonly episodesPerSecond: number
+    readonly stepsPerSecond: number
+    readonly unscoreable: number
+  }
+  const results: Array<Row> = []
+  const run = <E>(
+    where: string,
+    concurrency: number,
+    episodes: number,
+    open: (row: Environment.Row) => Effect.Effect<Episode.Session<unknown, E>, unknown, any>
+  ) =>
+    Effect.gen(function*() {
+      const t0 = performance.now()
+      let steps = 0
+      let n = 0
+      let unscoreable = 0
+      yield* Rollout.groups(rows(Math.ceil(episodes / GROUP)), {
+        groupSize: GROUP,
+        concurrency,
+        config,
+        open: open as any
+      }).pipe(
+        Stream.runForEach((g) =>
+          Effect.sync(() => {
+            for (const e of g.episodes) {
+              n++
+              steps += e.toolCallCount
+              if (e.unscoreable !== undefined) unscoreable++
+            }
+          })
+        ),
+        Effect.provide(Live)
+      )
+      const seconds = (performance.now() - t0) / 1000
+      const row = {
+        where,
+        concurrency,
+        episodes: n,
+        steps,
+        seconds,
+        episodesPerSecond: n / seconds,
+        stepsPerSecond: steps / seconds,
+        unscoreable
+      }
+      results.push(row)
+      console.log(
+        `${where} c=${concurrency}: ${n} episodes, ${steps} steps in ${seconds.toFixed(2)} s: ${
+          row.episodesPerSecond.toFixed(1)
+        } ep/s, ${row.stepsPerSecond.toFixed(0)} steps/s`
+      )
+    })
+
+  // Warm-up (JIT, template frames, sockets).
+  yield* run("warmup-local", 8, 32, openLocal)
+  yield* run("warmup-wire", 8, 32, openRemote)
+  results.length = 0
+
+  // Sequential overhead: wall minus policy, environment calls and session open.
+  const overhead = (where: string, open: typeof openLocal | typeof openRemote) =>
+    Effect.gen(function*() {
+      timers.policy = 0
+      timers.env = 0
+      timers.open = 0
+      const before = results.length
+      yield* run(where, 1, OVERHEAD_EPISODES, open as any)
+      const r = results[before]
+      results.pop()
+      const wallMs = r.seconds * 1000
+      const rolloutMs = wallMs - timers.policy - timers.env - timers.open
+      return {
+        where,
+        episodes: r.episodes,
+        steps: r.steps,
+        wallMsPerStep: wallMs / r.steps,
+        policyMsPerStep: timers.policy / r.steps,
+        envMsPerStep: timers.env / r.steps,
+        openMsPerEpisode: timers.open / r.episodes,
+        rolloutOverheadMsPerStep: rolloutMs / r.steps
+      }
+    })
+  const overheadLocal = yield* overhead("in-process", openLocal)
+  const overheadWire = yield* overhead("wire", openRemote)
+
+  // The bare Wordle step over the wire: the same guesses through the client, no rollout.
+  const bareSteps: Array<number> = []
+  for (let i = 0; i < OVERHEAD_EPISODES; i++) {
+    yield* Effect.scoped(Effect.gen(function*() {
+      const client = yield* Client.make<Record<string, unknown>, Record<string, unknown>>({ url: server.url })
+      yield* client.reset({ seed: Rollout.seedOf(0, i, 0) })
+      for (const g of GUESSES) {
+        const t0 = performance.now()
+        const r = yield* client.step({ message: `[${g}]` })
+        bareSteps.push(performance.now() - t0)
+        if (r.done) break
+      }
+    }))
+  }
+  bareSteps.sort((a, b) => a - b)
+  const bare = {
+    steps: bareSteps.length,
+    meanMs: bareSteps.reduce((a, b) => a + b, 0) / bareSteps.length,
+    p50Ms: bareSteps[Math.floor(bareSteps.length / 2)]
+  }
+
+  for (const c of CONCURRENCY) {
+    const episodes = Math.min(1024, Math.max(128, 4 * c))
+    yield* run("in-process", c, episodes, openLocal)
+    yield* run("wire", c, episodes, openRemote)
+  }
+
+  const ratio = overheadWire.rolloutOverheadMsPerStep / bare.meanMs
+  const report = {
+    date: new Date().toISOString(),
+    machine: {
+      cpus: Os.cpus().length,
+      model: Os.cpus()[0]?.model,
+      node: process.version,
+      loadAverageAtStart: loadAtStart,
+      loadAverageAtEnd: Os.loadavg()
+    },
+    setup: {
+      env: "Wordle (native tool env in-process; textarena_env over /ws on 127.0.0.1, server in this process)",
+      policy: "scripted token-level policy (tiny preset tokenizer, vocab 1024), no model",
+      groupSize: GROUP,
+      guesses: GUESSES
+    },
+    overhead: { inProcess: overheadLocal, wire: overheadWire, bareWireStep: bare, overheadVsBareWireStep: ratio },
+    throughput: results
+  }
+  mkdirSync("bench/results", { recursive: true })
+  writeFileSync(`bench/results/${OUT}.json`, JSON.stringify(report, null, 2) + "\n")
+  const f = (x: number, d = 3) => x.toFixed(d)
+  const md = [
+    `# Rollout benchmark: Wordle with a scripted policy (${report.date})`,
+    "",
+    `Machine: ${report.machine.cpus} CPUs (${report.machine.model}), Node ${report.machine.node}. Server, rollout and policy share one process. Load average at start ${
+      loadAtStart.map((x) => x.toFixed(1)).join(" / ")
+    } (other jobs shared the cores, so absolute times are inflated and noisy).`,
+    `Policy: scripted at the token level (tiny preset tokenizer, vocab 1024; replies pre-tokenised), so the numbers are the rollout + environment cost with no model. G = ${GROUP}.`,
+    "",
+    "## Rollout overhead per tool step (sequential, concurrency 1)",
+    "",
+    "Overhead = wall time − policy time − environment call time − session lifecycle (connect + reset, and release at the end), per tool step: rendering, tool-call parsing, suffix tokenisation, bookkeeping and Effect scheduling.",
+    "",
+    "| where | episodes | tool steps | wall ms/step | policy ms/step | env ms/step | session open+release ms/episode | rollout overhead ms/step |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ...[overheadLocal, overheadWire].map((o) =>
+      `| ${o.where} | ${o.episodes} | ${o.steps} | ${f(o.wallMsPerStep)} | ${f(o.policyMsPerStep)} | ${
+        f(o.envMsPerStep)
+      } | ${f(o.openMsPerEpisode)} | ${f(o.rolloutOverheadMsPerStep)} |`
+    ),
+    "",
+    `Bare Wordle step over the wire (client.step, no rollout): mean ${f(bare.meanMs)} ms, p50 ${
+      f(bare.p50Ms)
+    } ms over ${bare.steps} steps.`,
+    `**Rollout overhead / bare wire step = ${(ratio * 100).toFixed(1)} %** (target: below 5 %).`,
+    "",
+    "## Throughput",
+    "",
+    "| where | concurrency | episodes | tool steps | seconds | episodes/s | tool steps/s | unscoreable |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ...results.map((r) =>
+      `| ${r.where} | ${r.concurrency} | ${r.episodes} | ${r.steps} | ${f(r.seconds, 2)} | ${
+        f(r.episodesPerSecond, 1)
+      } | ${f(r.stepsPerSecond, 0)} | ${r.unscoreable} |`
+    ),
+    ""
+  ].join("\n")
+  writeFileSync(`bench/results/${OUT}.md`, md)
+  console.log(md)
+}).pipe(Effect.scoped)
+
+NodeRuntime.runMain(main)
