@@ -87,6 +87,21 @@ layer(Gpu.layer())("StepProgram on a one-block Qwen3-style transformer", (it) =>
       }
     }))
 
+  it.scoped("deterministic: two programs from the same state produce bit-identical parameters", () =>
+    Effect.gen(function*() {
+      const cfg = TinyTransformer.config({ vocab: 37, dim: 32, ffn: 48, batch: 2, seq: 6, tie: true })
+      const runs = []
+      for (let k = 0; k < 2; k++) {
+        const { arena, plan, program } = yield* setup(cfg)
+        for (let step = 1; step <= 2; step++) {
+          yield* program.step({ ...hyper, step }, [TinyTransformer.batch(cfg, tokens(12, step, 37))])
+        }
+        const got = yield* arena.download
+        runs.push(plan.groups.get(Arena.PARAM)!.map((shard) => new Uint32Array(got.raw(shard).buffer)))
+      }
+      assert.deepStrictEqual(runs[0], runs[1])
+    }))
+
   it.scoped("a non-finite gradient skips the update on the device and is reported", () =>
     Effect.gen(function*() {
       const cfg = TinyTransformer.config({ vocab: 37, dim: 32, ffn: 48, batch: 2, seq: 6, tie: true })
