@@ -32,7 +32,7 @@
  */
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import type { Scope } from "effect"
-import { Data, Deferred, Duration, Effect, Stream } from "effect"
+import { Cause, Data, Deferred, Duration, Effect, Option, Stream } from "effect"
 import type { ChatRenderer } from "./ChatRenderer.js"
 import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"
 import * as Episode from "./Episode.js"
@@ -195,7 +195,19 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
         })
       )
       return slots.withPermits(1)(limited).pipe(
-        Effect.catchAll((e) => isUnscoreable(e) ? Effect.succeed(progress.finish(describeError(e))) : Effect.fail(e)),
+        Effect.catchAllCause((cause) => {
+          // A typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session
+          // was lost dies with it, see `Environment.Episode.call`), may end only this episode.
+          const failure = Cause.failureOption(cause)
+          const culprit = Option.isSome(failure)
+            ? failure.value
+            : Cause.isDie(cause) && !Cause.isInterrupted(cause)
+            ? Cause.squash(cause)
+            : undefined
+          return culprit !== undefined && isUnscoreable(culprit)
+            ? Effect.succeed(progress.finish(describeError(culprit)))
+            : Effect.failCause(cause)
+        }),
         Effect.withSpan("Rollout.episode", { attributes: { promptIndex, generation } })
       )
     }

@@ -109,6 +109,35 @@ describe("Rollout", () => {
       assert.isTrue(rest.every((e) => (e.state as Catch.State).caught))
     }).pipe(Effect.provide(Live)))
 
+  it.effect("a remote-backed environment's lost session (a client-error defect from Environment) is unscoreable too", () =>
+    Effect.gen(function*() {
+      let opened = 0
+      // Environment.Episode.call lets a client error escape as a defect (a remote-backed tool cannot answer).
+      const open = (row: Environment.Row) =>
+        Effect.map(openCatch(row), (session): Episode.Session<Catch.State> => {
+          if (opened++ !== 2) return session
+          return {
+            ...session,
+            call: () => Effect.die(new Client.SessionLostError({ url: "ws://test", reason: "socket closed (1006)" }))
+          }
+        })
+      const [g] = yield* Rollout.groups(rows(1), { groupSize: 3, concurrency: 1, config, open }).pipe(
+        Stream.runCollect,
+        Effect.map(Chunk.toArray)
+      )
+      assert.deepStrictEqual(g.episodes.map((e) => e.unscoreable?.tag), [undefined, undefined, "SessionLostError"])
+      // Any other defect still fails the run.
+      const broken = (row: Environment.Row) =>
+        Effect.map(openCatch(row), (session): Episode.Session<Catch.State> => ({
+          ...session,
+          call: () => Effect.die(new Error("bug in a tool adapter"))
+        }))
+      const exit = yield* Effect.exit(
+        Rollout.groups(rows(1), { groupSize: 2, concurrency: 1, config, open: broken }).pipe(Stream.runDrain)
+      )
+      assert.isTrue(Exit.isFailure(exit))
+    }).pipe(Effect.provide(Live)))
+
   it.effect("an episode past its timeout is unscoreable; the others finish", () =>
     Effect.gen(function*() {
       let opened = 0
