@@ -1,0 +1,299 @@
+/**
+ * `envtrain train CONFIG`, `envtrain sft CONFIG`, `envtrain eval CONFIG`: one YAML/JSON file holds the GRPO
+ * configuration (TRL's knobs, camelCase or snake_case) plus the run's ingredients:
+ *
+ * ```yaml
+ * model: models/tiny-sft        # a Hugging Face model directory
+ * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact)
+ * environment: catch            # catch | echo | wordle | sudoku (in-process)
+ * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
+ * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
+ * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}
+ * resume: true                  # continue from the newest checkpoint in outputDir
+ * outputDir: runs/catch
+ * maxSteps: 200
+ * learningRate: 1.0e-5
+ * ```
+ *
+ * Overrides follow the file as `key=value` (e.g. `envtrain train catch.yaml maxSteps=10 learning_rate=3e-5`).
+ * SIGINT/SIGTERM interrupt the run and write a checkpoint of the last completed step (with `Main.run`).
+ *
+ * @example
+ * ```ts
+ * import { Command } from "@effect/cli"
+ * import { TrainCommands } from "@envtrain/grpo"
+ * const root = Command.make("envtrain").pipe(Command.withSubcommands([TrainCommands.train, TrainCommands.sft, TrainCommands.eval]))
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Args, Command } from "@effect/cli"
+import { FileSystem, Path } from "@effect/platform"
+import { Catch, Echo, Environment, Sudoku, Wordle } from "@envtrain/env"
+import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Gpu } from "@envtrain/gpu/Gpu"
+import * as Episode from "@envtrain/rollout/Episode"
+import { Console, Data, Effect, Schema } from "effect"
+import * as Config from "./Config.js"
+import * as Dataset from "./Dataset.js"
+import * as Evaluation from "./Evaluation.js"
+import * as Reward from "./Reward.js"
+import * as SftTrainer from "./SftTrainer.js"
+import * as Trainer from "./Trainer.js"
+
+const DatasetSpec = Schema.Union(
+  Schema.String,
+  Schema.Struct({
+    seeds: Schema.Tuple(Schema.Int, Schema.Int),
+    prompt: Schema.String,
+    columns: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+  })
+)
+
+/**
+ * The run keys of a command file (everything that is not a GRPO configuration key).
+ *
+ * @since 0.0.0
+ */
+export const RunSpec = Schema.Struct({
+  model: Schema.String,
+  backend: Schema.optionalWith(Schema.Literal("gpu", "cpu"), { default: () => "gpu" as const }),
+  environment: Schema.optional(Schema.Literal("catch", "echo", "wordle", "sudoku")),
+  dataset: Schema.optional(DatasetSpec),
+  evalDataset: Schema.optional(DatasetSpec),
+  sftData: Schema.optional(Schema.String),
+  resume: Schema.optionalWith(Schema.Union(Schema.Boolean, Schema.String), { default: () => false }),
+  enableThinking: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  title: Schema.optional(Schema.String)
+})
+/** @since 0.0.0 */
+export type RunSpec = typeof RunSpec.Type
+
+const runKeys = new Set(Object.keys(RunSpec.fields))
+
+/**
+ * The command file is missing something the command needs.
+ *
+ * @since 0.0.0
+ */
+export class CommandFileError extends Data.TaggedError("CommandFileError")<{
+  readonly path: string
+  readonly problem: string
+}> {
+  override get message() {
+    return `${this.path}: ${this.problem}`
+  }
+}
+
+/**
+ * Reads a command file: the run keys and the GRPO configuration (with `key=value` overrides applied).
+ *
+ * @since 0.0.0
+ */
+export const loadFile = Effect.fn("TrainCommands.loadFile")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const fs = yield* FileSystem.FileSystem
+  const text = yield* fs.readFileString(path).pipe(
+    Effect.mapError((e) => new CommandFileError({ path, problem: `cannot read (${e.message})` }))
+  )
+  const raw = yield* Config.parseText(text, path)
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    return yield* new CommandFileError({ path, problem: "the file must hold a mapping of keys to values" })
+  }
+  const run: Record<string, unknown> = {}
+  const grpo: Record<string, unknown> = {}
+  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) (runKeys.has(k) ? run : grpo)[k] = v
+  const spec = yield* Schema.decodeUnknown(RunSpec)(run).pipe(
+    Effect.mapError((e) => new CommandFileError({ path, problem: `run keys: ${e.message}` }))
+  )
+  const argv = overrides.map((o) => (o.startsWith("--") ? o : `--${o}`))
+  const config = yield* Config.fromSources(grpo, argv, path)
+  return { spec, config }
+})
+
+const datasetOf = (spec: typeof DatasetSpec.Type, label: string) =>
+  typeof spec === "string"
+    ? Dataset.fromJsonl(spec)
+    : Effect.succeed(Dataset.fromSeeds({
+      prompt: [{ role: "user", content: spec.prompt }],
+      seeds: Dataset.range(spec.seeds[0], spec.seeds[1]),
+      ...(spec.columns === undefined ? {} : { columns: spec.columns }),
+      name: label
+    }))
+
+interface BuiltIn {
+  readonly open: Trainer.OpenSession<any, never, never>
+  readonly rewards: ReadonlyArray<Reward.RewardFunction<any, any, any, any, any>>
+  readonly success: (episode: Episode.EpisodeRecord<any>, reward: number) => boolean
+}
+
+const native = <S, C>(env: Environment.Environment<S, C>): Trainer.OpenSession<S, never, never> => (row) =>
+  Effect.map(Effect.orDie(Environment.episode(env, row)), Episode.fromEnvironment)
+
+/**
+ * The built-in in-process environments, with their environment-owned rewards and success rules.
+ *
+ * @since 0.0.0
+ */
+export const builtIns: Readonly<Record<NonNullable<RunSpec["environment"]>, BuiltIn>> = {
+  catch: {
+    open: native(Catch.environment),
+    rewards: [Reward.fromEnvironment("catch", (_s: unknown): _s is Catch.State => true, Catch.reward)],
+    success: (e) => (e.state as Catch.State | undefined)?.caught === true
+  },
+  echo: {
+    open: native(Echo.environment),
+    rewards: [Reward.fromEnvironment("echo", (_s: unknown): _s is Echo.State => true, (s) => s.reward)],
+    success: (_e, reward) => reward > 0
+  },
+  wordle: {
+    open: native(Wordle.environment),
+    rewards: [Reward.fromEnvironment("wordle", (_s: unknown): _s is Wordle.State => true, (s) => s.reward)],
+    success: (e) => (e.state as Wordle.State | undefined)?.won === true
+  },
+  sudoku: {
+    open: native(Sudoku.environment),
+    rewards: [
+      Reward.fromEnvironment(
+        "sudoku",
+        (_s: unknown): _s is Sudoku.State => true,
+        (s) => s.correct_reward + s.valid_move_reward + s.empty_cell_reward + s.repetition_reward + s.progress_reward
+      )
+    ],
+    success: (e) => (e.state as Sudoku.State | undefined)?.won === true
+  }
+}
+
+const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
+  Effect.gen(function*() {
+    const checkpoint = yield* Checkpoint.load(spec.model)
+    if (spec.backend === "cpu") return Trainer.referenceModel(checkpoint)
+    return yield* Trainer.gpuModel(checkpoint, {
+      batch: config.perDeviceTrainBatchSize,
+      seq,
+      temperature: config.temperature,
+      reference: config.beta !== 0
+    })
+  })
+
+const needEnvironment = (path: string, spec: RunSpec) =>
+  spec.environment === undefined
+    ? Effect.fail(new CommandFileError({ path, problem: "set environment: catch | echo | wordle | sudoku" }))
+    : Effect.succeed(builtIns[spec.environment])
+
+const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) =>
+  spec.backend === "gpu" ? Effect.provide(Effect.scoped(effect), Gpu.layer()) : Effect.scoped(effect)
+
+// Context length for the GPU model: the rendered prompt (with tools) plus the completion budget.
+const sequenceLength = (config: Config.GRPOConfig) => Math.min(4096, config.maxCompletionLength + 1024)
+
+/** `train CONFIG [key=value ...]` */
+export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const { config, spec } = yield* loadFile(path, overrides)
+  const env = yield* needEnvironment(path, spec)
+  if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
+  const dataset = yield* datasetOf(spec.dataset, "dataset")
+  const evalDataset = spec.evalDataset === undefined ? undefined : yield* datasetOf(spec.evalDataset, "evalDataset")
+  const p = yield* Path.Path
+  return yield* withDevice(
+    spec,
+    Effect.gen(function*() {
+      const model = yield* modelFor(spec, config, sequenceLength(config))
+      const result = yield* Trainer.train({
+        config,
+        model,
+        dataset,
+        open: env.open,
+        rewardFunctions: env.rewards,
+        evalSuccess: env.success,
+        enableThinking: spec.enableThinking,
+        resume: spec.resume,
+        title: spec.title ?? p.basename(path),
+        ...(evalDataset === undefined ? {} : { evalDataset })
+      })
+      yield* Console.log(`report: ${result.report}\ncheckpoint: ${result.checkpoint ?? "(none)"}`)
+    })
+  )
+})
+
+/** `sft CONFIG [key=value ...]` */
+export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const { config, spec } = yield* loadFile(path, overrides)
+  if (spec.sftData === undefined) return yield* new CommandFileError({ path, problem: "set sftData: a JSONL path" })
+  const transcripts = yield* SftTrainer.fromJsonl(spec.sftData)
+  const p = yield* Path.Path
+  return yield* withDevice(
+    spec,
+    Effect.gen(function*() {
+      const model = yield* modelFor(spec, config, 2048)
+      const result = yield* SftTrainer.train({
+        config,
+        model,
+        transcripts,
+        enableThinking: spec.enableThinking,
+        resume: spec.resume,
+        title: spec.title ?? `${p.basename(path)} (SFT)`
+      })
+      yield* Console.log(`report: ${result.report}\ncheckpoint: ${result.checkpoint ?? "(none)"}`)
+    })
+  )
+})
+
+/** `eval CONFIG [key=value ...]` */
+export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const { config, spec } = yield* loadFile(path, overrides)
+  const env = yield* needEnvironment(path, spec)
+  const source = spec.evalDataset ?? spec.dataset
+  if (source === undefined) return yield* new CommandFileError({ path, problem: "set evalDataset" })
+  const dataset = yield* datasetOf(source, "evalDataset")
+  return yield* withDevice(
+    spec,
+    Effect.gen(function*() {
+      const model = yield* modelFor(spec, { ...config, temperature: 1 }, sequenceLength(config))
+      const result = yield* Evaluation.evaluate({
+        model,
+        dataset,
+        open: env.open,
+        rewardFunctions: env.rewards,
+        maxCompletionLength: config.maxCompletionLength,
+        maxToolCallingIterations: config.maxToolCallingIterations,
+        numGenerations: config.numGenerationsEval ?? 1,
+        enableThinking: spec.enableThinking,
+        success: env.success,
+        step: 0,
+        label: spec.model
+      })
+      yield* Evaluation.write(config.outputDir, result)
+      yield* Console.log(Evaluation.formatTable(result))
+    })
+  )
+})
+
+const configArg = Args.text({ name: "config" }).pipe(Args.withDescription("a YAML or JSON command file"))
+const overridesArg = Args.text({ name: "key=value" }).pipe(
+  Args.repeated,
+  Args.withDescription("configuration overrides, e.g. maxSteps=10 learning_rate=3e-5")
+)
+
+/** `envtrain train CONFIG` @since 0.0.0 */
+export const train = Command.make(
+  "train",
+  { config: configArg, overrides: overridesArg },
+  ({ config, overrides }) => runTrain(config, overrides)
+).pipe(Command.withDescription("GRPO training on an environment (checkpoints, metrics, report, evaluation)."))
+
+/** `envtrain sft CONFIG` @since 0.0.0 */
+export const sft = Command.make(
+  "sft",
+  { config: configArg, overrides: overridesArg },
+  ({ config, overrides }) => runSft(config, overrides)
+).pipe(Command.withDescription("Supervised warm-up on chat / tool-calling transcripts (assistant tokens only)."))
+
+/** `envtrain eval CONFIG` @since 0.0.0 */
+export const evaluate = Command.make(
+  "eval",
+  { config: configArg, overrides: overridesArg },
+  ({ config, overrides }) => runEval(config, overrides)
+).pipe(Command.withDescription("Greedy evaluation on held-out rows: a metrics table and eval.json."))
+
+/** The three commands, for the root CLI. @since 0.0.0 */
+export const commands = [train, sft, evaluate] as const
