@@ -21,8 +21,7 @@
 import * as Client from "@envtrain/env/Client"
 import * as Environment from "@envtrain/env/Environment"
 import type { ToolDefinition } from "@envtrain/gpu/ChatTemplate"
-import type { Scope } from "effect"
-import { Effect, Option } from "effect"
+import { Effect, Option, Pool, Scope } from "effect"
 import type { Session, ToolOutcome } from "./Episode.js"
 
 /** The client errors a remote episode can fail with. */
@@ -42,8 +41,15 @@ export const mcp = (
   options: McpSessionOptions,
   row: Readonly<Record<string, unknown>>
 ): Effect.Effect<Session<Readonly<Record<string, unknown>>, RemoteError>, RemoteError, Scope.Scope> =>
+  Effect.flatMap(Client.make(options.client), (client) => mcpOn(client, options, row))
+
+/** {@link mcp} on a client you hold (e.g. one from {@link pooled}): resets it with `row`. */
+export const mcpOn = <A, O>(
+  client: Client.OpenEnvClient<A, O>,
+  options: Omit<McpSessionOptions, "client">,
+  row: Readonly<Record<string, unknown>>
+): Effect.Effect<Session<Readonly<Record<string, unknown>>, RemoteError>, RemoteError> =>
   Effect.gen(function*() {
-    const client = yield* Client.make(options.client)
     const first = yield* client.reset(row)
     const tools = yield* client.listTools
     const toolDefinitions: Array<ToolDefinition> = tools.map((t) => ({
@@ -72,7 +78,7 @@ export const mcp = (
       )
     return {
       environment: options.environment ?? "remote",
-      observation: options.observation?.(first.observation) ?? Option.none(),
+      observation: options.observation?.(first.observation as Readonly<Record<string, unknown>>) ?? Option.none(),
       toolDefinitions,
       call,
       state: client.state
@@ -101,8 +107,15 @@ export const fromClient = <A, O, State = Readonly<Record<string, unknown>>>(
   options: ClientSessionOptions<A, O, State>,
   row: Readonly<Record<string, unknown>>
 ): Effect.Effect<Session<State, Client.ClientError>, Client.ClientError, Scope.Scope> =>
+  Effect.flatMap(Client.make(options.client), (client) => fromClientOn(client, options, row))
+
+/** {@link fromClient} on a client you hold (e.g. one from {@link pooled}): resets it with `row`. */
+export const fromClientOn = <A, O, State = Readonly<Record<string, unknown>>>(
+  client: Client.OpenEnvClient<A, O>,
+  options: Omit<ClientSessionOptions<A, O, State>, "client">,
+  row: Readonly<Record<string, unknown>>
+): Effect.Effect<Session<State, Client.ClientError>, Client.ClientError> =>
   Effect.gen(function*() {
-    const client = yield* Client.make(options.client)
     const first = yield* client.reset(row)
     return {
       environment: options.environment,
@@ -114,3 +127,51 @@ export const fromClient = <A, O, State = Readonly<Record<string, unknown>>>(
         : options.state(client)
     }
   })
+
+const LOST: ReadonlySet<string> = new Set([
+  "SessionLostError",
+  "RequestTimeoutError",
+  "ConnectionClosedError",
+  "ConnectError"
+])
+const isLost = (e: unknown) => typeof e === "object" && e !== null && "_tag" in e && LOST.has(String(e._tag))
+
+/**
+ * A pool of `size` clients (WebSockets) reused across episodes: each episode takes a client, starts its episode
+ * with `reset` on it (a fresh environment state on the same server session, as OpenEnv defines reset) and gives it
+ * back when its scope closes. Saves a connect and a close per episode. A client whose session was lost, timed out
+ * or closed is invalidated and replaced; every socket closes with the pool's scope (so an aborted run still ends
+ * with zero sessions once that scope closes). Size it to the rollout's `concurrency`.
+ *
+ * @example
+ * ```ts
+ * const open = yield* RemoteSession.pooled({ url: server.url }, 64, (client, row) => RemoteSession.mcpOn(client, {}, row))
+ * yield* Rollout.groups(rows, { groupSize: 8, concurrency: 64, config, open }).pipe(Stream.runDrain)
+ * ```
+ */
+export const pooled = <A, O, State, E>(
+  client: Client.ClientOptions<A, O>,
+  size: number,
+  session: (
+    client: Client.OpenEnvClient<A, O>,
+    row: Readonly<Record<string, unknown>>
+  ) => Effect.Effect<Session<State, E>, E>
+): Effect.Effect<
+  (row: Readonly<Record<string, unknown>>) => Effect.Effect<Session<State, E>, E, Scope.Scope>,
+  never,
+  Scope.Scope
+> =>
+  Effect.map(Pool.make({ acquire: Client.make(client), size }), (pool) => (row) =>
+    Effect.gen(function*() {
+      const held = yield* Pool.get(pool)
+      const scope = yield* Effect.scope
+      const invalidateOnLoss = <X, Y>(effect: Effect.Effect<X, Y>) =>
+        Effect.tapError(effect, (e) => isLost(e) ? Scope.extend(Pool.invalidate(pool, held), scope) : Effect.void)
+      const s = yield* invalidateOnLoss(session(held, row))
+      const wrapped: Session<State, E> = {
+        ...s,
+        call: (name, args) => invalidateOnLoss(s.call(name, args)),
+        state: invalidateOnLoss(s.state)
+      }
+      return wrapped
+    }))

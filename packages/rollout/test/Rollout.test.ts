@@ -264,4 +264,49 @@ describe("Rollout against the envtrain server", () => {
       yield* Effect.sleep("100 millis")
       assert.strictEqual(yield* Ref.get(generated), after)
     }))
+
+  it.scopedLive("pooled sessions: sockets are reused across episodes and all close with the pool's scope", () =>
+    Effect.gen(function*() {
+      const server = yield* Server.serve(Echo.openEnvMcp, { port: 0, host: "127.0.0.1", maxConcurrentEnvs: 16 })
+      const peak = yield* Ref.make(0)
+      const abort = yield* Rollout.makeAbort
+      const exit = yield* Effect.scoped(Effect.gen(function*() {
+        const open = yield* RemoteSession.pooled(
+          { url: server.url },
+          4,
+          (client, row) => RemoteSession.mcpOn(client, { environment: "echo_env" }, row)
+        )
+        const groups = yield* Rollout.groups(rows(4), {
+          groupSize: 3,
+          concurrency: 4,
+          config: { ...config, maxToolCallingIterations: 2 },
+          open: (row) =>
+            Effect.tap(
+              open(row),
+              () => Effect.flatMap(server.activeSessions, (n) => Ref.update(peak, (p) => Math.max(p, n)))
+            )
+        }).pipe(
+          Stream.runCollect,
+          Effect.map(Chunk.toArray),
+          Effect.provide(Layer.merge(renderer(false), scripted(echoForever)))
+        )
+        const episodes = groups.flatMap((g) => g.episodes)
+        assert.strictEqual(episodes.length, 12)
+        assert.isTrue(episodes.every((e) => e.unscoreable === undefined && e.toolCallCount === 2))
+        // Then a run on the same pool is aborted mid-way.
+        const fiber = yield* Rollout.groups(rows(50), {
+          groupSize: 4,
+          concurrency: 4,
+          config: { ...config, maxCompletionLength: 1_000_000 },
+          open,
+          abort
+        }).pipe(Stream.runDrain, Effect.provide(Layer.merge(renderer(false), scripted(echoForever))), Effect.fork)
+        yield* Effect.sleep("200 millis")
+        yield* Rollout.abort(abort, "stop")
+        return yield* Fiber.await(fiber)
+      }))
+      assert.isTrue(Exit.isFailure(exit))
+      assert.isAtMost(yield* Ref.get(peak), 4)
+      assert.strictEqual(yield* drained(server), 0)
+    }))
 })
