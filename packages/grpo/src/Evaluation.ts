@@ -19,7 +19,7 @@ import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import { Effect } from "effect"
 import type { Dataset } from "./Dataset.js"
 import type { TrainableModel } from "./internal/model.js"
-import { modelTokens, type OpenSession, rewardEpisode, runBatch } from "./internal/rollouts.js"
+import { environmentOf, modelTokens, type OpenSession, rewardEpisode, runBatch } from "./internal/rollouts.js"
 import { nanmean, nanstd } from "./internal/stats.js"
 import * as Metrics from "./Metrics.js"
 import * as Reward from "./Reward.js"
@@ -159,9 +159,9 @@ export const evaluate = <State, E, R>(options: EvaluateOptions<State, E, R>) =>
     })
     const success = options.success ?? ((_e: EpisodeRecord<State>, reward: number) => reward > 0)
     const successes = records.map((r, i) => Number.isNaN(table.rewards[i]) ? undefined : success(r, table.rewards[i]))
-    const envs = [...new Set(records.map((r) => r.environment))].sort()
+    const envs = [...new Set(records.map(environmentOf))].sort()
     const rows = envs.map((env) => {
-      const idx = records.flatMap((r, i) => (r.environment === env ? [i] : []))
+      const idx = records.flatMap((r, i) => (environmentOf(r) === env ? [i] : []))
       return summarise(env, idx.map((i) => records[i]), idx.map((i) => table.rewards[i]), idx.map((i) => successes[i]))
     })
     const overall = summarise("all", records, Array.from(table.rewards), successes)

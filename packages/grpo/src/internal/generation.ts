@@ -14,7 +14,7 @@ import * as Loss from "../Loss.js"
 import type { CompletionSample } from "../Metrics.js"
 import * as Reward from "../Reward.js"
 import { batchOf, type TrainableModel } from "./model.js"
-import { modelTokens, rewardEpisode } from "./rollouts.js"
+import { environmentOf, modelTokens, rewardEpisode } from "./rollouts.js"
 import { nanmean } from "./stats.js"
 
 export interface TrainRow {
@@ -174,10 +174,10 @@ export const prepare = <State>(options: {
         : nanmean(values)
     }
     metrics["unscoreable_frac"] = adv.unscoreable.filter((u) => u).length / Math.max(1, records.length)
-    const envs = [...new Set(records.map((r) => r.environment))]
+    const envs = [...new Set(records.map(environmentOf))]
     if (envs.length > 1) {
       for (const env of envs) {
-        const idx = records.flatMap((r, i) => (r.environment === env ? [i] : []))
+        const idx = records.flatMap((r, i) => (environmentOf(r) === env ? [i] : []))
         metrics[`env/${env}/reward`] = nanmean(idx.map((i) => table.rewards[i]))
         const calls = idx.reduce((s, i) => s + records[i].toolCallCount, 0)
         const failures = idx.reduce((s, i) => s + records[i].toolFailureCount, 0)
@@ -199,7 +199,7 @@ export const prepare = <State>(options: {
         completion: options.decode(r.completionIds),
         rewards,
         advantage: adv.advantages[i],
-        environment: r.environment,
+        environment: environmentOf(r),
         extra: {
           tool_calls: r.toolCallCount,
           tool_failures: r.toolFailureCount,

@@ -88,3 +88,13 @@ export const modelTokens = (record: Episode.EpisodeRecord<unknown>): number => {
   for (const m of record.mask) n += m
   return n
 }
+
+/**
+ * The environment an episode belongs to: the session's name, or for an episode that never got a session (lost
+ * before reset) the row's router column (`env` or `environment`).
+ */
+export const environmentOf = (record: Episode.EpisodeRecord<unknown>): string => {
+  if (record.environment !== "") return record.environment
+  const column = record.row.env ?? record.row.environment
+  return typeof column === "string" && column !== "" ? column : "(unknown)"
+}
