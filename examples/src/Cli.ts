@@ -1,0 +1,98 @@
+/**
+ * The flags every example program shares (@effect/cli), mapped onto {@link Pipeline.Settings}.
+ *
+ * @example
+ * ```ts
+ * import { Command } from "@effect/cli"
+ * import { Cli, Recipe } from "@envtrain/examples"
+ * const command = Cli.command(Recipe.catchRecipe, Pipeline.defaults)
+ * ```
+ */
+import { Command, Options } from "@effect/cli"
+import { Effect, Option } from "effect"
+import * as Pipeline from "./Pipeline.js"
+import type { Recipe } from "./Recipe.js"
+
+const int = (name: string, description: string) =>
+  Options.integer(name).pipe(Options.withDescription(description), Options.optional)
+const float = (name: string, description: string) =>
+  Options.float(name).pipe(Options.withDescription(description), Options.optional)
+
+const flags = {
+  model: Options.directory("model").pipe(
+    Options.withDescription("a Qwen3 checkpoint directory (default: a new model of --preset)"),
+    Options.optional
+  ),
+  preset: Options.choice("preset", ["tiny", "small"]).pipe(
+    Options.withDescription("size of the new model when --model is not given"),
+    Options.optional
+  ),
+  envUrl: Options.text("env-url").pipe(
+    Options.withDescription("an envtrain server or any OpenEnv server (default: in-process environments)"),
+    Options.optional
+  ),
+  out: Options.text("out").pipe(Options.withDescription("output directory (default runs/<example>)"), Options.optional),
+  seed: int("seed", "seed of the model, data and sampling"),
+  toolsInPrompt: Options.boolean("tools-in-prompt").pipe(
+    Options.withDescription("render the tool definitions into the system prompt (on for --model)")
+  ),
+  sftEpisodes: int("sft-episodes", "solver episodes of SFT data"),
+  errorRate: float("error-rate", "the SFT player's mistake rate"),
+  sftEpochs: float("sft-epochs", "SFT epochs"),
+  sftLr: float("sft-lr", "SFT learning rate"),
+  steps: int("steps", "GRPO optimizer steps"),
+  lr: float("lr", "GRPO learning rate"),
+  numGenerations: int("num-generations", "GRPO group size G"),
+  prompts: int("prompts", "prompts per GRPO step"),
+  maxCompletionLength: int("max-completion-length", "completion budget per episode (model and tool tokens)"),
+  evalEpisodes: int("eval-episodes", "held-out evaluation episodes")
+}
+
+type Parsed = {
+  readonly [K in keyof typeof flags]: (typeof flags)[K] extends Options.Options<infer A> ? A : never
+}
+
+/** Applies parsed flags to defaults. */
+export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Settings => {
+  const or = <A>(o: Option.Option<A>, d: A): A => Option.getOrElse(o, () => d)
+  const model = Option.getOrUndefined(f.model)
+  const out = Option.getOrUndefined(f.out)
+  const envUrl = Option.getOrUndefined(f.envUrl)
+  return {
+    ...defaults,
+    ...(model === undefined ? {} : { model }),
+    ...(out === undefined ? {} : { out }),
+    ...(envUrl === undefined ? {} : { envUrl }),
+    preset: or(f.preset, defaults.preset) as "tiny" | "small",
+    seed: or(f.seed, defaults.seed),
+    toolsInPrompt: f.toolsInPrompt || model !== undefined || defaults.toolsInPrompt,
+    sft: {
+      ...defaults.sft,
+      episodes: or(f.sftEpisodes, defaults.sft.episodes),
+      errorRate: or(f.errorRate, defaults.sft.errorRate),
+      epochs: or(f.sftEpochs, defaults.sft.epochs),
+      learningRate: or(f.sftLr, defaults.sft.learningRate)
+    },
+    grpo: {
+      ...defaults.grpo,
+      steps: or(f.steps, defaults.grpo.steps),
+      learningRate: or(f.lr, defaults.grpo.learningRate),
+      numGenerations: or(f.numGenerations, defaults.grpo.numGenerations),
+      prompts: or(f.prompts, defaults.grpo.prompts),
+      maxCompletionLength: or(f.maxCompletionLength, defaults.grpo.maxCompletionLength)
+    },
+    evalEpisodes: or(f.evalEpisodes, defaults.evalEpisodes)
+  }
+}
+
+/** The example as a command: `tsx examples/src/<name>.ts [flags]`. */
+export const command = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>
+  Command.make(recipe.name, flags, (f) => Effect.asVoid(Pipeline.run(recipe, settingsOf(defaults, f)))).pipe(
+    Command.withDescription(description)
+  )
+
+/** Parses `process.argv` and runs the example. */
+export const main = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>
+  Effect.suspend(() =>
+    Command.run(command(recipe, defaults, description), { name: recipe.name, version: "0.0.0" })(process.argv)
+  )

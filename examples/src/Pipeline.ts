@@ -1,0 +1,358 @@
+/**
+ * The seed's recipe for every example, end to end: a model (a new tiny/small preset or `--model DIR`), SFT data
+ * from the recipe's imperfect player, SFT warm-up, greedy evaluation on held-out seeds (the SFT start), GRPO with
+ * the recipe's reward functions, evaluation again, and a before/after table with the solver's score as the
+ * ceiling. Writes `runs/<name>/` — `sft.jsonl`, `sft/` (warm-up metrics and checkpoint), `metrics.jsonl`,
+ * `completions.jsonl`, `eval.jsonl`, `eval.json` (before / after / solver), `report.html`, `checkpoint-N/`.
+ *
+ * @example
+ * ```ts
+ * import { Pipeline, Recipe } from "@envtrain/examples"
+ * Main.run(Pipeline.run(Recipe.catchRecipe, Pipeline.defaults))
+ * ```
+ */
+import { FileSystem, Path } from "@effect/platform"
+import { Environment } from "@envtrain/env"
+import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
+import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtrain/grpo"
+import { Episode } from "@envtrain/rollout"
+import { Console, Effect } from "effect"
+import { cachedCpuModel } from "./internal/cachedModel.js"
+import type { Recipe } from "./Recipe.js"
+import * as SftData from "./sftData.js"
+
+/** Every knob of a run (the programs' flags). */
+export interface Settings {
+  /** Output directory; default `runs/<name>`. */
+  readonly out?: string
+  /** A Qwen3 checkpoint directory; default a new model of `preset`. */
+  readonly model?: string
+  readonly preset: "tiny" | "small"
+  /** An envtrain or OpenEnv server; default in-process environments. */
+  readonly envUrl?: string
+  readonly seed: number
+  /**
+   * Render the tool definitions into the system prompt (the chat template's tools block). Off for the tiny preset
+   * by default: the block is ~350 tokens, most of a tiny model's per-token cost, and the SFT data teaches the call
+   * format anyway.
+   */
+  readonly toolsInPrompt: boolean
+  readonly sft: {
+    readonly episodes: number
+    readonly errorRate: number
+    readonly epochs: number
+    readonly learningRate: number
+    readonly batchSize: number
+    /** Longest SFT sequence in tokens (the tail of longer transcripts is not learnt). */
+    readonly maxLength: number
+  }
+  readonly grpo: {
+    readonly steps: number
+    readonly learningRate: number
+    readonly numGenerations: number
+    /** Prompts per optimizer step. */
+    readonly prompts: number
+    readonly maxCompletionLength: number
+    readonly temperature: number
+  }
+  readonly evalEpisodes: number
+  /** Print progress bars and tables. */
+  readonly verbose: boolean
+}
+
+/** Defaults for the tiny preset on a CPU (the flagship demo tunes its own). */
+export const defaults: Settings = {
+  preset: "tiny",
+  seed: 0,
+  toolsInPrompt: false,
+  sft: { episodes: 64, errorRate: 0.2, epochs: 2, learningRate: 1e-2, batchSize: 4, maxLength: 1024 },
+  grpo: { steps: 10, learningRate: 1e-3, numGenerations: 8, prompts: 2, maxCompletionLength: 640, temperature: 1 },
+  evalEpisodes: 32,
+  verbose: true
+}
+
+/** Held-out seeds start here; SFT and GRPO seeds are below. */
+export const EVAL_SEED_BASE = 1_000_000
+
+/** One evaluation with the recipe's details. */
+export interface EvalSummary {
+  readonly label: string
+  readonly episodes: number
+  readonly successRate: number | null
+  readonly meanReward: number | null
+  readonly toolCallsPerEpisode: number | null
+  readonly toolFailureFrequency: number | null
+  readonly details: Readonly<Record<string, number | null>>
+  readonly seconds: number
+}
+
+/** What a run returns (and `eval.json` holds). */
+export interface RunResult {
+  readonly example: string
+  readonly outputDir: string
+  readonly before: EvalSummary
+  readonly after: EvalSummary
+  /** The solver on the same held-out seeds (the ceiling), and the SFT data's imperfect player. */
+  readonly solver: EvalSummary
+  readonly sftPlayer: EvalSummary
+  readonly settings: Settings
+  readonly seconds: { readonly sft: number; readonly grpo: number; readonly total: number }
+  readonly checkpoint: string | undefined
+  readonly report: string
+}
+
+const round = (x: number | null, d = 3) => (x === null ? null : Math.round(x * 10 ** d) / 10 ** d)
+
+/** Scores a scripted player on seeds (no model). */
+export const playerScore = <State>(recipe: Recipe<State>, seeds: ReadonlyArray<number>, errorRate: number) =>
+  Effect.gen(function*() {
+    const started = Date.now()
+    const states: Array<State> = []
+    let calls = 0
+    let failures = 0
+    let rewards = 0
+    for (const seed of seeds) {
+      const row = { seed, ...recipe.columns?.(seed) }
+      const r = yield* Environment.run(recipe.environment, row, recipe.player({ errorRate, seed: seed + 7 }))
+      states.push(r.state)
+      calls += r.steps.length
+      failures += r.steps.filter((s) => s.outcome._tag === "Failure").length
+      const episode = { prompt: [], completion: [], completionIds: [], environment: r.state, columns: row }
+      let total = 0
+      for (const f of recipe.rewardFunctions) {
+        const v = yield* Effect.orDie(f.score({
+          prompts: [episode.prompt],
+          completions: [episode.completion],
+          completionIds: [[]],
+          environments: [r.state],
+          columns: [row],
+          trainerState: { globalStep: 0, maxSteps: 0, epoch: 0 }
+        }))
+        total += v[0] ?? 0
+      }
+      rewards += total
+    }
+    return {
+      label: errorRate === 0 ? "solver" : `player (error rate ${errorRate})`,
+      episodes: seeds.length,
+      successRate: states.filter(recipe.success).length / Math.max(1, seeds.length),
+      meanReward: round(rewards / Math.max(1, seeds.length)),
+      toolCallsPerEpisode: calls / Math.max(1, seeds.length),
+      toolFailureFrequency: calls === 0 ? 0 : round(failures / calls),
+      details: recipe.details?.(states) ?? {},
+      seconds: (Date.now() - started) / 1000
+    } satisfies EvalSummary
+  })
+
+/** The before/after table as markdown. */
+export const formatTable = (result: Pick<RunResult, "before" | "after" | "solver" | "sftPlayer">): string => {
+  const cols = [result.before, result.after, result.solver, result.sftPlayer]
+  const heads = ["SFT start", "after GRPO", "solver (ceiling)", "SFT data player"]
+  const cell = (v: number | null | undefined, pct = false) =>
+    v === null || v === undefined
+      ? "-"
+      : pct
+      ? `${(v * 100).toFixed(1)} %`
+      : Number.isInteger(v)
+      ? String(v)
+      : v.toFixed(3)
+  const rows: Array<[string, Array<string>]> = [
+    ["success", cols.map((c) => cell(c.successRate, true))],
+    ["mean reward", cols.map((c) => cell(c.meanReward))],
+    ["tool calls / episode", cols.map((c) => cell(c.toolCallsPerEpisode))],
+    ["tool failures / call", cols.map((c) => cell(c.toolFailureFrequency))]
+  ]
+  for (const key of Object.keys(result.before.details)) {
+    rows.push([key.replace(/_/g, " "), cols.map((c) => cell(c.details[key]))])
+  }
+  const lines = [
+    `| held-out (${result.before.episodes} episodes) | ${heads.join(" | ")} |`,
+    `| --- | ${heads.map(() => "---:").join(" | ")} |`,
+    ...rows.map(([name, cells]) => `| ${name} | ${cells.join(" | ")} |`)
+  ]
+  return lines.join("\n")
+}
+
+/**
+ * Runs the whole recipe. Needs FileSystem and Path (`Main.run` provides them).
+ */
+export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const started = Date.now()
+    const outputDir = settings.out ?? path.join("runs", recipe.name)
+    yield* fs.remove(outputDir, { recursive: true }).pipe(Effect.ignore)
+    yield* fs.makeDirectory(outputDir, { recursive: true })
+    const say = (text: string) => (settings.verbose ? Console.log(text) : Effect.void)
+
+    const environment = settings.envUrl === undefined
+      ? recipe.environment
+      : recipe.remote === undefined
+      ? yield* Effect.dieMessage(`${recipe.name}: --env-url is not supported for this example (no remote client).`)
+      : recipe.remote(settings.envUrl)
+
+    // 1. The model: a CPU-reference tiny/small model, or a checkpoint.
+    const checkpoint = settings.model === undefined
+      ? yield* Checkpoint.makeModel(settings.preset, settings.seed)
+      : yield* Checkpoint.load(settings.model)
+    const model = cachedCpuModel(checkpoint)
+    yield* say(
+      `${recipe.name}: model ${
+        settings.model ?? `preset ${settings.preset}`
+      } (CPU reference, ${checkpoint.config.num_hidden_layers} layers, hidden ${checkpoint.config.hidden_size})`
+    )
+
+    // 2. SFT data from the imperfect player (seeds below the GRPO ones).
+    const transcripts = (yield* SftData.collect({ ...recipe, environment }, {
+      seeds: Dataset.range(0, settings.sft.episodes),
+      errorRate: settings.sft.errorRate,
+      playerSeed: settings.seed
+    })).map((t) => (settings.toolsInPrompt ? t : { messages: t.messages }))
+    const sftFile = path.join(outputDir, "sft.jsonl")
+    yield* SftData.writeJsonl(sftFile, transcripts)
+    yield* say(`sft data: ${transcripts.length} episodes (error rate ${settings.sft.errorRate}) -> ${sftFile}`)
+
+    // 3. SFT warm-up.
+    const sftStarted = Date.now()
+    const batch = Math.min(settings.sft.batchSize, transcripts.length)
+    const sftConfig = yield* Config.fromSources({
+      outputDir: path.join(outputDir, "sft"),
+      perDeviceTrainBatchSize: batch,
+      gradientAccumulationSteps: 1,
+      numTrainEpochs: settings.sft.epochs,
+      learningRate: settings.sft.learningRate,
+      lrSchedulerType: "cosine",
+      warmupRatio: 0.1,
+      loggingSteps: 1,
+      saveSteps: 1_000_000,
+      seed: settings.seed
+    })
+    yield* SftTrainer.train({
+      config: sftConfig,
+      model,
+      transcripts,
+      maxLength: settings.sft.maxLength,
+      title: `${recipe.name} (SFT warm-up)`,
+      ...(settings.verbose ? {} : { progress: false as const })
+    })
+    const sftSeconds = (Date.now() - sftStarted) / 1000
+
+    // 4. Evaluation and GRPO share the rows and the environment sessions.
+    const toolDefinitions = settings.toolsInPrompt
+    const open = (row: Readonly<Record<string, unknown>>) =>
+      Environment.episode(environment, row).pipe(
+        // Rows are built here, so columns that do not decode are a bug, not an episode outcome.
+        Effect.orDie,
+        Effect.map((e) => {
+          const session = Episode.fromEnvironment(e)
+          return toolDefinitions ? session : { ...session, toolDefinitions: [] }
+        })
+      )
+    const rows = (from: number, to: number): Dataset.Dataset =>
+      Dataset.fromRows(
+        Dataset.range(from, to).map((seed) => {
+          const columns = { seed, ...recipe.columns?.(seed) }
+          return { prompt: recipe.prompt(columns) as ReadonlyArray<ChatMessage>, ...columns }
+        }),
+        recipe.name
+      )
+    const evalRows = rows(EVAL_SEED_BASE, EVAL_SEED_BASE + settings.evalEpisodes)
+    const trainRows = rows(settings.sft.episodes, settings.sft.episodes + settings.grpo.steps * settings.grpo.prompts)
+    const grpoConfig = yield* Config.fromSources({
+      outputDir,
+      numGenerations: settings.grpo.numGenerations,
+      perDeviceTrainBatchSize: settings.grpo.numGenerations * settings.grpo.prompts,
+      gradientAccumulationSteps: 1,
+      maxSteps: settings.grpo.steps,
+      learningRate: settings.grpo.learningRate,
+      lrSchedulerType: "constant",
+      maxCompletionLength: settings.grpo.maxCompletionLength,
+      temperature: settings.grpo.temperature,
+      lossType: "dapo",
+      beta: 0,
+      loggingSteps: 1,
+      evalSteps: 1_000_000,
+      saveSteps: 1_000_000,
+      logCompletions: true,
+      numCompletionsToPrint: 1,
+      seed: settings.seed
+    })
+
+    let states: Array<State> = []
+    const evaluate = (label: string, step: number) =>
+      Effect.gen(function*() {
+        states = []
+        const result = yield* Evaluation.evaluate({
+          model,
+          dataset: evalRows,
+          open,
+          rewardFunctions: recipe.rewardFunctions,
+          maxCompletionLength: settings.grpo.maxCompletionLength,
+          step,
+          label,
+          seed: settings.seed,
+          success: (episode) => {
+            states.push(episode.state as State)
+            return recipe.success(episode.state as State)
+          }
+        })
+        yield* Evaluation.write(outputDir, result)
+        yield* say(Evaluation.formatTable(result))
+        return {
+          label,
+          episodes: result.overall.episodes,
+          successRate: round(result.overall.successRate),
+          meanReward: round(result.overall.meanReward),
+          toolCallsPerEpisode: round(result.overall.toolCallsPerEpisode),
+          toolFailureFrequency: round(result.overall.toolFailureFrequency),
+          details: Object.fromEntries(Object.entries(recipe.details?.(states) ?? {}).map(([k, v]) => [k, round(v)])),
+          seconds: result.seconds
+        } satisfies EvalSummary
+      })
+
+    const before = yield* evaluate("SFT start", 0)
+    const grpoStarted = Date.now()
+    const trained = yield* Trainer.train({
+      config: grpoConfig,
+      model,
+      dataset: trainRows,
+      open,
+      rewardFunctions: recipe.rewardFunctions,
+      title: `${recipe.name}: SFT warm-up, then GRPO`,
+      ...(settings.verbose ? {} : { progress: false as const })
+    })
+    const grpoSeconds = (Date.now() - grpoStarted) / 1000
+    const after = yield* evaluate("after GRPO", trained.globalStep)
+    const evalSeeds = Dataset.range(EVAL_SEED_BASE, EVAL_SEED_BASE + settings.evalEpisodes)
+    const solver = yield* playerScore({ ...recipe, environment }, evalSeeds, 0)
+    const sftPlayer = yield* playerScore({ ...recipe, environment }, evalSeeds, settings.sft.errorRate)
+    const report = yield* Report.write(outputDir, {
+      title: `${recipe.name}: SFT warm-up, then GRPO`,
+      status: `finished: success ${before.successRate ?? "-"} -> ${after.successRate ?? "-"} on ${before.episodes} ` +
+        `held-out episodes (solver ${solver.successRate})`
+    })
+    const result: RunResult = {
+      example: recipe.name,
+      outputDir,
+      before,
+      after,
+      solver,
+      sftPlayer,
+      settings,
+      seconds: { sft: sftSeconds, grpo: grpoSeconds, total: (Date.now() - started) / 1000 },
+      checkpoint: trained.checkpoint,
+      report
+    }
+    // eval.json: before / after / ceiling in one file (Evaluation.write left only the latest evaluation there).
+    yield* fs.writeFileString(path.join(outputDir, "eval.json"), JSON.stringify(result, null, 2) + "\n")
+    yield* say(`\n${recipe.name}: before/after on held-out seeds\n\n${formatTable(result)}\n`)
+    yield* say(`report: ${report}\neval: ${path.join(outputDir, "eval.json")}\ncheckpoint: ${trained.checkpoint}`)
+    yield* say(
+      `time: SFT ${sftSeconds.toFixed(0)} s, GRPO ${grpoSeconds.toFixed(0)} s, total ${
+        result.seconds.total.toFixed(0)
+      } s`
+    )
+    return result
+  })

@@ -1,0 +1,8 @@
+// Catch (TRL examples/scripts/openenv/catch.py): solver transcripts -> SFT warm-up -> GRPO with TRL's
+// reward_from_env -> held-out evaluation. `tsx examples/src/catch.ts --help` lists the flags.
+import { Main } from "@envtrain/harness"
+import * as Cli from "./Cli.js"
+import * as Pipeline from "./Pipeline.js"
+import { catchRecipe } from "./Recipe.js"
+
+Main.run(Cli.main(catchRecipe, Pipeline.defaults, "Train a policy to play Catch (SFT warm-up, then GRPO)."))

@@ -1,0 +1,112 @@
+/**
+ * Glue (not in @envtrain/grpo yet): the CPU reference model with multi-turn KV-cache reuse. The episode loop asks
+ * for one completion per turn with the whole conversation as the prompt; `Trainer.referenceModel` prefills that
+ * prompt from scratch every turn, which makes a 10-turn Catch episode cost ~10 full prefills. Here each finished
+ * generation keeps its cache, and the next request whose prompt extends it only runs the new tokens (the tool
+ * result and the next turn's header). Sampling is the reference's own (`sampleToken` with
+ * `samplingUniform(seed, promptLength, step)`), so the tokens are those `Qwen3Reference.generate` would draw.
+ */
+import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
+import { Trainer } from "@envtrain/grpo"
+import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
+import { Effect } from "effect"
+
+interface Entry {
+  readonly tokens: Array<number>
+  readonly cache: Qwen3Reference.KvCache
+}
+
+/** Most caches kept between turns (each ~1 MB for the tiny preset at 2048 positions). */
+const POOL = 160
+
+export const cachedCpuModel = (model: Checkpoint.Model): Trainer.TrainableModel => {
+  const base = Trainer.referenceModel(model)
+  const config = model.config
+  const capacity = Math.min(config.max_position_embeddings, 4096)
+  let weights: Qwen3Reference.Weights | undefined
+  let pool: Array<Entry> = []
+  const stale = () => {
+    weights = undefined
+    pool = []
+  }
+  const currentWeights = Effect.suspend(() =>
+    weights !== undefined ? Effect.succeed(weights) : Effect.map(base.exportState, (state) => {
+      const w: Qwen3Reference.Weights = {}
+      for (const [name, t] of state.weights) w[name] = Float32Array.from(t.data)
+      weights = w
+      return w
+    })
+  )
+
+  const claim = (prompt: ReadonlyArray<number>): Entry => {
+    let best = -1
+    for (let i = 0; i < pool.length; i++) {
+      const t = pool[i].tokens
+      if (t.length > prompt.length || (best >= 0 && t.length <= pool[best].tokens.length)) continue
+      let ok = true
+      for (let j = 0; j < t.length && ok; j++) ok = t[j] === prompt[j]
+      if (ok) best = i
+    }
+    if (best < 0) return { tokens: [], cache: Qwen3Reference.makeKvCache(config, capacity) }
+    const [entry] = pool.splice(best, 1)
+    return entry
+  }
+
+  const generateOne = (w: Qwen3Reference.Weights, request: GenerateRequest): Completion => {
+    const s = request.sampling
+    const prompt = request.promptIds
+    const temperature = s.temperature ?? 1
+    const params: Qwen3Reference.SamplingParams = {
+      temperature,
+      ...(s.topK !== undefined && s.topK > 0 ? { topK: s.topK } : {}),
+      ...(s.topP !== undefined ? { topP: s.topP } : {}),
+      ...(s.minP !== undefined ? { minP: s.minP } : {}),
+      ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {})
+    }
+    const maxNew = Math.max(0, Math.min(s.maxTokens, capacity - prompt.length))
+    const stops = new Set(s.stopTokenIds ?? [])
+    let entry = claim(prompt)
+    if (entry.tokens.length === prompt.length) {
+      // The same prompt again: re-run its last token to get the next-token logits.
+      entry.cache.length -= 1
+      entry.tokens.pop()
+    }
+    if (prompt.length + maxNew > capacity) entry = { tokens: [], cache: Qwen3Reference.makeKvCache(config, capacity) }
+    const V = config.vocab_size
+    let logits = Qwen3Reference.extend(config, w, entry.cache, prompt.slice(entry.tokens.length))
+    let row = logits.subarray(logits.length - V)
+    const context = [...prompt]
+    const tokens: Array<number> = []
+    const logprobs: Array<number> = []
+    let finishReason: "stop" | "length" = "length"
+    for (let step = 0; step < maxNew; step++) {
+      const u = temperature === 0 ? 0 : Qwen3Reference.samplingUniform(s.seed ?? 0, prompt.length, step)
+      const t = Qwen3Reference.sampleToken(row, context, params, u)
+      tokens.push(t.token)
+      logprobs.push(temperature === 0 ? t.logprob : t.sampledLogprob)
+      context.push(t.token)
+      if (stops.has(t.token)) {
+        finishReason = "stop"
+        break
+      }
+      if (step + 1 < maxNew) {
+        logits = Qwen3Reference.extend(config, w, entry.cache, [t.token])
+        row = logits
+      }
+    }
+    // What the cache holds: the prompt and every sampled token but the last.
+    const cached = context.slice(0, entry.cache.length)
+    pool.push({ tokens: cached, cache: entry.cache })
+    if (pool.length > POOL) pool.shift()
+    return { tokenIds: tokens, logprobs, finishReason }
+  }
+
+  return {
+    ...base,
+    generate: (requests) =>
+      Effect.flatMap(currentWeights, (w) => Effect.sync(() => requests.map((r) => generateOne(w, r)))),
+    step: (options) => Effect.tap(base.step(options), () => Effect.sync(stale)),
+    importState: (state) => Effect.tap(base.importState(state), () => Effect.sync(stale))
+  }
+}

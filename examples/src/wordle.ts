@@ -1,0 +1,13 @@
+// Wordle (TRL examples/scripts/openenv/wordle.py, the seed's recipe): solver transcripts with a reasoning line
+// before each guess -> SFT warm-up -> GRPO with win (+ early-win bonus), green partial credit and an invalid-move
+// penalty -> greedy evaluation on held-out secrets (wins, guesses per win, invalid and repeated guesses).
+import { Main } from "@envtrain/harness"
+import * as Cli from "./Cli.js"
+import * as Pipeline from "./Pipeline.js"
+import { wordleRecipe } from "./Recipe.js"
+
+Main.run(Cli.main(wordleRecipe, {
+  ...Pipeline.defaults,
+  sft: { ...Pipeline.defaults.sft, errorRate: 0.3 },
+  grpo: { ...Pipeline.defaults.grpo, numGenerations: 4, maxCompletionLength: 512 }
+}, "Train a policy to play Wordle (SFT warm-up, then GRPO)."))

@@ -1,0 +1,118 @@
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Dataset, SftTrainer } from "@envtrain/grpo"
+import { Effect } from "effect"
+import * as Pipeline from "../src/Pipeline.js"
+import * as Recipe from "../src/Recipe.js"
+import * as SftData from "../src/sftData.js"
+
+/** A few steps at tiny sizes: the point is that every stage runs and writes what it should. */
+const tinySettings = (out: string): Pipeline.Settings => ({
+  ...Pipeline.defaults,
+  out,
+  verbose: false,
+  sft: { episodes: 2, errorRate: 0.2, epochs: 1, learningRate: 1e-2, batchSize: 2, maxLength: 160 },
+  grpo: { steps: 1, learningRate: 1e-3, numGenerations: 2, prompts: 1, maxCompletionLength: 24, temperature: 1 },
+  evalEpisodes: 2
+})
+
+const checkOutputs = (dir: string, result: Pipeline.RunResult) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const jsonl = (name: string) =>
+      Effect.map(fs.readFileString(path.join(dir, name)), (t) =>
+        t.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as Record<string, unknown>))
+    const metrics = yield* jsonl("metrics.jsonl")
+    assert.deepStrictEqual(
+      metrics.map((m) =>
+        m.step
+      ),
+      [1]
+    )
+    assert.isTrue(typeof metrics[0]["reward"] === "number" && typeof metrics[0]["loss"] === "number")
+    const evals = yield* jsonl("eval.jsonl")
+    assert.deepStrictEqual(evals.map((e) => e.label), ["SFT start", "after GRPO"])
+    const saved = JSON.parse(yield* fs.readFileString(path.join(dir, "eval.json"))) as Pipeline.RunResult
+    assert.strictEqual(saved.example, result.example)
+    assert.strictEqual(saved.before.episodes, 2)
+    assert.strictEqual(saved.solver.episodes, 2)
+    const html = yield* fs.readFileString(path.join(dir, "report.html"))
+    assert.include(html, "<svg")
+    assert.isTrue(yield* fs.exists(path.join(dir, "checkpoint-1", "model.safetensors")))
+    assert.isTrue(yield* fs.exists(path.join(dir, "sft", "metrics.jsonl")))
+    const sft = yield* SftTrainer.fromJsonl(path.join(dir, "sft.jsonl"))
+    assert.strictEqual(sft.length, 2)
+    assert.include(Pipeline.formatTable(saved), "after GRPO")
+  })
+
+describe("examples", () => {
+  for (
+    const recipe of [
+      Recipe.catchRecipe,
+      Recipe.echoRecipe,
+      Recipe.wordleRecipe,
+      Recipe.sudokuRecipe,
+      Recipe.multiRecipe
+    ]
+  ) {
+    it.scoped(
+      `${recipe.name}: SFT, evaluation, GRPO, evaluation; outputs exist and parse`,
+      () =>
+        Effect.gen(function*() {
+          const fs = yield* FileSystem.FileSystem
+          const dir = yield* fs.makeTempDirectoryScoped()
+          const result = yield* Pipeline.run(recipe as Recipe.Recipe<unknown>, tinySettings(dir))
+          yield* checkOutputs(dir, result)
+          // The solver is the ceiling: it wins every held-out Catch and Echo episode.
+          if (recipe.name === "catch" || recipe.name === "echo") assert.strictEqual(result.solver.successRate, 1)
+        }).pipe(Effect.provide(NodeContext.layer)),
+      180_000
+    )
+  }
+})
+
+describe("SftData", () => {
+  it.effect("a Catch transcript is the prompt with the observation, then reasoning + one call per move, then a closing line", () =>
+    Effect.gen(function*() {
+      const [t] = yield* SftData.collect(Recipe.catchRecipe, { seeds: [3], errorRate: 0 })
+      const m = t.messages
+      assert.strictEqual(m[0].role, "system")
+      assert.include(m[1].content, "Catch the ball.\nBall: row 1/10")
+      const assistant = m.filter((x) => x.role === "assistant")
+      const tools = m.filter((x) => x.role === "tool")
+      assert.strictEqual(tools.length, 9)
+      assert.strictEqual(assistant.length, 10)
+      for (const a of assistant.slice(0, -1)) {
+        assert.match(a.content, /^Ball: (LEFT \d|RIGHT \d|above)\.$/)
+        assert.strictEqual(a.tool_calls?.length, 1)
+      }
+      assert.isUndefined(assistant[assistant.length - 1].tool_calls)
+      // The reasoning line reports the observation the move answers.
+      assert.include(
+        m[1].content,
+        assistant[0].content.includes("above") ? "directly above" : assistant[0].content.split(" ")[1]
+      )
+    }))
+
+  it.effect("the imperfect player loses where the solver wins (room for GRPO)", () =>
+    Effect.gen(function*() {
+      const seeds = Dataset.range(0, 40)
+      const perfect = yield* Pipeline.playerScore(Recipe.catchRecipe, seeds, 0)
+      const sloppy = yield* Pipeline.playerScore(Recipe.catchRecipe, seeds, 0.6)
+      assert.strictEqual(perfect.successRate, 1)
+      assert.isBelow(sloppy.successRate ?? 1, 0.95)
+      const results = yield* Effect.forEach(seeds, (seed) =>
+        Effect.map(SftData.collect(Recipe.catchRecipe, { seeds: [seed], errorRate: 0.6, playerSeed: 1 }), ([t]) =>
+          t))
+      // Every transcript still ends with the closing line and has only known tools.
+      for (const t of results) {
+        for (const msg of t.messages) {
+          if (msg.tool_calls) {
+            assert.include(["move", "stay"], msg.tool_calls[0].function.name)
+          }
+        }
+      }
+    }))
+})
