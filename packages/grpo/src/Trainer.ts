@@ -288,9 +288,11 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
         const values: Record<string, number> = {}
         const generationValues: Array<Record<string, number>> = []
         let generatedTokens = 0
+        let generationSeconds = 0
         const micro: Array<MicroBatch> = []
         while (micro.length < config.gradientAccumulationSteps) {
           if (pending.length === 0) {
+            const generationStarted = Date.now()
             const drawn = yield* Dataset.batchAt(options.dataset, position, {
               promptsPerBatch: U,
               seed: config.seed,
@@ -337,6 +339,7 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
             generatedTokens += generation.tokens
             numTokens += generation.tokens
             if (config.logCompletions) samples = generation.samples
+            generationSeconds += (Date.now() - generationStarted) / 1000
           }
           micro.push(pending.shift()!)
         }
@@ -377,7 +380,10 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
           learning_rate: learningRate,
           num_tokens: numTokens,
           step_time: seconds,
-          tokens_per_second: (trainedTokens + generatedTokens) / seconds
+          tokens_per_second: (trainedTokens + generatedTokens) / seconds,
+          // Ours (not TRL's): where the step's time went, rollouts (with scoring) versus the update.
+          "time/generation": generationSeconds,
+          "time/update": seconds - generationSeconds
         })
         acc.add(values)
         const result: StepResult = { step: globalStep, loss, values }
