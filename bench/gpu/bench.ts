@@ -13,6 +13,7 @@
  */
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
+import { cpus, loadavg } from "node:os"
 import * as Arena from "../../packages/gpu/src/Arena.js"
 import { describe, Gpu } from "../../packages/gpu/src/Gpu.js"
 import * as Ops from "../../packages/gpu/src/Ops.js"
@@ -124,6 +125,20 @@ const stepBench = (stackName: keyof typeof STACKS, steps: number, profile: boole
     const avg = (f: (r: StepProgram.StepResult) => number) => results.reduce((a, r) => a + f(r), 0) / results.length
     const max = (f: (r: StepProgram.StepResult) => number) => Math.max(...results.map(f))
     const kernels = profile ? yield* Effect.either(program.profile({ ...hyper, step: steps + 2 }, [mb])) : undefined
+    // Pure replay cost: record the step's dispatch list many times into one pass and never submit it.
+    const { device } = yield* Gpu
+    const replays = 50
+    const r0 = performance.now()
+    const encoder = device.createCommandEncoder()
+    const pass = encoder.beginComputePass()
+    for (let i = 0; i < replays; i++) {
+      program.microBatch.encode(pass)
+      program.optimizer.encode(pass)
+    }
+    pass.end()
+    encoder.finish()
+    const replayMicrosPerDispatch = (performance.now() - r0) * 1000 /
+      (replays * (program.microBatch.dispatches.length + program.optimizer.dispatches.length))
     return {
       stack: stackName,
       config: cfg,
@@ -144,6 +159,7 @@ const stepBench = (stackName: keyof typeof STACKS, steps: number, profile: boole
       submitMicrosPerStep: avg((r) => r.counters.submitMicros),
       millisPerStep: avg((r) => r.counters.wallMillis),
       tokensPerSecond: n / (avg((r) => r.counters.wallMillis) / 1000),
+      replayMicrosPerDispatch,
       profile: kernels === undefined ? undefined : kernels._tag === "Right" ? kernels.right : String(kernels.left)
     }
   }).pipe(Effect.scoped)
@@ -197,6 +213,7 @@ const main = Effect.gen(function*() {
     `gpu-${a.isSoftware ? "lavapipe" : (a.device || a.description || "gpu").toLowerCase().replace(/[^a-z0-9]+/g, "-")}`
   const result = {
     date: new Date().toISOString(),
+    host: { cpus: cpus().length, loadAverage1m: loadavg()[0] },
     adapter: a,
     softwareAdapterNote: a.isSoftware
       ? "lavapipe (CPU) adapter: matmul sizes limited to what runs in reasonable time; numbers are not GPU numbers"
@@ -213,6 +230,10 @@ const main = Effect.gen(function*() {
       a.subgroupMatrixConfigs.length || "none"
     }.`,
     a.isSoftware ? `\n${result.softwareAdapterNote}.\n` : "",
+    `Host: ${result.host.cpus} CPUs, 1-minute load average ${
+      result.host.loadAverage1m.toFixed(1)
+    } at the end of the run.`,
+    "",
     "## Matmul",
     "",
     "| tier | size | ms | GFLOP/s | timing |",
@@ -228,7 +249,7 @@ const main = Effect.gen(function*() {
     "| counter | value |",
     "|---|---|",
     ...Object.entries(step).filter(([k]) => k !== "config" && k !== "profile" && k !== "stack").map(([k, v]) =>
-      `| ${k} | ${typeof v === "number" ? Number(v.toPrecision(4)) : String(v)} |`
+      `| ${k} | ${typeof v === "number" ? (Number.isInteger(v) ? v : Number(v.toPrecision(4))) : String(v)} |`
     ),
     "",
     ...(Array.isArray(step.profile)
