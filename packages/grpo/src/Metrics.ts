@@ -214,9 +214,14 @@ export const formatCompletions = (samples: ReadonlyArray<CompletionSample>, limi
     const flat = s.replace(/\s+/g, " ").trim()
     return flat.length > n ? flat.slice(0, n - 1) + "…" : flat
   }
+  // A prompt's end (the last user turn) says more than its start (system prompt, tool list).
+  const tail = (s: string, n: number) => {
+    const flat = s.replace(/\s+/g, " ").trim()
+    return flat.length > n ? "…" + flat.slice(flat.length - n + 1) : flat
+  }
   const lines = shown.map((s) => {
     const rewards = Object.entries(s.rewards).map(([k, v]) => `${k}=${v === null ? "-" : v.toFixed(3)}`).join(" ")
-    return `step ${s.step} | ${clip(s.prompt, 40)} | ${clip(s.completion, 80)} | ${rewards} | adv ${
+    return `step ${s.step} | ${tail(s.prompt, 40)} | ${clip(s.completion, 80)} | ${rewards} | adv ${
       s.advantage.toFixed(3)
     }`
   })

@@ -332,7 +332,8 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
               model,
               reference,
               step,
-              decode: (ids) => model.tokenizer.decode(ids)
+              // TRL decodes the completions table with skip_special_tokens=True.
+              decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
             })
             pending = [...generation.microBatches]
             generationValues.push(generation.metrics)
