@@ -298,9 +298,8 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
             return recipe.success(episode.state as State)
           }
         })
-        yield* Evaluation.write(outputDir, result)
         yield* say(Evaluation.formatTable(result))
-        return {
+        const summary = {
           label,
           episodes: result.overall.episodes,
           successRate: round(result.overall.successRate),
@@ -310,9 +309,10 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
           details: Object.fromEntries(Object.entries(recipe.details?.(states) ?? {}).map(([k, v]) => [k, round(v)])),
           seconds: result.seconds
         } satisfies EvalSummary
+        return { result, summary }
       })
 
-    const before = yield* evaluate("SFT start", 0)
+    const { result: beforeResult, summary: before } = yield* evaluate("SFT start", 0)
     const grpoStarted = Date.now()
     const trained = yield* Trainer.train({
       config: grpoConfig,
@@ -324,7 +324,10 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
       ...(settings.verbose ? {} : { progress: false as const })
     })
     const grpoSeconds = (Date.now() - grpoStarted) / 1000
-    const after = yield* evaluate("after GRPO", trained.globalStep)
+    const { result: afterResult, summary: after } = yield* evaluate("after GRPO", trained.globalStep)
+    // Written now: the trainer starts its run by clearing eval.jsonl.
+    yield* Evaluation.write(outputDir, beforeResult)
+    yield* Evaluation.write(outputDir, afterResult)
     const evalSeeds = Dataset.range(EVAL_SEED_BASE, EVAL_SEED_BASE + settings.evalEpisodes)
     const solver = yield* playerScore({ ...recipe, environment }, evalSeeds, 0)
     const sftPlayer = yield* playerScore({ ...recipe, environment }, evalSeeds, settings.sft.errorRate)

@@ -1,5 +1,19 @@
-// The README's main job (`npm start`). Until the flagship training demo lands (issue 9), it is the smoke run:
-// open the GPU and print the adapter, check a kernel against its CPU twin, and play one environment episode.
-import { Doctor, Main } from "@envtrain/harness"
+// The README's main job (`npm start`): the flagship demo. A tiny Qwen3-architecture policy (CPU reference, ~0.16 M
+// parameters) learns Catch: SFT warm-up on transcripts of an imperfect solver, greedy evaluation on held-out seeds,
+// GRPO with TRL's reward_from_env, evaluation again. Prints progress and the before/after table; writes
+// runs/catch/{report.html, eval.json, metrics.jsonl, checkpoint-N/}. Sized to finish within 15 minutes on a
+// 2-core CPU. Flags as examples/src/catch.ts (`npm start -- --help`).
+import { Main } from "@envtrain/harness"
+import * as Cli from "./Cli.js"
+import * as Pipeline from "./Pipeline.js"
+import { catchRecipe } from "./Recipe.js"
 
-Main.run(Doctor.run())
+/** The demo's sizes (measured: see bench/results/learning-catch.md). */
+export const demo: Pipeline.Settings = {
+  ...Pipeline.defaults,
+  sft: { episodes: 32, errorRate: 0.2, epochs: 3, learningRate: 1e-2, batchSize: 4, maxLength: 1024 },
+  grpo: { steps: 6, learningRate: 3e-3, numGenerations: 8, prompts: 1, maxCompletionLength: 800, temperature: 1 },
+  evalEpisodes: 16
+}
+
+Main.run(Cli.main(catchRecipe, demo, "The flagship demo: train a tiny policy to play Catch (SFT warm-up, then GRPO)."))
