@@ -135,4 +135,27 @@ describe("Trainer.train", () => {
       const metrics = yield* Metrics.read<Metrics.MetricsRecord>(`${dirB}/${Metrics.files.metrics}`)
       assert.deepStrictEqual(metrics.map((m) => m.step), [1, 2, 3, 4])
     }).pipe(Effect.provide(NodeContext.layer)), 120_000)
+  it.scoped(
+    "numIterations 2 revisits a generation batch with the old logprobs frozen: the ratio moves off 1",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const result = yield* Trainer.train({
+          config: yield* F.config({ maxSteps: 2, numIterations: 2, outputDir: dir }),
+          model: yield* F.tinyModel(),
+          dataset: F.dataset(0, 64),
+          open: F.open,
+          rewardFunctions: [F.parityReward],
+          progress: false
+        })
+        const [first, second] = result.steps
+        assert.isTrue("reward" in first.values)
+        assert.isFalse("reward" in second.values, "the second step must reuse the first generation batch")
+        // Step 1 is on-policy (ratio 1: the dapo loss of zero-sum advantages is ~0); step 2 is not.
+        assert.isBelow(Math.abs(first.loss), 1e-9)
+        assert.isAbove(Math.abs(second.loss), 1e-6)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    60_000
+  )
 })
