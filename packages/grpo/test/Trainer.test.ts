@@ -158,4 +158,20 @@ describe("Trainer.train", () => {
       }).pipe(Effect.provide(NodeContext.layer)),
     60_000
   )
+  it.scoped("beta > 0 adds the k3 KL to a frozen copy of the initial model", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const result = yield* Trainer.train({
+        config: yield* F.config({ maxSteps: 2, beta: 0.04, outputDir: dir }),
+        model: yield* F.tinyModel(),
+        dataset: F.dataset(0, 64),
+        open: F.open,
+        rewardFunctions: [F.parityReward],
+        progress: false
+      })
+      const [first, second] = result.steps
+      assert.strictEqual(first.values["kl"], 0) // the policy is the reference before the first update
+      assert.isAbove(second.values["kl"], 0)
+    }).pipe(Effect.provide(NodeContext.layer)), 60_000)
 })
