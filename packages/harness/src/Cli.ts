@@ -6,6 +6,7 @@
 import { Command, Options } from "@effect/cli"
 import { ServeCommand } from "@envtrain/env"
 import { ModelCommands } from "@envtrain/gpu"
+import { TrainCommands } from "@envtrain/grpo"
 import * as Doctor from "./Doctor.js"
 
 const requireHardware = Options.boolean("require-hardware").pipe(
@@ -24,7 +25,7 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor, ServeCommand.command, ...ModelCommands.commands])
+  Command.withSubcommands([doctor, ServeCommand.command, ...ModelCommands.commands, ...TrainCommands.commands])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */
