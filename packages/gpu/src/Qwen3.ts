@@ -22,6 +22,11 @@
  * const old = yield* model.logprobs({ tokens })
  * const r = yield* model.step([{ tokens, coef }], { lr: 1e-5, step: 1, maxGradNorm: 1 }, { mode: "weighted" })
  * yield* model.save("out/step-1", ckpt)
+ * // Exact resume: the weights and the AdamW state into a fresh model.
+ * const opt = yield* model.optimizerState
+ * const resumed = yield* Qwen3.make({ config: ckpt.config, tensors: yield* model.weights }, { batch: 4, seq: 128 })
+ * yield* resumed.setOptimizerState(opt)
+ * yield* resumed.step(batches, { lr: 1e-5, step: opt.step + 1, maxGradNorm: 1 })
  * ```
  *
  * @since 0.0.0
@@ -34,6 +39,7 @@ import * as Checkpoint from "./Checkpoint.js"
 import { Gpu } from "./Gpu.js"
 import type { GpuDeviceLost, GpuLimitExceeded, GpuOutOfMemory, GpuShaderError, GpuUncapturedError } from "./GpuError.js"
 import * as G from "./internal/qwen3Graph.js"
+import * as O from "./internal/qwen3Optimizer.js"
 import type { ModelConfig } from "./ModelConfig.js"
 import * as Program from "./Program.js"
 import type { Config } from "./Qwen3Reference.js"
@@ -97,6 +103,16 @@ export interface TrainResult extends StepProgram.StepResult {
   readonly clippedTokens: number
 }
 
+/**
+ * AdamW's state: the first (`m`) and second (`v`) moments of every parameter, by Hugging Face name, and the
+ * number of the last optimiser step taken (the `step` scalar of the last `step` call; 0 before any).
+ */
+export interface OptimizerState {
+  readonly step: number
+  readonly m: ReadonlyMap<string, Float32Array>
+  readonly v: ReadonlyMap<string, Float32Array>
+}
+
 /** The model was asked for something its options did not allocate, or given a batch that does not fit. */
 export class Qwen3UsageError extends Data.TaggedError("Qwen3UsageError")<{ readonly problem: string }> {
   override get message() {
@@ -128,6 +144,16 @@ export interface Qwen3Model {
   readonly weights: Effect.Effect<Map<string, Safetensors.Tensor>, GpuDeviceLost | GpuUncapturedError>
   /** Replaces the weights (e.g. syncing a reference model from the policy). */
   readonly setWeights: (tensors: ReadonlyMap<string, { readonly data: Float32Array }>) => Effect.Effect<void, RunError>
+  /**
+   * The AdamW state (a download: one read per shard of each moment group). The arrays are views into those
+   * downloads, owned by the caller. Fails on a model made with `trainable: false`.
+   */
+  readonly optimizerState: Effect.Effect<OptimizerState, RunError>
+  /**
+   * Replaces the AdamW state (one write per shard of each moment group). Every parameter's two moments must be
+   * given with the parameter's element count and no other names; otherwise nothing is written.
+   */
+  readonly setOptimizerState: (state: OptimizerState) => Effect.Effect<void, Qwen3UsageError>
   /** Saves the current weights as a Hugging Face directory, with `base`'s tokenizer and templates. */
   readonly save: (
     dir: string,
@@ -256,6 +282,9 @@ export const make = (
       arena.write("g.d.slot", Uint32Array.from({ length: gen.slots }, (_, i) => i))
     }
 
+    // The step scalar of the last optimiser step (the bias corrections of the next one depend on it).
+    let lastStep = 0
+
     const submitOne = (program: Program.Program) => {
       const encoder = gpu.device.createCommandEncoder({ label: "qwen3.score" })
       const pass = encoder.beginComputePass({ label: "qwen3.score" })
@@ -312,9 +341,37 @@ export const make = (
           loss.beta ?? 0
         ]
         const r = yield* stepProgram.step({ ...scalars, user }, mbs)
+        lastStep = scalars.step
         return { ...r, kl: r.results[G.LossResult.kl], clippedTokens: r.results[G.LossResult.clipped] }
       }
     )
+
+    const notTrainable = usage("This model was made with trainable: false; it has no optimizer state.")
+    const optimizerState = Effect.gen(function*() {
+      if (stepProgram === undefined) return yield* notTrainable
+      const group = (name: string) =>
+        Effect.map(
+          Effect.forEach(plan.groups.get(name) ?? [], (b) => gpu.read(arena.buffers[b], plan.buffers[b].bytes)),
+          (shards) => O.unpackGroup(plan, name, shards)
+        )
+      const step = lastStep
+      return { step, m: yield* group(Arena.ADAM_M), v: yield* group(Arena.ADAM_V) } satisfies OptimizerState
+    })
+
+    const setOptimizerState = Effect.fn("Qwen3.setOptimizerState")(function*(state: OptimizerState) {
+      if (stepProgram === undefined) return yield* notTrainable
+      if (!Number.isInteger(state.step) || state.step < 0) {
+        return yield* usage(`Optimizer state step ${state.step} is not a step count (a non-negative integer).`)
+      }
+      const problem = O.checkGroup(plan, Arena.ADAM_M, "m", state.m) ?? O.checkGroup(plan, Arena.ADAM_V, "v", state.v)
+      if (problem !== undefined) return yield* usage(problem)
+      for (const [group, given] of [[Arena.ADAM_M, state.m], [Arena.ADAM_V, state.v]] as const) {
+        for (const { buffer, data } of O.packGroup(plan, group, given)) {
+          gpu.device.queue.writeBuffer(arena.buffers[buffer], 0, data.buffer, data.byteOffset, data.byteLength)
+        }
+      }
+      lastStep = state.step
+    })
 
     const weights = Effect.gen(function*() {
       const out = new Map<string, Safetensors.Tensor>()
@@ -341,6 +398,8 @@ export const make = (
       step,
       weights,
       setWeights,
+      optimizerState,
+      setOptimizerState,
       save,
       programs
     } satisfies Qwen3Model
