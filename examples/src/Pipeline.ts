@@ -197,7 +197,7 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
     const checkpoint = settings.model === undefined
       ? yield* Checkpoint.makeModel(settings.preset, settings.seed)
       : yield* Checkpoint.load(settings.model)
-    const model = cachedCpuModel(checkpoint)
+    const sftModel = cachedCpuModel(checkpoint)
     yield* say(
       `${recipe.name}: model ${
         settings.model ?? `preset ${settings.preset}`
@@ -231,13 +231,16 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
     })
     yield* SftTrainer.train({
       config: sftConfig,
-      model,
+      model: sftModel,
       transcripts,
       maxLength: settings.sft.maxLength,
       title: `${recipe.name} (SFT warm-up)`,
       ...(settings.verbose ? {} : { progress: false as const })
     })
     const sftSeconds = (Date.now() - sftStarted) / 1000
+    // GRPO starts from the SFT weights with a fresh optimizer (as a new TRL trainer would): the SFT run's Adam
+    // moments would otherwise keep moving the weights even on steps whose advantages are all zero.
+    const model = cachedCpuModel({ ...checkpoint, tensors: (yield* sftModel.exportState).weights })
 
     // 4. Evaluation and GRPO share the rows and the environment sessions.
     const toolDefinitions = settings.toolsInPrompt
