@@ -154,6 +154,8 @@ export interface Qwen3Model {
    * given with the parameter's element count and no other names; otherwise nothing is written.
    */
   readonly setOptimizerState: (state: OptimizerState) => Effect.Effect<void, Qwen3UsageError>
+  /** Zeroes the moments on the device (no host data) and sets the step count: a fresh AdamW at `step` (default 0). */
+  readonly resetOptimizerState: (step?: number) => Effect.Effect<void, Qwen3UsageError>
   /** Saves the current weights as a Hugging Face directory, with `base`'s tokenizer and templates. */
   readonly save: (
     dir: string,
@@ -358,11 +360,13 @@ export const make = (
       return { step, m: yield* group(Arena.ADAM_M), v: yield* group(Arena.ADAM_V) } satisfies OptimizerState
     })
 
+    const checkStep = (step: number) =>
+      Number.isInteger(step) && step >= 0
+        ? Effect.void
+        : usage(`Optimizer state step ${step} is not a step count (a non-negative integer).`)
     const setOptimizerState = Effect.fn("Qwen3.setOptimizerState")(function*(state: OptimizerState) {
       if (stepProgram === undefined) return yield* notTrainable
-      if (!Number.isInteger(state.step) || state.step < 0) {
-        return yield* usage(`Optimizer state step ${state.step} is not a step count (a non-negative integer).`)
-      }
+      yield* checkStep(state.step)
       const problem = O.checkGroup(plan, Arena.ADAM_M, "m", state.m) ?? O.checkGroup(plan, Arena.ADAM_V, "v", state.v)
       if (problem !== undefined) return yield* usage(problem)
       for (const [group, given] of [[Arena.ADAM_M, state.m], [Arena.ADAM_V, state.v]] as const) {
@@ -371,6 +375,17 @@ export const make = (
         }
       }
       lastStep = state.step
+    })
+
+    const resetOptimizerState = Effect.fn("Qwen3.resetOptimizerState")(function*(step = 0) {
+      if (stepProgram === undefined) return yield* notTrainable
+      yield* checkStep(step)
+      const encoder = gpu.device.createCommandEncoder({ label: "qwen3.resetOptimizer" })
+      for (const b of [...plan.groups.get(Arena.ADAM_M) ?? [], ...plan.groups.get(Arena.ADAM_V) ?? []]) {
+        encoder.clearBuffer(arena.buffers[b])
+      }
+      gpu.device.queue.submit([encoder.finish()])
+      lastStep = step
     })
 
     const weights = Effect.gen(function*() {
@@ -400,6 +415,7 @@ export const make = (
       setWeights,
       optimizerState,
       setOptimizerState,
+      resetOptimizerState,
       save,
       programs
     } satisfies Qwen3Model

@@ -55,7 +55,7 @@ layer(Gpu.layer(), { timeout: 120_000 })("Qwen3 optimizer state", (it) => {
       assert.notStrictEqual(cold[1][0], uninterrupted[1][0], "step k+2's loss depends on the moments")
     }))
 
-  it.scoped("a mismatched name or shape is refused, naming both, and nothing is written", () =>
+  it.scoped("a mismatched name or shape is refused, naming both, and nothing is written; reset zeroes", () =>
     Effect.gen(function*() {
       const base = yield* Checkpoint.makeModel("tiny", 4)
       const model = yield* Qwen3.make(base, shape)
@@ -89,6 +89,11 @@ layer(Gpu.layer(), { timeout: 120_000 })("Qwen3 optimizer state", (it) => {
       const now = yield* model.optimizerState
       for (const [name, x] of good.m) assert.deepStrictEqual(now.m.get(name), x, name)
       assert.strictEqual(now.step, 1)
+
+      yield* model.resetOptimizerState(5)
+      const reset = yield* model.optimizerState
+      assert.strictEqual(reset.step, 5)
+      for (const m of [reset.m, reset.v]) for (const [name, x] of m) assert.isTrue(x.every((y) => y === 0), name)
 
       const frozen = yield* Qwen3.make(base, { ...shape, trainable: false })
       const e5 = yield* Effect.flip(frozen.optimizerState)
