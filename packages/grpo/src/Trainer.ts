@@ -15,8 +15,9 @@
  *    evaluation every evalSteps on held-out rows with greedy decoding, a checkpoint every saveSteps.
  *
  * Interruption (SIGINT/SIGTERM through `Main.run`, or fiber interruption) writes a checkpoint of the last completed
- * step before the Effect ends; `resume` continues from a checkpoint with the same data, seeds, optimizer state and
- * pending micro-batches, so the following steps' losses equal an uninterrupted run's.
+ * step before the Effect ends; `resume` continues from a checkpoint with the same data, seeds, optimizer state
+ * (AdamW moments and step count, on the CPU reference and the GPU model alike) and pending micro-batches, so the
+ * following steps' losses equal an uninterrupted run's.
  *
  * @example
  * ```ts
@@ -52,7 +53,15 @@ import * as Evaluation from "./Evaluation.js"
 import { type MicroBatch, prepare, trainMicroBatch } from "./internal/generation.js"
 import { gpuModel as makeGpuModel, type GpuModelOptions } from "./internal/gpuModel.js"
 import { cpuModel } from "./internal/model.js"
-import type { ModelState, OptimizerStep, SequenceBatch, TokenScores, TrainableModel } from "./internal/model.js"
+import type {
+  ModelState,
+  OptimizerState,
+  OptimizerStateMismatch,
+  OptimizerStep,
+  SequenceBatch,
+  TokenScores,
+  TrainableModel
+} from "./internal/model.js"
 import { type OpenSession, runBatch } from "./internal/rollouts.js"
 import * as Loss from "./Loss.js"
 import * as LrSchedule from "./LrSchedule.js"
@@ -62,7 +71,17 @@ import * as Report from "./Report.js"
 import type * as Reward from "./Reward.js"
 import * as TrainerState from "./TrainerState.js"
 
-export type { GpuModelOptions, ModelState, OpenSession, OptimizerStep, SequenceBatch, TokenScores, TrainableModel }
+export type {
+  GpuModelOptions,
+  ModelState,
+  OpenSession,
+  OptimizerState,
+  OptimizerStateMismatch,
+  OptimizerStep,
+  SequenceBatch,
+  TokenScores,
+  TrainableModel
+}
 
 /**
  * The plain-TypeScript Qwen3 model (`Qwen3Reference`) as a {@link TrainableModel}: exact and slow (tests, tiny
@@ -75,8 +94,9 @@ export const referenceModel: (model: Checkpoint.Model, options?: { readonly maxB
 
 /**
  * The Qwen3 model on the GPU (WebGPU/Dawn) as a {@link TrainableModel}, scoped to the device. `batch` should be
- * perDeviceTrainBatchSize and `seq` the longest prompt + maxCompletionLength; `temperature` the run's. The AdamW
- * moments live only on the device, so resuming a GPU run restores weights, data and seeds but restarts the moments.
+ * perDeviceTrainBatchSize and `seq` the longest prompt + maxCompletionLength; `temperature` the run's. Checkpoints
+ * also hold the AdamW moments (downloaded from the device), so a resumed GPU run continues exactly like the CPU one:
+ * weights, moments, step count, data position and seeds.
  *
  * @example
  * ```ts

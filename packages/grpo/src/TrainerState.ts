@@ -4,7 +4,9 @@
  *
  * - the model as a Hugging Face directory (config.json, model.safetensors in f32, tokenizer files, chat template),
  *   loadable by transformers and by `Checkpoint.load`;
- * - `optimizer.safetensors`: AdamW's first and second moments (`exp_avg.<name>`, `exp_avg_sq.<name>`);
+ * - `optimizer.safetensors`: AdamW's first and second moments (`exp_avg.<name>`, `exp_avg_sq.<name>`), for a
+ *   model that exports them (`exportOptimizerState`: the CPU reference and the GPU model do); without it a resume
+ *   restarts the moments, with a warning;
  * - `trainer_state.json`: step, optimizer step, data position, RNG state, cumulative token count, the generation
  *   batch still being consumed (when stepsPerGeneration × numIterations spans optimizer steps), and the
  *   configuration.
@@ -92,6 +94,7 @@ export const save = Effect.fn("TrainerState.save")(function*(
   const tmp = `${dir}.tmp`
   yield* fs.remove(tmp, { recursive: true }).pipe(Effect.ignore)
   const exported = yield* model.exportState
+  const optimizer = model.exportOptimizerState === undefined ? undefined : yield* model.exportOptimizerState
   yield* Checkpoint.save(tmp, {
     config: model.config,
     tensors: exported.weights,
@@ -99,7 +102,9 @@ export const save = Effect.fn("TrainerState.save")(function*(
     chatTemplate: model.chatTemplate,
     generationConfig: model.generationConfig
   }).pipe(Effect.mapError(fail(tmp)))
-  yield* Safetensors.writeFile(path.join(tmp, files.optimizer), exported.moments).pipe(Effect.mapError(fail(tmp)))
+  if (optimizer !== undefined) {
+    yield* Safetensors.writeFile(path.join(tmp, files.optimizer), optimizer.moments).pipe(Effect.mapError(fail(tmp)))
+  }
   const json = { ...state, optimizerStep: exported.optimizerStep, savedAt: new Date().toISOString() }
   yield* fs.writeFileString(path.join(tmp, files.state), JSON.stringify(json, null, 2) + "\n").pipe(
     Effect.mapError(fail(tmp))
@@ -152,13 +157,28 @@ export const load = Effect.fn("TrainerState.load")(function*(dir: string, model:
     catch: (e) => new CheckpointStateError({ path: dir, problem: `${files.state} is not JSON (${String(e)})` })
   })
   const weights = yield* Checkpoint.loadWeights(dir, model.config).pipe(Effect.mapError(fail(dir)))
+  const optimizerStep = json.optimizerStep ?? 0
   const optimizerPath = path.join(dir, files.optimizer)
+  // An empty file is what checkpoints of models without optimizer export held: no moments.
   const moments = (yield* fs.exists(optimizerPath).pipe(Effect.orElseSucceed(() => false)))
-    ? yield* Safetensors.readFile(optimizerPath).pipe(Effect.mapError(fail(dir)))
+    ? yield* Safetensors.readFile(optimizerPath).pipe(Effect.mapError(fail(optimizerPath)))
     : new Map<string, Safetensors.Tensor>()
-  yield* model.importState({ weights, moments, optimizerStep: json.optimizerStep ?? 0 })
+  yield* model.importState({ weights, optimizerStep })
+  if (moments.size > 0 && model.importOptimizerState !== undefined) {
+    yield* model.importOptimizerState({ moments }).pipe(
+      Effect.mapError((e) =>
+        new CheckpointStateError({ path: optimizerPath, problem: `${e.problem} Resume with the same model.` })
+      )
+    )
+  } else if (optimizerStep > 0) {
+    yield* Effect.logWarning(
+      moments.size === 0
+        ? `${dir} holds no optimizer moments; AdamW restarts its moments at step ${optimizerStep}.`
+        : `this model cannot restore optimizer state; AdamW restarts its moments at step ${optimizerStep}.`
+    )
+  }
   const { optimizerStep: _, ...state } = json
-  return { state: state as State, optimizerStep: json.optimizerStep ?? 0 }
+  return { state: state as State, optimizerStep }
 })
 
 /**

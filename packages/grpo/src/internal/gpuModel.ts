@@ -5,16 +5,27 @@
  * accumulation, global-norm clipping and AdamW on the device). The weights do not change between the scoring pass
  * and the step, so this is the exact gradient of the loss for every loss type, at the cost of one extra forward.
  *
- * Limits (the GPU model's interface): the AdamW moments cannot be read back or restored, so a resumed GPU run
- * restarts the moments (weights, data, seeds and step count are restored); device failures are defects.
+ * Checkpoints hold the AdamW moments too (downloaded per shard by `Qwen3.optimizerState`), so a resumed GPU run
+ * continues exactly. Device failures are defects.
  */
+import * as Arena from "@envtrain/gpu/Arena"
 import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import * as Generation from "@envtrain/gpu/Generation"
 import type { Gpu } from "@envtrain/gpu/Gpu"
 import * as Qwen3 from "@envtrain/gpu/Qwen3"
 import type { Completion } from "@envtrain/rollout/Policy"
 import { Effect, type Scope } from "effect"
-import type { ModelState, SequenceBatch, TokenScores, TrainableModel } from "./model.js"
+import {
+  checkMoments,
+  FIRST_MOMENT,
+  type ModelState,
+  type OptimizerState,
+  OptimizerStateMismatch,
+  SECOND_MOMENT,
+  type SequenceBatch,
+  type TokenScores,
+  type TrainableModel
+} from "./model.js"
 
 export interface GpuModelOptions {
   /** Rows of a training / scoring batch (use perDeviceTrainBatchSize). */
@@ -93,18 +104,30 @@ export const gpuModel = (
       : undefined
     let pending: Array<Qwen3.TrainBatch> = []
     let optimizerStep = 0
+    // The parameters as the device model lays them out (the names its optimizer state uses).
+    const shapes = new Map(
+      [...model.arena.plan.tensors.values()].flatMap((t) =>
+        t.group === Arena.PARAM ? [[t.name.slice(Arena.PARAM.length + 1), t.shape] as const] : []
+      )
+    )
     const score = scorer(model, shape)
     const checkTemperature = (temperature: number) =>
       temperature === options.temperature ? Effect.void : Effect.dieMessage(
         `the GPU model computes logprobs at temperature ${options.temperature}, asked for ${temperature}; make it ` +
           `with the run's temperature`
       )
-    const frozenModel = (m: Qwen3.Qwen3Model): TrainableModel => ({
-      ...self,
-      score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scorer(m, shape)(batch)),
-      accumulate: () => Effect.dieMessage("the reference model is frozen"),
-      step: () => Effect.dieMessage("the reference model is frozen")
-    })
+    const frozenModel = (m: Qwen3.Qwen3Model): TrainableModel => {
+      // The frozen model has no optimizer: checkpointing it would save the policy's state.
+      const { exportOptimizerState: _e, importOptimizerState: _i, ...rest } = self
+      return {
+        ...rest,
+        score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scorer(m, shape)(batch)),
+        accumulate: () => Effect.dieMessage("the reference model is frozen"),
+        step: () => Effect.dieMessage("the reference model is frozen"),
+        exportState: Effect.map(m.weights.pipe(Effect.orDie), (weights): ModelState => ({ weights, optimizerStep: 0 })),
+        importState: (state) => m.setWeights(state.weights).pipe(Effect.orDie)
+      }
+    }
     const self: TrainableModel = {
       config: checkpoint.config,
       tokenizer: checkpoint.tokenizer,
@@ -168,16 +191,32 @@ export const gpuModel = (
           pending = []
           return { gradNorm: result.gradNorm }
         }),
-      exportState: Effect.map(model.weights.pipe(Effect.orDie), (weights): ModelState => ({
-        weights,
-        optimizerStep,
-        moments: new Map()
-      })),
+      exportState: Effect.map(model.weights.pipe(Effect.orDie), (weights): ModelState => ({ weights, optimizerStep })),
       importState: (state) =>
         Effect.gen(function*() {
           yield* model.setWeights(state.weights).pipe(Effect.orDie)
           optimizerStep = state.optimizerStep
+          yield* model.resetOptimizerState(optimizerStep).pipe(Effect.orDie)
           pending = []
+        }),
+      exportOptimizerState: Effect.map(model.optimizerState.pipe(Effect.orDie), (state): OptimizerState => {
+        const moments = new Map<string, { readonly shape: ReadonlyArray<number>; readonly data: Float32Array }>()
+        for (const [prefix, group] of [[FIRST_MOMENT, state.m], [SECOND_MOMENT, state.v]] as const) {
+          for (const [name, data] of group) {
+            moments.set(prefix + name, { shape: shapes.get(name) ?? [data.length], data })
+          }
+        }
+        return { moments }
+      }),
+      importOptimizerState: (state) =>
+        Effect.gen(function*() {
+          const problem = checkMoments(shapes, state.moments)
+          if (problem !== undefined) return yield* new OptimizerStateMismatch({ problem })
+          const group = (prefix: string) =>
+            new Map([...shapes.keys()].map((n) => [n, state.moments.get(prefix + n)!.data]))
+          yield* model.setOptimizerState({ step: optimizerStep, m: group(FIRST_MOMENT), v: group(SECOND_MOMENT) }).pipe(
+            Effect.mapError((e) => new OptimizerStateMismatch({ problem: e.message }))
+          )
         }),
       frozenCopy: frozen === undefined
         ? Effect.dieMessage("make the GPU model with reference: true to train with beta > 0")

@@ -9,7 +9,7 @@ import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
 import type * as Safetensors from "@envtrain/gpu/Safetensors"
 import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 
 /**
  * Sequences to score or train on: row i is `prompts[i] ++ completions[i]`; per-token outputs cover the completion
@@ -38,12 +38,61 @@ export interface OptimizerStep {
   readonly weightDecay: number
 }
 
-/** Weights and AdamW moments, for checkpoints. Tensors are f32 and named as in the HF checkpoint. */
+/** Weights and the optimizer step count, for checkpoints. Tensors are f32 and named as in the HF checkpoint. */
 export interface ModelState {
   readonly weights: Safetensors.Tensors
+  /** Optimizer updates applied (AdamW's bias corrections depend on it). */
   readonly optimizerStep: number
-  /** `exp_avg.<name>` and `exp_avg_sq.<name>` for every parameter (absent before the first update). */
+}
+
+/**
+ * AdamW's moments, for checkpoints: `exp_avg.<name>` and `exp_avg_sq.<name>` (torch's names) for every parameter,
+ * f32, each with its parameter's shape. The step count is {@link ModelState}'s.
+ */
+export interface OptimizerState {
   readonly moments: Safetensors.Tensors
+}
+
+/** Optimizer state that does not fit the model (a checkpoint of another model, or a damaged one). */
+export class OptimizerStateMismatch extends Data.TaggedError("OptimizerStateMismatch")<{ readonly problem: string }> {
+  override get message() {
+    return this.problem
+  }
+}
+
+export const FIRST_MOMENT = "exp_avg."
+export const SECOND_MOMENT = "exp_avg_sq."
+
+/**
+ * Checks moments against the parameters' shapes: both moments of every parameter, with its shape, and no other
+ * names. Returns the first problem, naming the moment and the parameter, or undefined.
+ */
+export const checkMoments = (
+  shapes: ReadonlyMap<string, ReadonlyArray<number>>,
+  moments: Safetensors.Tensors
+): string | undefined => {
+  for (const [key, t] of moments) {
+    const prefix = key.startsWith(SECOND_MOMENT) ? SECOND_MOMENT : key.startsWith(FIRST_MOMENT) ? FIRST_MOMENT : ""
+    const param = key.slice(prefix.length)
+    const shape = shapes.get(param)
+    if (prefix === "" || shape === undefined) {
+      return `The optimizer state has "${key}", which is not ${FIRST_MOMENT}<name> or ${SECOND_MOMENT}<name> of a ` +
+        `parameter of this model (e.g. "${FIRST_MOMENT}${shapes.keys().next().value ?? ""}").`
+    }
+    const expected = shape.reduce((a, b) => a * b, 1)
+    if (t.data.length !== expected || t.shape.join(",") !== shape.join(",")) {
+      return `The optimizer state's "${key}" has shape [${t.shape.join(", ")}] (${t.data.length} values); the ` +
+        `parameter "${param}" has shape [${shape.join(", ")}].`
+    }
+  }
+  for (const name of shapes.keys()) {
+    for (const prefix of [FIRST_MOMENT, SECOND_MOMENT]) {
+      if (!moments.has(prefix + name)) {
+        return `The optimizer state lacks "${prefix}${name}" (the moment of parameter "${name}").`
+      }
+    }
+  }
+  return undefined
 }
 
 /**
@@ -78,7 +127,15 @@ export interface TrainableModel {
   /** Applies the accumulated gradient; returns the pre-clip global gradient norm. */
   readonly step: (options: OptimizerStep) => Effect.Effect<{ readonly gradNorm: number }>
   readonly exportState: Effect.Effect<ModelState>
+  /** Sets the weights and the step count; the optimizer moments restart at zero (see `importOptimizerState`). */
   readonly importState: (state: ModelState) => Effect.Effect<void>
+  /**
+   * The AdamW moments. A model without it checkpoints weights and step count only, and a resumed run restarts
+   * the moments; with it, `TrainerState` saves them and a resume continues exactly.
+   */
+  readonly exportOptimizerState?: Effect.Effect<OptimizerState>
+  /** Restores moments from `exportOptimizerState` (after `importState`); nothing changes when they do not fit. */
+  readonly importOptimizerState?: (state: OptimizerState) => Effect.Effect<void, OptimizerStateMismatch>
   /** A frozen copy of the current weights (the KL reference model). */
   readonly frozenCopy: Effect.Effect<TrainableModel>
 }
@@ -231,24 +288,25 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
         grads = undefined
         return { gradNorm: totalNorm }
       }),
-    exportState: Effect.sync((): ModelState => ({
-      weights: toTensors(weights, shapes),
-      optimizerStep: adam.step,
-      moments: new Map([...toTensors(adam.m, shapes, "exp_avg."), ...toTensors(adam.v, shapes, "exp_avg_sq.")])
-    })),
+    exportState: Effect.sync((): ModelState => ({ weights: toTensors(weights, shapes), optimizerStep: adam.step })),
     importState: (state) =>
       Effect.sync(() => {
         weights = toRecord(state.weights)
-        const fresh = Qwen3Reference.makeAdamWState(weights)
-        for (const name of Object.keys(weights)) {
-          const m = state.moments.get(`exp_avg.${name}`)
-          const v = state.moments.get(`exp_avg_sq.${name}`)
-          if (m !== undefined) fresh.m[name].set(m.data)
-          if (v !== undefined) fresh.v[name].set(v.data)
-        }
-        fresh.step = state.optimizerStep
-        adam = fresh
+        adam = { ...Qwen3Reference.makeAdamWState(weights), step: state.optimizerStep }
         grads = undefined
+      }),
+    exportOptimizerState: Effect.sync((): OptimizerState => ({
+      moments: new Map([...toTensors(adam.m, shapes, FIRST_MOMENT), ...toTensors(adam.v, shapes, SECOND_MOMENT)])
+    })),
+    importOptimizerState: (state) =>
+      Effect.suspend(() => {
+        const problem = checkMoments(shapes, state.moments)
+        if (problem !== undefined) return Effect.fail(new OptimizerStateMismatch({ problem }))
+        for (const name of Object.keys(weights)) {
+          adam.m[name].set(state.moments.get(FIRST_MOMENT + name)!.data)
+          adam.v[name].set(state.moments.get(SECOND_MOMENT + name)!.data)
+        }
+        return Effect.void
       }),
     frozenCopy: Effect.sync(() => cpuModel({ ...model, tensors: toTensors(weights, shapes) }, options))
   }
