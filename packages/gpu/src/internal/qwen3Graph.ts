@@ -192,13 +192,15 @@ const lookups = (plan: Arena.ArenaPlan) => {
 const linear = (x: Tensor, w: Tensor, y: Tensor, rows: number, out: number, inp: number, beta = 0) =>
   Ops.matmul({ a: x, b: w, c: y, m: rows, n: out, k: inp, transB: true, beta })
 
-const segShape = (c: Config, s: { batch: number; seq: number }) => [
-  u(s.batch),
-  u(s.seq),
-  u(c.num_attention_heads),
-  u(c.num_key_value_heads),
-  f(1 / Math.sqrt(c.head_dim))
-]
+/** Causal GQA over the packed batch; `t.positions` (0 at each sequence start) keeps packed sequences apart. */
+const attnShape = (c: Config, s: { batch: number; seq: number }): Ops.AttentionShape => ({
+  batch: s.batch,
+  seq: s.seq,
+  heads: c.num_attention_heads,
+  kvHeads: c.num_key_value_heads,
+  headDim: c.head_dim,
+  scale: 1 / Math.sqrt(c.head_dim)
+})
 
 /** Forward of the packed batch up to per-token logprobs (chunked LM head). */
 export const forwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Array<Op> => {
@@ -220,13 +222,14 @@ export const forwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Arr
       Ops.rmsNorm({ x: a("kr"), weight: p(w.kNorm), y: a("k"), rstd: a("krs"), eps }),
       Ops.rope({ x: a("q"), positions: t("t.positions"), heads: H, headDim: D, theta: c.rope_theta }),
       Ops.rope({ x: a("k"), positions: t("t.positions"), heads: KV, headDim: D, theta: c.rope_theta }),
-      Ops.custom({
-        label: `seg_attention_hd${D}`,
-        code: K.segAttention(D),
-        bindings: [a("q"), a("k"), a("v"), t("t.positions"), a("att"), a("lse")],
-        params: segShape(c, s),
-        groups: over(n * H, 64),
-        flops: 2 * n * s.seq * H * D
+      Ops.attention({
+        q: a("q"),
+        k: a("k"),
+        v: a("v"),
+        o: a("att"),
+        lse: a("lse"),
+        shape: attnShape(c, s),
+        positions: t("t.positions")
       }),
       Ops.axpy({ x: a("x"), y: a("x1"), beta: 0 }),
       linear(a("att"), p(w.o), a("x1"), n, h, q, 1),
@@ -350,7 +353,7 @@ export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Ar
     const a = (name: string) => t(`t.l${l}.${name}`)
     const dOut = dres(c.num_hidden_layers - 1 - l)
     const dIn = dres(c.num_hidden_layers - l)
-    const shape = segShape(c, s)
+    const shape = attnShape(c, s)
     ops.push(
       ...linearBack(a("sw"), w.down, dOut, d("dsw"), h, ffn),
       Ops.swigluBackward({ gate: a("gt"), up: a("up"), dOut: d("dsw"), dGate: d("dgt"), dUp: d("dup") }),
@@ -368,28 +371,19 @@ export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Ar
       }),
       ...linearBack(a("att"), w.o, d("dx1"), d("datt"), h, q),
       Ops.axpy({ x: d("dx1"), y: dIn, beta: 0 }),
-      Ops.custom({
-        label: `attention_delta_hd${D}`,
-        code: K.attnDelta(D),
-        bindings: [a("att"), d("datt"), d("delta")],
-        params: [u(n * H)],
-        groups: over(n * H, 64)
-      }),
-      Ops.custom({
-        label: `seg_attention_backward_q_hd${D}`,
-        code: K.segAttentionBackwardQ(D),
-        bindings: [a("q"), a("k"), a("v"), t("t.positions"), d("datt"), a("lse"), d("delta"), d("dq")],
-        params: shape,
-        groups: over(n * H, 64),
-        flops: 3 * n * s.seq * H * D
-      }),
-      Ops.custom({
-        label: `seg_attention_backward_kv_hd${D}`,
-        code: K.segAttentionBackwardKV(D),
-        bindings: [a("q"), a("k"), a("v"), t("t.positions"), d("datt"), a("lse"), d("delta"), d("dk"), d("dv")],
-        params: shape,
-        groups: over(n * KV, 64),
-        flops: 4 * n * s.seq * H * D
+      Ops.attentionBackward({
+        q: a("q"),
+        k: a("k"),
+        v: a("v"),
+        o: a("att"),
+        lse: a("lse"),
+        dO: d("datt"),
+        delta: d("delta"),
+        dq: d("dq"),
+        dk: d("dk"),
+        dv: d("dv"),
+        shape,
+        positions: t("t.positions")
       }),
       Ops.rope({
         x: d("dq"),

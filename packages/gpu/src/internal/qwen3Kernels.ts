@@ -1,6 +1,6 @@
 /**
- * WGSL kernels the Qwen3 model adds to the shared ones (`wgsl.ts`): packed-sequence (segment-aware) causal GQA
- * attention and its backward, the per-token policy loss, the KV-cache write and cache attention of generation.
+ * WGSL kernels the Qwen3 model adds to the shared ones (`wgsl.ts`): the per-token policy loss, the KV-cache write
+ * and cache attention of generation. Training attention is the shared `Ops.attention` with positions.
  * Binding 0 is the uniform parameter block (as in `wgsl.ts`); bindings 1.. are tensors in the order listed.
  * The sampler lives in `sampling.ts`.
  */
@@ -17,157 +17,6 @@ export const header = (params: string, bindings: ReadonlyArray<Binding>) =>
 export const builtins =
   "@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32"
 const linear = (wg: number) => `let wg = wid.y * nwg.x + wid.x;\n  let i = wg * ${wg}u + lid;`
-
-const attnParams = "batch: u32, seq: u32, heads: u32, kvHeads: u32, scale: f32"
-
-/**
- * Causal GQA attention over packed rows: token i of a row attends to keys i − pos[i] … i, so a position id
- * of 0 starts a new sequence (the reference's segment rule, positions counting 0, 1, 2, … inside each sequence).
- * One invocation per (token, head), streaming softmax; saves lse.
- */
-export const segAttention = (hd: number) =>
-  header(attnParams, [["Q", "read"], ["K", "read"], ["V", "read"], ["Pos", "read", "u32"], ["O", "read_write"], [
-    "L",
-    "read_write"
-  ]]) + `
-const HD = ${hd}u;
-@compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.batch * p.seq * p.heads) { return; }
-  let h = i % p.heads;
-  let tok = i / p.heads;
-  let b = tok / p.seq;
-  let qi = tok % p.seq;
-  let j0 = qi - min(Pos[tok], qi);
-  let g = h / (p.heads / p.kvHeads);
-  let qBase = i * HD;
-  var q: array<f32, HD>;
-  var acc: array<f32, HD>;
-  for (var d = 0u; d < HD; d++) { q[d] = Q[qBase + d]; acc[d] = 0.0; }
-  var mx = -3.0e38;
-  var l = 0.0;
-  for (var j = j0; j <= qi; j++) {
-    let kBase = ((b * p.seq + j) * p.kvHeads + g) * HD;
-    var s = 0.0;
-    for (var d = 0u; d < HD; d++) { s = fma(q[d], K[kBase + d], s); }
-    s = s * p.scale;
-    let mNew = max(mx, s);
-    let corr = exp(mx - mNew);
-    let e = exp(s - mNew);
-    l = l * corr + e;
-    for (var d = 0u; d < HD; d++) { acc[d] = fma(e, V[kBase + d], acc[d] * corr); }
-    mx = mNew;
-  }
-  for (var d = 0u; d < HD; d++) { O[qBase + d] = acc[d] / l; }
-  L[i] = mx + log(l);
-}`
-
-/** delta[token, head] = Σ_d dO·O. */
-export const attnDelta = (hd: number) =>
-  header("rows: u32", [["O", "read"], ["DO", "read"], ["Dl", "read_write"]]) + `
-const HD = ${hd}u;
-@compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.rows) { return; }
-  var s = 0.0;
-  for (var d = 0u; d < HD; d++) { s = fma(DO[i * HD + d], O[i * HD + d], s); }
-  Dl[i] = s;
-}`
-
-/** dQ of {@link segAttention}: one invocation per (token, head) over its keys; no atomics. */
-export const segAttentionBackwardQ = (hd: number) =>
-  header(attnParams, [
-    ["Q", "read"],
-    ["K", "read"],
-    ["V", "read"],
-    ["Pos", "read", "u32"],
-    ["DO", "read"],
-    [
-      "L",
-      "read"
-    ],
-    ["Dl", "read"],
-    ["DQ", "read_write"]
-  ]) + `
-const HD = ${hd}u;
-@compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.batch * p.seq * p.heads) { return; }
-  let h = i % p.heads;
-  let tok = i / p.heads;
-  let b = tok / p.seq;
-  let qi = tok % p.seq;
-  let j0 = qi - min(Pos[tok], qi);
-  let g = h / (p.heads / p.kvHeads);
-  var q: array<f32, HD>;
-  var dO: array<f32, HD>;
-  var acc: array<f32, HD>;
-  for (var d = 0u; d < HD; d++) { q[d] = Q[i * HD + d]; dO[d] = DO[i * HD + d]; acc[d] = 0.0; }
-  let lse = L[i];
-  let delta = Dl[i];
-  for (var j = j0; j <= qi; j++) {
-    let kBase = ((b * p.seq + j) * p.kvHeads + g) * HD;
-    var s = 0.0;
-    var dp = 0.0;
-    for (var d = 0u; d < HD; d++) { s = fma(q[d], K[kBase + d], s); dp = fma(dO[d], V[kBase + d], dp); }
-    let ds = exp(s * p.scale - lse) * (dp - delta);
-    for (var d = 0u; d < HD; d++) { acc[d] = fma(ds, K[kBase + d], acc[d]); }
-  }
-  for (var d = 0u; d < HD; d++) { DQ[i * HD + d] = acc[d] * p.scale; }
-}`
-
-/**
- * dK, dV of {@link segAttention}: one invocation per (token, kv head) over every query head of its group and the
- * queries of its own sequence from itself on (the walk stops at the next sequence start).
- */
-export const segAttentionBackwardKV = (hd: number) =>
-  header(attnParams, [
-    ["Q", "read"],
-    ["K", "read"],
-    ["V", "read"],
-    ["Pos", "read", "u32"],
-    ["DO", "read"],
-    [
-      "L",
-      "read"
-    ],
-    ["Dl", "read"],
-    ["DK", "read_write"],
-    ["DV", "read_write"]
-  ]) + `
-const HD = ${hd}u;
-@compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.batch * p.seq * p.kvHeads) { return; }
-  let g = i % p.kvHeads;
-  let tok = i / p.kvHeads;
-  let b = tok / p.seq;
-  let kj = tok % p.seq;
-  let rep = p.heads / p.kvHeads;
-  var qEnd = kj + 1u;
-  while (qEnd < p.seq && Pos[b * p.seq + qEnd] != 0u) { qEnd++; }
-  var k: array<f32, HD>;
-  var v: array<f32, HD>;
-  var dk: array<f32, HD>;
-  var dv: array<f32, HD>;
-  for (var d = 0u; d < HD; d++) { k[d] = K[i * HD + d]; v[d] = V[i * HD + d]; dk[d] = 0.0; dv[d] = 0.0; }
-  for (var r = 0u; r < rep; r++) {
-    let h = g * rep + r;
-    for (var qi = kj; qi < qEnd; qi++) {
-      let row = (b * p.seq + qi) * p.heads + h;
-      var s = 0.0;
-      var dp = 0.0;
-      for (var d = 0u; d < HD; d++) { s = fma(Q[row * HD + d], k[d], s); dp = fma(DO[row * HD + d], v[d], dp); }
-      let pr = exp(s * p.scale - L[row]);
-      let ds = pr * (dp - Dl[row]);
-      for (var d = 0u; d < HD; d++) {
-        dv[d] = fma(pr, DO[row * HD + d], dv[d]);
-        dk[d] = fma(ds, Q[row * HD + d], dk[d]);
-      }
-    }
-  }
-  for (var d = 0u; d < HD; d++) { DK[i * HD + d] = dk[d] * p.scale; DV[i * HD + d] = dv[d]; }
-}`
 
 /**
  * The per-token policy loss of one micro-batch, in one workgroup. With c the per-token coefficient (mask,
@@ -268,7 +117,9 @@ export const kvWrite = header("rows: u32, kvHeads: u32, cap: u32, hd: u32", [
 
 /**
  * Attention of each row's query against its slot's cache, keys 0 … pos (its own k/v already written), one
- * invocation per (row, head), streaming softmax. Rows with no slot write zeros.
+ * invocation per (row, head), streaming softmax. Rows with no slot write zeros. Kept beside `Ops.attention`
+ * because the keys live in the per-slot cache ([slots, kvHeads, cap, hd], gathered by slot and position), not
+ * in the query's own packed [batch, seq, kvHeads, hd] rows that `Ops.attention` reads.
  */
 export const cacheAttention = (hd: number) =>
   header("rows: u32, heads: u32, kvHeads: u32, cap: u32, scale: f32", [
