@@ -23,6 +23,13 @@ const flags = {
     Options.withDescription("a Qwen3 checkpoint directory (default: a new model of --preset)"),
     Options.optional
   ),
+  backend: Options.choice("backend", ["cpu", "gpu"]).pipe(
+    Options.withDescription(
+      "gpu: the Qwen3 model on WebGPU (use on a GPU machine); cpu: the plain-TypeScript reference model, faster than " +
+        "lavapipe for the tiny preset (default: gpu with --model, cpu otherwise)"
+    ),
+    Options.optional
+  ),
   preset: Options.choice("preset", ["tiny", "small"]).pipe(
     Options.withDescription("size of the new model when --model is not given"),
     Options.optional
@@ -64,6 +71,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(out === undefined ? {} : { out }),
     ...(envUrl === undefined ? {} : { envUrl }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
+    backend: or(f.backend, model !== undefined ? "gpu" : defaults.backend) as "cpu" | "gpu",
     seed: or(f.seed, defaults.seed),
     toolsInPrompt: f.toolsInPrompt || model !== undefined || defaults.toolsInPrompt,
     sft: {

@@ -15,6 +15,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { Environment } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Gpu } from "@envtrain/gpu/Gpu"
 import { Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"
@@ -29,6 +30,11 @@ export interface Settings {
   /** A Qwen3 checkpoint directory; default a new model of `preset`. */
   readonly model?: string
   readonly preset: "tiny" | "small"
+  /**
+   * Where the model trains: "gpu" is the Qwen3 model on WebGPU (what a GPU machine wants); "cpu" is the
+   * plain-TypeScript reference model, exact and, for the tiny preset on a CPU, faster than lavapipe.
+   */
+  readonly backend: "cpu" | "gpu"
   /** An envtrain or OpenEnv server; default in-process environments. */
   readonly envUrl?: string
   readonly seed: number
@@ -64,6 +70,7 @@ export interface Settings {
 /** Defaults for the tiny preset on a CPU (the flagship demo tunes its own). */
 export const defaults: Settings = {
   preset: "tiny",
+  backend: "cpu",
   seed: 0,
   toolsInPrompt: false,
   sft: { episodes: 64, errorRate: 0.2, epochs: 2, learningRate: 1e-2, batchSize: 4, maxLength: 1024 },
@@ -197,11 +204,16 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
     const checkpoint = settings.model === undefined
       ? yield* Checkpoint.makeModel(settings.preset, settings.seed)
       : yield* Checkpoint.load(settings.model)
-    const sftModel = cachedCpuModel(checkpoint)
+    // The same trainable-model interface on either backend; the GPU models live as long as the run's scope.
+    const trainable = (weights: Checkpoint.Model, batch: number, seq: number, temperature: number) =>
+      settings.backend === "gpu"
+        ? Trainer.gpuModel(weights, { batch, seq, temperature })
+        : Effect.succeed(cachedCpuModel(weights))
+    const sftModel = yield* trainable(checkpoint, settings.sft.batchSize, settings.sft.maxLength, 1)
     yield* say(
-      `${recipe.name}: model ${
-        settings.model ?? `preset ${settings.preset}`
-      } (CPU reference, ${checkpoint.config.num_hidden_layers} layers, hidden ${checkpoint.config.hidden_size})`
+      `${recipe.name}: model ${settings.model ?? `preset ${settings.preset}`} (${
+        settings.backend === "gpu" ? "WebGPU" : "CPU reference"
+      }, ${checkpoint.config.num_hidden_layers} layers, hidden ${checkpoint.config.hidden_size})`
     )
 
     // 2. SFT data from the imperfect player (seeds below the GRPO ones).
@@ -240,7 +252,12 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
     const sftSeconds = (Date.now() - sftStarted) / 1000
     // GRPO starts from the SFT weights with a fresh optimizer (as a new TRL trainer would): the SFT run's Adam
     // moments would otherwise keep moving the weights even on steps whose advantages are all zero.
-    const model = cachedCpuModel({ ...checkpoint, tensors: (yield* sftModel.exportState).weights })
+    const model = yield* trainable(
+      { ...checkpoint, tensors: (yield* sftModel.exportState).weights },
+      settings.grpo.numGenerations * settings.grpo.prompts,
+      settings.grpo.maxCompletionLength + 256,
+      settings.grpo.temperature
+    )
 
     // 4. Evaluation and GRPO share the rows and the environment sessions.
     const toolDefinitions = settings.toolsInPrompt
@@ -361,4 +378,9 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
       } s`
     )
     return result
-  })
+  }).pipe(
+    // The GPU models (backend "gpu") live for the run: a device for the run's scope. With the CPU backend the
+    // device is opened too (well under a second) and not used.
+    Effect.scoped,
+    Effect.provide(Gpu.layer())
+  )
