@@ -12,8 +12,10 @@ import { catchRecipe } from "./Recipe.js"
 /** The demo's sizes (measured: see bench/results/learning-catch.md). */
 export const demo: Pipeline.Settings = {
   ...Pipeline.defaults,
-  sft: { episodes: 32, errorRate: 0.2, epochs: 3, learningRate: 1e-2, batchSize: 4, maxLength: 1024 },
-  grpo: { steps: 6, learningRate: 3e-3, numGenerations: 8, prompts: 1, maxCompletionLength: 800, temperature: 1 },
+  // Short SFT sequences (system + user + about three turns) buy many more transcripts per minute than whole episodes;
+  // GRPO's learning rate is low because one Adam step with a non-zero advantage moves every weight by about lr.
+  sft: { episodes: 400, errorRate: 0.2, epochs: 2, learningRate: 1e-2, batchSize: 8, maxLength: 300 },
+  grpo: { steps: 6, learningRate: 2e-4, numGenerations: 8, prompts: 2, maxCompletionLength: 720, temperature: 0.7 },
   evalEpisodes: 16
 }
 
