@@ -4,7 +4,7 @@ import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/build/**", "**/dist/**", "runs/**", "bench/results/**"] },
+  { ignores: ["**/node_modules/**", "**/build/**", "**/dist/**", "runs/**", "bench/results/**", ".device/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   ...effect.configs.dprint,
