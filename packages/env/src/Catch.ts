@@ -88,6 +88,7 @@ export const openEnv: OpenEnvDefinition<Action> = {
   observation: Observation,
   state: OpenEnvState,
   supportsConcurrentSessions: true,
+  pythonFloats: true,
   defaultMaxConcurrentEnvs: 8,
   make: Effect.gen(function*() {
     let game = new CatchGame(Prng.make(yield* seedFrom({})))

@@ -52,6 +52,7 @@ export const openEnv: OpenEnvDefinition<Action> = {
   observation: Observation,
   state: BaseState,
   supportsConcurrentSessions: true,
+  pythonFloats: true,
   defaultMaxConcurrentEnvs: 8,
   make: Effect.sync(() => {
     let episodeId: string = crypto.randomUUID()
@@ -171,6 +172,7 @@ export const openEnvMcp: OpenEnvDefinition<McpAction> = {
   observation: McpObservation,
   state: BaseState,
   supportsConcurrentSessions: true,
+  pythonFloats: true,
   defaultMaxConcurrentEnvs: 8,
   make: Effect.sync(() => {
     let episodeId: string = crypto.randomUUID()

@@ -99,6 +99,12 @@ export interface OpenEnvDefinition<Action = any> {
   readonly state: Schema.Schema<any, any>
   /** OpenEnv's SUPPORTS_CONCURRENT_SESSIONS. */
   readonly supportsConcurrentSessions: boolean
+  /**
+   * Writes frames byte for byte as a Python twin: `Schema.Number` values of the observation/state Schemas and the
+   * envelope's numeric `reward` go out as Python floats (`0.0`, `1e-05`). Off (default), numbers are written as
+   * JavaScript writes them, as an environment without a Python twin has no int/float distinction to reproduce.
+   */
+  readonly pythonFloats?: boolean
   /** The `MAX_CONCURRENT_ENVS` default of the Python twin's app (8 for the built-ins). */
   readonly defaultMaxConcurrentEnvs: number
   /** Creates a fresh instance; it is closed when the scope closes. */

@@ -16,6 +16,7 @@
  * @since 0.0.0
  */
 import { Array as Arr, Option, ParseResult, Schema, SchemaAST } from "effect"
+import * as PyJson from "./internal/pyJson.js"
 import type { StepResult } from "./OpenEnv.js"
 
 /** A JSON object (the `data` of most frames). */
@@ -82,8 +83,42 @@ export type ServerMessage = typeof ServerMessage.Type
 /** A server frame as sent (field order matters for byte-level transcripts: `type` first, then `data`). */
 export type Frame = { readonly type: string; readonly data: unknown }
 
-/** Serialises a frame compactly, as pydantic's `model_dump_json`. */
-export const encodeFrame = (frame: Frame | JsonRpcResponse): string => JSON.stringify(frame)
+/** The Schemas that say which numbers of an environment's frames are Python floats (its observation and state). */
+export interface FrameSchemas {
+  readonly observation: Schema.Schema.Any
+  readonly state: Schema.Schema.Any
+}
+
+/** The envelope's Schema for `observation`: `reward` is a Python float (or bool/null), as OpenEnv's `Observation`. */
+export const envelopeSchema = (observation: Schema.Schema.Any) =>
+  Schema.Struct({
+    observation,
+    reward: Schema.NullOr(Schema.Union(Schema.Boolean, Schema.Number)),
+    done: Schema.Boolean
+  })
+
+/**
+ * Serialises a frame compactly, byte for byte as the Python twin: numbers typed `Schema.Number` in the environment's
+ * observation/state Schemas (and every envelope `reward`) are written as Python floats (`0.0`, `1e-05`).
+ */
+export const encodeFrame = (frame: Frame | JsonRpcResponse, schemas?: FrameSchemas): string => {
+  if (schemas === undefined || !("type" in frame)) return PyJson.stringify(frame)
+  let built = frameSchemas.get(schemas)
+  if (built === undefined) {
+    built = {
+      observation: Schema.Struct({ type: Schema.String, data: envelopeSchema(schemas.observation) }),
+      state: Schema.Struct({ type: Schema.String, data: schemas.state })
+    }
+    frameSchemas.set(schemas, built)
+  }
+  return PyJson.stringify(
+    frame,
+    frame.type === "observation" ? built.observation : frame.type === "state" ? built.state : undefined
+  )
+}
+
+// Built once per environment, not per frame (frames are the hot path).
+const frameSchemas = new WeakMap<FrameSchemas, { observation: Schema.Schema.Any; state: Schema.Schema.Any }>()
 
 /** `{"type":"error","data":{"message","code",...extra}}`. */
 export const errorFrame = (code: ErrorCode, message: string, extra?: Readonly<Record<string, unknown>>): Frame => ({

@@ -1,5 +1,6 @@
 // The OpenEnv server on node:http + ws, run inside Effect: every connection is a fiber in one FiberSet owned by the
 // server's scope, so closing the scope ends every session (its instance's scope closes, its socket is closed).
+import type { Schema } from "effect"
 import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberSet, Option } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
@@ -9,6 +10,7 @@ import type { OpenEnvDefinition, OpenEnvInstance, StepResult } from "../OpenEnv.
 import type { ResolvedServerOptions } from "../ServerOptions.js"
 import * as Wire from "../Wire.js"
 import * as Mcp from "./mcp.js"
+import * as PyJson from "./pyJson.js"
 import { type Session, SessionTable } from "./sessions.js"
 
 export interface Running {
@@ -26,10 +28,6 @@ const HIGH_WATER = 64
 const LOW_WATER = 8
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-
-const send = (ws: WebSocket, payload: Wire.Frame | Wire.JsonRpcResponse): void => {
-  if (ws.readyState === WebSocket.OPEN) ws.send(Wire.encodeFrame(payload))
-}
 
 const closeSocket = (ws: WebSocket, code: number, reason?: string): void => {
   if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.close(code, reason)
@@ -60,6 +58,12 @@ const parseJson = (text: string): Either.Either<unknown, string> => {
 export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptions) =>
   Effect.gen(function*() {
     const table = new SessionTable(options.maxConcurrentEnvs)
+    // Every frame and body goes through one encoder, which writes the twin's Python floats where asked.
+    const floats = definition.pythonFloats === true ? definition : undefined
+    const send = (ws: WebSocket, payload: Wire.Frame | Wire.JsonRpcResponse): void => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(Wire.encodeFrame(payload, floats))
+    }
+    const httpEnvelopeSchema = floats && Wire.envelopeSchema(floats.observation)
     // Created first so that its finalizer (interrupt whatever is left) runs last.
     const fiberSet = yield* FiberSet.make<unknown, unknown>()
     const run = yield* FiberSet.runtime(fiberSet)<never>()
@@ -286,8 +290,8 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
       )
 
     // ---- HTTP ---------------------------------------------------------------------------------------------------
-    const json = (res: Http.ServerResponse, status: number, body: unknown) => {
-      const text = JSON.stringify(body)
+    const json = (res: Http.ServerResponse, status: number, body: unknown, schema?: Schema.Schema.Any) => {
+      const text = PyJson.stringify(body, schema)
       res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
       res.end(text)
     }
@@ -396,7 +400,7 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
             return json(res, 200, openapi)
           case "GET /state": {
             const state = yield* Effect.either(withFreshInstance((i) => i.state))
-            return Either.isRight(state) ? json(res, 200, state.right) : internalError(res)
+            return Either.isRight(state) ? json(res, 200, state.right, floats?.state) : internalError(res)
           }
           case "POST /reset":
           case "POST /step":
@@ -427,7 +431,9 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
               const errors = resetErrors(value)
               if (errors.length > 0) return json(res, 422, { detail: errors })
               const result = yield* Effect.either(withFreshInstance((i) => i.reset(value)))
-              return Either.isRight(result) ? json(res, 200, httpEnvelope(result.right)) : internalError(res)
+              return Either.isRight(result)
+                ? json(res, 200, httpEnvelope(result.right), httpEnvelopeSchema)
+                : internalError(res)
             }
             if (!isObject(value.action)) {
               return json(res, 422, {
@@ -449,7 +455,9 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
             }
             // Stateless, as OpenEnv since PR #239: a fresh, never-reset instance per request.
             const result = yield* Effect.either(withFreshInstance((i) => i.step(action.right)))
-            return Either.isRight(result) ? json(res, 200, httpEnvelope(result.right)) : internalError(res)
+            return Either.isRight(result)
+              ? json(res, 200, httpEnvelope(result.right), httpEnvelopeSchema)
+              : internalError(res)
           }
           default: {
             const known = ["/health", "/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/mcp"]

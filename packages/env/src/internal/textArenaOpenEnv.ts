@@ -2,6 +2,7 @@
 import { Effect, Schema } from "effect"
 import type { OpenEnvDefinition, StepResult } from "../OpenEnv.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./openEnvSupport.js"
+import { WireSchemaId } from "./pyJson.js"
 import type { SinglePlayerState } from "./textArena.js"
 import { observation as textArenaObservation } from "./textArena.js"
 import { WordleRewardSignals } from "./wordleGame.js"
@@ -13,13 +14,20 @@ export type Action = typeof Action.Type
 /** `TextArenaMessage`. */
 export const Message = Schema.Struct({ sender_id: Schema.Int, content: Schema.String, category: Schema.String })
 
+const AnyDict = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+const FloatDict = Schema.Record({ key: Schema.String, value: Schema.Number })
+/** `Dict[str, Any]` that carries the twin's float dicts (`reward_signals`, `rewards`): floats on the wire. */
+const dictWithFloats = (fields: Schema.Struct.Fields) =>
+  AnyDict.annotations({ [WireSchemaId]: Schema.Struct(fields, AnyDict) })
+const Info = dictWithFloats({ reward_signals: Schema.optional(FloatDict) })
+
 /** `TextArenaObservation` (without the envelope's reward/done). */
 export const Observation = Schema.Struct({
   prompt: Schema.String,
   messages: Schema.Array(Message),
   current_player_id: Schema.Int,
   legal_players: Schema.Array(Schema.Int),
-  info: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  info: Info
 }).annotations({ identifier: "TextArenaObservation" })
 
 /** `TextArenaState` (note: `raw_state.game_state.secret_word` reveals the word, exactly as OpenEnv does). */
@@ -30,8 +38,11 @@ export const OpenEnvState = Schema.Struct({
   max_turns: Schema.NullOr(Schema.Int),
   turn: Schema.Int,
   last_reward: Schema.Number,
-  last_info: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
-  raw_state: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  last_info: Info,
+  raw_state: dictWithFloats({
+    rewards: Schema.optional(Schema.NullOr(FloatDict)),
+    reward_signals: Schema.optional(FloatDict)
+  })
 }).annotations({ identifier: "TextArenaState" })
 
 /** A TextArena OpenEnv definition over a game engine (shared by Wordle and Sudoku). */
@@ -52,6 +63,7 @@ export const textArenaDefinition = <
   observation: Observation,
   state: OpenEnvState,
   supportsConcurrentSessions: true,
+  pythonFloats: true,
   defaultMaxConcurrentEnvs: 8,
   make: Effect.gen(function*() {
     let game = newGame({}, yield* seedFrom({}))
