@@ -44,40 +44,60 @@ export const Observation = Schema.Struct({
   message_length: Schema.Int
 }).annotations({ identifier: "EchoObservation" })
 
-/** The legacy echo environment (`echo_env` before OpenEnv PR #321). */
-export const openEnv: OpenEnvDefinition<Action> = {
+// What both echo variants share: the app's settings, and OpenEnv's base State (an episode id set by reset, and a
+// step count that every step bumps).
+const echoApp = {
   name: "echo_env",
   metadata: defaultMetadata("EchoEnvironment"),
-  action: Action,
-  observation: Observation,
   state: BaseState,
   supportsConcurrentSessions: true,
   pythonFloats: true,
-  defaultMaxConcurrentEnvs: 8,
+  defaultMaxConcurrentEnvs: 8
+} as const
+
+const episodeCounter = () => {
+  let episodeId: string = crypto.randomUUID()
+  let stepCount = 0
+  return {
+    reset: (options: Readonly<Record<string, unknown>>) =>
+      Effect.map(episodeIdFrom(options, true), (id) => {
+        episodeId = id
+        stepCount = 0
+      }),
+    step: () => {
+      stepCount += 1
+    },
+    state: Effect.sync(() => ({ episode_id: episodeId, step_count: stepCount }))
+  }
+}
+
+/** The legacy echo environment (`echo_env` before OpenEnv PR #321). */
+export const openEnv: OpenEnvDefinition<Action> = {
+  ...echoApp,
+  action: Action,
+  observation: Observation,
   make: Effect.sync(() => {
-    let episodeId: string = crypto.randomUUID()
-    let stepCount = 0
+    const counter = episodeCounter()
     return {
       reset: (options) =>
-        Effect.gen(function*() {
-          episodeId = yield* episodeIdFrom(options, true)
-          stepCount = 0
-          return {
+        Effect.as(
+          counter.reset(options),
+          {
             observation: { echoed_message: "Echo environment ready!", message_length: 0 },
             reward: 0.0,
             done: false
           } satisfies StepResult
-        }),
+        ),
       step: (action) =>
         Effect.sync(() => {
-          stepCount += 1
+          counter.step()
           return {
             observation: { echoed_message: action.message, message_length: pyLen(action.message) },
             reward: rewardOf(action.message),
             done: false
           } satisfies StepResult
         }),
-      state: Effect.sync(() => ({ episode_id: episodeId, step_count: stepCount }))
+      state: counter.state
     }
   })
 }
@@ -166,29 +186,19 @@ const callMcp = (name: string, args: Readonly<Record<string, unknown>>) =>
 
 /** The current, pure-MCP echo environment (tools `echo_message`, `echo_with_length`). */
 export const openEnvMcp: OpenEnvDefinition<McpAction> = {
-  name: "echo_env",
-  metadata: defaultMetadata("EchoEnvironment"),
+  ...echoApp,
   action: McpAction,
   observation: McpObservation,
-  state: BaseState,
-  supportsConcurrentSessions: true,
-  pythonFloats: true,
-  defaultMaxConcurrentEnvs: 8,
   make: Effect.sync(() => {
-    let episodeId: string = crypto.randomUUID()
-    let stepCount = 0
+    const counter = episodeCounter()
     return {
+      // Observation(metadata={"status": "ready", ...}): metadata never goes on the wire.
       reset: (options) =>
-        Effect.gen(function*() {
-          episodeId = yield* episodeIdFrom(options, true)
-          stepCount = 0
-          // Observation(metadata={"status": "ready", ...}): metadata never goes on the wire.
-          return { observation: {}, reward: 0.0, done: false } satisfies StepResult
-        }),
+        Effect.as(counter.reset(options), { observation: {}, reward: 0.0, done: false } satisfies StepResult),
       step: (action) =>
         Effect.gen(function*() {
           // Every step, list_tools included, counts.
-          stepCount += 1
+          counter.step()
           if (action.type === "list_tools") {
             return {
               observation: {
@@ -211,7 +221,7 @@ export const openEnvMcp: OpenEnvDefinition<McpAction> = {
             done: false
           } satisfies StepResult
         }),
-      state: Effect.sync(() => ({ episode_id: episodeId, step_count: stepCount })),
+      state: counter.state,
       tools: { list: Effect.succeed(mcpTools), call: callMcp }
     }
   })
