@@ -42,6 +42,7 @@
 import {
   add,
   attendRow,
+  attentionBackward,
   type FloatArray,
   linear,
   linearBackward,
@@ -451,21 +452,41 @@ export const tokenLogprobs = (
   const logprobs = new Float64Array(rows)
   const entropy = new Float64Array(rows)
   const z = new Float64Array(vocab)
+  const p = new Float64Array(vocab)
   for (let n = 0; n < rows; n++) {
-    let max = -Infinity
-    for (let v = 0; v < vocab; v++) {
-      z[v] = nm.round(logits[n * vocab + v] / temperature)
-      if (z[v] > max) max = z[v]
-    }
-    let sum = 0
-    for (let v = 0; v < vocab; v++) sum += Math.exp(z[v] - max)
-    const lse = max + Math.log(sum)
+    const lse = softmaxRow(logits, n * vocab, vocab, temperature, nm.round, z, p)
     let expected = 0
-    for (let v = 0; v < vocab; v++) expected += Math.exp(z[v] - lse) * z[v]
+    for (let v = 0; v < vocab; v++) expected += p[v] * z[v]
     entropy[n] = lse - expected
     logprobs[n] = targets[n] < 0 ? 0 : z[targets[n]] - lse
   }
   return { logprobs, entropy }
+}
+
+/**
+ * One row of softmax(logits / temperature): z_v = logits_v / T (rounded to the stored type), p_v = exp(z_v − lse),
+ * all f64; returns lse. tokenLogprobs and the backward share it, so they agree bit for bit.
+ */
+const softmaxRow = (
+  logits: ArrayLike<number>,
+  offset: number,
+  vocab: number,
+  temperature: number,
+  round: (x: number) => number,
+  z: Float64Array,
+  p: Float64Array
+): number => {
+  let max = -Infinity
+  for (let v = 0; v < vocab; v++) {
+    const zv = round(logits[offset + v] / temperature)
+    z[v] = zv
+    if (zv > max) max = zv
+  }
+  let sum = 0
+  for (let v = 0; v < vocab; v++) sum += Math.exp(z[v] - max)
+  const lse = max + Math.log(sum)
+  for (let v = 0; v < vocab; v++) p[v] = Math.exp(z[v] - lse)
+  return lse
 }
 
 export interface Gradients {
@@ -519,31 +540,26 @@ export const backward = (
   let loss = 0
   const dLogits = nm.alloc(N * V)
   const z = new Float64Array(V)
+  const p = new Float64Array(V)
   for (let n = 0; n < N; n++) {
     const w = targets[n] < 0 ? 0 : lossWeights[n]
     const e = entropyWeights === undefined ? 0 : entropyWeights[n]
     if (w === 0 && e === 0) continue
     loss += w * logprobs[n] + e * entropy[n]
-    let max = -Infinity
+    const lse = softmaxRow(fwd.logits, n * V, V, temperature, nm.round, z, p)
+    const target = targets[n]
+    const hn = entropy[n]
+    const o = n * V
     for (let v = 0; v < V; v++) {
-      z[v] = nm.round(fwd.logits[n * V + v] / temperature)
-      max = Math.max(max, z[v])
-    }
-    let sum = 0
-    for (let v = 0; v < V; v++) sum += Math.exp(z[v] - max)
-    const lse = max + Math.log(sum)
-    for (let v = 0; v < V; v++) {
-      const p = Math.exp(z[v] - lse)
       // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).
-      const dz = w * ((v === targets[n] ? 1 : 0) - p) - e * p * (z[v] - lse + entropy[n])
-      dLogits[n * V + v] = dz / temperature
+      const dz = w * ((v === target ? 1 : 0) - p[v]) - e * p[v] * (z[v] - lse + hn)
+      dLogits[o + v] = dz / temperature
     }
   }
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
   const dFinalNormed = linearBackward(dLogits, fwd.finalNormed, N, h, headWeight(config, weights), V, g[headName], nm)
   let dx = rmsNormBackward(dFinalNormed, fwd.output, fwd.finalRstd, N, h, weights[FINAL_NORM], g[FINAL_NORM], nm)
 
-  const group = H / KV
   const scale = 1 / Math.sqrt(D)
   for (let l = config.num_hidden_layers - 1; l >= 0; l--) {
     const a = fwd.layers[l]
@@ -580,36 +596,7 @@ export const backward = (
     const dq = new Float64Array(N * H * D)
     const dk = new Float64Array(N * KV * D)
     const dv = new Float64Array(N * KV * D)
-    const dP = new Float64Array(T)
-    for (let b = 0; b < B; b++) {
-      for (let hh = 0; hh < H; hh++) {
-        const kvh = Math.floor(hh / group)
-        for (let t = 0; t < T; t++) {
-          const n = b * T + t
-          const qo = (n * H + hh) * D
-          const pBase = ((b * H + hh) * T + t) * T
-          const j0 = fwd.segmentStart[n]
-          let dot = 0
-          for (let j = j0; j <= t; j++) {
-            const ko = ((b * T + j) * KV + kvh) * D
-            let acc = 0
-            for (let d = 0; d < D; d++) acc += dAttnOut[qo + d] * a.v[ko + d]
-            dP[j] = acc
-            dot += a.probs[pBase + j] * acc
-          }
-          for (let j = j0; j <= t; j++) {
-            const ko = ((b * T + j) * KV + kvh) * D
-            const p = a.probs[pBase + j]
-            const dS = p * (dP[j] - dot) * scale
-            for (let d = 0; d < D; d++) {
-              dq[qo + d] += dS * a.k[ko + d]
-              dk[ko + d] += dS * a.q[qo + d]
-              dv[ko + d] += p * dAttnOut[qo + d]
-            }
-          }
-        }
-      }
-    }
+    attentionBackward(dAttnOut, a.q, a.k, a.v, a.probs, fwd.segmentStart, B, T, H, KV, D, scale, dq, dk, dv)
     const { cos, sin } = ropeTables(fwd.positions, D, config.rope_theta)
     const dqNormed = ropeBackward(dq, N, H, D, cos, sin, nm)
     const dkNormed = ropeBackward(dk, N, KV, D, cos, sin, nm)

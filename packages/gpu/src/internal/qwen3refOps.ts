@@ -26,55 +26,199 @@ export const numerics = (precision: Precision): Numerics =>
     ? { precision, alloc: (n) => new Float32Array(n), round: Math.fround }
     : { precision, alloc: (n) => new Float64Array(n), round: identity }
 
+/**
+ * out[m·N + n] = Σ_k a[m·K + k]·b[n·K + k] (or += when `accumulate`): every product of A's rows with B's rows,
+ * each an f64 sum in k order from 0 — the summation order of the plain triple loop, so results are bit-identical
+ * to it. Speed comes from contiguous rows and a 2×4 block of independent sums (8 in flight), not from reordering.
+ */
+export const matmulNT = (
+  a: FloatArray,
+  M: number,
+  b: FloatArray,
+  N: number,
+  K: number,
+  out: FloatArray,
+  accumulate: boolean
+): void => {
+  let m = 0
+  for (; m + 1 < M; m += 2) {
+    const a0 = m * K
+    const a1 = a0 + K
+    const o0 = m * N
+    const o1 = o0 + N
+    let n = 0
+    for (; n + 3 < N; n += 4) {
+      const b0 = n * K
+      const b1 = b0 + K
+      const b2 = b1 + K
+      const b3 = b2 + K
+      let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0
+      for (let k = 0; k < K; k++) {
+        const x0 = a[a0 + k]
+        const x1 = a[a1 + k]
+        const w0 = b[b0 + k]
+        const w1 = b[b1 + k]
+        const w2 = b[b2 + k]
+        const w3 = b[b3 + k]
+        s00 += x0 * w0
+        s01 += x0 * w1
+        s02 += x0 * w2
+        s03 += x0 * w3
+        s10 += x1 * w0
+        s11 += x1 * w1
+        s12 += x1 * w2
+        s13 += x1 * w3
+      }
+      if (accumulate) {
+        out[o0 + n] += s00
+        out[o0 + n + 1] += s01
+        out[o0 + n + 2] += s02
+        out[o0 + n + 3] += s03
+        out[o1 + n] += s10
+        out[o1 + n + 1] += s11
+        out[o1 + n + 2] += s12
+        out[o1 + n + 3] += s13
+      } else {
+        out[o0 + n] = s00
+        out[o0 + n + 1] = s01
+        out[o0 + n + 2] = s02
+        out[o0 + n + 3] = s03
+        out[o1 + n] = s10
+        out[o1 + n + 1] = s11
+        out[o1 + n + 2] = s12
+        out[o1 + n + 3] = s13
+      }
+    }
+    for (; n < N; n++) {
+      const b0 = n * K
+      let s0 = 0, s1 = 0
+      for (let k = 0; k < K; k++) {
+        const w0 = b[b0 + k]
+        s0 += a[a0 + k] * w0
+        s1 += a[a1 + k] * w0
+      }
+      if (accumulate) {
+        out[o0 + n] += s0
+        out[o1 + n] += s1
+      } else {
+        out[o0 + n] = s0
+        out[o1 + n] = s1
+      }
+    }
+  }
+  if (m < M) {
+    const a0 = m * K
+    const o0 = m * N
+    let n = 0
+    for (; n + 3 < N; n += 4) {
+      const b0 = n * K
+      const b1 = b0 + K
+      const b2 = b1 + K
+      const b3 = b2 + K
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0
+      for (let k = 0; k < K; k++) {
+        const x0 = a[a0 + k]
+        s0 += x0 * b[b0 + k]
+        s1 += x0 * b[b1 + k]
+        s2 += x0 * b[b2 + k]
+        s3 += x0 * b[b3 + k]
+      }
+      if (accumulate) {
+        out[o0 + n] += s0
+        out[o0 + n + 1] += s1
+        out[o0 + n + 2] += s2
+        out[o0 + n + 3] += s3
+      } else {
+        out[o0 + n] = s0
+        out[o0 + n + 1] = s1
+        out[o0 + n + 2] = s2
+        out[o0 + n + 3] = s3
+      }
+    }
+    for (; n < N; n++) {
+      const b0 = n * K
+      let s0 = 0
+      for (let k = 0; k < K; k++) s0 += a[a0 + k] * b[b0 + k]
+      if (accumulate) out[o0 + n] += s0
+      else out[o0 + n] = s0
+    }
+  }
+}
+
+const allocLike = (x: FloatArray, n: number): FloatArray =>
+  x instanceof Float64Array ? new Float64Array(n) : new Float32Array(n)
+
+/** [rows, cols] → [cols, rows] into a new array of the same element type (exact: no rounding). */
+const transpose = (x: FloatArray, rows: number, cols: number): FloatArray => {
+  const t = allocLike(x, rows * cols)
+  for (let r = 0; r < rows; r++) {
+    const o = r * cols
+    for (let c = 0; c < cols; c++) t[c * rows + r] = x[o + c]
+  }
+  return t
+}
+
 /** y[n,o] = Σ_i x[n,i]·w[o,i] — torch's Linear without bias, weight [out, in]. */
 export const linear = (
-  x: ArrayLike<number>,
+  x: FloatArray,
   rows: number,
   inF: number,
-  w: ArrayLike<number>,
+  w: FloatArray,
   outF: number,
   nm: Numerics
 ): FloatArray => {
   const y = nm.alloc(rows * outF)
-  for (let n = 0; n < rows; n++) {
-    const xo = n * inF
-    for (let o = 0; o < outF; o++) {
-      const wo = o * inF
-      let acc = 0
-      for (let i = 0; i < inF; i++) acc += x[xo + i] * w[wo + i]
-      y[n * outF + o] = acc
-    }
-  }
+  matmulNT(x, rows, w, outF, inF, y, false)
   return y
 }
 
-/** Backward of {@link linear}: returns dx = dy·W and adds dW += dyᵀ·x into `dW` (f64). */
+/**
+ * Backward of {@link linear}: returns dx = dy·W and adds dW += dyᵀ·x into `dW` (f64). Rows of dy that are all zero
+ * (tokens without a loss term) are skipped: with finite activations they add exact zeros.
+ */
 export const linearBackward = (
-  dy: ArrayLike<number>,
-  x: ArrayLike<number>,
+  dy: FloatArray,
+  x: FloatArray,
   rows: number,
   inF: number,
-  w: ArrayLike<number>,
+  w: FloatArray,
   outF: number,
   dW: Float64Array,
   nm: Numerics
 ): FloatArray => {
   const dx = nm.alloc(rows * inF)
+  // Only rows with some non-zero upstream gradient contribute; gather them so both products skip the rest.
+  const live: Array<number> = []
   for (let n = 0; n < rows; n++) {
-    for (let i = 0; i < inF; i++) {
-      let acc = 0
-      for (let o = 0; o < outF; o++) acc += dy[n * outF + o] * w[o * inF + i]
-      dx[n * inF + i] = acc
+    const o = n * outF
+    for (let j = 0; j < outF; j++) {
+      if (dy[o + j] !== 0) {
+        live.push(n)
+        break
+      }
     }
   }
-  for (let o = 0; o < outF; o++) {
-    for (let i = 0; i < inF; i++) {
-      let acc = 0
-      for (let n = 0; n < rows; n++) acc += dy[n * outF + o] * x[n * inF + i]
-      dW[o * inF + i] += acc
-    }
+  if (live.length === 0) return dx
+  const R = live.length
+  const dyLive = live.length === rows ? dy : gatherRows(dy, live, outF)
+  // dx[n,i] = Σ_o dy[n,o]·w[o,i]: contiguous once W is transposed to [in, out].
+  const wT = transpose(w, outF, inF)
+  if (R === rows) matmulNT(dyLive, R, wT, inF, outF, dx, false)
+  else {
+    const dxLive = nm.alloc(R * inF)
+    matmulNT(dyLive, R, wT, inF, outF, dxLive, false)
+    for (let r = 0; r < R; r++) dx.set(dxLive.subarray(r * inF, (r + 1) * inF), live[r] * inF)
   }
+  // dW[o,i] += Σ_n dy[n,o]·x[n,i]: contiguous over n once both are transposed.
+  const xLive = live.length === rows ? x : gatherRows(x, live, inF)
+  matmulNT(transpose(dyLive, R, outF), outF, transpose(xLive, R, inF), inF, R, dW, true)
   return dx
+}
+
+const gatherRows = (x: FloatArray, rows: ReadonlyArray<number>, cols: number): FloatArray => {
+  const out = allocLike(x, rows.length * cols)
+  for (let r = 0; r < rows.length; r++) out.set(x.subarray(rows[r] * cols, (rows[r] + 1) * cols), r * cols)
+  return out
 }
 
 /**
@@ -141,10 +285,7 @@ export const ropeTables = (
   theta: number
 ): { readonly cos: Float32Array; readonly sin: Float32Array } => {
   const half = headDim / 2
-  const invFreq = new Float64Array(half)
-  for (let i = 0; i < half; i++) {
-    invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim))))
-  }
+  const invFreq = inverseFrequencies(headDim, theta)
   const cos = new Float32Array(positions.length * half)
   const sin = new Float32Array(positions.length * half)
   for (let n = 0; n < positions.length; n++) {
@@ -155,6 +296,23 @@ export const ropeTables = (
     }
   }
   return { cos, sin }
+}
+
+const invFreqCache = new Map<string, Float64Array>()
+
+/** transformers' f32 inverse frequencies 1 / theta^(2i/d), computed once per (d, theta). */
+const inverseFrequencies = (headDim: number, theta: number): Float64Array => {
+  const key = `${headDim}/${theta}`
+  let invFreq = invFreqCache.get(key)
+  if (invFreq === undefined) {
+    const half = headDim / 2
+    invFreq = new Float64Array(half)
+    for (let i = 0; i < half; i++) {
+      invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim))))
+    }
+    invFreqCache.set(key, invFreq)
+  }
+  return invFreq
 }
 
 /**
@@ -216,16 +374,20 @@ export const ropeBackward = (
   return dx
 }
 
+/** Scratch for {@link attendRow}'s scores and output sums (single-threaded, grown on demand). */
+let scoreScratch = new Float64Array(256)
+const outScratch = new Float64Array(1024)
+
 /**
  * One query row of softmax attention against keys j = j0..j1 (inclusive) stored at `kBase + j·stride` in K and V:
  * p = softmax(scale · q·k_j), out = Σ_j p_j v_j. Writes p_j to `probs[probsBase + j]` when given. Both the
  * no-cache forward and the KV-cache path call this, so they do the same arithmetic.
  */
 export const attendRow = (
-  q: ArrayLike<number>,
+  q: FloatArray,
   qOff: number,
-  k: ArrayLike<number>,
-  v: ArrayLike<number>,
+  k: FloatArray,
+  v: FloatArray,
   kBase: number,
   stride: number,
   j0: number,
@@ -239,13 +401,15 @@ export const attendRow = (
   nm: Numerics
 ): void => {
   const count = j1 - j0 + 1
-  const scores = new Float64Array(count)
+  if (scoreScratch.length < count) scoreScratch = new Float64Array(Math.max(count, 2 * scoreScratch.length))
+  const scores = scoreScratch
+  const round = nm.round
   let max = -Infinity
   for (let j = j0; j <= j1; j++) {
     const ko = kBase + j * stride
     let dot = 0
     for (let d = 0; d < headDim; d++) dot += q[qOff + d] * k[ko + d]
-    const s = nm.round(nm.round(dot) * scale)
+    const s = round(round(dot) * scale)
     scores[j - j0] = s
     if (s > max) max = s
   }
@@ -255,12 +419,71 @@ export const attendRow = (
     scores[c] = e
     sum += e
   }
-  for (let c = 0; c < count; c++) scores[c] = nm.round(scores[c] / sum)
+  for (let c = 0; c < count; c++) scores[c] = round(scores[c] / sum)
   if (probs !== undefined) { for (let c = 0; c < count; c++) probs[probsBase + j0 + c] = scores[c] }
-  for (let d = 0; d < headDim; d++) {
-    let acc = 0
-    for (let j = j0; j <= j1; j++) acc += scores[j - j0] * v[kBase + j * stride + d]
-    out[outOff + d] = acc
+  // out[d] = Σ_j p_j·v[j, d] in j order, accumulated row by row over contiguous v rows.
+  const acc = headDim <= outScratch.length ? outScratch : new Float64Array(headDim)
+  acc.fill(0, 0, headDim)
+  for (let j = j0; j <= j1; j++) {
+    const p = scores[j - j0]
+    const vo = kBase + j * stride
+    for (let d = 0; d < headDim; d++) acc[d] += p * v[vo + d]
+  }
+  for (let d = 0; d < headDim; d++) out[outOff + d] = acc[d]
+}
+
+/**
+ * Backward of causal (packed) attention for one layer: from dOut [N, heads·D] and the forward's probabilities
+ * [batch, heads, T, T], adds into dq [N, heads·D], dk and dv [N, kvHeads·D] (f64). Row n = b·T + t attends to keys
+ * segmentStart[n]..t of its batch row.
+ */
+export const attentionBackward = (
+  dOut: FloatArray,
+  q: FloatArray,
+  k: FloatArray,
+  v: FloatArray,
+  probs: FloatArray,
+  segmentStart: Int32Array,
+  B: number,
+  T: number,
+  H: number,
+  KV: number,
+  D: number,
+  scale: number,
+  dq: Float64Array,
+  dk: Float64Array,
+  dv: Float64Array
+): void => {
+  const group = H / KV
+  const dP = new Float64Array(T)
+  for (let b = 0; b < B; b++) {
+    for (let hh = 0; hh < H; hh++) {
+      const kvh = Math.floor(hh / group)
+      for (let t = 0; t < T; t++) {
+        const n = b * T + t
+        const qo = (n * H + hh) * D
+        const pBase = ((b * H + hh) * T + t) * T
+        const j0 = segmentStart[n]
+        let dot = 0
+        for (let j = j0; j <= t; j++) {
+          const ko = ((b * T + j) * KV + kvh) * D
+          let acc = 0
+          for (let d = 0; d < D; d++) acc += dOut[qo + d] * v[ko + d]
+          dP[j] = acc
+          dot += probs[pBase + j] * acc
+        }
+        for (let j = j0; j <= t; j++) {
+          const ko = ((b * T + j) * KV + kvh) * D
+          const p = probs[pBase + j]
+          const dS = p * (dP[j] - dot) * scale
+          for (let d = 0; d < D; d++) {
+            dq[qo + d] += dS * k[ko + d]
+            dk[ko + d] += dS * q[qo + d]
+            dv[ko + d] += p * dOut[qo + d]
+          }
+        }
+      }
+    }
   }
 }
 
@@ -274,7 +497,7 @@ export const siluGrad = (g: number) => {
 }
 
 /** a + b elementwise into a new array. */
-export const add = (a: ArrayLike<number>, b: ArrayLike<number>, nm: Numerics): FloatArray => {
+export const add = (a: FloatArray, b: FloatArray, nm: Numerics): FloatArray => {
   const out = nm.alloc(a.length)
   for (let i = 0; i < a.length; i++) out[i] = a[i] + b[i]
   return out

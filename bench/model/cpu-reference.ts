@@ -1,0 +1,168 @@
+/**
+ * CPU reference model benchmark: generation tokens/s (Qwen3Reference.generate, KV cache, one sequence, sampling at
+ * temperature 1 as GRPO does, prefill included) and training tokens/s (forward + tokenLogprobs + backward of a
+ * sequence whose last part carries per-token loss weights, as the trainer's `accumulate`), for the frozen
+ * pre-speed-up implementation (bench/model/internal/baseline*.ts) and the current one, side by side in one process.
+ * Old and new runs alternate, and each number is the median over the repeats, so machine load affects both alike.
+ * It also checks that both give the same tokens and the same gradients.
+ * Results go to bench/results/model-cpu-reference.{json,md}.
+ *
+ *   npx tsx bench/model/cpu-reference.ts                 # tiny and small presets
+ *   npx tsx bench/model/cpu-reference.ts --presets=tiny --repeats=3
+ *
+ * Flags: --presets=tiny,small  --repeats=N (default 5)  --no-save
+ */
+import { mkdirSync, writeFileSync } from "node:fs"
+import { cpus } from "node:os"
+import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/Preset.js"
+import * as New from "../../packages/gpu/src/Qwen3Reference.js"
+import * as Old from "./internal/baselineReference.js"
+
+const flag = (name: string): string | undefined => {
+  const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))
+  return hit === undefined ? undefined : hit.includes("=") ? hit.slice(hit.indexOf("=") + 1) : "true"
+}
+const repeats = Number(flag("repeats") ?? 5)
+const presetNames = (flag("presets") ?? "tiny,small").split(",") as Array<PresetName>
+
+/** Sizes per preset: the old implementation needs tens of seconds for the small preset at tiny's sizes. */
+const sizes: Record<PresetName, { prompt: number; generate: number; seqLen: number; completion: number }> = {
+  tiny: { prompt: 100, generate: 300, seqLen: 300, completion: 200 },
+  small: { prompt: 32, generate: 48, seqLen: 96, completion: 64 }
+}
+
+type Impl = typeof New
+
+const median = (xs: ReadonlyArray<number>) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
+}
+
+const time = <A>(f: () => A): { readonly value: A; readonly seconds: number } => {
+  const t0 = performance.now()
+  const value = f()
+  return { value, seconds: (performance.now() - t0) / 1000 }
+}
+
+const runPreset = (name: PresetName) => {
+  const p = presets[name]
+  const size = sizes[name]
+  const config: New.Config = {
+    vocab_size: paddedVocab(p.tokenizerVocabSize),
+    hidden_size: p.hidden_size,
+    intermediate_size: p.intermediate_size,
+    num_hidden_layers: p.num_hidden_layers,
+    num_attention_heads: p.num_attention_heads,
+    num_key_value_heads: p.num_key_value_heads,
+    head_dim: p.head_dim,
+    rms_norm_eps: p.rms_norm_eps,
+    rope_theta: p.rope_theta,
+    tie_word_embeddings: true
+  }
+  const weights = New.randomWeights(config, { seed: 1 })
+  const V = config.vocab_size
+  const prompt = Array.from({ length: size.prompt }, (_, i) => New.philox4x32([i, 1, 0, 0], [2, 3])[0] % V)
+  const sequence = Array.from({ length: size.seqLen }, (_, i) => New.philox4x32([i, 2, 0, 0], [2, 3])[0] % V)
+
+  const generate = (impl: Impl, seed: number) =>
+    impl.generate(config, weights, prompt, { temperature: 1, maxNewTokens: size.generate, seed })
+
+  const train = (impl: Impl) => {
+    const fwd = impl.forward(config, weights, { tokens: sequence, batch: 1, seqLen: size.seqLen })
+    const targets = impl.nextTokenTargets(fwd)
+    const scores = impl.tokenLogprobs(fwd.logits, V, targets, 1)
+    // Loss weights on the completion part only, as the trainer passes d loss / d logprob.
+    const lossWeights = new Float64Array(size.seqLen)
+    for (let t = size.seqLen - size.completion - 1; t < size.seqLen - 1; t++) lossWeights[t] = -1 / size.completion
+    return { scores, gradients: impl.backward(config, weights, fwd, targets, lossWeights, 1) }
+  }
+
+  // Same results: generated tokens and gradients of both implementations.
+  const oldGen = generate(Old as unknown as Impl, 7)
+  const newGen = generate(New, 7)
+  const sameTokens = oldGen.tokens.join(",") === newGen.tokens.join(",")
+  let logprobDiff = 0
+  oldGen.logprobs.forEach((lp, i) => logprobDiff = Math.max(logprobDiff, Math.abs(lp - newGen.logprobs[i])))
+  const oldTrain = train(Old as unknown as Impl)
+  const newTrain = train(New)
+  let gradDiff = 0
+  for (const [tensor, g] of Object.entries(oldTrain.gradients.grads)) {
+    const h = newTrain.gradients.grads[tensor]
+    for (let i = 0; i < g.length; i++) gradDiff = Math.max(gradDiff, Math.abs(g[i] - h[i]))
+  }
+  const lossDiff = Math.abs(oldTrain.gradients.loss - newTrain.gradients.loss)
+
+  const samples = {
+    oldGen: [] as Array<number>,
+    newGen: [] as Array<number>,
+    oldTrain: [] as Array<number>,
+    newTrain: [] as Array<number>
+  }
+  for (let r = 0; r < repeats; r++) {
+    samples.oldGen.push(size.generate / time(() => generate(Old as unknown as Impl, r)).seconds)
+    samples.newGen.push(size.generate / time(() => generate(New, r)).seconds)
+    samples.oldTrain.push(size.seqLen / time(() => train(Old as unknown as Impl)).seconds)
+    samples.newTrain.push(size.seqLen / time(() => train(New)).seconds)
+  }
+  const result = {
+    preset: name,
+    parameters: Object.values(weights).reduce((a, w) => a + w.length, 0),
+    sizes: size,
+    generation: {
+      oldTokensPerSecond: median(samples.oldGen),
+      newTokensPerSecond: median(samples.newGen),
+      speedup: median(samples.newGen) / median(samples.oldGen)
+    },
+    training: {
+      oldTokensPerSecond: median(samples.oldTrain),
+      newTokensPerSecond: median(samples.newTrain),
+      speedup: median(samples.newTrain) / median(samples.oldTrain)
+    },
+    sameResults: { tokens: sameTokens, maxLogprobDiff: logprobDiff, maxGradDiff: gradDiff, lossDiff },
+    samples
+  }
+  console.log(
+    `${name} (${result.parameters.toLocaleString("en-US")} params): generation ` +
+      `${result.generation.oldTokensPerSecond.toFixed(0)} → ${result.generation.newTokensPerSecond.toFixed(0)} tok/s ` +
+      `(${result.generation.speedup.toFixed(2)}×); training ${result.training.oldTokensPerSecond.toFixed(0)} → ` +
+      `${result.training.newTokensPerSecond.toFixed(0)} tok/s (${result.training.speedup.toFixed(2)}×); same tokens: ` +
+      `${sameTokens}, max |Δ grad| ${gradDiff.toExponential(2)}, max |Δ logprob| ${logprobDiff.toExponential(2)}`
+  )
+  return result
+}
+
+const results = presetNames.map(runPreset)
+const cpu = cpus()[0]?.model ?? "unknown CPU"
+const out = {
+  date: new Date().toISOString(),
+  node: process.version,
+  cpu: `${cpu} (${cpus().length} cores)`,
+  repeats,
+  results
+}
+if (flag("no-save") === undefined) {
+  mkdirSync("bench/results", { recursive: true })
+  writeFileSync("bench/results/model-cpu-reference.json", JSON.stringify(out, null, 2) + "\n")
+  const fmt = (x: number) => x.toFixed(0)
+  const md = [
+    "# CPU reference model (Qwen3Reference): old vs new",
+    "",
+    `${out.date}, Node ${out.node}, ${out.cpu}; medians of ${repeats} alternating repeats in one process ` +
+    "(`npx tsx bench/model/cpu-reference.ts`). Generation: `generate` at temperature 1 with the KV cache, prefill " +
+    "included. Training: forward + tokenLogprobs + backward of one sequence with loss weights on its completion.",
+    "",
+    "| preset | params | gen sizes (prompt+new) | gen old tok/s | gen new tok/s | gen × | train seq (completion) | train old tok/s | train new tok/s | train × | same tokens | max \\|Δ grad\\| |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ...results.map((r) =>
+      `| ${r.preset} | ${r.parameters.toLocaleString("en-US")} | ${r.sizes.prompt}+${r.sizes.generate} | ` +
+      `${fmt(r.generation.oldTokensPerSecond)} | ${fmt(r.generation.newTokensPerSecond)} | ` +
+      `${r.generation.speedup.toFixed(2)} | ${r.sizes.seqLen} (${r.sizes.completion}) | ` +
+      `${fmt(r.training.oldTokensPerSecond)} | ${fmt(r.training.newTokensPerSecond)} | ` +
+      `${r.training.speedup.toFixed(2)} | ${r.sameResults.tokens ? "yes" : "no"} | ` +
+      `${r.sameResults.maxGradDiff.toExponential(1)} |`
+    ),
+    ""
+  ].join("\n")
+  writeFileSync("bench/results/model-cpu-reference.md", md)
+  console.log("saved bench/results/model-cpu-reference.{json,md}")
+}
