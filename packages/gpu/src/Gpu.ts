@@ -55,9 +55,39 @@ export interface AdapterSummary {
   readonly adapterFeatures: ReadonlyArray<string>
   /** The device's limits, as granted. */
   readonly limits: Readonly<Record<string, number>>
-  /** Subgroup-matrix configurations (tensor-core access) the adapter reports, if any. */
+  /** Subgroup-matrix configurations (tensor-core access) the adapter reports, if any, as readable strings. */
   readonly subgroupMatrixConfigs: ReadonlyArray<string>
+  /** The same configurations as data (Dawn's `GPUSubgroupMatrixConfig`), in the adapter's order of preference. */
+  readonly subgroupMatrix: ReadonlyArray<SubgroupMatrixConfig>
+  /** Subgroup sizes the adapter reports (0 when it does not say). */
+  readonly subgroupMinSize: number
+  readonly subgroupMaxSize: number
 }
+
+/**
+ * One subgroup-matrix configuration: left M×K and right K×N matrices of `componentType`, an M×N result of
+ * `resultComponentType` (e.g. f16 × f16 → f32, 16×16×16 on NVIDIA; 8×8×8 on Apple).
+ */
+export interface SubgroupMatrixConfig {
+  readonly componentType: string
+  readonly resultComponentType: string
+  readonly M: number
+  readonly N: number
+  readonly K: number
+}
+
+/** Reads Dawn's config objects field by field (their attributes are getters, which JSON.stringify skips). */
+export const parseSubgroupMatrixConfigs = (raw: ReadonlyArray<unknown> | undefined): Array<SubgroupMatrixConfig> =>
+  (raw ?? []).map((c) => {
+    const o = c as Record<string, unknown>
+    return {
+      componentType: String(o.componentType),
+      resultComponentType: String(o.resultComponentType),
+      M: Number(o.M),
+      N: Number(o.N),
+      K: Number(o.K)
+    }
+  })
 
 /** Options for {@link Gpu.layer}. */
 export interface GpuOptions {
@@ -329,6 +359,12 @@ export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUna
     })
 
     const adapterFeatures = [...adapter.features].sort()
+    const rawInfo = info as unknown as {
+      subgroupMatrixConfigs?: ReadonlyArray<unknown>
+      subgroupMinSize?: number
+      subgroupMaxSize?: number
+    }
+    const subgroupMatrix = parseSubgroupMatrixConfigs(rawInfo.subgroupMatrixConfigs)
     const summary: AdapterSummary = {
       vendor: info.vendor,
       architecture: info.architecture,
@@ -338,8 +374,12 @@ export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUna
       features: [...device.features].sort(),
       adapterFeatures,
       limits,
-      subgroupMatrixConfigs: ((info as unknown as { subgroupMatrixConfigs?: ReadonlyArray<unknown> })
-        .subgroupMatrixConfigs ?? []).map((c) => JSON.stringify(c))
+      subgroupMatrixConfigs: subgroupMatrix.map((c) =>
+        `${c.componentType}×${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`
+      ),
+      subgroupMatrix,
+      subgroupMinSize: rawInfo.subgroupMinSize ?? 0,
+      subgroupMaxSize: rawInfo.subgroupMaxSize ?? 0
     }
 
     return {

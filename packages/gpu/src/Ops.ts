@@ -20,9 +20,10 @@
  * @since 0.0.0
  */
 import type { HostArena, Tensor } from "./Arena.js"
+import type { SubgroupMatrixShape } from "./internal/subgroupMatrix.js"
 import type { AttentionShape } from "./Reference.js"
 
-export type { AttentionShape }
+export type { AttentionShape, SubgroupMatrixShape }
 
 export interface Fill {
   readonly kind: "fill"
@@ -42,9 +43,14 @@ export interface Axpy {
  * Matmul kernel tiers. "tiled64": 64×64 tile, 4×4 per thread, scalar loads (the default). "tiled64v4" and
  * "tiled128v4" read with vec4 loads (falling back to their scalar twin when a contiguous dim or offset is not a
  * multiple of 4); "tiled128": 128×128 tile, 8×8 per thread, K staged 8 at a time.
+ * "tiled128h" (needs the device feature shader-f16): f16-stored operands are read as `vec4<f16>` and staged as
+ * f16 in workgroup memory, K staged 16 at a time, f32 products and accumulation; f32 operands as in tiled128v4.
+ * Where an f16 operand's contiguous dim or offset is not a multiple of 4 it uses the packed-pair loads instead.
+ * "subgroupMatrix" (needs chromium-experimental-subgroup-matrix with an f16 → f32 configuration): see
+ * `Matmul.subgroupMatrixPlan`; f16 A and B, f32 C, no epilogue beyond alpha/beta.
  */
-export type MatmulTier = "tiled64" | "tiled64v4" | "tiled128" | "tiled128v4"
-export const MATMUL_TIERS: ReadonlyArray<MatmulTier> = ["tiled64", "tiled64v4", "tiled128", "tiled128v4"]
+export type MatmulTier = "tiled64" | "tiled64v4" | "tiled128" | "tiled128v4" | "tiled128h" | "subgroupMatrix"
+export const MATMUL_TIERS: ReadonlyArray<MatmulTier> = ["tiled64", "tiled64v4", "tiled128", "tiled128v4", "tiled128h"]
 
 /** Converts between f32 and f16 storage (round to nearest even), n elements. */
 export interface Cast {
@@ -72,6 +78,8 @@ export interface Matmul {
   readonly aOffset: number
   readonly bOffset: number
   readonly cOffset: number
+  /** For the "subgroupMatrix" tier: the adapter configuration to generate for (from `Matmul.chooseTier`). */
+  readonly subgroupMatrix: SubgroupMatrixShape | undefined
 }
 export interface Embedding {
   readonly kind: "embedding"
@@ -303,6 +311,7 @@ export const matmul = (o: {
   bOffset?: number
   cOffset?: number
   tier?: MatmulTier
+  subgroupMatrix?: SubgroupMatrixShape | undefined
 }): Matmul => {
   const op: Matmul = {
     kind: "matmul",
@@ -320,8 +329,13 @@ export const matmul = (o: {
     beta: o.beta ?? 0,
     aOffset: o.aOffset ?? 0,
     bOffset: o.bOffset ?? 0,
-    cOffset: o.cOffset ?? 0
+    cOffset: o.cOffset ?? 0,
+    subgroupMatrix: o.subgroupMatrix
   }
+  need(
+    op.tier !== "subgroupMatrix" || op.subgroupMatrix !== undefined,
+    "matmul: the subgroupMatrix tier needs the adapter configuration (use Matmul.chooseTier)"
+  )
   atLeast(op.a, op.aOffset + op.m * op.k, "matmul A")
   atLeast(op.b, op.bOffset + op.k * op.n, "matmul B")
   atLeast(op.c, op.cOffset + op.m * op.n, "matmul C")

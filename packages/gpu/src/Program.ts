@@ -19,7 +19,7 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 import type { Arena } from "./Arena.js"
 import { Gpu } from "./Gpu.js"
-import type { GpuDeviceLost, GpuLimitExceeded, GpuOutOfMemory, GpuShaderError } from "./GpuError.js"
+import { type GpuDeviceLost, type GpuLimitExceeded, type GpuOutOfMemory, GpuShaderError } from "./GpuError.js"
 import { type DispatchSpec, lower } from "./internal/lower.js"
 import type { Op } from "./Ops.js"
 
@@ -60,6 +60,22 @@ export const compile = (
   Effect.gen(function*() {
     const gpu = yield* Gpu
     const specs = plan(arena, ops)
+    for (const s of specs) {
+      const missing = (s.features ?? []).filter((f) => !gpu.hasFeature(f))
+      if (missing.length > 0) {
+        return yield* Effect.fail(
+          new GpuShaderError({
+            label: s.label,
+            messages: [
+              `needs the device feature(s) ${missing.join(", ")}, which this adapter (${
+                gpu.adapter.device || gpu.adapter.description
+              }) ` +
+              `does not offer; pick a tier with Matmul.chooseTier(gpu.adapter) instead of asking for one`
+            ]
+          })
+        )
+      }
+    }
     const codes = new Map<string, string>()
     for (const s of specs) codes.set(s.code, s.label)
     const compiled = yield* Effect.forEach(

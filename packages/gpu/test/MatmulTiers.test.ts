@@ -2,6 +2,7 @@ import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Arena from "../src/Arena.js"
 import { Gpu } from "../src/Gpu.js"
+import * as Matmul from "../src/Matmul.js"
 import * as Ops from "../src/Ops.js"
 import * as Program from "../src/Program.js"
 import { maxRelError, randomize, runBoth } from "./helpers.js"
@@ -89,5 +90,125 @@ layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
       const f32Product = maxRelError(r.gpu.f32("back"), exact.f32("w"))
       assert.isAbove(f32Product, 0)
       assert.isBelow(f32Product, 1e-3)
+    }))
+})
+
+// The shader-f16 tier: f16 operands read as vec4<f16> and staged as f16 in workgroup memory, f32 accumulation.
+// The twin decodes the same f16 bits (HalfFloat), so the only difference is the f32 summation order.
+layer(Gpu.layer())("the shader-f16 matmul tier matches the CPU twin", (it) => {
+  it.scoped("f32 × f16ᵀ (a linear layer on f16 weights), f16 × f16 NN and TN, ragged edges", () =>
+    Effect.gen(function*() {
+      const gpu = yield* Gpu
+      assert.isTrue(gpu.hasFeature("shader-f16"), "lavapipe and every GPU this tier targets offer shader-f16")
+      const plan = Arena.plan({
+        x: { shape: [70, 40] },
+        w: { shape: [36, 40] },
+        u: { shape: [40, 36] },
+        wh: { shape: [36, 40], dtype: "f16" },
+        xh: { shape: [70, 40], dtype: "f16" },
+        uh: { shape: [40, 36], dtype: "f16" },
+        bias: { shape: [36] },
+        y1: { shape: [70, 36] },
+        y2: { shape: [70, 36] },
+        y3: { shape: [36, 36] }
+      })
+      const h = Arena.host(plan)
+      randomize(h, 21)
+      const t = (n: string) => Arena.tensorOf(plan, n)
+      const ops = [
+        Ops.cast({ x: t("w"), y: t("wh") }),
+        Ops.cast({ x: t("x"), y: t("xh") }),
+        Ops.cast({ x: t("u"), y: t("uh") }),
+        Ops.matmul({
+          a: t("x"),
+          b: t("wh"),
+          c: t("y1"),
+          m: 70,
+          n: 36,
+          k: 40,
+          transB: true,
+          bias: t("bias"),
+          tier: "tiled128h"
+        }),
+        Ops.matmul({ a: t("xh"), b: t("uh"), c: t("y2"), m: 70, n: 36, k: 40, beta: 1, tier: "tiled128h" }),
+        // y3 = uhᵀ · uh[0:40]: the weight-gradient (TN) form with both operands f16.
+        Ops.matmul({
+          a: t("uh"),
+          b: t("uh"),
+          c: t("y3"),
+          m: 36,
+          n: 36,
+          k: 40,
+          transA: true,
+          alpha: 0.5,
+          tier: "tiled128h"
+        })
+      ]
+      const specs = Program.plan({ plan }, ops).slice(3)
+      assert.deepStrictEqual(specs.map((d) => d.label), [
+        "matmul_NT_bias_128hv4_f16b",
+        "matmul_NN_128h_f16a_f16b",
+        "matmul_TN_128h_f16a_f16b"
+      ])
+      for (const s of specs) assert.deepStrictEqual(s.features, ["shader-f16"])
+      assert.include(specs[1].code, "enable f16;")
+      const r = yield* runBoth(h, ops)
+      for (const name of ["y1", "y2", "y3"]) {
+        const e = maxRelError(r.gpu.f32(name), r.cpu.f32(name))
+        assert.isBelow(e, 1e-5, `${name}: ${e}`)
+      }
+    }))
+})
+
+// The subgroup-matrix tier runs only where the adapter has the feature (no adapter here has: lavapipe lacks it);
+// elsewhere the same op must be refused with a typed error before Dawn sees the WGSL.
+layer(Gpu.layer())("the subgroup-matrix matmul tier", (it) => {
+  it.scoped("matches the CPU twin where the adapter offers it, else is refused with a typed error", () =>
+    Effect.gen(function*() {
+      const gpu = yield* Gpu
+      const plan = Arena.plan({
+        a: { shape: [72, 48] },
+        b: { shape: [40, 48] },
+        ah: { shape: [72, 48], dtype: "f16" },
+        bh: { shape: [40, 48], dtype: "f16" },
+        c: { shape: [72, 40] }
+      })
+      const h = Arena.host(plan)
+      randomize(h, 31)
+      const t = (n: string) => Arena.tensorOf(plan, n)
+      const choice = Matmul.chooseTier(gpu.adapter, "f16")
+      const offered = choice.tier === "subgroupMatrix"
+      const config = offered ? choice : {
+        tier: "subgroupMatrix" as const,
+        subgroupMatrix: { m: 16, n: 16, k: 16, subgroupSize: 32 }
+      }
+      const ops = [
+        Ops.cast({ x: t("a"), y: t("ah") }),
+        Ops.cast({ x: t("b"), y: t("bh") }),
+        Ops.matmul({ a: t("ah"), b: t("bh"), c: t("c"), m: 72, n: 40, k: 48, transB: true, alpha: 0.5, ...config })
+      ]
+      if (!offered) {
+        const arena = yield* Arena.allocate(plan)
+        const error = yield* Effect.flip(Program.compile(arena, ops))
+        assert.strictEqual(error._tag, "GpuShaderError")
+        assert.include(error.message, "chromium-experimental-subgroup-matrix")
+        return
+      }
+      const r = yield* runBoth(h, ops)
+      const e = maxRelError(r.gpu.f32("c"), r.cpu.f32("c"))
+      assert.isBelow(e, 1e-4, `c: ${e}`)
+    }))
+})
+
+layer(Gpu.layer({ optionalFeatures: [] }))("a device without shader-f16", (it) => {
+  it.scoped("refuses the shader-f16 tier with a typed error naming the feature", () =>
+    Effect.gen(function*() {
+      const plan = Arena.plan({ x: { shape: [8, 8] }, wh: { shape: [8, 8], dtype: "f16" }, y: { shape: [8, 8] } })
+      const arena = yield* Arena.allocate(plan)
+      const t = (n: string) => arena.tensor(n)
+      const op = Ops.matmul({ a: t("x"), b: t("wh"), c: t("y"), m: 8, n: 8, k: 8, transB: true, tier: "tiled128h" })
+      const error = yield* Effect.flip(Program.compile(arena, [op]))
+      assert.strictEqual(error._tag, "GpuShaderError")
+      assert.include(error.message, "shader-f16")
     }))
 })

@@ -12,6 +12,7 @@ import {
 } from "../Arena.js"
 import type { Tensor } from "../Arena.js"
 import type { Op } from "../Ops.js"
+import * as SM from "./subgroupMatrix.js"
 import * as W from "./wgsl.js"
 
 export type Word = readonly ["u" | "f", number]
@@ -33,6 +34,8 @@ export interface DispatchSpec {
   /** Estimated floating-point operations and bytes moved, for the profile's GFLOP/s and GB/s. */
   readonly flops: number
   readonly bytes: number
+  /** Device features the kernel needs (checked by `Program.compile` before compiling). */
+  readonly features?: ReadonlyArray<string>
 }
 
 const MAX_DIM = 65535
@@ -87,30 +90,40 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
       }]
     case "matmul": {
       const flags = { transA: op.transA, transB: op.transB, bias: op.bias !== undefined }
+      if (
+        op.tier === "subgroupMatrix" && op.subgroupMatrix !== undefined && op.a.dtype === "f16" && op.b.dtype === "f16"
+      ) {
+        const sm = op.subgroupMatrix
+        const tile = SM.tileOf(sm)
+        return [{
+          label: `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${
+            op.bias ? "_bias" : ""
+          }_sgmat${sm.m}x${sm.n}x${sm.k}`,
+          code: SM.matmulSubgroupMatrix(flags, sm),
+          bindings: op.bias === undefined ? [op.a, op.b, op.c] : [op.a, op.b, op.c, op.bias],
+          params: matmulParams(op),
+          groups: [Math.ceil(op.n / tile.tn), Math.ceil(op.m / tile.tm), 1],
+          flops: 2 * op.m * op.n * op.k,
+          bytes: 2 * op.m * op.k + 2 * op.k * op.n + 4 * op.m * op.n * (op.beta !== 0 ? 2 : 1),
+          features: ["chromium-experimental-subgroup-matrix", "shader-f16", "subgroups"]
+        }]
+      }
       const tiling = matmulTiling(op)
       const half = `${tiling?.f16A === true ? "_f16a" : ""}${tiling?.f16B === true ? "_f16b" : ""}`
-      const tier = tiling === undefined ? "" : `_${tiling.tm}${tiling.vec4 ? "v4" : ""}${half}`
+      const shaderF16 = tiling?.shaderF16 === true
+      const tier = tiling === undefined ? "" : `_${tiling.tm}${shaderF16 ? "h" : ""}${tiling.vec4 ? "v4" : ""}${half}`
       const label = `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${op.bias ? "_bias" : ""}${tier}`
       const tile = tiling ?? { tm: W.MM_TILE.m, tn: W.MM_TILE.n }
       return [{
         label,
         code: tiling === undefined ? W.matmul(flags) : W.matmulTiled(flags, tiling),
         bindings: op.bias === undefined ? [op.a, op.b, op.c] : [op.a, op.b, op.c, op.bias],
-        params: [
-          u(op.m),
-          u(op.n),
-          u(op.k),
-          u(op.aOffset),
-          u(op.bOffset),
-          u(op.cOffset),
-          u(0),
-          f(op.alpha),
-          f(op.beta)
-        ],
+        params: matmulParams(op),
         groups: [Math.ceil(op.n / tile.tn), Math.ceil(op.m / tile.tm), 1],
         flops: 2 * op.m * op.n * op.k,
         bytes: op.a.bytes / op.a.size * op.m * op.k + op.b.bytes / op.b.size * op.k * op.n +
-          4 * op.m * op.n * (op.beta !== 0 ? 2 : 1)
+          4 * op.m * op.n * (op.beta !== 0 ? 2 : 1),
+        ...(shaderF16 ? { features: ["shader-f16"] } : {})
       }]
     }
     case "embedding":
@@ -352,15 +365,35 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
   }
 }
 
+const matmulParams = (op: Extract<Op, { kind: "matmul" }>) => [
+  u(op.m),
+  u(op.n),
+  u(op.k),
+  u(op.aOffset),
+  u(op.bOffset),
+  u(op.cOffset),
+  u(0),
+  f(op.alpha),
+  f(op.beta)
+]
+
 /** The tiling of a matmul's tier (undefined: the original 64×64 kernel); vec4 only where alignment allows. */
 const matmulTiling = (op: Extract<Op, { kind: "matmul" }>): W.MatmulTiling | undefined => {
   const f16A = op.a.dtype === "f16"
   const f16B = op.b.dtype === "f16"
   if (op.tier === "tiled64" && !f16A && !f16B) return undefined
-  const size = op.tier.startsWith("tiled128") ? { tm: 128, tn: 128, tk: 8 } : { tm: 64, tn: 64, tk: 16 }
   // vec4 applies to f32 operands; both must be aligned (one flag for the pair keeps the pipeline count down).
   const aligned = (f16A || ((op.transA ? op.m : op.k) % 4 === 0 && op.aOffset % 4 === 0 && op.a.offset % 16 === 0)) &&
     (f16B || ((op.transB ? op.k : op.n) % 4 === 0 && op.bOffset % 4 === 0 && op.b.offset % 16 === 0))
+  // The subgroup-matrix tier falls back to the shader-f16 tier where it does not apply (an f32 operand).
+  if (op.tier === "tiled128h" || op.tier === "subgroupMatrix") {
+    // vec4<f16> loads: 4 halves (8 bytes) along the contiguous dim of each f16 operand.
+    const half4 = (!f16A || ((op.transA ? op.m : op.k) % 4 === 0 && op.aOffset % 4 === 0 && op.a.offset % 8 === 0)) &&
+      (!f16B || ((op.transB ? op.k : op.n) % 4 === 0 && op.bOffset % 4 === 0 && op.b.offset % 8 === 0))
+    const shaderF16 = (f16A || f16B) && half4
+    return { tm: 128, tn: 128, tk: shaderF16 ? 16 : 8, vec4: aligned && !(f16A && f16B), f16A, f16B, shaderF16 }
+  }
+  const size = op.tier.startsWith("tiled128") ? { tm: 128, tn: 128, tk: 8 } : { tm: 64, tn: 64, tk: 16 }
   return { ...size, vec4: op.tier.endsWith("v4") && aligned, f16A, f16B }
 }
 

@@ -122,6 +122,12 @@ export interface MatmulTiling {
   /** Operands stored as packed f16 pairs (half the bytes; f32 accumulation). Needs even contiguous dims/offsets. */
   readonly f16A?: boolean
   readonly f16B?: boolean
+  /**
+   * With shader-f16 (`enable f16;`): f16 operands are read as `vec4<f16>` (needs their contiguous dim and offset
+   * to be multiples of 4) and staged as f16 in workgroup memory (half the bytes of an f32 tile); products and
+   * sums stay f32.
+   */
+  readonly shaderF16?: boolean
 }
 
 // Vector lanes are stored with constant swizzles: a loop indexing v[e] compiled ~20 s on lavapipe's LLVM.
@@ -129,13 +135,18 @@ const LANES = ["x", "y", "z", "w"]
 const lanes = (w: number, f: (e: number, c: string) => string) =>
   w === 1 ? f(0, "") : LANES.slice(0, w).map((c, e) => f(e, `.${c}`)).join(" ")
 
-/** How one operand is read: `width` elements per load, WGSL element type, fetch expression and zero. */
-const operand = (name: string, f16: boolean, vec4: boolean) =>
-  f16
-    ? { width: 2, type: "u32", fetch: (i: string) => `unpack2x16float(${name}[${i}])`, zero: "vec2f(0.0)" }
+/**
+ * How one operand is read: `width` elements per load, WGSL element type, fetch expression and zero, and the
+ * element type of its workgroup tile (f16 only with shader-f16; registers are always f32).
+ */
+const operand = (name: string, f16: boolean, vec4: boolean, shaderF16: boolean) =>
+  f16 && shaderF16
+    ? { width: 4, type: "vec4<f16>", fetch: (i: string) => `${name}[${i}]`, zero: "vec4<f16>(0.0h)", tile: "f16" }
+    : f16
+    ? { width: 2, type: "u32", fetch: (i: string) => `unpack2x16float(${name}[${i}])`, zero: "vec2f(0.0)", tile: "f32" }
     : vec4
-    ? { width: 4, type: "vec4f", fetch: (i: string) => `${name}[${i}]`, zero: "vec4f(0.0)" }
-    : { width: 1, type: "f32", fetch: (i: string) => `${name}[${i}]`, zero: "0.0" }
+    ? { width: 4, type: "vec4f", fetch: (i: string) => `${name}[${i}]`, zero: "vec4f(0.0)", tile: "f32" }
+    : { width: 1, type: "f32", fetch: (i: string) => `${name}[${i}]`, zero: "0.0", tile: "f32" }
 
 /**
  * General tiled matmul with the same parameters and epilogue as {@link matmul}. Each of the 16×16 threads
@@ -147,8 +158,9 @@ export const matmulTiled = (o: { transA: boolean; transB: boolean; bias: boolean
   const { tk: TK, tm: TM, tn: TN } = t
   const RM = TM / 16
   const RN = TN / 16
-  const A = operand("A", t.f16A === true, t.vec4)
-  const B = operand("B", t.f16B === true, t.vec4)
+  const half = t.shaderF16 === true
+  const A = operand("A", t.f16A === true, t.vec4, half)
+  const B = operand("B", t.f16B === true, t.vec4, half)
   const wa = A.width
   const wb = B.width
   const loadA = o.transA
@@ -166,13 +178,14 @@ export const matmulTiled = (o: { transA: boolean; transB: boolean; bias: boolean
       var w = ${B.zero}; if (gbk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gbk * p.n + gc) / ${wb}u`)}; }
       ${lanes(wb, (e, c) => `Bs[bk * ${TN}u + nq * ${wb}u + ${e}u] = w${c};`)}`
   const bias = o.bias ? "\n@group(0) @binding(4) var<storage, read> Bias: array<f32>;" : ""
-  return `struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32 }
+  const enable = A.tile === "f16" || B.tile === "f16" ? "enable f16;\n" : ""
+  return `${enable}struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> A: array<${A.type}>;
 @group(0) @binding(2) var<storage, read> B: array<${B.type}>;
 @group(0) @binding(3) var<storage, read_write> C: array<f32>;${bias}
-var<workgroup> As: array<f32, ${TM * TK}>; // [TK][TM]
-var<workgroup> Bs: array<f32, ${TK * TN}>; // [TK][TN]
+var<workgroup> As: array<${A.tile}, ${TM * TK}>; // [TK][TM]
+var<workgroup> Bs: array<${B.tile}, ${TK * TN}>; // [TK][TN]
 @compute @workgroup_size(16, 16)
 fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: vec3u) {
   let tid = lid.y * 16u + lid.x;
@@ -192,8 +205,8 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
     }
     workgroupBarrier();
     for (var kk = 0u; kk < ${TK}u; kk++) {
-      for (var i = 0u; i < ${RM}u; i++) { a[i] = As[kk * ${TM}u + lid.y + i * 16u]; }
-      for (var j = 0u; j < ${RN}u; j++) { b[j] = Bs[kk * ${TN}u + lid.x + j * 16u]; }
+      for (var i = 0u; i < ${RM}u; i++) { a[i] = f32(As[kk * ${TM}u + lid.y + i * 16u]); }
+      for (var j = 0u; j < ${RN}u; j++) { b[j] = f32(Bs[kk * ${TN}u + lid.x + j * 16u]); }
       for (var i = 0u; i < ${RM}u; i++) {
         for (var j = 0u; j < ${RN}u; j++) {
           acc[i * ${RN}u + j] = fma(a[i], b[j], acc[i * ${RN}u + j]);
@@ -448,6 +461,38 @@ ${start(packed)}
   L[i] = mx + log(l);
 }`
 
+/**
+ * Stages rows [row0, row0 + rows) of two [batch, seq, heads, HD] tensors of one head into workgroup tiles
+ * (zeros past the sequence end), 64 threads striding over rows·HD elements. Shared by every tiled attention
+ * kernel for its K/V tiles (and Q/dO tiles): `x` and `y` are [source, tile, tile row stride, scale].
+ */
+const stageRows = (o: {
+  readonly rows: string
+  readonly row0: string
+  readonly heads: string
+  readonly head: string
+  readonly x: readonly [src: string, tile: string, stride: string, scale?: string]
+  readonly y: readonly [src: string, tile: string, stride: string]
+}) => {
+  const [xs, xt, xStride, xScale] = o.x
+  const [ys, yt, yStride] = o.y
+  return `for (var e = lid; e < ${o.rows} * HD; e += 64u) {
+      let tr = e / HD;
+      let td = e % HD;
+      var xv = 0.0;
+      var yv = 0.0;
+      if (${o.row0} + tr < p.seq) {
+        let at = ((b * p.seq + ${o.row0} + tr) * ${o.heads} + ${o.head}) * HD + td;
+        xv = ${xs}[at]${xScale === undefined ? "" : ` * ${xScale}`};
+        yv = ${ys}[at];
+      }
+      ${xt}[tr * ${xStride} + td] = xv;
+      ${yt}[tr * ${yStride} + td] = yv;
+    }`
+}
+const kvTile = (rows: string, kStride: string, vStride: string) =>
+  stageRows({ rows, row0: "k0", heads: "p.kvHeads", head: "g", x: ["K", "Ks", kStride], y: ["V", "Vs", vStride] })
+
 /** Query and key rows per tile of the tiled attention forward. */
 export const ATTN_TILE = 16
 
@@ -513,19 +558,7 @@ var<workgroup> lo: u32;
   for (var c = 0u; c < CPT; c++) { acc[c] = 0.0; }
   for (var kb = kFirst; kb <= kLast; kb++) {
     let k0 = kb * BK;
-    for (var e = lid; e < BK * HD; e += 64u) {
-      let r = e / HD;
-      let d = e % HD;
-      var kv = 0.0;
-      var vv = 0.0;
-      if (k0 + r < p.seq) {
-        let at = ((b * p.seq + k0 + r) * p.kvHeads + g) * HD + d;
-        kv = K[at];
-        vv = V[at];
-      }
-      Ks[r * KS + d] = kv;
-      Vs[e] = vv;
-    }
+    ${kvTile("BK", "KS", "HD")}
     workgroupBarrier();
     for (var c = 0u; c < 4u; c++) {
       let kj = ocol * 4u + c;
@@ -607,18 +640,15 @@ var<workgroup> lo: u32;
   let b = wg / (nqb * p.heads);
   let g = h / (p.heads / p.kvHeads);
   let q0 = qb * BQ;
-  for (var e = lid; e < BQ * HD; e += 64u) {
-    let r = e / HD;
-    let d = e % HD;
-    var qv = 0.0;
-    var ov = 0.0;
-    if (q0 + r < p.seq) {
-      let at = ((b * p.seq + q0 + r) * p.heads + h) * HD + d;
-      qv = Q[at] * p.scale;
-      ov = DO[at];
-    }
-    Qs[r * QS + d] = qv;
-    dOs[r * QS + d] = ov;
+  ${
+    stageRows({
+      rows: "BQ",
+      row0: "q0",
+      heads: "p.heads",
+      head: "h",
+      x: ["Q", "Qs", "QS", "p.scale"],
+      y: ["DO", "dOs", "QS"]
+    })
   }
   if (lid < BQ) {
     let q = min(q0 + lid, p.seq - 1u);
@@ -641,19 +671,7 @@ var<workgroup> lo: u32;
   for (var c = 0u; c < CPT; c++) { acc[c] = 0.0; }
   for (var kb = kFirst; kb <= kLast; kb++) {
     let k0 = kb * BK;
-    for (var e = lid; e < BK * HD; e += 64u) {
-      let r = e / HD;
-      let d = e % HD;
-      var kv = 0.0;
-      var vv = 0.0;
-      if (k0 + r < p.seq) {
-        let at = ((b * p.seq + k0 + r) * p.kvHeads + g) * HD + d;
-        kv = K[at];
-        vv = V[at];
-      }
-      Ks[r * QS + d] = kv;
-      Vs[r * QS + d] = vv;
-    }
+    ${kvTile("BK", "QS", "QS")}
     workgroupBarrier();
     for (var c = 0u; c < 2u; c++) {
       let idx = lid * 2u + c;
@@ -723,19 +741,7 @@ var<workgroup> rowStart: array<u32, 8>;
   let g = (wg / nkb) % p.kvHeads;
   let b = wg / (nkb * p.kvHeads);
   let k0 = kb * BK;
-  for (var e = lid; e < BK * HD; e += 64u) {
-    let r = e / HD;
-    let d = e % HD;
-    var kv = 0.0;
-    var vv = 0.0;
-    if (k0 + r < p.seq) {
-      let at = ((b * p.seq + k0 + r) * p.kvHeads + g) * HD + d;
-      kv = K[at];
-      vv = V[at];
-    }
-    Ks[r * QS + d] = kv;
-    Vs[r * QS + d] = vv;
-  }
+  ${kvTile("BK", "QS", "QS")}
   let krow = lid / 4u;
   let ocol = lid % 4u;
   var dk: array<f32, CPT>;
@@ -748,19 +754,9 @@ var<workgroup> rowStart: array<u32, 8>;
     for (var qb = k0 / BQ; qb < nqb; qb++) {
       let q0 = qb * BQ;
       workgroupBarrier();
-      for (var e = lid; e < BQ * HD; e += 64u) {
-        let qr = e / HD;
-        let d = e % HD;
-        var qv = 0.0;
-        var ov = 0.0;
-        if (q0 + qr < p.seq) {
-          let at = ((b * p.seq + q0 + qr) * p.heads + h) * HD + d;
-          qv = Q[at];
-          ov = DO[at];
-        }
-        Qs[qr * QS + d] = qv;
-        dOs[qr * QS + d] = ov;
-      }
+      ${
+    stageRows({ rows: "BQ", row0: "q0", heads: "p.heads", head: "h", x: ["Q", "Qs", "QS"], y: ["DO", "dOs", "QS"] })
+  }
       if (lid < BQ) {
         let q = min(q0 + lid, p.seq - 1u);
         let row = (b * p.seq + q) * p.heads + h;
