@@ -10,7 +10,9 @@
  *   gradient, e.g. every TRL GRPO loss type on-policy, or c_t = −1/tokens for next-token NLL);
  * - `"clipped"`: L_t = c_t·(−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A) + β·KL_k3), r = exp(logprob − old), computed
  *   on the device from the micro-batch's old and reference logprobs and advantages (GRPO with several
- *   optimisation steps per generation batch).
+ *   optimisation steps per generation batch);
+ * - `"grpo"`: every TRL GRPO loss type (see `GrpoLoss`), computed by a kernel between the forward and the
+ *   backward from each micro-batch's `grpo` inputs; `coef` is unused and the loss and metrics come back as `grpo`.
  *
  * A frozen reference policy is a second model made with `trainable: false` (no gradient or optimiser memory);
  * the "old" policy's logprobs are `logprobs` of the current weights taken before the optimisation steps.
@@ -38,6 +40,7 @@ import * as Arena from "./Arena.js"
 import * as Checkpoint from "./Checkpoint.js"
 import { Gpu } from "./Gpu.js"
 import type { GpuDeviceLost, GpuLimitExceeded, GpuOutOfMemory, GpuShaderError, GpuUncapturedError } from "./GpuError.js"
+import * as GrpoLoss from "./GrpoLoss.js"
 import * as G from "./internal/qwen3Graph.js"
 import * as O from "./internal/qwen3Optimizer.js"
 import type { ModelConfig } from "./ModelConfig.js"
@@ -58,6 +61,13 @@ export interface Qwen3Options {
   readonly chunk?: number
   /** Logprobs are of softmax(logits / temperature); default 1. */
   readonly temperature?: number
+  /**
+   * Mixed precision (default false): the training / scoring forward reads f16 copies of the linear and LM-head
+   * weights, refreshed from the f32 masters at every forward; gradients, master weights and AdamW stay f32.
+   * Uses the shader-f16 matmul tier where the adapter has shader-f16 (packed f16 pairs otherwise). Generation
+   * keeps reading the f32 weights.
+   */
+  readonly f16Weights?: boolean
   /** Allocate gradients and AdamW state and compile the step (default true). */
   readonly trainable?: boolean
   /** Allocate the KV cache and compile the generation programs. */
@@ -86,14 +96,18 @@ export interface TrainBatch extends TokenBatch {
   readonly old?: ArrayLike<number>
   readonly ref?: ArrayLike<number>
   readonly advantages?: ArrayLike<number>
+  /** For "grpo": the loss inputs in the packed layout. */
+  readonly grpo?: GrpoLoss.MicroBatchInputs
 }
 
 /** How the per-token loss is formed (see the module doc). */
 export interface LossSettings {
-  readonly mode: "weighted" | "clipped"
+  readonly mode: "weighted" | "clipped" | "grpo"
   readonly epsilonLow?: number
   readonly epsilonHigh?: number
   readonly beta?: number
+  /** For "grpo": the loss's settings. */
+  readonly grpo?: GrpoLoss.Settings
 }
 
 export interface TrainResult extends StepProgram.StepResult {
@@ -101,6 +115,8 @@ export interface TrainResult extends StepProgram.StepResult {
   readonly kl: number
   /** Tokens (with c ≠ 0) whose clipped branch was taken. */
   readonly clippedTokens: number
+  /** "grpo": the summed loss and TRL's loss-side metrics. */
+  readonly grpo?: GrpoLoss.StepLoss
 }
 
 /**
@@ -229,7 +245,8 @@ export const make = (
       batch: options.batch,
       seq: options.seq,
       chunk: Math.min(options.chunk ?? 256, n),
-      temperature: options.temperature ?? 1
+      temperature: options.temperature ?? 1,
+      ...(options.f16Weights === true ? { half: G.halfTier(gpu.adapter) } : {})
     }
     const gen: G.GenShape | undefined = options.generation === undefined ? undefined : {
       slots: options.generation.slots,
@@ -248,6 +265,7 @@ export const make = (
         Arena.plan({
           ...G.parameterSpecs(cfg, trainable),
           ...G.trainSpecs(cfg, train, trainable),
+          ...(trainable ? GrpoLoss.specs(train) : {}),
           ...(gen === undefined ? {} : G.genSpecs(cfg, gen))
         }, { maxShardBytes }),
       catch: (e) => usage(`Cannot lay out the model: ${(e as Error).message}`)
@@ -274,6 +292,12 @@ export const make = (
     const stepProgram = trainable
       ? yield* StepProgram.make(arena, {
         microBatch: [...forward, ...G.lossOps(plan, train), ...G.backwardOps(plan, cfg, train)]
+      })
+      : undefined
+    // The same forward and backward around the GRPO loss kernel (pipelines are shared; only bind groups are new).
+    const grpoProgram = trainable
+      ? yield* StepProgram.make(arena, {
+        microBatch: [...forward, ...GrpoLoss.ops(plan, train), ...G.backwardOps(plan, cfg, train)]
       })
       : undefined
     const programs = gen === undefined ? undefined : {
@@ -318,6 +342,23 @@ export const make = (
         if (stepProgram === undefined) return yield* usage("This model was made with trainable: false; it cannot step.")
         if (microBatches.length === 0) return yield* usage("Qwen3.step needs at least one micro-batch.")
         const mbs: Array<StepProgram.MicroBatch> = []
+        if (loss.mode === "grpo") {
+          const settings = loss.grpo
+          if (settings === undefined) return yield* usage("The grpo loss needs its settings (LossSettings.grpo).")
+          for (const b of microBatches) {
+            const { ids, positions, targets, valid } = yield* inputs(b)
+            if (b.grpo === undefined) return yield* usage("The grpo loss needs grpo inputs for every micro-batch.")
+            const g = b.grpo
+            const writes = yield* Effect.try({
+              try: () => GrpoLoss.pack(train, settings, g, valid),
+              catch: (e) => usage((e as Error).message)
+            })
+            mbs.push([["t.ids", ids], ["t.positions", positions], ["t.targets", targets], ...writes])
+          }
+          const r = yield* grpoProgram!.step({ ...scalars }, mbs)
+          lastStep = scalars.step
+          return { ...r, kl: 0, clippedTokens: 0, grpo: GrpoLoss.readResults(r.results, settings) }
+        }
         for (const b of microBatches) {
           const { ids, positions, targets, valid } = yield* inputs(b)
           if (loss.mode === "clipped" && (b.old === undefined || b.advantages === undefined)) {
