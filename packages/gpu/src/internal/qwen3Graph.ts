@@ -5,6 +5,7 @@
  */
 import * as Arena from "../Arena.js"
 import type { Tensor } from "../Arena.js"
+import * as Matmul from "../Matmul.js"
 import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../ModelConfig.js"
 import type { Op } from "../Ops.js"
 import * as Ops from "../Ops.js"
@@ -21,6 +22,38 @@ export interface TrainShape {
   readonly chunk: number
   /** Logprobs are of softmax(logits / temperature) (TRL's GRPO uses the sampling temperature). */
   readonly temperature: number
+  /**
+   * Mixed precision: the forward's linear layers and LM head read f16 copies of their weights (`w16.<name>`,
+   * cast from the f32 masters at the start of every forward, so they follow each AdamW update) with this matmul
+   * tier; activations, gradients, master weights and AdamW stay f32. Absent: f32 weights everywhere.
+   */
+  readonly half?: HalfWeights
+}
+
+/** The matmul tier for f16 weight copies (`Matmul.chooseTier(adapter, "f16")`, minus its reason). */
+export interface HalfWeights {
+  readonly tier: Ops.MatmulTier
+  readonly subgroupMatrix?: Ops.SubgroupMatrixShape
+}
+
+/** The f16-copy tier for this adapter: shader-f16 where offered (subgroup matrices where those are), else packed pairs. */
+export const halfTier = (adapter: Matmul.TierInputs): HalfWeights => {
+  const { reason: _, ...choice } = Matmul.chooseTier(adapter, "f16")
+  return choice
+}
+
+/** Prefix of the f16 weight copies. */
+export const HALF = "w16"
+
+/** The weights the forward reads through f16 copies: every linear layer and the LM head (tied or not). */
+export const halfWeightNames = (c: Config): Array<string> => {
+  const out: Array<string> = []
+  for (let l = 0; l < c.num_hidden_layers; l++) {
+    const w = layerTensorNames(l)
+    out.push(w.q, w.k, w.v, w.o, w.gate, w.up, w.down)
+  }
+  out.push(headName(c))
+  return out
 }
 
 /** Shape of the generation state. */
@@ -136,6 +169,10 @@ export const trainSpecs = (c: Config, s: TrainShape, backward: boolean): Record<
     })
   }
   for (const [name, shape] of Object.entries(rest)) out[`t.${name}`] = { shape }
+  if (s.half !== undefined) {
+    const shapes = new Map(tensorSpecs(c).map((t) => [t.name, t.shape] as const))
+    for (const name of halfWeightNames(c)) out[`${HALF}.${name}`] = { shape: shapes.get(name)!, dtype: "f16" }
+  }
   return out
 }
 
@@ -202,22 +239,34 @@ const attnShape = (c: Config, s: { batch: number; seq: number }): Ops.AttentionS
   scale: 1 / Math.sqrt(c.head_dim)
 })
 
+/** The weight a forward matmul reads: the f16 copy (with its tier) in mixed precision, else the f32 master. */
+const forwardWeight = (plan: Arena.ArenaPlan, s: TrainShape, name: string) =>
+  s.half === undefined
+    ? { b: Arena.tensorOf(plan, `${Arena.PARAM}.${name}`) }
+    : { b: Arena.tensorOf(plan, `${HALF}.${name}`), ...s.half }
+
 /** Forward of the packed batch up to per-token logprobs (chunked LM head). */
 export const forwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Array<Op> => {
   const { p, t } = lookups(plan)
   const { D, ffn, h, H, KV, kv, q, V } = dims(c)
   const n = s.batch * s.seq
   const eps = c.rms_norm_eps
-  const ops: Array<Op> = [Ops.embedding({ table: p(EMBED_TOKENS), ids: t("t.ids"), out: t("t.l0.x") })]
+  const ops: Array<Op> = s.half === undefined
+    ? []
+    : halfWeightNames(c).map((name) => Ops.cast({ x: p(name), y: t(`${HALF}.${name}`) }))
+  ops.push(Ops.embedding({ table: p(EMBED_TOKENS), ids: t("t.ids"), out: t("t.l0.x") }))
+  /** y[rows, out] (+)= x · Wᵀ, W through its f16 copy in mixed precision. */
+  const linear = (x: Tensor, w: string, y: Tensor, rows: number, out: number, inp: number, beta = 0) =>
+    Ops.matmul({ a: x, ...forwardWeight(plan, s, w), c: y, m: rows, n: out, k: inp, transB: true, beta })
   for (let l = 0; l < c.num_hidden_layers; l++) {
     const w = layerTensorNames(l)
     const a = (name: string) => t(`t.l${l}.${name}`)
     const out = l + 1 < c.num_hidden_layers ? t(`t.l${l + 1}.x`) : t("t.xf")
     ops.push(
       Ops.rmsNorm({ x: a("x"), weight: p(w.inputLayernorm), y: a("n1"), rstd: a("r1"), eps }),
-      linear(a("n1"), p(w.q), a("qr"), n, q, h),
-      linear(a("n1"), p(w.k), a("kr"), n, kv, h),
-      linear(a("n1"), p(w.v), a("v"), n, kv, h),
+      linear(a("n1"), w.q, a("qr"), n, q, h),
+      linear(a("n1"), w.k, a("kr"), n, kv, h),
+      linear(a("n1"), w.v, a("v"), n, kv, h),
       Ops.rmsNorm({ x: a("qr"), weight: p(w.qNorm), y: a("q"), rstd: a("qrs"), eps }),
       Ops.rmsNorm({ x: a("kr"), weight: p(w.kNorm), y: a("k"), rstd: a("krs"), eps }),
       Ops.rope({ x: a("q"), positions: t("t.positions"), heads: H, headDim: D, theta: c.rope_theta }),
@@ -232,18 +281,18 @@ export const forwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Arr
         positions: t("t.positions")
       }),
       Ops.axpy({ x: a("x"), y: a("x1"), beta: 0 }),
-      linear(a("att"), p(w.o), a("x1"), n, h, q, 1),
+      linear(a("att"), w.o, a("x1"), n, h, q, 1),
       Ops.rmsNorm({ x: a("x1"), weight: p(w.postAttentionLayernorm), y: a("n2"), rstd: a("r2"), eps }),
-      linear(a("n2"), p(w.gate), a("gt"), n, ffn, h),
-      linear(a("n2"), p(w.up), a("up"), n, ffn, h),
+      linear(a("n2"), w.gate, a("gt"), n, ffn, h),
+      linear(a("n2"), w.up, a("up"), n, ffn, h),
       Ops.swiglu({ gate: a("gt"), up: a("up"), out: a("sw") }),
       Ops.axpy({ x: a("x1"), y: out, beta: 0 }),
-      linear(a("sw"), p(w.down), out, n, h, ffn, 1)
+      linear(a("sw"), w.down, out, n, h, ffn, 1)
     )
   }
   ops.push(Ops.rmsNorm({ x: t("t.xf"), weight: p(FINAL_NORM), y: t("t.n3"), rstd: t("t.r3"), eps }))
   for (const ch of chunks(n, s.chunk)) {
-    ops.push(logitsOp(plan, c, ch), Ops.tokenLogprobs({ ...lpArgs(plan, c, s, ch), logp: t("t.logp") }))
+    ops.push(logitsOp(plan, c, s, ch), Ops.tokenLogprobs({ ...lpArgs(plan, c, s, ch), logp: t("t.logp") }))
   }
   void V
   return ops
@@ -257,11 +306,11 @@ const chunks = (n: number, chunk: number) => {
 
 const headName = (c: Config) => (c.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD)
 
-const logitsOp = (plan: Arena.ArenaPlan, c: Config, ch: { row: number; rows: number }) => {
-  const { p, t } = lookups(plan)
+const logitsOp = (plan: Arena.ArenaPlan, c: Config, s: TrainShape, ch: { row: number; rows: number }) => {
+  const { t } = lookups(plan)
   return Ops.matmul({
     a: t("t.n3"),
-    b: p(headName(c)),
+    ...forwardWeight(plan, s, headName(c)),
     c: t("t.logits"),
     m: ch.rows,
     n: c.vocab_size,
@@ -316,7 +365,7 @@ export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Ar
   const head = headName(c)
   const ops: Array<Op> = []
   chunks(n, s.chunk).reverse().forEach((ch, i) => {
-    if (i > 0) ops.push(logitsOp(plan, c, ch))
+    if (i > 0) ops.push(logitsOp(plan, c, s, ch))
     ops.push(
       Ops.tokenLogprobsBackward({ ...lpArgs(plan, c, s, ch), dLogp: t("t.dlogp") }),
       Ops.matmul({
