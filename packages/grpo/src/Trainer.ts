@@ -217,6 +217,13 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
     const totalSteps = Config.totalSteps(config, options.dataset.rows.length)
     const lr = LrSchedule.fromConfig(config, totalSteps)
     const lossOptions = Loss.optionsFromConfig(config)
+    const samplerCorrection = config.importanceSamplingCorrection
+      ? {
+        mode: config.importanceSamplingMode,
+        clipMin: config.importanceSamplingClipMin,
+        clipMax: config.importanceSamplingClipMax
+      }
+      : undefined
     const U = config.promptsPerGeneration
     const G = config.numGenerations
     const title = options.title ?? path.basename(outputDir)
@@ -368,13 +375,13 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
         let trainedTokens = 0
         const lossValues: Array<Record<string, number>> = []
         for (const m of micro) {
-          const out = yield* trainMicroBatch(model, m, lossOptions, config.temperature)
+          const out = yield* trainMicroBatch(model, m, lossOptions, config.temperature, samplerCorrection)
           loss += out.loss
           trainedTokens += out.tokens
           lossValues.push(out.metrics)
         }
         const learningRate = lr(step)
-        const { gradNorm } = yield* model.step({
+        const stepped = yield* model.step({
           learningRate,
           maxGradNorm: config.maxGradNorm,
           beta1: config.adamBeta1,
@@ -382,6 +389,10 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
           epsilon: config.adamEpsilon,
           weightDecay: config.weightDecay
         })
+        const gradNorm = stepped.gradNorm
+        // A model that computes the loss in its step program returns the deferred micro-batches' loss and metrics.
+        if (stepped.loss !== undefined) loss += stepped.loss
+        if (stepped.metrics !== undefined) lossValues.push(stepped.metrics)
         const globalStep = step + 1
         committed = { ...committed, globalStep, position, numTokens, pending }
         const seconds = Math.max(1e-9, (Date.now() - stepStarted) / 1000)

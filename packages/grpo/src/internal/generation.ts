@@ -13,7 +13,7 @@ import { epochOrder, mixSeed } from "../Dataset.js"
 import * as Loss from "../Loss.js"
 import type { CompletionSample } from "../Metrics.js"
 import * as Reward from "../Reward.js"
-import { batchOf, type TrainableModel } from "./model.js"
+import { batchOf, type LossInputs, type TrainableModel } from "./model.js"
 import { environmentOf, modelTokens, rewardEpisode } from "./rollouts.js"
 import { nanmean } from "./stats.js"
 
@@ -211,12 +211,17 @@ export const prepare = <State>(options: {
     return { microBatches, metrics, tokens, samples } satisfies GenerationResult
   })
 
-/** The loss of one micro-batch through the model: returns the loss value and the loss-side metrics. */
+/**
+ * The loss of one micro-batch through the model: returns the loss value and the loss-side metrics, or `deferred`
+ * when the model computes them in its step (then they come with `model.step`). `samplerCorrection` is the run's
+ * correction settings (when on), for a model that computes the correction itself.
+ */
 export const trainMicroBatch = (
   model: TrainableModel,
   micro: MicroBatch,
   options: Loss.LossOptions,
-  temperature: number
+  temperature: number,
+  samplerCorrection?: LossInputs["samplerCorrection"]
 ) =>
   Effect.gen(function*() {
     const batch = batchOf(micro.rows.map((r) => r.prompt), micro.rows.map((r) => r.completion))
@@ -240,6 +245,21 @@ export const trainMicroBatch = (
     const advantages = Float64Array.from(micro.rows.map((r) => r.advantage))
     let result: Loss.LossResult | undefined
     const trained = batch.prompts.reduce((s, p, i) => s + p.length + batch.completions[i].length, 0)
+    if (model.accumulateLoss !== undefined) {
+      const now = yield* model.accumulateLoss(batch, temperature, {
+        mask,
+        advantages,
+        oldLogprobs: old,
+        refLogprobs: ref,
+        samplerLogprobs: sampler,
+        importanceSampling: ratio === undefined
+          ? undefined
+          : { ratio, level: micro.ratioLevel ?? "token", metrics: {} },
+        samplerCorrection: ratio === undefined ? undefined : samplerCorrection,
+        numItemsInBatch: micro.numItemsInBatch
+      }, options)
+      return { loss: now?.loss ?? 0, metrics: now?.metrics ?? {}, tokens: trained, deferred: now === undefined }
+    }
     yield* model.accumulate(batch, temperature, (scores) => {
       result = Loss.compute({
         rows: B,
@@ -258,5 +278,5 @@ export const trainMicroBatch = (
       }, options)
       return result.gradient
     })
-    return { loss: result!.loss, metrics: result!.metrics, tokens: trained }
+    return { loss: result!.loss, metrics: result!.metrics, tokens: trained, deferred: false }
   })

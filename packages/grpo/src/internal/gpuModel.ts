@@ -1,9 +1,16 @@
 /**
- * The GPU model (`@envtrain/gpu` Qwen3 + Generation) as a {@link TrainableModel}. Each micro-batch is scored
- * (`logprobs`) to get the policy logprobs, the trainer turns them into per-token coefficients d loss / d logprob,
- * and the optimizer step runs every micro-batch of the step on the device in "weighted" mode (gradient
- * accumulation, global-norm clipping and AdamW on the device). The weights do not change between the scoring pass
- * and the step, so this is the exact gradient of the loss for every loss type, at the cost of one extra forward.
+ * The GPU model (`@envtrain/gpu` Qwen3 + Generation) as a {@link TrainableModel}.
+ *
+ * GRPO (`accumulateLoss`): each micro-batch's loss inputs (mask, advantages, old / reference / sampler logprobs,
+ * the generation batch's token count) are packed into the model's layout and the optimizer step runs every
+ * micro-batch in Qwen3's "grpo" mode: forward, the loss kernel (`GrpoLoss`: every supported loss type, clipping,
+ * KL, sampler correction, per-row reductions, d loss / d logprob) and backward, then clipping and AdamW, all in
+ * the recorded step program; only the loss and its metrics come back, with `step`. Settings the kernel does not
+ * compute (luspo, vespo, the top-entropy mask) fall back to the weighted path below with `Loss.compute`.
+ *
+ * Weighted (`accumulate`, SFT and the fallback): each micro-batch is scored (`logprobs`), the caller turns the
+ * logprobs into per-token coefficients, and the step runs in "weighted" mode. The weights do not change between
+ * the scoring pass and the step, so this is the exact gradient too, at the cost of one extra forward.
  *
  * Checkpoints hold the AdamW moments too (downloaded per shard by `Qwen3.optimizerState`), so a resumed GPU run
  * continues exactly. Device failures are defects.
@@ -12,12 +19,15 @@ import * as Arena from "@envtrain/gpu/Arena"
 import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import * as Generation from "@envtrain/gpu/Generation"
 import type { Gpu } from "@envtrain/gpu/Gpu"
+import * as GrpoLoss from "@envtrain/gpu/GrpoLoss"
 import * as Qwen3 from "@envtrain/gpu/Qwen3"
 import type { Completion } from "@envtrain/rollout/Policy"
 import { Effect, type Scope } from "effect"
+import * as Loss from "../Loss.js"
 import {
   checkMoments,
   FIRST_MOMENT,
+  type LossInputs,
   type ModelState,
   type OptimizerState,
   OptimizerStateMismatch,
@@ -66,6 +76,50 @@ const pack = (
   return { tokens, targets }
 }
 
+/** The kernel's settings for the trainer's loss options, or undefined when the kernel does not compute them. */
+const deviceSettings = (options: Loss.LossOptions, inputs: LossInputs): GrpoLoss.Settings | undefined => {
+  const lossType = options.lossType
+  if (GrpoLoss.unsupported(options) !== undefined || lossType === "luspo" || lossType === "vespo") return undefined
+  return {
+    lossType,
+    epsilon: options.epsilon,
+    epsilonHigh: options.epsilonHigh,
+    delta: options.delta,
+    beta: options.beta,
+    useBiasCorrectionKl: options.useBiasCorrectionKl,
+    importanceSamplingLevel: options.importanceSamplingLevel,
+    sapoTemperaturePos: options.sapoTemperaturePos,
+    sapoTemperatureNeg: options.sapoTemperatureNeg,
+    offPolicyMaskThreshold: options.offPolicyMaskThreshold,
+    gradientAccumulationSteps: options.gradientAccumulationSteps,
+    maxCompletionLength: options.maxCompletionLength,
+    mode: options.mode ?? "train",
+    numProcesses: options.numProcesses ?? 1,
+    ...(inputs.samplerCorrection === undefined ? {} : { samplerCorrection: inputs.samplerCorrection })
+  }
+}
+
+/** Rows × length values (completion token t of row i at i·T + t) placed where the model has their logprobs. */
+const place = (
+  shape: { readonly batch: number; readonly seq: number },
+  part: {
+    readonly prompts: ReadonlyArray<ReadonlyArray<number>>
+    readonly completions: ReadonlyArray<ReadonlyArray<number>>
+  },
+  from: number,
+  T: number,
+  values: ArrayLike<number> | undefined
+) => {
+  if (values === undefined) return undefined
+  const out = new Float32Array(shape.batch * shape.seq)
+  part.prompts.forEach((p, i) => {
+    for (let t = 0; t < part.completions[i].length; t++) {
+      out[i * shape.seq + p.length + t - 1] = values[(from + i) * T + t]
+    }
+  })
+  return out
+}
+
 const scorer =
   (model: Qwen3.Qwen3Model, shape: { readonly batch: number; readonly seq: number }) =>
   (batch: SequenceBatch): Effect.Effect<TokenScores> =>
@@ -103,6 +157,9 @@ export const gpuModel = (
       ? yield* Qwen3.make(checkpoint, { ...shape, temperature: options.temperature, trainable: false })
       : undefined
     let pending: Array<Qwen3.TrainBatch> = []
+    // Micro-batches for the "grpo" step mode and the settings they were packed for.
+    let pendingLoss: Array<Qwen3.TrainBatch> = []
+    let lossSettings: GrpoLoss.Settings | undefined
     let optimizerStep = 0
     // The parameters as the device model lays them out (the names its optimizer state uses).
     const shapes = new Map(
@@ -123,6 +180,7 @@ export const gpuModel = (
         ...rest,
         score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scorer(m, shape)(batch)),
         accumulate: () => Effect.dieMessage("the reference model is frozen"),
+        accumulateLoss: () => Effect.dieMessage("the reference model is frozen"),
         step: () => Effect.dieMessage("the reference model is frozen"),
         exportState: Effect.map(m.weights.pipe(Effect.orDie), (weights): ModelState => ({ weights, optimizerStep: 0 })),
         importState: (state) => m.setWeights(state.weights).pipe(Effect.orDie)
@@ -176,10 +234,55 @@ export const gpuModel = (
           }
           return scores
         }),
+      accumulateLoss: (batch, temperature, inputs, options) =>
+        Effect.gen(function*() {
+          yield* checkTemperature(temperature)
+          const settings = deviceSettings(options, inputs)
+          if (settings === undefined) {
+            // Not in the kernel: score, Loss.compute on the host, and the weighted step.
+            let result: Loss.LossResult | undefined
+            yield* self.accumulate(batch, temperature, (scores) => {
+              result = Loss.compute({
+                ...inputs,
+                rows: batch.prompts.length,
+                length: batch.length,
+                logprobs: scores.logprobs,
+                entropies: scores.entropies
+              }, options)
+              return result.gradient
+            })
+            return { loss: result!.loss, metrics: result!.metrics }
+          }
+          if (pending.length > 0) {
+            return yield* Effect.dieMessage(
+              "one optimizer step cannot mix weighted (accumulate) and GRPO micro-batches"
+            )
+          }
+          lossSettings = settings
+          const T = batch.length
+          for (let s = 0; s < batch.prompts.length; s += shape.batch) {
+            const part = rowsOf(batch, s, s + shape.batch)
+            const at = (values: ArrayLike<number> | undefined) => place(shape, part, s, T, values)
+            pendingLoss.push({
+              ...pack(shape, part),
+              coef: new Float32Array(0),
+              grpo: {
+                rows: part.prompts.length,
+                mask: at(inputs.mask)!,
+                advantages: Array.from(inputs.advantages).slice(s, s + part.prompts.length),
+                old: at(inputs.oldLogprobs),
+                ref: at(inputs.refLogprobs),
+                sampler: at(inputs.samplerLogprobs),
+                numItemsInBatch: inputs.numItemsInBatch
+              }
+            })
+          }
+          return undefined
+        }),
       step: (o) =>
         Effect.gen(function*() {
           optimizerStep += 1
-          const result = yield* model.step(pending, {
+          const scalars = {
             lr: o.learningRate,
             step: optimizerStep,
             beta1: o.beta1,
@@ -187,7 +290,15 @@ export const gpuModel = (
             eps: o.epsilon,
             weightDecay: o.weightDecay,
             maxGradNorm: o.maxGradNorm
-          }, { mode: "weighted" }).pipe(Effect.orDie)
+          }
+          if (pendingLoss.length > 0) {
+            const result = yield* model.step(pendingLoss, scalars, { mode: "grpo", grpo: lossSettings! }).pipe(
+              Effect.orDie
+            )
+            pendingLoss = []
+            return { gradNorm: result.gradNorm, loss: result.grpo!.loss, metrics: result.grpo!.metrics }
+          }
+          const result = yield* model.step(pending, scalars, { mode: "weighted" }).pipe(Effect.orDie)
           pending = []
           return { gradNorm: result.gradNorm }
         }),
@@ -198,6 +309,7 @@ export const gpuModel = (
           optimizerStep = state.optimizerStep
           yield* model.resetOptimizerState(optimizerStep).pipe(Effect.orDie)
           pending = []
+          pendingLoss = []
         }),
       exportOptimizerState: Effect.map(model.optimizerState.pipe(Effect.orDie), (state): OptimizerState => {
         const moments = new Map<string, { readonly shape: ReadonlyArray<number>; readonly data: Float32Array }>()

@@ -10,6 +10,7 @@ import type * as Safetensors from "@envtrain/gpu/Safetensors"
 import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import { Data, Effect } from "effect"
+import type { LossBatch, LossOptions } from "../Loss.js"
 
 /**
  * Sequences to score or train on: row i is `prompts[i] ++ completions[i]`; per-token outputs cover the completion
@@ -36,6 +37,20 @@ export interface OptimizerStep {
   readonly beta2: number
   readonly epsilon: number
   readonly weightDecay: number
+}
+
+/**
+ * What the loss needs besides the policy's logprobs (`rows × length` like {@link SequenceBatch}'s outputs), for a
+ * model that computes the loss itself inside its training step. `samplerCorrection` gives the mode and bounds of
+ * the sampler correction so that the model can compute it from `oldLogprobs` and `samplerLogprobs`;
+ * `importanceSampling` is the same correction computed on the host.
+ */
+export type LossInputs = Omit<LossBatch, "rows" | "length" | "logprobs" | "entropies"> & {
+  readonly samplerCorrection?: {
+    readonly mode: "token_truncate" | "token_mask" | "sequence_truncate" | "sequence_mask"
+    readonly clipMin: number | null
+    readonly clipMax: number | null
+  } | undefined
 }
 
 /** Weights and the optimizer step count, for checkpoints. Tensors are f32 and named as in the HF checkpoint. */
@@ -124,8 +139,26 @@ export interface TrainableModel {
     temperature: number,
     weightsFor: (scores: TokenScores) => ArrayLike<number>
   ) => Effect.Effect<TokenScores>
-  /** Applies the accumulated gradient; returns the pre-clip global gradient norm. */
-  readonly step: (options: OptimizerStep) => Effect.Effect<{ readonly gradNorm: number }>
+  /**
+   * Optional: forward, the GRPO loss (`Loss.compute`'s) and backward inside the model's own step, added to the
+   * gradient buffers. Returns the loss and metrics when computed now, or undefined when they come with `step`
+   * (the GPU model computes them in its step program, with no host round trip between forward and backward).
+   */
+  readonly accumulateLoss?: (
+    batch: SequenceBatch,
+    temperature: number,
+    inputs: LossInputs,
+    options: LossOptions
+  ) => Effect.Effect<{ readonly loss: number; readonly metrics: Record<string, number> } | undefined>
+  /**
+   * Applies the accumulated gradient; returns the pre-clip global gradient norm, and the summed loss and the
+   * loss-side metrics (averaged over micro-batches) of micro-batches whose `accumulateLoss` deferred them.
+   */
+  readonly step: (options: OptimizerStep) => Effect.Effect<{
+    readonly gradNorm: number
+    readonly loss?: number
+    readonly metrics?: Record<string, number>
+  }>
   readonly exportState: Effect.Effect<ModelState>
   /** Sets the weights and the step count; the optimizer moments restart at zero (see `importOptimizerState`). */
   readonly importState: (state: ModelState) => Effect.Effect<void>
