@@ -3,7 +3,8 @@
  * temperature 1 as GRPO does, prefill included) and training tokens/s (forward + tokenLogprobs + backward of a
  * sequence whose last part carries per-token loss weights, as the trainer's `accumulate`), for the frozen
  * pre-speed-up implementation (bench/model/internal/baseline*.ts) and the current one, side by side in one process.
- * Old and new runs alternate, and each number is the median over the repeats, so machine load affects both alike.
+ * Old and new runs alternate; tokens/s are medians over the repeats and the speed-up is the median of the paired
+ * (back-to-back) ratios, so load from other processes affects both alike.
  * It also checks that both give the same tokens and the same gradients.
  * Results go to bench/results/model-cpu-reference.{json,md}.
  *
@@ -37,6 +38,10 @@ const median = (xs: ReadonlyArray<number>) => {
   const s = [...xs].sort((a, b) => a - b)
   return s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
 }
+
+/** Median of the per-repeat ratios new/old: each pair ran back to back, so a load spike hits both. */
+const pairedSpeedup = (olds: ReadonlyArray<number>, news: ReadonlyArray<number>) =>
+  median(olds.map((o, i) => news[i] / o))
 
 const time = <A>(f: () => A): { readonly value: A; readonly seconds: number } => {
   const t0 = performance.now()
@@ -111,12 +116,12 @@ const runPreset = (name: PresetName) => {
     generation: {
       oldTokensPerSecond: median(samples.oldGen),
       newTokensPerSecond: median(samples.newGen),
-      speedup: median(samples.newGen) / median(samples.oldGen)
+      speedup: pairedSpeedup(samples.oldGen, samples.newGen)
     },
     training: {
       oldTokensPerSecond: median(samples.oldTrain),
       newTokensPerSecond: median(samples.newTrain),
-      speedup: median(samples.newTrain) / median(samples.oldTrain)
+      speedup: pairedSpeedup(samples.oldTrain, samples.newTrain)
     },
     sameResults: { tokens: sameTokens, maxLogprobDiff: logprobDiff, maxGradDiff: gradDiff, lossDiff },
     samples
@@ -147,7 +152,8 @@ if (flag("no-save") === undefined) {
   const md = [
     "# CPU reference model (Qwen3Reference): old vs new",
     "",
-    `${out.date}, Node ${out.node}, ${out.cpu}; medians of ${repeats} alternating repeats in one process ` +
+    `${out.date}, Node ${out.node}, ${out.cpu}; medians of ${repeats} alternating repeats in one process, × = ` +
+    "median of the paired new/old ratios " +
     "(`npx tsx bench/model/cpu-reference.ts`). Generation: `generate` at temperature 1 with the KV cache, prefill " +
     "included. Training: forward + tokenLogprobs + backward of one sequence with loss weights on its completion.",
     "",

@@ -54,8 +54,8 @@ import {
   rope,
   ropeBackward,
   ropeTables,
-  silu,
-  siluGrad
+  swiglu,
+  swigluBackward
 } from "./internal/qwen3refOps.js"
 import {
   philox4x32,
@@ -128,6 +128,31 @@ const size = (shape: ReadonlyArray<number>) => shape.reduce((a, b) => a * b, 1)
 /** Whether a tensor is a norm weight (initialised to ones, excluded from weight decay). */
 export const isNormWeight = (name: string) => name.endsWith("norm.weight")
 
+/** The tensor specs of a config, built once per distinct shape (checkWeights runs on every decode step). */
+const specsCache = new Map<string, ReadonlyArray<TensorSpec>>()
+const cachedSpecs = (config: Config): ReadonlyArray<TensorSpec> => {
+  const key = [
+    config.vocab_size,
+    config.hidden_size,
+    config.intermediate_size,
+    config.num_hidden_layers,
+    config.num_attention_heads,
+    config.num_key_value_heads,
+    config.head_dim,
+    config.tie_word_embeddings
+  ].join(",")
+  let specs = specsCache.get(key)
+  if (specs === undefined) {
+    specs = tensorSpecs(config)
+    specsCache.set(key, specs)
+  }
+  return specs
+}
+
+/** Layer tensor names by layer index, built once (weights are looked up by name in every op). */
+const layerNamesCache: Array<ReturnType<typeof layerTensorNames>> = []
+const namesOf = (l: number) => (layerNamesCache[l] ??= layerTensorNames(l))
+
 /** Throws, naming the tensor, when a weight is missing or has the wrong number of elements. */
 export const checkWeights = (config: Config, weights: Weights): void => {
   if (config.num_attention_heads % config.num_key_value_heads !== 0 || config.head_dim % 2 !== 0) {
@@ -136,7 +161,7 @@ export const checkWeights = (config: Config, weights: Weights): void => {
         `${config.head_dim}: heads must be a multiple of kv heads and head_dim even.`
     )
   }
-  for (const spec of tensorSpecs(config)) {
+  for (const spec of cachedSpecs(config)) {
     const w = weights[spec.name]
     if (w === undefined) throw new Error(`Missing weight ${spec.name} [${spec.shape.join(", ")}].`)
     if (w.length !== size(spec.shape)) {
@@ -271,10 +296,10 @@ const attentionInputs = (
   l: number,
   x: FloatArray,
   rows: number,
-  positions: ArrayLike<number>,
+  tables: { readonly cos: Float32Array; readonly sin: Float32Array },
   nm: Numerics
 ) => {
-  const names = layerTensorNames(l)
+  const names = namesOf(l)
   const { head_dim: D, hidden_size: h, num_attention_heads: H, num_key_value_heads: KV } = config
   const { rstd: attnNormRstd, y: attnNormed } = rmsNorm(
     x,
@@ -289,7 +314,7 @@ const attentionInputs = (
   const v = linear(attnNormed, rows, h, weights[names.v], KV * D, nm)
   const qn = rmsNorm(qProj, rows * H, D, weights[names.qNorm], config.rms_norm_eps, nm)
   const kn = rmsNorm(kProj, rows * KV, D, weights[names.kNorm], config.rms_norm_eps, nm)
-  const { cos, sin } = ropeTables(positions, D, config.rope_theta)
+  const { cos, sin } = tables
   const q = rope(qn.y, rows, H, D, cos, sin, nm)
   const k = rope(kn.y, rows, KV, D, cos, sin, nm)
   return { attnNormRstd, attnNormed, qProj, kProj, v, qRstd: qn.rstd, kRstd: kn.rstd, q, k }
@@ -305,7 +330,7 @@ const attentionOutputAndMlp = (
   rows: number,
   nm: Numerics
 ) => {
-  const names = layerTensorNames(l)
+  const names = namesOf(l)
   const { head_dim: D, hidden_size: h, intermediate_size: I, num_attention_heads: H } = config
   const afterAttn = add(x, linear(attnOut, rows, H * D, weights[names.o], h, nm), nm)
   const { rstd: mlpNormRstd, y: mlpNormed } = rmsNorm(
@@ -318,8 +343,7 @@ const attentionOutputAndMlp = (
   )
   const gate = linear(mlpNormed, rows, h, weights[names.gate], I, nm)
   const up = linear(mlpNormed, rows, h, weights[names.up], I, nm)
-  const act = nm.alloc(rows * I)
-  for (let i = 0; i < act.length; i++) act[i] = nm.round(silu(gate[i])) * up[i]
+  const act = swiglu(gate, up, nm)
   const output = add(afterAttn, linear(act, rows, I, weights[names.down], h, nm), nm)
   return { afterAttn, mlpNormRstd, mlpNormed, gate, up, act, output }
 }
@@ -335,6 +359,50 @@ const finalLogits = (config: Config, weights: Weights, x: FloatArray, rows: numb
   )
   const logits = linear(finalNormed, rows, config.hidden_size, headWeight(config, weights), config.vocab_size, nm)
   return { finalRstd, finalNormed, logits }
+}
+
+/** Causal attention of every row of a packed batch (no cache), keeping the probabilities for the backward. */
+const attendCausal = (
+  q: FloatArray,
+  k: FloatArray,
+  v: FloatArray,
+  segmentStart: Int32Array,
+  B: number,
+  T: number,
+  H: number,
+  KV: number,
+  D: number,
+  attnOut: FloatArray,
+  probs: FloatArray,
+  nm: Numerics
+) => {
+  const group = H / KV
+  const scale = 1 / Math.sqrt(D)
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / group)
+      for (let t = 0; t < T; t++) {
+        const n = b * T + t
+        attendRow(
+          q,
+          (n * H + h) * D,
+          k,
+          v,
+          b * T * KV * D + g * D,
+          KV * D,
+          segmentStart[n],
+          t,
+          D,
+          scale,
+          attnOut,
+          (n * H + h) * D,
+          probs,
+          ((b * H + h) * T + t) * T,
+          nm
+        )
+      }
+    }
+  }
 }
 
 /**
@@ -369,39 +437,14 @@ export const forward = (
     }
   }
   const { head_dim: D, num_attention_heads: H, num_key_value_heads: KV } = config
-  const group = H / KV
-  const scale = 1 / Math.sqrt(D)
   let x = embed(config, weights, tokens, nm)
+  const tables = ropeTables(positions, D, config.rope_theta)
   const layers: Array<LayerActivations> = []
   for (let l = 0; l < config.num_hidden_layers; l++) {
-    const ai = attentionInputs(config, weights, l, x, N, positions, nm)
+    const ai = attentionInputs(config, weights, l, x, N, tables, nm)
     const probs = nm.alloc(B * H * T * T)
     const attnOut = nm.alloc(N * H * D)
-    for (let b = 0; b < B; b++) {
-      for (let h = 0; h < H; h++) {
-        const g = Math.floor(h / group)
-        for (let t = 0; t < T; t++) {
-          const n = b * T + t
-          attendRow(
-            ai.q,
-            (n * H + h) * D,
-            ai.k,
-            ai.v,
-            b * T * KV * D + g * D,
-            KV * D,
-            segmentStart[n],
-            t,
-            D,
-            scale,
-            attnOut,
-            (n * H + h) * D,
-            probs,
-            ((b * H + h) * T + t) * T,
-            nm
-          )
-        }
-      }
-    }
+    attendCausal(ai.q, ai.k, ai.v, segmentStart, B, T, H, KV, D, attnOut, probs, nm)
     const mlp = attentionOutputAndMlp(config, weights, l, x, attnOut, N, nm)
     layers.push({ input: x, ...ai, probs, attnOut, ...mlp })
     x = mlp.output
@@ -489,6 +532,41 @@ const softmaxRow = (
   return lse
 }
 
+/** dL/dlogits of L = Σ w·logprob + Σ e·entropy, with the logprobs and L itself. */
+const logitGradients = (
+  fwd: Forward,
+  V: number,
+  targets: ArrayLike<number>,
+  lossWeights: ArrayLike<number>,
+  temperature: number,
+  entropyWeights: ArrayLike<number> | undefined,
+  nm: Numerics
+) => {
+  const N = targets.length
+  // d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)).
+  const { entropy, logprobs } = tokenLogprobs(fwd.logits, V, targets, temperature, fwd.precision)
+  let loss = 0
+  const dLogits = nm.alloc(N * V)
+  const z = new Float64Array(V)
+  const p = new Float64Array(V)
+  for (let n = 0; n < N; n++) {
+    const w = targets[n] < 0 ? 0 : lossWeights[n]
+    const e = entropyWeights === undefined ? 0 : entropyWeights[n]
+    if (w === 0 && e === 0) continue
+    loss += w * logprobs[n] + e * entropy[n]
+    const lse = softmaxRow(fwd.logits, n * V, V, temperature, nm.round, z, p)
+    const target = targets[n]
+    const hn = entropy[n]
+    const o = n * V
+    for (let v = 0; v < V; v++) {
+      // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).
+      const dz = w * ((v === target ? 1 : 0) - p[v]) - e * p[v] * (z[v] - lse + hn)
+      dLogits[o + v] = dz / temperature
+    }
+  }
+  return { dLogits, logprobs, loss }
+}
+
 export interface Gradients {
   /** L = Σ_n w_n · logprob_n + Σ_n e_n · entropy_n. */
   readonly loss: number
@@ -533,45 +611,21 @@ export const backward = (
     throw new Error(`targets (${targets.length}) and lossWeights (${lossWeights.length}) must have ${N} entries.`)
   }
   const g: Record<string, Float64Array> = {}
-  for (const spec of tensorSpecs(config)) g[spec.name] = new Float64Array(size(spec.shape))
+  for (const spec of cachedSpecs(config)) g[spec.name] = new Float64Array(size(spec.shape))
 
-  // d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)).
-  const { entropy, logprobs } = tokenLogprobs(fwd.logits, V, targets, temperature, fwd.precision)
-  let loss = 0
-  const dLogits = nm.alloc(N * V)
-  const z = new Float64Array(V)
-  const p = new Float64Array(V)
-  for (let n = 0; n < N; n++) {
-    const w = targets[n] < 0 ? 0 : lossWeights[n]
-    const e = entropyWeights === undefined ? 0 : entropyWeights[n]
-    if (w === 0 && e === 0) continue
-    loss += w * logprobs[n] + e * entropy[n]
-    const lse = softmaxRow(fwd.logits, n * V, V, temperature, nm.round, z, p)
-    const target = targets[n]
-    const hn = entropy[n]
-    const o = n * V
-    for (let v = 0; v < V; v++) {
-      // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).
-      const dz = w * ((v === target ? 1 : 0) - p[v]) - e * p[v] * (z[v] - lse + hn)
-      dLogits[o + v] = dz / temperature
-    }
-  }
+  const { dLogits, logprobs, loss } = logitGradients(fwd, V, targets, lossWeights, temperature, entropyWeights, nm)
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
   const dFinalNormed = linearBackward(dLogits, fwd.finalNormed, N, h, headWeight(config, weights), V, g[headName], nm)
   let dx = rmsNormBackward(dFinalNormed, fwd.output, fwd.finalRstd, N, h, weights[FINAL_NORM], g[FINAL_NORM], nm)
 
   const scale = 1 / Math.sqrt(D)
+  const { cos, sin } = ropeTables(fwd.positions, D, config.rope_theta)
   for (let l = config.num_hidden_layers - 1; l >= 0; l--) {
     const a = fwd.layers[l]
-    const names = layerTensorNames(l)
+    const names = namesOf(l)
     // MLP block: out = afterAttn + down(silu(gate)·up).
     const dAct = linearBackward(dx, a.act, N, I, weights[names.down], h, g[names.down], nm)
-    const dGate = nm.alloc(N * I)
-    const dUp = nm.alloc(N * I)
-    for (let i = 0; i < N * I; i++) {
-      dGate[i] = dAct[i] * a.up[i] * siluGrad(a.gate[i])
-      dUp[i] = dAct[i] * silu(a.gate[i])
-    }
+    const { dGate, dUp } = swigluBackward(dAct, a.gate, a.up, nm)
     const dMlpNormed = add(
       linearBackward(dGate, a.mlpNormed, N, h, weights[names.gate], I, g[names.gate], nm),
       linearBackward(dUp, a.mlpNormed, N, h, weights[names.up], I, g[names.up], nm),
@@ -597,7 +651,6 @@ export const backward = (
     const dk = new Float64Array(N * KV * D)
     const dv = new Float64Array(N * KV * D)
     attentionBackward(dAttnOut, a.q, a.k, a.v, a.probs, fwd.segmentStart, B, T, H, KV, D, scale, dq, dk, dv)
-    const { cos, sin } = ropeTables(fwd.positions, D, config.rope_theta)
     const dqNormed = ropeBackward(dq, N, H, D, cos, sin, nm)
     const dkNormed = ropeBackward(dk, N, KV, D, cos, sin, nm)
     const dqProj = rmsNormBackward(dqNormed, a.qProj, a.qRstd, N * H, D, weights[names.qNorm], g[names.qNorm], nm)
@@ -662,6 +715,59 @@ export const makeKvCache = (config: Config, capacity: number, precision: Precisi
   }
 }
 
+/** Stores n new keys and values at positions start… of layer l, then attends each new row to the cache. */
+const attendCache = (
+  config: Config,
+  cache: KvCache,
+  l: number,
+  start: number,
+  n: number,
+  q: FloatArray,
+  k: FloatArray,
+  v: FloatArray,
+  attnOut: FloatArray,
+  nm: Numerics
+) => {
+  const { head_dim: D, num_attention_heads: H, num_key_value_heads: KV } = config
+  const cap = cache.capacity
+  const group = H / KV
+  const scale = 1 / Math.sqrt(D)
+  const K = cache.keys[l]
+  const Vc = cache.values[l]
+  for (let i = 0; i < n; i++) {
+    for (let g = 0; g < KV; g++) {
+      const to = (g * cap + start + i) * D
+      const from = (i * KV + g) * D
+      for (let d = 0; d < D; d++) {
+        K[to + d] = k[from + d]
+        Vc[to + d] = v[from + d]
+      }
+    }
+  }
+  for (let i = 0; i < n; i++) {
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / group)
+      attendRow(
+        q,
+        (i * H + h) * D,
+        K,
+        Vc,
+        g * cap * D,
+        D,
+        0,
+        start + i,
+        D,
+        scale,
+        attnOut,
+        (i * H + h) * D,
+        undefined,
+        0,
+        nm
+      )
+    }
+  }
+}
+
 /**
  * Runs `tokens` (a prefill chunk or one decode token) at positions cache.length…, attending to the cache and
  * causally within the chunk; appends their keys and values and returns their logits [tokens.length, vocab].
@@ -683,47 +789,14 @@ export const extend = (config: Config, weights: Weights, cache: KvCache, tokens:
       `KV cache holds ${cache.capacity} tokens; ${start} cached + ${n} new do not fit. Make a larger cache.`
     )
   }
-  const { head_dim: D, num_attention_heads: H, num_key_value_heads: KV } = config
-  const cap = cache.capacity
-  const group = H / KV
-  const scale = 1 / Math.sqrt(D)
+  const { head_dim: D, num_attention_heads: H } = config
   const positions = Array.from({ length: n }, (_, i) => start + i)
   let x = embed(config, weights, tokens, nm)
+  const tables = ropeTables(positions, D, config.rope_theta)
   for (let l = 0; l < config.num_hidden_layers; l++) {
-    const ai = attentionInputs(config, weights, l, x, n, positions, nm)
-    const K = cache.keys[l]
-    const Vc = cache.values[l]
-    for (let i = 0; i < n; i++) {
-      for (let g = 0; g < KV; g++) {
-        for (let d = 0; d < D; d++) {
-          K[(g * cap + start + i) * D + d] = ai.k[(i * KV + g) * D + d]
-          Vc[(g * cap + start + i) * D + d] = ai.v[(i * KV + g) * D + d]
-        }
-      }
-    }
+    const ai = attentionInputs(config, weights, l, x, n, tables, nm)
     const attnOut = nm.alloc(n * H * D)
-    for (let i = 0; i < n; i++) {
-      for (let h = 0; h < H; h++) {
-        const g = Math.floor(h / group)
-        attendRow(
-          ai.q,
-          (i * H + h) * D,
-          K,
-          Vc,
-          g * cap * D,
-          D,
-          0,
-          start + i,
-          D,
-          scale,
-          attnOut,
-          (i * H + h) * D,
-          undefined,
-          0,
-          nm
-        )
-      }
-    }
+    attendCache(config, cache, l, start, n, ai.q, ai.k, ai.v, attnOut, nm)
     x = attentionOutputAndMlp(config, weights, l, x, attnOut, n, nm).output
   }
   cache.length = start + n

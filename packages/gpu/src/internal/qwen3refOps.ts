@@ -21,10 +21,11 @@ export interface Numerics {
 
 const identity = (x: number) => x
 
-export const numerics = (precision: Precision): Numerics =>
-  precision === "f32"
-    ? { precision, alloc: (n) => new Float32Array(n), round: Math.fround }
-    : { precision, alloc: (n) => new Float64Array(n), round: identity }
+// One object per precision, so every op sees the same shape and the same call targets (no deoptimisation loops).
+const F32: Numerics = { precision: "f32", alloc: (n) => new Float32Array(n), round: Math.fround }
+const F64: Numerics = { precision: "f64", alloc: (n) => new Float64Array(n), round: identity }
+
+export const numerics = (precision: Precision): Numerics => precision === "f32" ? F32 : F64
 
 /**
  * out[m·N + n] = Σ_k a[m·K + k]·b[n·K + k] (or += when `accumulate`): every product of A's rows with B's rows,
@@ -106,42 +107,69 @@ export const matmulNT = (
       }
     }
   }
-  if (m < M) {
-    const a0 = m * K
-    const o0 = m * N
-    let n = 0
-    for (; n + 3 < N; n += 4) {
-      const b0 = n * K
-      const b1 = b0 + K
-      const b2 = b1 + K
-      const b3 = b2 + K
-      let s0 = 0, s1 = 0, s2 = 0, s3 = 0
-      for (let k = 0; k < K; k++) {
-        const x0 = a[a0 + k]
-        s0 += x0 * b[b0 + k]
-        s1 += x0 * b[b1 + k]
-        s2 += x0 * b[b2 + k]
-        s3 += x0 * b[b3 + k]
-      }
-      if (accumulate) {
-        out[o0 + n] += s0
-        out[o0 + n + 1] += s1
-        out[o0 + n + 2] += s2
-        out[o0 + n + 3] += s3
-      } else {
-        out[o0 + n] = s0
-        out[o0 + n + 1] = s1
-        out[o0 + n + 2] = s2
-        out[o0 + n + 3] = s3
-      }
+  if (m < M) matmulRow(a, m * K, b, N, K, out, m * N, accumulate)
+}
+
+/** One row of {@link matmulNT}: eight sums at a time, sharing each load of the row. */
+const matmulRow = (
+  a: FloatArray,
+  a0: number,
+  b: FloatArray,
+  N: number,
+  K: number,
+  out: FloatArray,
+  o0: number,
+  accumulate: boolean
+): void => {
+  let n = 0
+  for (; n + 7 < N; n += 8) {
+    const b0 = n * K
+    const b1 = b0 + K
+    const b2 = b1 + K
+    const b3 = b2 + K
+    const b4 = b3 + K
+    const b5 = b4 + K
+    const b6 = b5 + K
+    const b7 = b6 + K
+    let s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0
+    for (let k = 0; k < K; k++) {
+      const x = a[a0 + k]
+      s0 += x * b[b0 + k]
+      s1 += x * b[b1 + k]
+      s2 += x * b[b2 + k]
+      s3 += x * b[b3 + k]
+      s4 += x * b[b4 + k]
+      s5 += x * b[b5 + k]
+      s6 += x * b[b6 + k]
+      s7 += x * b[b7 + k]
     }
-    for (; n < N; n++) {
-      const b0 = n * K
-      let s0 = 0
-      for (let k = 0; k < K; k++) s0 += a[a0 + k] * b[b0 + k]
-      if (accumulate) out[o0 + n] += s0
-      else out[o0 + n] = s0
+    const o = o0 + n
+    if (accumulate) {
+      out[o] += s0
+      out[o + 1] += s1
+      out[o + 2] += s2
+      out[o + 3] += s3
+      out[o + 4] += s4
+      out[o + 5] += s5
+      out[o + 6] += s6
+      out[o + 7] += s7
+    } else {
+      out[o] = s0
+      out[o + 1] = s1
+      out[o + 2] = s2
+      out[o + 3] = s3
+      out[o + 4] = s4
+      out[o + 5] = s5
+      out[o + 6] = s6
+      out[o + 7] = s7
     }
+  }
+  for (; n < N; n++) {
+    const b0 = n * K
+    let s0 = 0
+    for (let k = 0; k < K; k++) s0 += a[a0 + k] * b[b0 + k]
+    if (accumulate) out[o0 + n] += s0
+    else out[o0 + n] = s0
   }
 }
 
@@ -404,13 +432,36 @@ export const attendRow = (
   if (scoreScratch.length < count) scoreScratch = new Float64Array(Math.max(count, 2 * scoreScratch.length))
   const scores = scoreScratch
   const round = nm.round
-  let max = -Infinity
-  for (let j = j0; j <= j1; j++) {
+  // Four keys at a time: four independent sums (each still in d order) instead of one dependent chain.
+  let j = j0
+  for (; j + 3 <= j1; j += 4) {
+    const k0 = kBase + j * stride
+    const k1 = k0 + stride
+    const k2 = k1 + stride
+    const k3 = k2 + stride
+    let s0 = 0, s1 = 0, s2 = 0, s3 = 0
+    for (let d = 0; d < headDim; d++) {
+      const x = q[qOff + d]
+      s0 += x * k[k0 + d]
+      s1 += x * k[k1 + d]
+      s2 += x * k[k2 + d]
+      s3 += x * k[k3 + d]
+    }
+    scores[j - j0] = s0
+    scores[j - j0 + 1] = s1
+    scores[j - j0 + 2] = s2
+    scores[j - j0 + 3] = s3
+  }
+  for (; j <= j1; j++) {
     const ko = kBase + j * stride
     let dot = 0
     for (let d = 0; d < headDim; d++) dot += q[qOff + d] * k[ko + d]
-    const s = round(round(dot) * scale)
-    scores[j - j0] = s
+    scores[j - j0] = dot
+  }
+  let max = -Infinity
+  for (let c = 0; c < count; c++) {
+    const s = round(round(scores[c]) * scale)
+    scores[c] = s
     if (s > max) max = s
   }
   let sum = 0
@@ -424,9 +475,24 @@ export const attendRow = (
   // out[d] = Σ_j p_j·v[j, d] in j order, accumulated row by row over contiguous v rows.
   const acc = headDim <= outScratch.length ? outScratch : new Float64Array(headDim)
   acc.fill(0, 0, headDim)
-  for (let j = j0; j <= j1; j++) {
-    const p = scores[j - j0]
-    const vo = kBase + j * stride
+  // Four rows of v per pass; each acc[d] still adds its terms one by one in j order.
+  let jj = j0
+  for (; jj + 3 <= j1; jj += 4) {
+    const p0 = scores[jj - j0]
+    const p1 = scores[jj - j0 + 1]
+    const p2 = scores[jj - j0 + 2]
+    const p3 = scores[jj - j0 + 3]
+    const v0 = kBase + jj * stride
+    const v1 = v0 + stride
+    const v2 = v1 + stride
+    const v3 = v2 + stride
+    for (let d = 0; d < headDim; d++) {
+      acc[d] = acc[d] + p0 * v[v0 + d] + p1 * v[v1 + d] + p2 * v[v2 + d] + p3 * v[v3 + d]
+    }
+  }
+  for (; jj <= j1; jj++) {
+    const p = scores[jj - j0]
+    const vo = kBase + jj * stride
     for (let d = 0; d < headDim; d++) acc[d] += p * v[vo + d]
   }
   for (let d = 0; d < headDim; d++) out[outOff + d] = acc[d]
@@ -494,6 +560,30 @@ export const silu = (g: number) => g / (1 + Math.exp(-g))
 export const siluGrad = (g: number) => {
   const s = 1 / (1 + Math.exp(-g))
   return s * (1 + g * (1 - s))
+}
+
+/** SwiGLU's product silu(gate)·up, the silu rounded to the stored type first (as torch's f32 op order). */
+export const swiglu = (gate: FloatArray, up: FloatArray, nm: Numerics): FloatArray => {
+  const act = nm.alloc(gate.length)
+  const round = nm.round
+  for (let i = 0; i < act.length; i++) act[i] = round(silu(gate[i])) * up[i]
+  return act
+}
+
+/** Backward of {@link swiglu}: dGate = dAct·up·silu'(gate), dUp = dAct·silu(gate). */
+export const swigluBackward = (
+  dAct: FloatArray,
+  gate: FloatArray,
+  up: FloatArray,
+  nm: Numerics
+): { readonly dGate: FloatArray; readonly dUp: FloatArray } => {
+  const dGate = nm.alloc(gate.length)
+  const dUp = nm.alloc(gate.length)
+  for (let i = 0; i < gate.length; i++) {
+    dGate[i] = dAct[i] * up[i] * siluGrad(gate[i])
+    dUp[i] = dAct[i] * silu(gate[i])
+  }
+  return { dGate, dUp }
 }
 
 /** a + b elementwise into a new array. */

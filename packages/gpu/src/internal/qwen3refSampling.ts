@@ -163,20 +163,27 @@ export const sampleToken = (
   for (let v = 0; v < V; v++) if (keep[v] && z[v] > max) max = z[v]
   const minP = params.minP ?? 0
   if (minP > 0) { for (let v = 0; v < V; v++) if (keep[v] && Math.exp(z[v] - max) < minP) keep[v] = 0 }
+  // e_v computed once and reused by the inverse CDF (the same values the formula names twice).
+  const e = new Float64Array(V)
   let total = 0
-  for (let v = 0; v < V; v++) if (keep[v]) total += Math.exp(z[v] - max)
+  let kept = 0
+  for (let v = 0; v < V; v++) {
+    if (!keep[v]) continue
+    e[v] = Math.exp(z[v] - max)
+    total += e[v]
+    kept++
+  }
   const target = u * total
   let acc = 0
   let token = -1
   for (let v = 0; v < V; v++) {
     if (!keep[v]) continue
-    acc += Math.exp(z[v] - max)
+    acc += e[v]
     token = v
     if (acc > target) break
   }
-  return {
-    token,
-    logprob: logSoftmaxAt(logits, T, token),
-    sampledLogprob: z[token] - max - Math.log(total)
-  }
+  const sampledLogprob = z[token] - max - Math.log(total)
+  // With no penalty and no filter, z = logits / T over the whole vocabulary: the full log-softmax is the sampled one.
+  if (penalty === 1 && kept === V) return { token, logprob: sampledLogprob, sampledLogprob }
+  return { token, logprob: logSoftmaxAt(logits, T, token), sampledLogprob }
 }
