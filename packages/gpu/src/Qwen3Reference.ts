@@ -722,6 +722,7 @@ const attendCache = (
   l: number,
   start: number,
   n: number,
+  row0: number,
   q: FloatArray,
   k: FloatArray,
   v: FloatArray,
@@ -737,7 +738,7 @@ const attendCache = (
   for (let i = 0; i < n; i++) {
     for (let g = 0; g < KV; g++) {
       const to = (g * cap + start + i) * D
-      const from = (i * KV + g) * D
+      const from = ((row0 + i) * KV + g) * D
       for (let d = 0; d < D; d++) {
         K[to + d] = k[from + d]
         Vc[to + d] = v[from + d]
@@ -747,25 +748,71 @@ const attendCache = (
   for (let i = 0; i < n; i++) {
     for (let h = 0; h < H; h++) {
       const g = Math.floor(h / group)
-      attendRow(
-        q,
-        (i * H + h) * D,
-        K,
-        Vc,
-        g * cap * D,
-        D,
-        0,
-        start + i,
-        D,
-        scale,
-        attnOut,
-        (i * H + h) * D,
-        undefined,
-        0,
-        nm
-      )
+      const o = ((row0 + i) * H + h) * D
+      attendRow(q, o, K, Vc, g * cap * D, D, 0, start + i, D, scale, attnOut, o, undefined, 0, nm)
     }
   }
+}
+
+/**
+ * The KV-cache forward of several sequences at once: every chunk's rows go through the matmuls and norms together
+ * (row by row the same arithmetic as one sequence alone, so results are identical), and each row attends to its
+ * own cache. Returns the logits of every row, or only of each chunk's last row when `lastOnly`.
+ */
+const extendRows = (
+  config: Config,
+  weights: Weights,
+  caches: ReadonlyArray<KvCache>,
+  chunks: ReadonlyArray<ArrayLike<number>>,
+  lastOnly: boolean
+): FloatArray => {
+  checkWeights(config, weights)
+  if (caches.length !== chunks.length) {
+    throw new Error(`extendBatch got ${caches.length} caches and ${chunks.length} token chunks; pass one per sequence.`)
+  }
+  if (caches.length === 0) return new Float32Array(0)
+  const nm = numerics(caches[0].precision)
+  const starts: Array<number> = []
+  const tokens: Array<number> = []
+  const positions: Array<number> = []
+  caches.forEach((cache, s) => {
+    const n = chunks[s].length
+    const start = cache.length
+    if (start + n > cache.capacity) {
+      throw new Error(
+        `KV cache holds ${cache.capacity} tokens; ${start} cached + ${n} new do not fit. Make a larger cache.`
+      )
+    }
+    if (cache.precision !== nm.precision || caches.indexOf(cache) !== s) {
+      throw new Error("extendBatch needs one distinct cache per sequence, all of the same precision.")
+    }
+    if (lastOnly && n === 0) throw new Error(`Sequence ${s} has no new tokens: nothing to take the last logits of.`)
+    starts.push(tokens.length)
+    for (let i = 0; i < n; i++) {
+      tokens.push(chunks[s][i])
+      positions.push(start + i)
+    }
+  })
+  const rows = tokens.length
+  const { head_dim: D, num_attention_heads: H } = config
+  let x = embed(config, weights, tokens, nm)
+  const tables = ropeTables(positions, D, config.rope_theta)
+  for (let l = 0; l < config.num_hidden_layers; l++) {
+    const ai = attentionInputs(config, weights, l, x, rows, tables, nm)
+    const attnOut = nm.alloc(rows * H * D)
+    caches.forEach((cache, s) => {
+      attendCache(config, cache, l, cache.length, chunks[s].length, starts[s], ai.q, ai.k, ai.v, attnOut, nm)
+    })
+    x = attentionOutputAndMlp(config, weights, l, x, attnOut, rows, nm).output
+  }
+  caches.forEach((cache, s) => cache.length += chunks[s].length)
+  if (!lastOnly) return finalLogits(config, weights, x, rows, nm).logits
+  const h = config.hidden_size
+  const last = nm.alloc(caches.length * h)
+  chunks.forEach((chunk, s) =>
+    last.set(x.subarray((starts[s] + chunk.length - 1) * h, (starts[s] + chunk.length) * h), s * h)
+  )
+  return finalLogits(config, weights, last, caches.length, nm).logits
 }
 
 /**
@@ -779,28 +826,29 @@ const attendCache = (
  * const next = Qwen3Reference.extend(config, weights, cache, [nextToken])
  * ```
  */
-export const extend = (config: Config, weights: Weights, cache: KvCache, tokens: ArrayLike<number>): FloatArray => {
-  checkWeights(config, weights)
-  const nm = numerics(cache.precision)
-  const n = tokens.length
-  const start = cache.length
-  if (start + n > cache.capacity) {
-    throw new Error(
-      `KV cache holds ${cache.capacity} tokens; ${start} cached + ${n} new do not fit. Make a larger cache.`
-    )
-  }
-  const { head_dim: D, num_attention_heads: H } = config
-  const positions = Array.from({ length: n }, (_, i) => start + i)
-  let x = embed(config, weights, tokens, nm)
-  const tables = ropeTables(positions, D, config.rope_theta)
-  for (let l = 0; l < config.num_hidden_layers; l++) {
-    const ai = attentionInputs(config, weights, l, x, n, tables, nm)
-    const attnOut = nm.alloc(n * H * D)
-    attendCache(config, cache, l, start, n, ai.q, ai.k, ai.v, attnOut, nm)
-    x = attentionOutputAndMlp(config, weights, l, x, attnOut, n, nm).output
-  }
-  cache.length = start + n
-  return finalLogits(config, weights, x, n, nm).logits
+export const extend = (config: Config, weights: Weights, cache: KvCache, tokens: ArrayLike<number>): FloatArray =>
+  extendRows(config, weights, [cache], [tokens], false)
+
+/**
+ * {@link extend} for several sequences in one pass (each with its own cache and a non-empty chunk): returns the
+ * logits of each chunk's last token [vocab], identical to what separate `extend` calls give, computed with the
+ * sequences' rows batched through every matmul (the CPU's cheap way to generate for many episodes).
+ *
+ * @example
+ * ```ts
+ * const caches = prompts.map((p) => Qwen3Reference.makeKvCache(config, p.length + 16))
+ * const last = Qwen3Reference.extendBatch(config, weights, caches, prompts) // last[i]: next-token logits of prompt i
+ * ```
+ */
+export const extendBatch = (
+  config: Config,
+  weights: Weights,
+  caches: ReadonlyArray<KvCache>,
+  chunks: ReadonlyArray<ArrayLike<number>>
+): ReadonlyArray<FloatArray> => {
+  const logits = extendRows(config, weights, caches, chunks, true)
+  const V = config.vocab_size
+  return caches.map((_, s) => logits.subarray(s * V, (s + 1) * V))
 }
 
 export interface GenerateOptions extends SamplingParams {
@@ -835,31 +883,73 @@ export const generate = (
   weights: Weights,
   prompt: ReadonlyArray<number>,
   options: GenerateOptions
-): Generation => {
-  if (prompt.length === 0) throw new Error("generate needs a non-empty prompt.")
-  const cache = makeKvCache(config, prompt.length + options.maxNewTokens, options.precision ?? "f32")
-  const V = config.vocab_size
-  const stops = new Set(options.stopTokens ?? [])
-  const context = [...prompt]
-  const tokens: Array<number> = []
-  const logprobs: Array<number> = []
-  const sampledLogprobs: Array<number> = []
-  let logits = extend(config, weights, cache, prompt)
-  let row = logits.subarray((prompt.length - 1) * V, prompt.length * V)
-  for (let step = 0; step < options.maxNewTokens; step++) {
-    const u = options.temperature === 0 ? 0 : samplingUniform(options.seed ?? 0, options.sequence ?? 0, step)
-    const s = sampleToken(row, context, options, u)
-    tokens.push(s.token)
-    logprobs.push(s.logprob)
-    sampledLogprobs.push(s.sampledLogprob)
-    context.push(s.token)
-    if (stops.has(s.token)) return { tokens, logprobs, sampledLogprobs, finishReason: "stop" }
-    if (step + 1 < options.maxNewTokens) {
-      logits = extend(config, weights, cache, [s.token])
-      row = logits
+): Generation => generateBatch(config, weights, [{ prompt, options }])[0]
+
+export interface GenerateRequest {
+  readonly prompt: ReadonlyArray<number>
+  readonly options: GenerateOptions
+}
+
+/**
+ * {@link generate} for several independent requests at once: request i gives exactly `generate(config, weights,
+ * prompt_i, options_i)`, but every decode step runs the still-active sequences together through {@link extendBatch}.
+ * All requests must use the same precision.
+ *
+ * @example
+ * ```ts
+ * const outs = Qwen3Reference.generateBatch(config, weights, [
+ *   { prompt: [1, 2, 3], options: { temperature: 1, maxNewTokens: 8, seed: 7, sequence: 0 } },
+ *   { prompt: [4, 5], options: { temperature: 1, maxNewTokens: 8, seed: 7, sequence: 1 } }
+ * ])
+ * ```
+ */
+export const generateBatch = (
+  config: Config,
+  weights: Weights,
+  requests: ReadonlyArray<GenerateRequest>
+): ReadonlyArray<Generation> => {
+  const states = requests.map(({ options, prompt }) => {
+    if (prompt.length === 0) throw new Error("generate needs a non-empty prompt.")
+    return {
+      options,
+      cache: makeKvCache(config, prompt.length + options.maxNewTokens, options.precision ?? "f32"),
+      stops: new Set(options.stopTokens ?? []),
+      context: [...prompt],
+      tokens: [] as Array<number>,
+      logprobs: [] as Array<number>,
+      sampledLogprobs: [] as Array<number>,
+      finishReason: "length" as Generation["finishReason"]
     }
+  })
+  let active = states
+  let rows = extendBatch(config, weights, states.map((s) => s.cache), requests.map((r) => r.prompt))
+  for (let step = 0; active.length > 0; step++) {
+    const next: typeof states = []
+    const nextTokens: Array<Array<number>> = []
+    active.forEach((state, i) => {
+      const { options } = state
+      if (step >= options.maxNewTokens) return
+      const u = options.temperature === 0 ? 0 : samplingUniform(options.seed ?? 0, options.sequence ?? 0, step)
+      const s = sampleToken(rows[i], state.context, options, u)
+      state.tokens.push(s.token)
+      state.logprobs.push(s.logprob)
+      state.sampledLogprobs.push(s.sampledLogprob)
+      state.context.push(s.token)
+      if (state.stops.has(s.token)) state.finishReason = "stop"
+      else if (step + 1 < options.maxNewTokens) {
+        next.push(state)
+        nextTokens.push([s.token])
+      }
+    })
+    active = next
+    if (active.length > 0) rows = extendBatch(config, weights, active.map((s) => s.cache), nextTokens)
   }
-  return { tokens, logprobs, sampledLogprobs, finishReason: "length" }
+  return states.map((s) => ({
+    tokens: s.tokens,
+    logprobs: s.logprobs,
+    sampledLogprobs: s.sampledLogprobs,
+    finishReason: s.finishReason
+  }))
 }
 
 /**

@@ -295,6 +295,45 @@ describe("Qwen3Reference", () => {
     assert.strictEqual(stopped.finishReason, "stop")
   })
 
+  sync("extendBatch gives each sequence's last logits exactly as separate extend calls", () => {
+    const config = tiny(false)
+    const weights = weightsFor(config, "f32", 4)
+    const V = config.vocab_size
+    const seqs = [tokensOf(91, 6, V), tokensOf(92, 2, V), tokensOf(93, 9, V)]
+    const alone = seqs.map(() => Q.makeKvCache(config, 12))
+    const together = seqs.map(() => Q.makeKvCache(config, 12))
+    // A prefill of different lengths, then one token each.
+    const want = seqs.map((t, i) => Q.extend(config, weights, alone[i], t.slice(0, -1)).subarray((t.length - 2) * V))
+    const got = Q.extendBatch(config, weights, together, seqs.map((t) => t.slice(0, -1)))
+    seqs.forEach((_, i) => assert.strictEqual(maxAbsDiff(got[i], want[i]), 0))
+    const want2 = seqs.map((t, i) => Q.extend(config, weights, alone[i], [t[t.length - 1]]))
+    const got2 = Q.extendBatch(config, weights, together, seqs.map((t) => [t[t.length - 1]]))
+    seqs.forEach((_, i) => {
+      assert.strictEqual(maxAbsDiff(got2[i], want2[i]), 0)
+      assert.strictEqual(together[i].length, seqs[i].length)
+    })
+    assert.throws(() => Q.extendBatch(config, weights, [together[0], together[0]], [[1], [2]]), /distinct cache/)
+    assert.throws(() => Q.extendBatch(config, weights, [together[1]], [[]]), /no new tokens/)
+  })
+
+  sync("generateBatch gives exactly what separate generate calls give", () => {
+    const config = tiny(true)
+    const weights = weightsFor(config, "f32", 6)
+    const V = config.vocab_size
+    const greedy = Q.generate(config, weights, tokensOf(101, 3, V), { temperature: 0, maxNewTokens: 12 })
+    const requests: Array<Q.GenerateRequest> = [
+      { prompt: tokensOf(101, 3, V), options: { temperature: 0, maxNewTokens: 12, stopTokens: [greedy.tokens[4]] } },
+      { prompt: tokensOf(102, 7, V), options: { temperature: 1.3, maxNewTokens: 10, seed: 5, sequence: 1 } },
+      { prompt: tokensOf(103, 1, V), options: { temperature: 0.9, maxNewTokens: 0, seed: 5, sequence: 2 } },
+      { prompt: tokensOf(104, 5, V), options: { temperature: 1, maxNewTokens: 15, seed: 9, topK: 5, topP: 0.9 } },
+      { prompt: tokensOf(105, 4, V), options: { temperature: 0.7, maxNewTokens: 6, seed: 1, repetitionPenalty: 1.3 } }
+    ]
+    const batched = Q.generateBatch(config, weights, requests)
+    assert.strictEqual(batched[0].finishReason, "stop")
+    assert.strictEqual(batched[2].tokens.length, 0)
+    requests.forEach((r, i) => assert.deepStrictEqual(batched[i], Q.generate(config, weights, r.prompt, r.options)))
+  })
+
   sync("seeded sampling: same seed and sequence ⇒ same tokens; filters behave as specified", () => {
     const config = tiny(false)
     const weights = weightsFor(config, "f32", 5)

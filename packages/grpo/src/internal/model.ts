@@ -239,28 +239,35 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
     generationConfig: model.generationConfig,
     maxBatchSize: options.maxBatchSize ?? 64,
     generate: (requests) =>
-      Effect.sync(() =>
-        requests.map((request): Completion => {
-          const s = request.sampling
-          const temperature = s.temperature ?? 1
-          const out = Qwen3Reference.generate(config, weights, request.promptIds, {
-            temperature,
-            ...(s.topK !== undefined && s.topK > 0 ? { topK: s.topK } : {}),
-            ...(s.topP !== undefined ? { topP: s.topP } : {}),
-            ...(s.minP !== undefined ? { minP: s.minP } : {}),
-            ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {}),
-            maxNewTokens: Math.max(0, s.maxTokens),
-            stopTokens: s.stopTokenIds ?? [],
-            seed: s.seed ?? 0,
-            sequence: request.promptIds.length
+      Effect.sync(() => {
+        // All requests decode together (one batched matmul per step); each gets what a lone generate gives.
+        const outs = Qwen3Reference.generateBatch(
+          config,
+          weights,
+          requests.map((request) => {
+            const s = request.sampling
+            return {
+              prompt: request.promptIds,
+              options: {
+                temperature: s.temperature ?? 1,
+                ...(s.topK !== undefined && s.topK > 0 ? { topK: s.topK } : {}),
+                ...(s.topP !== undefined ? { topP: s.topP } : {}),
+                ...(s.minP !== undefined ? { minP: s.minP } : {}),
+                ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {}),
+                maxNewTokens: Math.max(0, s.maxTokens),
+                stopTokens: s.stopTokenIds ?? [],
+                seed: s.seed ?? 0,
+                sequence: request.promptIds.length
+              }
+            }
           })
-          return {
-            tokenIds: out.tokens,
-            logprobs: temperature === 0 ? out.logprobs : out.sampledLogprobs,
-            finishReason: out.finishReason
-          }
-        })
-      ),
+        )
+        return outs.map((out, i): Completion => ({
+          tokenIds: out.tokens,
+          logprobs: (requests[i].sampling.temperature ?? 1) === 0 ? out.logprobs : out.sampledLogprobs,
+          finishReason: out.finishReason
+        }))
+      }),
     score,
     accumulate: (batch, temperature, weightsFor) =>
       Effect.sync(() => {
