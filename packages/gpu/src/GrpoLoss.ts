@@ -153,8 +153,16 @@ export interface Names {
 /** The model's names (`Qwen3`'s training graph). */
 export const modelNames: Names = { logp: "t.logp", entropy: "t.entropy", dlogp: "t.dlogp" }
 
+/** Most packed rows of one micro-batch (the row statistics live in 16 KiB of workgroup memory). */
+export const MAX_ROWS = 512
+
 /** The loss op (one workgroup): reads logp, entropy and the inputs; writes dlogp; adds to `step.results`. */
 export const ops = (plan: Arena.ArenaPlan, shape: Shape, names: Names = modelNames): Array<Op> => {
+  if (shape.batch > MAX_ROWS) {
+    throw new RangeError(
+      `GrpoLoss: ${shape.batch} rows per micro-batch; the kernel keeps at most ${MAX_ROWS} (split it)`
+    )
+  }
   const t = (name: string) => Arena.tensorOf(plan, name)
   const n = shape.batch * shape.seq
   return [Ops.custom({

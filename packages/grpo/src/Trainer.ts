@@ -7,9 +7,11 @@
  *    bounded concurrency, per-episode seeds), score the rewards, compute group-relative advantages, loss masks,
  *    old / reference logprobs and the sampler correction, shuffle the rows and cut them into micro-batches
  *    (repeated numIterations times);
- * 2. for each of the gradientAccumulationSteps micro-batches: forward, `Loss.compute` on the CPU from the policy
- *    logprobs, and backward with the per-token weights d loss / d logprob (exactly TRL's gradient for every loss
- *    type: the loss depends on the weights only through those logprobs, and both passes use the same weights);
+ * 2. for each of the gradientAccumulationSteps micro-batches: forward, the loss, and backward. A model with
+ *    `accumulateLoss` (the GPU model) computes the loss and d loss / d logprob inside its step program (loss and
+ *    metrics come back with the step); otherwise `Loss.compute` runs on the CPU from the policy logprobs and the
+ *    backward takes the per-token weights d loss / d logprob (exactly TRL's gradient for every loss type: the loss
+ *    depends on the weights only through those logprobs, and both passes use the same weights);
  * 3. clip the global gradient norm, AdamW at the scheduled learning rate;
  * 4. metrics (TRL's names) averaged per logging step into `metrics.jsonl`, sample completions, the HTML report,
  *    evaluation every evalSteps on held-out rows with greedy decoding, a checkpoint every saveSteps.

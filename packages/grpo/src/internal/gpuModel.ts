@@ -218,6 +218,11 @@ export const gpuModel = (
       accumulate: (batch, temperature, weightsFor) =>
         Effect.gen(function*() {
           yield* checkTemperature(temperature)
+          if (pendingLoss.length > 0) {
+            return yield* Effect.dieMessage(
+              "one optimizer step cannot mix weighted (accumulate) and GRPO micro-batches"
+            )
+          }
           const scores = yield* score(batch)
           const w = weightsFor(scores)
           const T = batch.length
