@@ -71,6 +71,14 @@ export interface Renderer {
 interface Frame {
   readonly pieces: ReadonlyArray<string>
   checksLeft: number
+  /** Encodes the text spliced from contents (set on the first checked use). */
+  encode?: FastCodec.Framed
+}
+
+const contentsOf = (messages: ReadonlyArray<ChatMessage>): Array<string> => {
+  const out = new Array<string>(messages.length)
+  for (let i = 0; i < messages.length; i++) out[i] = messages[i].content
+  return out
 }
 
 const sentinel = (i: number) => `\u0001envtrain-content-${i}\u0001`
@@ -90,6 +98,36 @@ const cut = (text: string, count: number): Frame | null => {
   }
   pieces.push(rest)
   return { pieces, checksLeft: 8 }
+}
+
+const splice = (frame: Frame, messages: ReadonlyArray<ChatMessage>): string => {
+  let text = frame.pieces[0]
+  for (let i = 0; i < messages.length; i++) text += messages[i].content + frame.pieces[i + 1]
+  return text
+}
+
+// A key per tool definition object, so a prompt's frame is found without serialising its tools each episode
+// (environments hand out the same definition objects; other objects are keyed by their JSON).
+const toolKeys = new WeakMap<object, string>()
+let toolKeyCount = 0
+const jsonKeys = new Map<string, string>()
+const toolKey = (tool: ToolDefinition): string => {
+  let key = toolKeys.get(tool)
+  if (key === undefined) {
+    const json = JSON.stringify(tool)
+    key = jsonKeys.get(json)
+    if (key === undefined) {
+      key = `t${toolKeyCount++}`
+      jsonKeys.set(json, key)
+    }
+    toolKeys.set(tool, key)
+  }
+  return key
+}
+const toolsKey = (tools: ReadonlyArray<ToolDefinition>): string => {
+  let key = ""
+  for (const t of tools) key += toolKey(t) + ","
+  return key
 }
 
 /** The renderer service of a run. */
@@ -143,11 +181,17 @@ export const make = (options: ChatRendererOptions): Renderer => {
     enableThinking: options.enableThinking ?? true,
     eosTokenIds,
     stopStrings,
-    promptIds: (messages, tools) =>
-      Effect.gen(function*() {
-        // Prompts of a run share their tools and message roles; only contents differ. Same frame idea as the
-        // tool suffixes: render once with sentinel contents, splice contents in, check the first uses.
-        const key = `${messages.map((m) => m.role).join(",")}|${JSON.stringify(tools)}`
+    promptIds: (messages, tools) => {
+      // Prompts of a run share their tools and message roles; only contents differ. Same frame idea as the
+      // tool suffixes: render once with sentinel contents, splice contents in, check the first uses.
+      let key = toolsKey(tools)
+      for (const m of messages) key += "|" + m.role
+      const frame = promptFrames.get(key)
+      // Hot path: a checked frame gives the ids without rendering (and without a generator).
+      if (frame !== undefined && frame !== null && frame.checksLeft === 0) {
+        return Effect.succeed((frame.encode ??= codec.framed(frame.pieces)).encode(contentsOf(messages)))
+      }
+      return Effect.gen(function*() {
         const render = (ms: ReadonlyArray<ChatMessage>) =>
           template.render({ messages: ms, tools, addGenerationPrompt: true, ...kwargs })
         let frame = promptFrames.get(key)
@@ -158,8 +202,7 @@ export const make = (options: ChatRendererOptions): Renderer => {
           promptFrames.set(key, frame)
         }
         if (frame === null) return codec.encode(yield* render(messages))
-        let text = frame.pieces[0]
-        for (let i = 0; i < messages.length; i++) text += messages[i].content + frame.pieces[i + 1]
+        let text = splice(frame, messages)
         if (frame.checksLeft > 0) {
           frame.checksLeft--
           const full = yield* render(messages)
@@ -169,10 +212,18 @@ export const make = (options: ChatRendererOptions): Renderer => {
           }
         }
         return codec.encode(text)
-      }),
-    toolSuffixIds: (toolMessages) =>
-      Effect.gen(function*() {
-        const key = toolMessages.map((m) => `${m.role}:${m.name ?? ""}`).join("|")
+      })
+    },
+    toolSuffixIds: (toolMessages) => {
+      let key = ""
+      for (const m of toolMessages) key += `${m.role}:${m.name ?? ""}|`
+      const ready = frames.get(key)
+      // The text follows an end-of-turn token, which the tokenizer always splits on (an added token), so the ids
+      // of the whole conversation are the ids before it followed by the ids of this text.
+      if (ready !== undefined && ready !== null && ready.checksLeft === 0) {
+        return Effect.succeed((ready.encode ??= codec.framed(ready.pieces)).encode(contentsOf(toolMessages)))
+      }
+      return Effect.gen(function*() {
         let frame = frames.get(key)
         if (frame === undefined) {
           frame = yield* makeFrame(toolMessages)
@@ -181,8 +232,7 @@ export const make = (options: ChatRendererOptions): Renderer => {
         let text: string
         if (frame === null) text = yield* suffixText(toolMessages)
         else {
-          text = frame.pieces[0]
-          for (let i = 0; i < toolMessages.length; i++) text += toolMessages[i].content + frame.pieces[i + 1]
+          text = splice(frame, toolMessages)
           if (frame.checksLeft > 0) {
             // The first uses of a frame are checked against a full render; a template that treats contents
             // specially falls back to rendering every time.
@@ -194,10 +244,9 @@ export const make = (options: ChatRendererOptions): Renderer => {
             }
           }
         }
-        // The text follows an end-of-turn token, which the tokenizer always splits on (an added token), so the
-        // ids of the whole conversation are the ids before it followed by the ids of this text.
         return codec.encode(text)
-      }),
+      })
+    },
     decode: codec.decode
   }
 }

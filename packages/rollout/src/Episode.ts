@@ -268,29 +268,29 @@ const loop = <State, E>(
       config.maxModelLength === undefined
         ? Infinity
         : config.maxModelLength - p.promptIds.length - p.completionIds.length
-    const stopTokenIds = config.sampling.stopTokenIds ?? renderer.eosTokenIds
+    const sampling = { ...config.sampling, stopTokenIds: config.sampling.stopTokenIds ?? renderer.eosTokenIds }
+    // The whole context so far, grown in place; each request gets its own copy (a policy may keep the request).
+    const context = p.promptIds.slice()
+    const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
 
     // Generates one turn into the progress; returns its parse.
     const turn = Effect.fnUntraced(function*(maxTokens: number) {
-      const context = p.completionIds.length === 0 ? p.promptIds : [...p.promptIds, ...p.completionIds]
       const out = yield* policy.generate({
-        promptIds: context,
-        sampling: { ...config.sampling, stopTokenIds, maxTokens }
+        promptIds: p.completionIds.length === 0 ? p.promptIds : context.slice(),
+        sampling: { ...sampling, maxTokens }
       })
       // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
       const n = Math.min(out.tokenIds.length, maxTokens)
       const ids = out.tokenIds.slice(0, n)
       for (let i = 0; i < n; i++) {
         p.completionIds.push(ids[i])
+        context.push(ids[i])
         p.mask.push(1)
         p.logprobs.push(out.logprobs[i] ?? 0)
       }
       p.turns++
       p.finishReason = n < out.tokenIds.length ? "length" : out.finishReason
-      const parsed = ToolCallParser.parse(renderer.decode(ids), {
-        thinking: renderer.enableThinking,
-        stopStrings: renderer.stopStrings
-      })
+      const parsed = ToolCallParser.parse(renderer.decode(ids), parseOptions)
       // An entirely truncated turn appends no message (TRL).
       if (n > 0) p.messages.push(assistantMessage(parsed))
       return parsed
@@ -368,6 +368,7 @@ const loop = <State, E>(
       p.messages.push(...toolMessages)
       for (const id of suffix) {
         p.completionIds.push(id)
+        context.push(id)
         p.mask.push(0)
         p.logprobs.push(0)
       }

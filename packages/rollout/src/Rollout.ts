@@ -3,8 +3,8 @@
  * producer (by prompt, never by time), each with a fresh environment session in its own Scope.
  *
  * Supervision:
- * - `concurrency` bounds the episodes in flight across the whole run (one shared semaphore); groups overlap so the
- *   bound stays full at group boundaries. Groups are emitted as they complete.
+ * - `concurrency` bounds the episodes in flight across the whole run: that many workers take episodes in row order,
+ *   so groups overlap and the bound stays full at group boundaries. Groups are emitted as they complete.
  * - An episode that loses its session (`SessionLostError`), times out (`episodeTimeout`) or hits a transport failure
  *   (`PolicyTransportError`, connection errors) ends alone, as an *unscoreable* record carrying the reason and
  *   whatever it had produced; its group's other episodes complete. It is never scored as 0.
@@ -32,7 +32,7 @@
  */
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import type { Scope } from "effect"
-import { Cause, Data, Deferred, Duration, Effect, Option, Stream } from "effect"
+import { Cause, Chunk, Data, Deferred, Duration, Effect, Exit, Option, Queue, Stream, Take } from "effect"
 import type { ChatRenderer } from "./ChatRenderer.js"
 import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"
 import * as Episode from "./Episode.js"
@@ -168,12 +168,14 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
   E | EOpen | EIn | RolloutAborted | EpisodeTimeout | Episode.RunError,
   Policy | ChatRenderer | Exclude<R, Scope.Scope> | RIn
 > =>
-  Stream.unwrap(Effect.gen(function*() {
-    const slots = yield* Effect.makeSemaphore(Math.max(1, options.concurrency))
+  Stream.unwrapScoped(Effect.gen(function*() {
+    const workers = Math.max(1, options.concurrency)
+    const groupSize = Math.max(1, options.groupSize)
     const isUnscoreable = options.isUnscoreable ?? isEpisodeFailure
     const timeout = options.episodeTimeout === undefined ? undefined : Duration.decode(options.episodeTimeout)
-    const groupConcurrency = options.groupConcurrency ??
-      Math.ceil(Math.max(1, options.concurrency) / Math.max(1, options.groupSize)) + 1
+    const groupSlots = yield* Effect.makeSemaphore(
+      Math.max(1, options.groupConcurrency ?? Math.ceil(workers / groupSize) + 1)
+    )
 
     const episode = (row: PromptRow, promptIndex: number, generation: number) => {
       const { prompt, ...columns } = row
@@ -184,17 +186,17 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       const progress = new Episode.Progress<State>({ promptIndex, generation, row: resetRow, envSeed })
       const body = options.episode !== undefined
         ? options.episode({ prompt, row: resetRow, promptIndex, generation, envSeed, progress })
-        : Effect.gen(function*() {
-          const session = yield* options.open(resetRow)
-          return yield* Episode.run({ prompt, session, config: options.config, progress })
-        })
+        : Effect.flatMap(
+          options.open(resetRow),
+          (session) => Episode.run({ prompt, session, config: options.config, progress })
+        )
       const limited = timeout === undefined ? Effect.scoped(body) : Effect.scoped(body).pipe(
         Effect.timeoutFail({
           duration: timeout,
           onTimeout: () => new EpisodeTimeout({ promptIndex, generation, timeout })
         })
       )
-      return slots.withPermits(1)(limited).pipe(
+      return limited.pipe(
         Effect.catchAllCause((cause) => {
           // A typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session
           // was lost dies with it, see `Environment.Episode.call`), may end only this episode.
@@ -208,20 +210,77 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
             ? Effect.succeed(progress.finish(describeError(culprit)))
             : Effect.failCause(cause)
         }),
-        Effect.withSpan("Rollout.episode", { attributes: { promptIndex, generation } })
+        // No stack trace: capturing one per episode cost more than the rest of the scheduling.
+        Effect.withSpan("Rollout.episode", { attributes: { promptIndex, generation }, captureStackTrace: false })
       )
     }
 
-    const group = ([row, promptIndex]: [PromptRow, number]) =>
-      Effect.forEach(
-        Array.from({ length: options.groupSize }, (_, g) => g),
-        (g) => episode(row, promptIndex, g),
-        { concurrency: "unbounded" }
-      ).pipe(Effect.map((episodes): Group<State> => ({ promptIndex, row, episodes })))
-
-    const stream = rows.pipe(
-      Stream.zipWithIndex,
-      Stream.mapEffect(group, { concurrency: groupConcurrency, unordered: true })
+    // A fixed pool of `concurrency` workers takes episodes in row order (all G of a row, then the next row), so
+    // there is no fiber, semaphore wait or stream stage per episode: the per-episode scheduling cost stays a few
+    // microseconds at any concurrency (a semaphore over forked episodes woke every waiter on each release).
+    interface OpenGroup {
+      readonly row: PromptRow
+      readonly promptIndex: number
+      readonly episodes: Array<EpisodeRecord<State>>
+      next: number
+      done: number
+    }
+    const pull = yield* Stream.toPull(Stream.zipWithIndex(rows))
+    const pullLock = yield* Effect.makeSemaphore(1)
+    let current: OpenGroup | undefined
+    let buffered: Array<readonly [PromptRow, number]> = []
+    let exhausted = false
+    const take = (group: OpenGroup) => ({ group, generation: group.next++ })
+    // The next episode to run, or none when the rows are exhausted. Only opening a group waits (on the rows and on
+    // the group bound); handing out the rest of an open group is synchronous.
+    const nextEpisode: Effect.Effect<
+      Option.Option<{ readonly group: OpenGroup; readonly generation: number }>,
+      EIn,
+      RIn
+    > = Effect.suspend(() =>
+      current !== undefined && current.next < groupSize
+        ? Effect.succeed(Option.some(take(current)))
+        : pullLock.withPermits(1)(Effect.gen(function*() {
+          if (current !== undefined && current.next < groupSize) return Option.some(take(current))
+          while (buffered.length === 0 && !exhausted) {
+            const chunk = yield* Effect.catchAll(pull, (e) =>
+              Option.isNone(e) ?
+                Effect.sync(() => {
+                  exhausted = true
+                  return Chunk.empty<readonly [PromptRow, number]>()
+                }) :
+                Effect.fail(e.value))
+            buffered = Chunk.toArray(chunk)
+          }
+          const head = buffered.shift()
+          if (head === undefined) return Option.none()
+          yield* groupSlots.take(1)
+          current = { row: head[0], promptIndex: head[1], episodes: new Array(groupSize), next: 0, done: 0 }
+          return Option.some(take(current))
+        }))
     )
+    type Failure = E | EOpen | EIn | EpisodeTimeout | Episode.RunError
+    const out = yield* Queue.bounded<Take.Take<Group<State>, Failure>>(workers + 1)
+    const worker = Effect.gen(function*() {
+      while (true) {
+        const slot = yield* nextEpisode
+        if (Option.isNone(slot)) return
+        const { generation, group } = slot.value
+        group.episodes[generation] = yield* episode(group.row, group.promptIndex, generation)
+        if (++group.done === groupSize) {
+          yield* groupSlots.release(1)
+          yield* Queue.offer(out, Take.of({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes }))
+        }
+      }
+    })
+    yield* Effect.forEach(Array.from({ length: workers }, () => worker), (w) => w, {
+      concurrency: "unbounded",
+      discard: true
+    }).pipe(
+      Effect.exit,
+      Effect.flatMap((exit) => Queue.offer(out, Exit.isSuccess(exit) ? Take.end : Take.failCause(exit.cause))),
+      Effect.forkScoped
+    )
+    const stream = Stream.flattenTake(Stream.fromQueue(out))
     return options.abort === undefined ? stream : Stream.interruptWhenDeferred(stream, options.abort)
   }))

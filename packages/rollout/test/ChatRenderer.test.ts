@@ -39,6 +39,32 @@ describe("ChatRenderer", () => {
   )
 
   it.effect.prop(
+    "tool suffixes of many generated tool results keep the plain tokenizer's ids once the fast paths take over",
+    [fc.array(
+      fc.oneof(
+        fc.string({ maxLength: 40 }),
+        fc.tuple(fc.constantFrom("crane", "mound", "fuzzy"), fc.nat(6)).map(([w, n]) =>
+          `\n[GAME] You submitted [${w}].\nFeedback:\n${[...w.toUpperCase()].join(" ")}\n` +
+          `X Y G X X\nYou have ${n} guesses left.`
+        ),
+        fc.constantFrom("<|im_end|>", "</tool_response", "<tool_call>", "é😀", "\n\n", " ")
+      ),
+      { minLength: 80, maxLength: 80 }
+    )],
+    ([results]) =>
+      Effect.gen(function*() {
+        const { template, tokenizer } = yield* tinyModel
+        const r = ChatRenderer.make({ tokenizer, template, enableThinking: false })
+        for (const content of results) {
+          const messages = [{ role: "tool" as const, name: "guess", content }]
+          assert.deepStrictEqual(yield* r.toolSuffixIds(messages), tokenizer.encode(reference(template, messages)))
+        }
+        return true
+      }),
+    { fastCheck: { numRuns: 5 } }
+  )
+
+  it.effect.prop(
     "prompts equal the full render, before and after the frame cache takes over",
     [fc.array(fc.tuple(fc.string({ maxLength: 30 }), fc.string({ maxLength: 30 })), { minLength: 12, maxLength: 12 })],
     ([prompts]) =>

@@ -34,9 +34,21 @@ const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
 
 export interface FastCodec {
   readonly encode: (text: string) => Array<number>
+  /**
+   * An encoder for texts made of fixed `pieces` around variable contents (`pieces[0] + contents[0] + pieces[1] +
+   * …`): the ids of the pieces' fixed parts are computed once, and only each content with the text that joins it
+   * to the neighbouring added tokens is encoded. Gives exactly `encode(text)` (verified on its first uses).
+   */
+  readonly framed: (pieces: ReadonlyArray<string>) => Framed
   readonly decode: (ids: ReadonlyArray<number>) => string
   /** Whether the fast paths are (still) on. */
   readonly status: () => { readonly encode: boolean; readonly decode: boolean }
+}
+
+export interface Framed {
+  readonly encode: (contents: ReadonlyArray<string>) => Array<number>
+  /** Whether the fixed-piece path is (still) on; off, every call encodes the joined text. */
+  readonly active: () => boolean
 }
 
 export const make = (tokenizer: Tokenizer): FastCodec => {
@@ -149,22 +161,22 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
     return bytes
   }
   let decodeChecks = byteLevel ? CHECKS : -1
+  // One growing buffer: allocating typed arrays per id and per call cost more than the copying.
+  let buffer = new Uint8Array(4096)
   const fastDecode = (ids: ReadonlyArray<number>): string | undefined => {
-    const parts: Array<Uint8Array> = []
     let size = 0
-    for (const id of ids) {
-      const b = idBytes(id)
+    for (let i = 0; i < ids.length; i++) {
+      const b = idBytes(ids[i])
       if (b === null) return undefined
-      parts.push(b)
+      if (size + b.length > buffer.length) {
+        const bigger = new Uint8Array(Math.max(buffer.length * 2, size + b.length))
+        bigger.set(buffer.subarray(0, size))
+        buffer = bigger
+      }
+      buffer.set(b, size)
       size += b.length
     }
-    const all = new Uint8Array(size)
-    let at = 0
-    for (const p of parts) {
-      all.set(p, at)
-      at += p.length
-    }
-    return utf8Decoder.decode(all)
+    return utf8Decoder.decode(buffer.subarray(0, size))
   }
   const decode = (ids: ReadonlyArray<number>): string => {
     if (decodeChecks < 0) return tokenizer.decode(ids)
@@ -180,5 +192,81 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
     }
     return fast
   }
-  return { encode, decode, status: () => ({ encode: encodeChecks >= 0, decode: decodeChecks >= 0 }) }
+  // Framed texts. A piece with an added token is cut into: the text before its first added token (`head`), the
+  // fixed ids from that token to the end of its last one (`ids`), and the text after (`tail`). The text between two
+  // fixed parts, tail + content + head, is encoded on its own: the tokenizer splits at added tokens first, so this
+  // is exact unless an added token would straddle a boundary, which is checked per call against the few
+  // content endings (and beginnings) that could complete one.
+  const framed = (pieces: ReadonlyArray<string>) => {
+    const join = (contents: ReadonlyArray<string>) => {
+      let text = pieces[0]
+      for (let i = 0; i < contents.length; i++) text += contents[i] + pieces[i + 1]
+      return text
+    }
+    interface Cut {
+      readonly head: string
+      readonly ids: ReadonlyArray<number>
+      readonly tail: string
+      // Middle endings that would join the fixed part's first added token into a longer or different one.
+      readonly before: ReadonlyArray<string>
+      // Middle beginnings that would extend the fixed part's end into an added token.
+      readonly after: ReadonlyArray<string>
+    }
+    const tokens = [...addedIds.keys()]
+    const cutPiece = (piece: string): Cut | null => {
+      let first = -1
+      let end = -1
+      pattern.lastIndex = 0
+      for (let m = pattern.exec(piece); m !== null; m = pattern.exec(piece)) {
+        if (first < 0) first = m.index
+        end = m.index + m[0].length
+      }
+      if (first < 0) return null
+      const fixed = piece.slice(first, end)
+      const before: Array<string> = []
+      const after: Array<string> = []
+      for (const t of tokens) {
+        for (let k = 1; k < t.length; k++) {
+          if (fixed.startsWith(t.slice(k))) before.push(t.slice(0, k))
+          if (fixed.endsWith(t.slice(0, k))) after.push(t.slice(k))
+        }
+      }
+      return { head: piece.slice(0, first), ids: encode(fixed), tail: piece.slice(end), before, after }
+    }
+    const cuts = encodeChecks < 0 ? [] : pieces.map(cutPiece)
+    const usable = cuts.length > 0 && cuts.every((c) => c !== null) ? (cuts as ReadonlyArray<Cut>) : undefined
+    let checks = CHECKS
+    const encodeFramed = (contents: ReadonlyArray<string>): Array<number> => {
+      if (usable === undefined || checks < 0 || encodeChecks < 0 || contents.length !== pieces.length - 1) {
+        return encode(join(contents))
+      }
+      const out: Array<number> = []
+      const first = usable[0]
+      if (first.head.length > 0) { for (const id of stretch(first.head)) out.push(id) }
+      for (const id of first.ids) out.push(id)
+      for (let i = 0; i < contents.length; i++) {
+        const left = usable[i]
+        const right = usable[i + 1]
+        const middle = left.tail + contents[i] + right.head
+        for (const a of left.after) if (middle.startsWith(a)) return encode(join(contents))
+        for (const b of right.before) if (middle.endsWith(b)) return encode(join(contents))
+        if (middle.length > 0) { for (const id of splitEncode(middle)) out.push(id) }
+        for (const id of right.ids) out.push(id)
+      }
+      const last = usable[usable.length - 1]
+      if (last.tail.length > 0) { for (const id of stretch(last.tail)) out.push(id) }
+      if (checks > 0) {
+        checks--
+        const slow = tokenizer.encode(join(contents))
+        if (slow.length !== out.length || slow.some((id, i) => id !== out[i])) {
+          checks = -1
+          return slow
+        }
+      }
+      return out
+    }
+    return { encode: encodeFramed, active: () => usable !== undefined && checks >= 0 && encodeChecks >= 0 }
+  }
+
+  return { encode, decode, framed, status: () => ({ encode: encodeChecks >= 0, decode: decodeChecks >= 0 }) }
 }
