@@ -42,6 +42,11 @@ export interface TensorSpec {
   readonly group?: string
   /** For tensors of the "param" group: apply AdamW weight decay (default false). */
   readonly decay?: boolean
+  /**
+   * Split into row blocks exactly like this (earlier declared) tensor, if that one is split: e.g. an f16 copy
+   * of a weight, so that per-block ops pair the same rows.
+   */
+  readonly blockLike?: string
 }
 
 /** A planned tensor: where it lives. */
@@ -58,6 +63,23 @@ export interface Tensor {
   readonly bytes: number
   readonly group: string | undefined
   readonly decay: boolean
+  /**
+   * A grouped tensor larger than one shard (one storage binding) is split into row blocks, each a tensor of its
+   * own (`name#i`, rows in order) in the group's shards; ops on it run per block (see `Ops`). Such a tensor has
+   * no single binding: `buffer` and `offset` then name its first block.
+   */
+  readonly blocks?: ReadonlyArray<Tensor>
+}
+
+/** The row blocks of a tensor (itself when it is not split), with the first row of each. */
+export const rowBlocks = (t: Tensor): ReadonlyArray<{ readonly tensor: Tensor; readonly row0: number }> => {
+  if (t.blocks === undefined) return [{ tensor: t, row0: 0 }]
+  let row0 = 0
+  return t.blocks.map((b) => {
+    const out = { tensor: b, row0 }
+    row0 += b.shape[0]
+    return out
+  })
 }
 
 /** One GPU buffer of the plan. */
@@ -192,24 +214,64 @@ export const plan = (specs: Record<string, TensorSpec>, options: PlanOptions = {
       return
     }
     const padded = Math.ceil(bytes / GROUP_ALIGN_BYTES) * GROUP_ALIGN_BYTES
-    if (padded > maxShard) {
+    const like = spec.blockLike === undefined ? undefined : tensors.get(spec.blockLike)
+    if (spec.blockLike !== undefined && like === undefined) {
       throw new RangeError(
-        `Arena.plan: tensor "${name}" (${bytes} bytes) is larger than one shard (${maxShard} bytes, the binding limit); ` +
-          `split it into row blocks`
+        `Arena.plan: tensor "${name}" is to be blocked like "${spec.blockLike}", declared later or not at all`
       )
     }
-    const shards = groups.get(spec.group) ?? []
-    groups.set(spec.group, shards)
+    if (padded > maxShard || like?.blocks !== undefined) {
+      const rows = spec.shape[0]
+      const rowElems = size / rows
+      const rowBytes = byteSize(base.dtype, rowElems)
+      if (spec.shape.length < 2 || rowBytes > maxShard || (base.dtype === "f16" && rowElems % 2 !== 0)) {
+        throw new RangeError(
+          `Arena.plan: tensor "${name}" (${bytes} bytes) is larger than one shard (${maxShard} bytes, the binding ` +
+            `limit) and cannot be split into row blocks (a row must fit a shard${
+              base.dtype === "f16" ? " and have an even length" : ""
+            })`
+        )
+      }
+      const per = like?.blocks?.map((b) => b.shape[0]) ?? []
+      if (per.length === 0) {
+        const step = Math.floor(maxShard / rowBytes)
+        for (let r = 0; r < rows; r += step) per.push(Math.min(step, rows - r))
+      }
+      const blocks = per.map((n, i) =>
+        placeGrouped(`${name}#${i}`, { ...spec, shape: [n, ...spec.shape.slice(1)] }, spec.group!)
+      )
+      tensors.set(name, { ...base, buffer: blocks[0].buffer, offset: blocks[0].offset, group: spec.group, blocks })
+      return
+    }
+    tensors.set(name, placeGrouped(name, spec, spec.group))
+  }
+  const placeGrouped = (name: string, spec: TensorSpec, group: string): Tensor => {
+    const size = product(spec.shape)
+    const dtype = spec.dtype ?? "f32"
+    const bytes = byteSize(dtype, size)
+    const padded = Math.ceil(bytes / GROUP_ALIGN_BYTES) * GROUP_ALIGN_BYTES
+    const shards = groups.get(group) ?? []
+    groups.set(group, shards)
     let shard = shards[shards.length - 1]
     if (shard === undefined || (shardFill.get(shard) ?? 0) + padded > maxShard) {
-      buffers.push({ label: `${spec.group}#${shards.length}`, bytes: 0, group: spec.group })
+      buffers.push({ label: `${group}#${shards.length}`, bytes: 0, group })
       shard = buffers.length - 1
       shards.push(shard)
       shardFill.set(shard, 0)
     }
     const offset = shardFill.get(shard)!
     shardFill.set(shard, offset + padded)
-    tensors.set(name, { ...base, buffer: shard, offset, group: spec.group })
+    return {
+      name,
+      shape: [...spec.shape],
+      dtype,
+      size,
+      bytes,
+      decay: spec.decay ?? false,
+      buffer: shard,
+      offset,
+      group
+    }
   }
   for (const [name, spec] of Object.entries(all)) place(name, spec)
   for (const [index, fill] of shardFill) buffers[index] = { ...buffers[index], bytes: fill }
@@ -243,9 +305,12 @@ export const tensorOf = (p: ArenaPlan, name: string): Tensor => {
 export const decayFlags = (p: ArenaPlan, shard: number): Uint32Array => {
   const flags = new Uint32Array(p.buffers[shard].bytes / 4 / BLOCK)
   for (const t of p.tensors.values()) {
-    if (t.group !== PARAM || t.buffer !== shard || !t.decay) continue
-    const first = t.offset / 4 / BLOCK
-    flags.fill(1, first, first + Math.ceil(t.size / BLOCK))
+    if (t.group !== PARAM || !t.decay) continue
+    for (const { tensor: b } of rowBlocks(t)) {
+      if (b.buffer !== shard) continue
+      const first = b.offset / 4 / BLOCK
+      flags.fill(1, first, first + Math.ceil(b.size / BLOCK))
+    }
   }
   return flags
 }
@@ -260,27 +325,60 @@ export interface HostArena {
   readonly f16: (name: string) => Uint16Array
   /** A whole shard or buffer as f32. */
   readonly raw: (buffer: number) => Float32Array
+  /** An f32 tensor's values as one array, also for a tensor split into row blocks (a copy). */
+  readonly readRows: (name: string) => Float32Array
+  /** Sets an f32 tensor's values, also for a tensor split into row blocks. */
+  readonly writeRows: (name: string, data: Float32Array) => void
 }
 
 /** Builds zeroed host memory for a plan, with the decay flags filled in. */
 export const host = (p: ArenaPlan, buffers?: ReadonlyArray<ArrayBuffer>): HostArena => {
   const mem = buffers ?? p.buffers.map((b) => new ArrayBuffer(Math.max(4, b.bytes)))
-  const f32 = (name: string) => {
+  const one = (name: string) => {
     const t = tensorOf(p, name)
+    if (t.blocks !== undefined) {
+      throw new RangeError(
+        `Arena.host: "${name}" is split into ${t.blocks.length} row blocks (${
+          t.blocks[0].name
+        }, …); view the blocks, or use readRows / writeRows`
+      )
+    }
+    return t
+  }
+  const f32 = (name: string) => {
+    const t = one(name)
     return new Float32Array(mem[t.buffer], t.offset, t.size)
   }
   const u32 = (name: string) => {
-    const t = tensorOf(p, name)
+    const t = one(name)
     return new Uint32Array(mem[t.buffer], t.offset, t.size)
   }
   const f16 = (name: string) => {
-    const t = tensorOf(p, name)
+    const t = one(name)
     return new Uint16Array(mem[t.buffer], t.offset, t.size)
+  }
+  const blockView = (b: Tensor) => new Float32Array(mem[b.buffer], b.offset, b.size)
+  const readRows = (name: string) => {
+    const t = tensorOf(p, name)
+    const out = new Float32Array(t.size)
+    let at = 0
+    for (const { tensor: b } of rowBlocks(t)) {
+      out.set(blockView(b), at)
+      at += b.size
+    }
+    return out
+  }
+  const writeRows = (name: string, data: Float32Array) => {
+    let at = 0
+    for (const { tensor: b } of rowBlocks(tensorOf(p, name))) {
+      blockView(b).set(data.subarray(at, at + b.size))
+      at += b.size
+    }
   }
   if (buffers === undefined) {
     ;(p.groups.get(PARAM) ?? []).forEach((shard, i) => u32(`opt.decay.${i}`).set(decayFlags(p, shard)))
   }
-  return { plan: p, buffers: mem, f32, u32, f16, raw: (i) => new Float32Array(mem[i]) }
+  return { plan: p, buffers: mem, f32, u32, f16, readRows, writeRows, raw: (i) => new Float32Array(mem[i]) }
 }
 
 /** A planned arena on the device. */
@@ -331,7 +429,12 @@ export const allocate = (
       )
     }
     const tensor = (name: string) => tensorOf(p, name)
-    const binding = (t: Tensor): GPUBufferBinding => ({ buffer: buffers[t.buffer], offset: t.offset, size: t.bytes })
+    const binding = (t: Tensor): GPUBufferBinding => {
+      if (t.blocks !== undefined) {
+        throw new RangeError(`Arena.binding: "${t.name}" is split into row blocks; bind its blocks (ops do this)`)
+      }
+      return { buffer: buffers[t.buffer], offset: t.offset, size: t.bytes }
+    }
     const write = (name: string, data: Float32Array | Uint32Array | Uint16Array, offset = 0) => {
       const t = tensor(name)
       if (offset + data.length > t.size) {
@@ -343,22 +446,39 @@ export const allocate = (
           `Arena.write: "${name}" is ${t.dtype}; write Uint16Array bits to f16 tensors (an even count at an even offset), 32-bit arrays otherwise`
         )
       }
-      device.queue.writeBuffer(
-        buffers[t.buffer],
-        t.offset + offset * width,
-        data.buffer,
-        data.byteOffset,
-        data.byteLength
+      // Element range [offset, offset + length) cut at the row blocks' boundaries.
+      let start = 0
+      for (const { tensor: b } of rowBlocks(t)) {
+        const lo = Math.max(offset, start)
+        const hi = Math.min(offset + data.length, start + b.size)
+        if (lo < hi) {
+          device.queue.writeBuffer(
+            buffers[b.buffer],
+            b.offset + (lo - start) * width,
+            data.buffer,
+            data.byteOffset + (lo - offset) * width,
+            (hi - lo) * width
+          )
+        }
+        start += b.size
+      }
+    }
+    const readBlocks = (t: Tensor) =>
+      Effect.map(
+        Effect.forEach(rowBlocks(t), ({ tensor: b }) => gpu.read(buffers[b.buffer], b.bytes, b.offset)),
+        (parts) => {
+          if (parts.length === 1) return parts[0]
+          const out = new Uint8Array(parts.reduce((a, x) => a + x.byteLength, 0))
+          let at = 0
+          for (const x of parts) {
+            out.set(new Uint8Array(x), at)
+            at += x.byteLength
+          }
+          return out.buffer
+        }
       )
-    }
-    const read = (name: string) => {
-      const t = tensor(name)
-      return Effect.map(gpu.read(buffers[t.buffer], t.bytes, t.offset), (b) => new Float32Array(b))
-    }
-    const readU32 = (name: string) => {
-      const t = tensor(name)
-      return Effect.map(gpu.read(buffers[t.buffer], t.bytes, t.offset), (b) => new Uint32Array(b))
-    }
+    const read = (name: string) => Effect.map(readBlocks(tensor(name)), (b) => new Float32Array(b))
+    const readU32 = (name: string) => Effect.map(readBlocks(tensor(name)), (b) => new Uint32Array(b))
     const upload = (h: HostArena) =>
       h.buffers.forEach((b, i) => device.queue.writeBuffer(buffers[i], 0, b, 0, p.buffers[i].bytes))
     const download = Effect.gen(function*() {

@@ -26,6 +26,7 @@ import {
   type Tensor
 } from "./Arena.js"
 import { f16ToF32, f32ToF16 } from "./HalfFloat.js"
+import { expandBlocks } from "./internal/blocks.js"
 import type { Op } from "./Ops.js"
 import * as R from "./Reference.js"
 
@@ -38,9 +39,17 @@ const values = (h: HostArena, t: Tensor, offset: number, length: number) =>
     : view(h, t, offset, length)
 const ids = (h: HostArena, t: Tensor) => new Uint32Array(h.buffers[t.buffer], t.offset, t.size)
 
-/** Executes `ops` in order on `h`. */
+/** rows × cols values of a matrix stored with row stride `ld` from element `offset`, as a packed f32 array. */
+const strided = (h: HostArena, t: Tensor, offset: number, rows: number, cols: number, ld: number) => {
+  if (ld === cols) return values(h, t, offset, rows * cols)
+  const out = new Float32Array(rows * cols)
+  for (let r = 0; r < rows; r++) out.set(values(h, t, offset + r * ld, cols), r * cols)
+  return out
+}
+
+/** Executes `ops` in order on `h` (ops over row-blocked tensors per block, as the device does). */
 export const run = (h: HostArena, ops: ReadonlyArray<Op>): void => {
-  for (const op of ops) step1(h, op)
+  for (const op of ops) for (const o of expandBlocks(op)) step1(h, o)
 }
 
 /** A micro-batch's inputs: tensor name → data (as `StepProgram.MicroBatch`). */
@@ -95,23 +104,38 @@ const step1 = (h: HostArena, op: Op): void => {
       return
     }
     case "matmul": {
-      const c = view(h, op.c, op.cOffset, op.m * op.n)
+      const [ar, ac] = op.transA ? [op.k, op.m] : [op.m, op.k]
+      const [br, bc] = op.transB ? [op.n, op.k] : [op.k, op.n]
+      const c = strided(h, op.c, op.cOffset, op.m, op.n, op.ldc)
       const out = R.gemm(
-        values(h, op.a, op.aOffset, op.m * op.k),
-        values(h, op.b, op.bOffset, op.k * op.n),
+        strided(h, op.a, op.aOffset, ar, ac, op.lda),
+        strided(h, op.b, op.bOffset, br, bc, op.ldb),
         op,
         op.beta !== 0 ? c : undefined,
-        op.bias === undefined ? undefined : view(h, op.bias)
+        op.bias === undefined ? undefined : view(h, op.bias, op.biasOffset, op.n)
       )
-      c.set(out)
+      for (let r = 0; r < op.m; r++) {
+        view(h, op.c, op.cOffset + r * op.ldc, op.n).set(out.subarray(r * op.n, (r + 1) * op.n))
+      }
       return
     }
-    case "embedding":
-      view(h, op.out, 0, op.tokens * op.dim).set(R.embedding(view(h, op.table), ids(h, op.ids), op.tokens, op.dim))
+    case "embedding": {
+      // A table block holds vocabulary rows [rowOffset, rowOffset + rows).
+      const rows = op.table.size / op.dim
+      const table = view(h, op.table)
+      const out = view(h, op.out, 0, op.tokens * op.dim)
+      const tokenIds = ids(h, op.ids)
+      for (let t = 0; t < op.tokens; t++) {
+        const r = tokenIds[t] - op.rowOffset
+        if (r >= 0 && r < rows) out.set(table.subarray(r * op.dim, (r + 1) * op.dim), t * op.dim)
+        else if (op.zeroOthers) out.fill(0, t * op.dim, (t + 1) * op.dim)
+      }
       return
+    }
     case "embeddingBackward": {
       const dT = view(h, op.dTable)
-      const add = R.embeddingBackward(ids(h, op.ids), view(h, op.dOut), op.tokens, op.dim, op.dTable.size / op.dim)
+      const local = Array.from(ids(h, op.ids), (id) => (id >= op.rowOffset ? id - op.rowOffset : 0xffffffff))
+      const add = R.embeddingBackward(local, view(h, op.dOut), op.tokens, op.dim, op.dTable.size / op.dim)
       for (let i = 0; i < dT.length; i++) dT[i] += add[i]
       return
     }

@@ -80,6 +80,12 @@ export interface Matmul {
   readonly cOffset: number
   /** For the "subgroupMatrix" tier: the adapter configuration to generate for (from `Matmul.chooseTier`). */
   readonly subgroupMatrix: SubgroupMatrixShape | undefined
+  /** Row strides (elements) of A, B, C as stored: by default their contiguous dims (k or m, n or k, n). */
+  readonly lda: number
+  readonly ldb: number
+  readonly ldc: number
+  /** Element offset into bias (a column block's share of it). */
+  readonly biasOffset: number
 }
 export interface Embedding {
   readonly kind: "embedding"
@@ -88,6 +94,10 @@ export interface Embedding {
   readonly out: Tensor
   readonly tokens: number
   readonly dim: number
+  /** The table holds rows [rowOffset, rowOffset + rows) of the vocabulary (a row block; 0 for a whole table). */
+  readonly rowOffset: number
+  /** Tokens whose id is outside the table get zeros (true), or are left as they are (false: a later block's). */
+  readonly zeroOthers: boolean
 }
 export interface EmbeddingBackward {
   readonly kind: "embeddingBackward"
@@ -96,6 +106,8 @@ export interface EmbeddingBackward {
   readonly dTable: Tensor
   readonly tokens: number
   readonly dim: number
+  /** As for {@link Embedding}: dTable holds rows [rowOffset, rowOffset + rows). */
+  readonly rowOffset: number
 }
 export interface RmsNorm {
   readonly kind: "rmsNorm"
@@ -312,6 +324,10 @@ export const matmul = (o: {
   cOffset?: number
   tier?: MatmulTier
   subgroupMatrix?: SubgroupMatrixShape | undefined
+  lda?: number
+  ldb?: number
+  ldc?: number
+  biasOffset?: number
 }): Matmul => {
   const op: Matmul = {
     kind: "matmul",
@@ -330,50 +346,79 @@ export const matmul = (o: {
     aOffset: o.aOffset ?? 0,
     bOffset: o.bOffset ?? 0,
     cOffset: o.cOffset ?? 0,
-    subgroupMatrix: o.subgroupMatrix
+    subgroupMatrix: o.subgroupMatrix,
+    lda: o.lda ?? ((o.transA ?? false) ? o.m : o.k),
+    ldb: o.ldb ?? ((o.transB ?? false) ? o.k : o.n),
+    ldc: o.ldc ?? o.n,
+    biasOffset: o.biasOffset ?? 0
   }
   need(
     op.tier !== "subgroupMatrix" || op.subgroupMatrix !== undefined,
     "matmul: the subgroupMatrix tier needs the adapter configuration (use Matmul.chooseTier)"
   )
-  atLeast(op.a, op.aOffset + op.m * op.k, "matmul A")
-  atLeast(op.b, op.bOffset + op.k * op.n, "matmul B")
-  atLeast(op.c, op.cOffset + op.m * op.n, "matmul C")
-  if (op.bias !== undefined) atLeast(op.bias, op.n, "matmul bias")
+  // The last element each operand reaches, through its row stride.
+  const [ar, ac] = op.transA ? [op.k, op.m] : [op.m, op.k]
+  const [br, bc] = op.transB ? [op.n, op.k] : [op.k, op.n]
+  need(op.lda >= ac && op.ldb >= bc && op.ldc >= op.n, "matmul: a row stride is shorter than its row")
+  atLeast(op.a, op.aOffset + (ar - 1) * op.lda + ac, "matmul A")
+  atLeast(op.b, op.bOffset + (br - 1) * op.ldb + bc, "matmul B")
+  atLeast(op.c, op.cOffset + (op.m - 1) * op.ldc + op.n, "matmul C")
+  if (op.bias !== undefined) atLeast(op.bias, op.biasOffset + op.n, "matmul bias")
   need(op.c.dtype === "f32", `matmul: C "${op.c.name}" must be f32`)
   // f16 operands are read as packed pairs along their contiguous dim: pairs must not straddle rows.
   if (op.a.dtype === "f16") {
     need(
-      (op.transA ? op.m : op.k) % 2 === 0 && op.aOffset % 2 === 0,
-      `matmul: f16 A "${op.a.name}" needs an even ${op.transA ? "m" : "k"} and offset`
+      ac % 2 === 0 && op.lda % 2 === 0 && op.aOffset % 2 === 0,
+      `matmul: f16 A "${op.a.name}" needs an even ${op.transA ? "m" : "k"}, row stride and offset`
     )
   }
   if (op.b.dtype === "f16") {
     need(
-      (op.transB ? op.k : op.n) % 2 === 0 && op.bOffset % 2 === 0,
-      `matmul: f16 B "${op.b.name}" needs an even ${op.transB ? "k" : "n"} and offset`
+      bc % 2 === 0 && op.ldb % 2 === 0 && op.bOffset % 2 === 0,
+      `matmul: f16 B "${op.b.name}" needs an even ${op.transB ? "k" : "n"}, row stride and offset`
     )
   }
   need(op.a !== op.c && op.b !== op.c, "matmul: C must not alias A or B")
   return op
 }
 
-export const embedding = (o: { table: Tensor; ids: Tensor; out: Tensor; tokens?: number }): Embedding => {
+/** out[t] = table[ids[t]]; a table split into row blocks runs one dispatch per block. */
+export const embedding = (
+  o: { table: Tensor; ids: Tensor; out: Tensor; tokens?: number; rowOffset?: number; zeroOthers?: boolean }
+): Embedding => {
   const dim = o.table.shape[o.table.shape.length - 1]
   const tokens = o.tokens ?? o.ids.size
   isU32(o.ids, "embedding ids")
   atLeast(o.out, tokens * dim, "embedding out")
-  return { kind: "embedding", table: o.table, ids: o.ids, out: o.out, tokens, dim }
+  return {
+    kind: "embedding",
+    table: o.table,
+    ids: o.ids,
+    out: o.out,
+    tokens,
+    dim,
+    rowOffset: o.rowOffset ?? 0,
+    zeroOthers: o.zeroOthers ?? true
+  }
 }
 
+/** dTable[ids[t]] += dOut[t], deterministic; a dTable split into row blocks runs one dispatch per block. */
 export const embeddingBackward = (
-  o: { ids: Tensor; dOut: Tensor; dTable: Tensor; tokens?: number }
+  o: { ids: Tensor; dOut: Tensor; dTable: Tensor; tokens?: number; rowOffset?: number }
 ): EmbeddingBackward => {
   const dim = o.dTable.shape[o.dTable.shape.length - 1]
   const tokens = o.tokens ?? o.ids.size
   isU32(o.ids, "embeddingBackward ids")
   atLeast(o.dOut, tokens * dim, "embeddingBackward dOut")
-  return { kind: "embeddingBackward", ids: o.ids, dOut: o.dOut, dTable: o.dTable, tokens, dim }
+  return {
+    kind: "embeddingBackward",
+    ids: o.ids,
+    dOut: o.dOut,
+    dTable: o.dTable,
+    tokens,
+    dim,
+    rowOffset: o.rowOffset ?? 0
+  }
 }
 
 /** RMSNorm over the last `dim` (= weight.size) of x; per-head q/k norm is the same op with rows = tokens·heads. */

@@ -12,6 +12,7 @@ import {
 } from "../Arena.js"
 import type { Tensor } from "../Arena.js"
 import type { Op } from "../Ops.js"
+import { expandBlocks } from "./blocks.js"
 import * as SM from "./subgroupMatrix.js"
 import * as W from "./wgsl.js"
 
@@ -44,7 +45,11 @@ export const grid = (count: number): readonly [number, number, number] =>
   count <= MAX_DIM ? [Math.max(1, count), 1, 1] : [MAX_DIM, Math.ceil(count / MAX_DIM), 1]
 const over = (n: number, wg: number) => grid(Math.ceil(n / wg))
 
-export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
+/** The dispatches of an op (one op over a tensor split into row blocks lowers per block). */
+export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> =>
+  expandBlocks(op).flatMap((o) => lowerOne(o, plan))
+
+const lowerOne = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
   switch (op.kind) {
     case "cast": {
       const toF16 = op.y.dtype === "f16"
@@ -131,7 +136,13 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
         label: "embedding",
         code: W.embedding,
         bindings: [op.table, op.ids, op.out],
-        params: [u(op.tokens * op.dim), u(op.dim), u(op.table.size / op.dim)],
+        params: [
+          u(op.tokens * op.dim),
+          u(op.dim),
+          u(op.table.size / op.dim),
+          u(op.rowOffset),
+          u(op.zeroOthers ? 1 : 0)
+        ],
         groups: over(op.tokens * op.dim, 256),
         flops: 0,
         bytes: 8 * op.tokens * op.dim
@@ -141,7 +152,7 @@ export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
         label: "embedding_backward",
         code: W.embeddingBackward,
         bindings: [op.ids, op.dOut, op.dTable],
-        params: [u(op.tokens), u(op.dim), u(op.dTable.size / op.dim)],
+        params: [u(op.tokens), u(op.dim), u(op.dTable.size / op.dim), u(op.rowOffset)],
         groups: grid(op.tokens),
         flops: op.tokens * op.dim,
         bytes: 12 * op.tokens * op.dim
@@ -372,9 +383,12 @@ const matmulParams = (op: Extract<Op, { kind: "matmul" }>) => [
   u(op.aOffset),
   u(op.bOffset),
   u(op.cOffset),
-  u(0),
+  u(op.biasOffset),
   f(op.alpha),
-  f(op.beta)
+  f(op.beta),
+  u(op.lda),
+  u(op.ldb),
+  u(op.ldc)
 ]
 
 /** The tiling of a matmul's tier (undefined: the original 64×64 kernel); vec4 only where alignment allows. */
@@ -383,13 +397,17 @@ const matmulTiling = (op: Extract<Op, { kind: "matmul" }>): W.MatmulTiling | und
   const f16B = op.b.dtype === "f16"
   if (op.tier === "tiled64" && !f16A && !f16B) return undefined
   // vec4 applies to f32 operands; both must be aligned (one flag for the pair keeps the pipeline count down).
-  const aligned = (f16A || ((op.transA ? op.m : op.k) % 4 === 0 && op.aOffset % 4 === 0 && op.a.offset % 16 === 0)) &&
-    (f16B || ((op.transB ? op.k : op.n) % 4 === 0 && op.bOffset % 4 === 0 && op.b.offset % 16 === 0))
+  const quad = (contiguous: number, ld: number, offset: number) =>
+    contiguous % 4 === 0 && ld % 4 === 0 && offset % 4 === 0
+  const aContiguous = op.transA ? op.m : op.k
+  const bContiguous = op.transB ? op.k : op.n
+  const aligned = (f16A || (quad(aContiguous, op.lda, op.aOffset) && op.a.offset % 16 === 0)) &&
+    (f16B || (quad(bContiguous, op.ldb, op.bOffset) && op.b.offset % 16 === 0))
   // The subgroup-matrix tier falls back to the shader-f16 tier where it does not apply (an f32 operand).
   if (op.tier === "tiled128h" || op.tier === "subgroupMatrix") {
     // vec4<f16> loads: 4 halves (8 bytes) along the contiguous dim of each f16 operand.
-    const half4 = (!f16A || ((op.transA ? op.m : op.k) % 4 === 0 && op.aOffset % 4 === 0 && op.a.offset % 8 === 0)) &&
-      (!f16B || ((op.transB ? op.k : op.n) % 4 === 0 && op.bOffset % 4 === 0 && op.b.offset % 8 === 0))
+    const half4 = (!f16A || (quad(aContiguous, op.lda, op.aOffset) && op.a.offset % 8 === 0)) &&
+      (!f16B || (quad(bContiguous, op.ldb, op.bOffset) && op.b.offset % 8 === 0))
     const shaderF16 = (f16A || f16B) && half4
     return { tm: 128, tn: 128, tk: shaderF16 ? 16 : 8, vec4: aligned && !(f16A && f16B), f16A, f16B, shaderF16 }
   }

@@ -41,18 +41,18 @@ export const matmulSubgroupMatrix = (
   // Index orders chosen so that neighbouring threads read neighbouring global addresses in each layout.
   const stageA = o.transA
     ? `let kk = e / ${TM}u; let r = e % ${TM}u; let gr = row0 + r; let gk = k0 + kk;
-      var v = 0.0h; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.m + gr]; }`
+      var v = 0.0h; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.lda + gr]; }`
     : `let r = e / ${TK}u; let kk = e % ${TK}u; let gr = row0 + r; let gk = k0 + kk;
-      var v = 0.0h; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.k + gk]; }`
+      var v = 0.0h; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.lda + gk]; }`
   const stageB = o.transB
     ? `let c = e / ${TK}u; let kk = e % ${TK}u; let gc = col0 + c; let gk = k0 + kk;
-      var w = 0.0h; if (gc < p.n && gk < p.k) { w = B[p.bOff + gc * p.k + gk]; }`
+      var w = 0.0h; if (gc < p.n && gk < p.k) { w = B[p.bOff + gc * p.ldb + gk]; }`
     : `let kk = e / ${TN}u; let c = e % ${TN}u; let gc = col0 + c; let gk = k0 + kk;
-      var w = 0.0h; if (gc < p.n && gk < p.k) { w = B[p.bOff + gk * p.n + gc]; }`
+      var w = 0.0h; if (gc < p.n && gk < p.k) { w = B[p.bOff + gk * p.ldb + gc]; }`
   const bias = o.bias ? "\n@group(0) @binding(4) var<storage, read> Bias: array<f32>;" : ""
   return `enable f16;
 enable chromium_experimental_subgroup_matrix;
-struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32 }
+struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32, lda: u32, ldb: u32, ldc: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> A: array<f16>;
 @group(0) @binding(2) var<storage, read> B: array<f16>;
@@ -96,7 +96,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let r = row0 + e / ${TN}u;
     let c = col0 + e % ${TN}u;
     if (r < p.m && c < p.n) {
-      let at = p.cOff + r * p.n + c;
+      let at = p.cOff + r * p.ldc + c;
       var v = p.alpha * Cs[e];
       if (p.beta != 0.0) { v += p.beta * C[at]; }
       ${o.bias ? "v += Bias[p.biasOff + c];" : ""}

@@ -48,18 +48,18 @@ export const matmul = (o: { transA: boolean; transB: boolean; bias: boolean }) =
   const { k: TK, m: TM, n: TN } = MM_TILE
   const loadA = o.transA
     ? `let r = idx % ${TM}u; let kk = idx / ${TM}u; let gr = row0 + r; let gk = k0 + kk;
-      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.m + gr]; }`
+      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gk * p.lda + gr]; }`
     : `let r = idx / ${TK}u; let kk = idx % ${TK}u; let gr = row0 + r; let gk = k0 + kk;
-      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.k + gk]; }`
+      var v = 0.0; if (gr < p.m && gk < p.k) { v = A[p.aOff + gr * p.lda + gk]; }`
   const loadB = o.transB
     ? `let bc = idx / ${TK}u; let bk = idx % ${TK}u; let gbk = k0 + bk; let gc = col0 + bc;
-      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gc * p.k + gbk]; }`
+      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gc * p.ldb + gbk]; }`
     : `let bk = idx / ${TN}u; let bc = idx % ${TN}u; let gbk = k0 + bk; let gc = col0 + bc;
-      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gbk * p.n + gc]; }`
+      var w = 0.0; if (gbk < p.k && gc < p.n) { w = B[p.bOff + gbk * p.ldb + gc]; }`
   const bindings: Array<Binding> = [["A", "read"], ["B", "read"], ["C", "read_write"]]
   if (o.bias) bindings.push(["Bias", "read"])
   return header(
-    "m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32",
+    "m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32, lda: u32, ldb: u32, ldc: u32",
     bindings
   ) + `
 var<workgroup> As: array<f32, ${TM * TK}>; // [TK][TM]
@@ -101,7 +101,7 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
     for (var j = 0u; j < 4u; j++) {
       let c = col0 + lid.x * 4u + j;
       if (r < p.m && c < p.n) {
-        let at = p.cOff + r * p.n + c;
+        let at = p.cOff + r * p.ldc + c;
         var v = p.alpha * acc[i * 4u + j];
         if (p.beta != 0.0) { v += p.beta * C[at]; }
         ${o.bias ? "v += Bias[p.biasOff + c];" : ""}
@@ -165,21 +165,21 @@ export const matmulTiled = (o: { transA: boolean; transB: boolean; bias: boolean
   const wb = B.width
   const loadA = o.transA
     ? `let kk = idx / ${TM / wa}u; let mq = idx % ${TM / wa}u; let gr = row0 + mq * ${wa}u; let gk = k0 + kk;
-      var v = ${A.zero}; if (gr < p.m && gk < p.k) { v = ${A.fetch(`(p.aOff + gk * p.m + gr) / ${wa}u`)}; }
+      var v = ${A.zero}; if (gr < p.m && gk < p.k) { v = ${A.fetch(`(p.aOff + gk * p.lda + gr) / ${wa}u`)}; }
       ${lanes(wa, (e, c) => `As[kk * ${TM}u + mq * ${wa}u + ${e}u] = v${c};`)}`
     : `let r = idx / ${TK / wa}u; let kq = idx % ${TK / wa}u; let gr = row0 + r; let gk = k0 + kq * ${wa}u;
-      var v = ${A.zero}; if (gr < p.m && gk < p.k) { v = ${A.fetch(`(p.aOff + gr * p.k + gk) / ${wa}u`)}; }
+      var v = ${A.zero}; if (gr < p.m && gk < p.k) { v = ${A.fetch(`(p.aOff + gr * p.lda + gk) / ${wa}u`)}; }
       ${lanes(wa, (e, c) => `As[(kq * ${wa}u + ${e}u) * ${TM}u + r] = v${c};`)}`
   const loadB = o.transB
     ? `let bc = idx / ${TK / wb}u; let kq = idx % ${TK / wb}u; let gc = col0 + bc; let gk = k0 + kq * ${wb}u;
-      var w = ${B.zero}; if (gk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gc * p.k + gk) / ${wb}u`)}; }
+      var w = ${B.zero}; if (gk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gc * p.ldb + gk) / ${wb}u`)}; }
       ${lanes(wb, (e, c) => `Bs[(kq * ${wb}u + ${e}u) * ${TN}u + bc] = w${c};`)}`
     : `let bk = idx / ${TN / wb}u; let nq = idx % ${TN / wb}u; let gbk = k0 + bk; let gc = col0 + nq * ${wb}u;
-      var w = ${B.zero}; if (gbk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gbk * p.n + gc) / ${wb}u`)}; }
+      var w = ${B.zero}; if (gbk < p.k && gc < p.n) { w = ${B.fetch(`(p.bOff + gbk * p.ldb + gc) / ${wb}u`)}; }
       ${lanes(wb, (e, c) => `Bs[bk * ${TN}u + nq * ${wb}u + ${e}u] = w${c};`)}`
   const bias = o.bias ? "\n@group(0) @binding(4) var<storage, read> Bias: array<f32>;" : ""
   const enable = A.tile === "f16" || B.tile === "f16" ? "enable f16;\n" : ""
-  return `${enable}struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32 }
+  return `${enable}struct P { m: u32, n: u32, k: u32, aOff: u32, bOff: u32, cOff: u32, biasOff: u32, alpha: f32, beta: f32, lda: u32, ldb: u32, ldc: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> A: array<${A.type}>;
 @group(0) @binding(2) var<storage, read> B: array<${B.type}>;
@@ -220,7 +220,7 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
     for (var j = 0u; j < ${RN}u; j++) {
       let c = col0 + lid.x + j * 16u;
       if (r < p.m && c < p.n) {
-        let at = p.cOff + r * p.n + c;
+        let at = p.cOff + r * p.ldc + c;
         var v = p.alpha * acc[i * ${RN}u + j];
         if (p.beta != 0.0) { v += p.beta * C[at]; }
         ${o.bias ? "v += Bias[p.biasOff + c];" : ""}
@@ -250,18 +250,25 @@ export const castToF32 = header("n: u32", [["X", "read", "u32"], ["Y", "read_wri
   if (2u * i + 1u < p.n) { Y[2u * i + 1u] = v.y; }
 }`
 
-export const embedding = header("n: u32, dim: u32, vocab: u32", [["Table", "read"], ["Ids", "read", "u32"], [
-  "Out",
-  "read_write"
-]]) + `
+/**
+ * Gather of table rows; the table may be a row block holding vocabulary rows [row0, row0 + vocab): other ids
+ * get zeros when `zero` is set, and are left alone otherwise (another block writes them).
+ */
+export const embedding = header("n: u32, dim: u32, vocab: u32, row0: u32, zero: u32", [
+  ["Table", "read"],
+  ["Ids", "read", "u32"],
+  ["Out", "read_write"]
+]) + `
 @compute @workgroup_size(256) fn main(${builtins}) {
   ${linear(256)}
   if (i >= p.n) { return; }
   let t = i / p.dim;
   let id = Ids[t];
-  var v = 0.0;
-  if (id < p.vocab) { v = Table[id * p.dim + i % p.dim]; }
-  Out[i] = v;
+  if (id >= p.row0 && id - p.row0 < p.vocab) {
+    Out[i] = Table[(id - p.row0) * p.dim + i % p.dim];
+  } else if (p.zero != 0u) {
+    Out[i] = 0.0;
+  }
 }`
 
 /**
@@ -269,7 +276,7 @@ export const embedding = header("n: u32, dim: u32, vocab: u32", [["Table", "read
  * occurrence of each id does work, summing dOut over every later position with the same id in increasing
  * order, so each table row has exactly one writer and a fixed summation order.
  */
-export const embeddingBackward = header("tokens: u32, dim: u32, vocab: u32", [["Ids", "read", "u32"], [
+export const embeddingBackward = header("tokens: u32, dim: u32, vocab: u32, row0: u32", [["Ids", "read", "u32"], [
   "DOut",
   "read"
 ], ["DTable", "read_write"]]) + `
@@ -278,7 +285,8 @@ var<workgroup> flag: array<u32, 64>;
   let t = wid.y * nwg.x + wid.x;
   if (t >= p.tokens) { return; }
   let id = Ids[t];
-  if (id >= p.vocab) { return; }
+  if (id < p.row0 || id - p.row0 >= p.vocab) { return; }
+  let row = id - p.row0;
   var seen = 0u;
   for (var s = lid; s < t; s += 64u) { if (Ids[s] == id) { seen = 1u; } }
   flag[lid] = seen;
@@ -297,11 +305,11 @@ var<workgroup> flag: array<u32, 64>;
     flag[lid] = hit;
     workgroupBarrier();
     for (var d = lid; d < p.dim; d += 64u) {
-      var acc = DTable[id * p.dim + d];
+      var acc = DTable[row * p.dim + d];
       for (var j = 0u; j < 64u; j++) {
         if (flag[j] != 0u) { acc += DOut[(t0 + j) * p.dim + d]; }
       }
-      DTable[id * p.dim + d] = acc;
+      DTable[row * p.dim + d] = acc;
     }
   }
 }`
