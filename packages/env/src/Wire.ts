@@ -153,13 +153,30 @@ export const concurrencyRefusalMessage = (name: string, max: number): string =>
 // pydantic-style validation errors
 // ---------------------------------------------------------------------------------------------------------------
 
-/** One entry of pydantic's `ValidationError.errors()`. */
+/** One entry of pydantic's `ValidationError.errors()`, keys in pydantic's order. */
 export interface PydanticError {
   readonly type: string
   readonly loc: ReadonlyArray<string | number>
   readonly msg: string
   readonly input?: unknown
+  readonly ctx?: Readonly<Record<string, unknown>>
+  /** `https://errors.pydantic.dev/<version>/v/<type>`: present where OpenEnv sends `e.errors()` as is (the `/ws` path). */
+  readonly url?: string
 }
+
+/** The pydantic minor version in the error `url`s (OpenEnv's textarena and openspiel images lock pydantic 2.13). */
+export const PYDANTIC_VERSION = "2.13"
+
+/** pydantic's documentation link for an error type, as `ValidationError.errors()` includes it. */
+export const pydanticUrl = (type: string): string => `https://errors.pydantic.dev/${PYDANTIC_VERSION}/v/${type}`
+
+/** One pydantic error with its `url` (the `/ws` form). */
+export const pydanticError = (
+  type: string,
+  loc: ReadonlyArray<string | number>,
+  msg: string,
+  input: unknown
+): PydanticError => ({ type, loc, msg, input, url: pydanticUrl(type) })
 
 const typeNameOf = (ast: SchemaAST.AST): Option.Option<[string, string]> => {
   switch (ast._tag) {
@@ -197,9 +214,17 @@ const typeNameOf = (ast: SchemaAST.AST): Option.Option<[string, string]> => {
  */
 export const pydanticErrors = (
   error: ParseResult.ParseError,
-  prefix: ReadonlyArray<string | number> = []
+  prefix: ReadonlyArray<string | number> = [],
+  options: { readonly url?: boolean } = {}
 ): Array<PydanticError> => {
-  const out: Array<PydanticError> = []
+  const raw: Array<PydanticError> = []
+  const out = {
+    push: (e: PydanticError) => {
+      raw.push(options.url === true ? { ...e, url: pydanticUrl(e.type) } : e)
+    }
+  }
+  // `parent` is the object a missing field was looked up in: pydantic reports it as the error's `input`.
+  let parent: unknown = undefined
   const walk = (issue: ParseResult.ParseIssue, path: ReadonlyArray<string | number>): void => {
     switch (issue._tag) {
       case "Pointer": {
@@ -210,11 +235,18 @@ export const pydanticErrors = (
         const issues = (Arr.isArray(issue.issues) ? issue.issues : [issue.issues]) as ReadonlyArray<
           ParseResult.ParseIssue
         >
+        const outer = parent
+        parent = issue.actual
         for (const i of issues) walk(i, path)
+        parent = outer
         return
       }
       case "Missing":
-        out.push({ type: "missing", loc: [...prefix, ...path], msg: "Field required" })
+        out.push(
+          options.url === true
+            ? { type: "missing", loc: [...prefix, ...path], msg: "Field required", input: parent }
+            : { type: "missing", loc: [...prefix, ...path], msg: "Field required" }
+        )
         return
       case "Unexpected":
         out.push({
@@ -263,7 +295,7 @@ export const pydanticErrors = (
     }
   }
   walk(error.issue, [])
-  return out
+  return raw
 }
 
 const messageOf = (issue: ParseResult.ParseIssue): string => {
@@ -274,6 +306,51 @@ const messageOf = (issue: ParseResult.ParseIssue): string => {
 /** Decodes with unknown keys rejected (pydantic's `extra="forbid"`), reporting every issue. */
 export const decodeForbid = <A, I>(schema: Schema.Schema<A, I>) =>
   Schema.decodeUnknownEither(schema, { onExcessProperty: "error", errors: "all" })
+
+/** What a `/ws` frame's JSON object is: a message, an unknown `type`, or a message that fails validation. */
+export type DecodedClientMessage =
+  | { readonly _tag: "Message"; readonly message: ClientMessage }
+  | { readonly _tag: "UnknownType"; readonly type: unknown }
+  | { readonly _tag: "Invalid"; readonly errors: ReadonlyArray<PydanticError> }
+
+const isPlainObject = (u: unknown): u is Record<string, unknown> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** The well-formed frames (nearly all of them), recognised without Schema decoding. */
+const wellFormed = (type: string, message: Readonly<Record<string, unknown>>): ClientMessage | undefined => {
+  const keys = Object.keys(message)
+  if (keys.length > 2 || (keys.length === 2 && !Object.hasOwn(message, "data"))) return undefined
+  const data = message.data
+  switch (type) {
+    case "reset":
+      if (keys.length === 1) return { type: "reset", data: {} }
+      return isPlainObject(data) ? { type: "reset", data } : undefined
+    case "step":
+      return keys.length === 2 && isPlainObject(data) ? { type: "step", data } : undefined
+    case "mcp":
+      return keys.length === 2 && isPlainObject(data) ? { type: "mcp", data } : undefined
+    case "state":
+      return keys.length === 1 ? { type: "state" } : undefined
+    case "close":
+      return keys.length === 1 ? { type: "close" } : undefined
+  }
+  return undefined
+}
+
+/**
+ * Dispatches a `/ws` frame's object on its `type` (absent reads as `""`, as OpenEnv's `.get("type", "")`) and
+ * validates it like OpenEnv's message models; errors are pydantic's, with their `url`s.
+ */
+export const decodeClientMessage = (message: Readonly<Record<string, unknown>>): DecodedClientMessage => {
+  const type = Object.hasOwn(message, "type") ? message.type : ""
+  if (typeof type !== "string" || !Object.hasOwn(clientMessageByType, type)) return { _tag: "UnknownType", type }
+  const fast = wellFormed(type, message)
+  if (fast !== undefined) return { _tag: "Message", message: fast }
+  const decoded = decodeForbid(clientMessageByType[type])(message)
+  return decoded._tag === "Left"
+    ? { _tag: "Invalid", errors: pydanticErrors(decoded.left, [], { url: true }) }
+    : { _tag: "Message", message: decoded.right as ClientMessage }
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // JSON-RPC 2.0 (MCP paths)

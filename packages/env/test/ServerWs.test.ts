@@ -51,25 +51,49 @@ describe("Server /ws", () => {
       )
       yield* c.send({ data: {} })
       assert.strictEqual((yield* c.next).data.message, "Unknown message type: ")
+      // pydantic's `e.errors()` as OpenEnv sends them: `input` (for `missing`, the whole message) and `url`.
       yield* c.send({ type: "state", data: {} })
-      assert.deepStrictEqual(yield* c.next, {
-        type: "error",
-        data: {
-          message: "Invalid message",
-          code: "VALIDATION_ERROR",
-          errors: [{ type: "extra_forbidden", loc: ["data"], msg: "Extra inputs are not permitted", input: {} }]
-        }
-      })
+      assert.strictEqual(
+        yield* c.nextText,
+        `{"type":"error","data":{"message":"Invalid message","code":"VALIDATION_ERROR","errors":[{"type":"extra_forbidden","loc":["data"],"msg":"Extra inputs are not permitted","input":{},"url":"https://errors.pydantic.dev/2.13/v/extra_forbidden"}]}}`
+      )
       yield* c.send({ type: "step" })
-      const missing = yield* c.next
-      assert.deepStrictEqual(missing.data.errors, [{ type: "missing", loc: ["data"], msg: "Field required" }])
+      assert.strictEqual(
+        yield* c.nextText,
+        `{"type":"error","data":{"message":"Invalid message","code":"VALIDATION_ERROR","errors":[{"type":"missing","loc":["data"],"msg":"Field required","input":{"type":"step"},"url":"https://errors.pydantic.dev/2.13/v/missing"}]}}`
+      )
       yield* c.send({ type: "step", data: { delta: "x", extra: 1 } })
       const bad = yield* c.next
       assert.strictEqual(bad.data.code, "VALIDATION_ERROR")
-      assert.sameDeepMembers(bad.data.errors.map((e: any) => [e.type, e.loc]), [
-        ["int_type", ["delta"]],
-        ["extra_forbidden", ["extra"]]
+      assert.sameDeepMembers(bad.data.errors, [
+        {
+          type: "int_type",
+          loc: ["delta"],
+          msg: "Input should be a valid integer",
+          input: "x",
+          url: "https://errors.pydantic.dev/2.13/v/int_type"
+        },
+        {
+          type: "extra_forbidden",
+          loc: ["extra"],
+          msg: "Extra inputs are not permitted",
+          input: 1,
+          url: "https://errors.pydantic.dev/2.13/v/extra_forbidden"
+        }
       ])
+      yield* c.send({ type: "step", data: {} })
+      assert.deepStrictEqual((yield* c.next).data.errors, [{
+        type: "missing",
+        loc: ["delta"],
+        msg: "Field required",
+        input: {},
+        url: "https://errors.pydantic.dev/2.13/v/missing"
+      }])
+      // A non-string `type` is shown as Python formats it.
+      yield* c.send({ type: null })
+      assert.strictEqual((yield* c.next).data.message, "Unknown message type: None")
+      yield* c.send({ type: ["a", 1, true] })
+      assert.strictEqual((yield* c.next).data.message, "Unknown message type: ['a', 1, True]")
       yield* c.send([1, 2])
       assert.strictEqual((yield* c.next).data.code, "VALIDATION_ERROR")
       yield* c.send({ type: "step", data: { delta: 13 } })

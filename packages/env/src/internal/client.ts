@@ -32,6 +32,10 @@ interface Conn {
   readonly closed: Deferred.Deferred<{ readonly code: number; readonly reason: string }>
   alive: boolean
   timer: ReturnType<typeof setInterval> | undefined
+  /** When the waiting request times out (performance.now() ms). */
+  deadline: number
+  /** One timer per socket, re-armed only when it fires early: no timer is set or cleared per message. */
+  deadlineTimer: ReturnType<typeof setTimeout> | undefined
 }
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
@@ -47,7 +51,9 @@ const open = (url: string, options: { maxPayload: number; connectTimeoutMs: numb
       closedWith: undefined,
       closed,
       alive: true,
-      timer: undefined
+      timer: undefined,
+      deadline: 0,
+      deadlineTimer: undefined
     }
     // Listeners go on before "open" so a frame sent right after the handshake (CAPACITY_REACHED) is kept.
     ws.on("message", (data, isBinary) => {
@@ -62,6 +68,7 @@ const open = (url: string, options: { maxPayload: number; connectTimeoutMs: numb
     })
     ws.on("close", (code, reason) => {
       if (conn.timer !== undefined) clearInterval(conn.timer)
+      if (conn.deadlineTimer !== undefined) clearTimeout(conn.deadlineTimer)
       conn.closedWith = { code, reason: reason.toString() }
       const waiting = conn.waiting
       conn.waiting = undefined
@@ -96,11 +103,35 @@ const open = (url: string, options: { maxPayload: number; connectTimeoutMs: numb
     return conn
   })
 
-const discard = (conn: Conn) =>
-  Effect.sync(() => {
-    if (conn.timer !== undefined) clearInterval(conn.timer)
-    conn.ws.terminate()
-  })
+const discardNow = (conn: Conn): void => {
+  if (conn.timer !== undefined) clearInterval(conn.timer)
+  if (conn.deadlineTimer !== undefined) clearTimeout(conn.deadlineTimer)
+  conn.ws.terminate()
+}
+
+/** Starts the wait for a reply: the socket's timer fires at the first deadline and re-arms for a later one. */
+const armDeadline = (conn: Conn, timeoutMs: number): void => {
+  conn.deadline = performance.now() + timeoutMs
+  if (conn.deadlineTimer === undefined) conn.deadlineTimer = startDeadlineTimer(conn, timeoutMs)
+}
+
+const startDeadlineTimer = (conn: Conn, ms: number) => {
+  const timer = setTimeout(() => {
+    conn.deadlineTimer = undefined
+    const waiting = conn.waiting
+    if (waiting === undefined) return
+    const left = conn.deadline - performance.now()
+    if (left > 0) {
+      conn.deadlineTimer = startDeadlineTimer(conn, left)
+      return
+    }
+    conn.waiting = undefined
+    waiting({ _tag: "Timeout" })
+  }, Math.ceil(ms))
+  // A waiting request always has an open socket, which keeps the process alive; an idle client must not.
+  timer.unref()
+  return timer
+}
 
 type Reply = { readonly type: string; readonly data: unknown }
 
@@ -130,22 +161,21 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
     let lost: SessionLostError | undefined
 
     /** Forget the socket; if an episode was running, it is lost for good. */
-    const drop = (reason: string) =>
-      Effect.gen(function*() {
-        if (conn !== undefined) yield* discard(conn)
-        conn = undefined
-        if (episodeActive && lost === undefined) lost = new SessionLostError({ url, reason })
-        episodeActive = false
-      })
+    const dropNow = (reason: string): void => {
+      if (conn !== undefined) discardNow(conn)
+      conn = undefined
+      if (episodeActive && lost === undefined) lost = new SessionLostError({ url, reason })
+      episodeActive = false
+    }
 
-    const parseReply = (text: string): Effect.Effect<Reply, ProtocolError> => {
+    const parseReply = (text: string): Reply | ProtocolError => {
       try {
         const value = JSON.parse(text)
-        if (isObject(value) && typeof value.type === "string") return Effect.succeed(value as Reply)
+        if (isObject(value) && typeof value.type === "string") return value as Reply
       } catch {
         // fall through
       }
-      return Effect.fail(new ProtocolError({ reason: `not an OpenEnv frame: ${text.slice(0, 200)}` }))
+      return new ProtocolError({ reason: `not an OpenEnv frame: ${text.slice(0, 200)}` })
     }
 
     const errorOf = (reply: Reply): Api.ClientError => {
@@ -168,84 +198,97 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
     }
 
     /** A frame that arrived unasked (right after the handshake) is the server refusing the session. */
-    const unsolicited = (c: Conn) =>
-      Effect.gen(function*() {
-        const early = c.early.shift()
-        if (early === undefined) return
-        yield* drop("server sent an unsolicited frame")
-        const reply = yield* parseReply(early)
-        return yield* Effect.fail(
-          reply.type === "error" ? errorOf(reply) : new ProtocolError({ reason: "unsolicited frame" })
-        )
+    const unsolicitedNow = (c: Conn): Api.ClientError | undefined => {
+      const early = c.early.shift()
+      if (early === undefined) return undefined
+      dropNow("server sent an unsolicited frame")
+      const reply = parseReply(early)
+      if (reply instanceof ProtocolError) return reply
+      return reply.type === "error" ? errorOf(reply) : new ProtocolError({ reason: "unsolicited frame" })
+    }
+
+    /** What one reply (or its absence) means, decided in the socket's callback. */
+    const outcomeOf = (c: Conn, kind: string, outcome: Outcome): Exit.Exit<Reply, Api.ClientError> => {
+      switch (outcome._tag) {
+        case "Timeout":
+          dropNow(`'${kind}' timed out`)
+          return Exit.fail(new RequestTimeoutError({ url, request: kind, timeoutMs: messageTimeoutMs }))
+        case "Closed": {
+          const refused = unsolicitedNow(c)
+          if (refused !== undefined) return Exit.fail(refused)
+          const wasActive = episodeActive
+          dropNow(`socket closed during '${kind}' (code ${outcome.code})`)
+          return Exit.fail(
+            wasActive && lost !== undefined
+              ? lost
+              : new ConnectionClosedError({ url, code: outcome.code, reason: outcome.reason })
+          )
+        }
+        case "Frame": {
+          const reply = parseReply(outcome.text)
+          if (reply instanceof ProtocolError) return Exit.fail(reply)
+          if (reply.type !== "error") return Exit.succeed(reply)
+          const error = errorOf(reply)
+          if (error._tag === "CapacityReachedError") dropNow("capacity reached")
+          return Exit.fail(error)
+        }
+      }
+    }
+
+    /** Sends one frame on an open socket and takes its one reply, straight from the socket's listeners. */
+    const exchange = (c: Conn, kind: string, text: string) =>
+      Effect.async<Reply, Api.ClientError>((resume) => {
+        c.waiting = (outcome) => resume(outcomeOf(c, kind, outcome))
+        armDeadline(c, messageTimeoutMs)
+        c.ws.send(text)
+        // Interrupted while waiting: the reply could arrive later and be read as the next request's; drop the socket.
+        return Effect.sync(() => {
+          c.waiting = undefined
+          if (conn === c) dropNow(`'${kind}' was interrupted`)
+        })
       })
 
     /** Sends one frame and takes its one reply. `kind` names the request in errors. */
     const request = (kind: string, frame: Record<string, unknown>, opensEpisode: boolean) =>
-      lock.withPermits(1)(
-        Effect.gen(function*() {
+      lock.withPermits(1)(Effect.suspend(() => {
+        const text = JSON.stringify(frame)
+        const c = conn
+        // The hot path: an open socket with nothing unexpected on it.
+        if (c !== undefined && c.early.length === 0 && c.closedWith === undefined) {
+          if (opensEpisode) lost = undefined
+          else if (lost !== undefined) return Effect.fail(lost)
+          return exchange(c, kind, text)
+        }
+        return Effect.gen(function*() {
           if (conn !== undefined) {
-            yield* unsolicited(conn)
-            if (conn.closedWith !== undefined) yield* drop(`socket closed (code ${conn.closedWith.code})`)
+            const refused = unsolicitedNow(conn)
+            if (refused !== undefined) return yield* Effect.fail(refused)
+            if (conn.closedWith !== undefined) dropNow(`socket closed (code ${conn.closedWith.code})`)
           }
           if (opensEpisode) lost = undefined
           else if (lost !== undefined) return yield* Effect.fail(lost)
-          const c = conn ?? (yield* open(url, { maxPayload, connectTimeoutMs, pingMs }))
-          conn = c
-          yield* unsolicited(c)
-          const outcome = yield* Effect.async<Outcome>((resume) => {
-            const timer = setTimeout(() => {
-              c.waiting = undefined
-              resume(Effect.succeed({ _tag: "Timeout" }))
-            }, messageTimeoutMs)
-            c.waiting = (o) => {
-              clearTimeout(timer)
-              resume(Effect.succeed(o))
-            }
-            c.ws.send(JSON.stringify(frame))
-            return Effect.sync(() => {
-              clearTimeout(timer)
-              c.waiting = undefined
-            })
-          }).pipe(Effect.onInterrupt(() => drop(`'${kind}' was interrupted`)))
-          if (outcome._tag === "Timeout") {
-            yield* drop(`'${kind}' timed out`)
-            return yield* Effect.fail(new RequestTimeoutError({ url, request: kind, timeoutMs: messageTimeoutMs }))
-          }
-          if (outcome._tag === "Closed") {
-            yield* unsolicited(c)
-            const wasActive = episodeActive
-            yield* drop(`socket closed during '${kind}' (code ${outcome.code})`)
-            return yield* Effect.fail<Api.ClientError>(
-              wasActive && lost !== undefined
-                ? lost
-                : new ConnectionClosedError({ url, code: outcome.code, reason: outcome.reason })
-            )
-          }
-          const text = outcome.text
-          const reply = yield* parseReply(text)
-          if (reply.type === "error") {
-            const error = errorOf(reply)
-            if (error._tag === "CapacityReachedError") yield* drop("capacity reached")
-            return yield* Effect.fail(error)
-          }
-          return reply
+          const opened = conn ?? (yield* open(url, { maxPayload, connectTimeoutMs, pingMs }))
+          conn = opened
+          const refused = unsolicitedNow(opened)
+          if (refused !== undefined) return yield* Effect.fail(refused)
+          return yield* exchange(opened, kind, text)
         })
-      )
+      }))
 
-    const toStep = (reply: Reply) =>
-      Effect.gen(function*() {
-        if (reply.type !== "observation" || !isObject(reply.data) || !isObject(reply.data.observation)) {
-          return yield* Effect.fail(new ProtocolError({ reason: `expected an observation frame, got '${reply.type}'` }))
-        }
-        const observation = yield* decodeObservation(reply.data.observation)
-        const reward = reply.data.reward
-        const result: Api.StepResult<O> = {
-          observation,
-          reward: typeof reward === "number" || typeof reward === "boolean" ? reward : null,
-          done: reply.data.done === true
-        }
-        return result
+    const toStep = (reply: Reply): Effect.Effect<Api.StepResult<O>, ProtocolError> => {
+      if (reply.type !== "observation" || !isObject(reply.data) || !isObject(reply.data.observation)) {
+        return Effect.fail(new ProtocolError({ reason: `expected an observation frame, got '${reply.type}'` }))
+      }
+      const { done, observation, reward } = reply.data
+      const envelope = (o: O): Api.StepResult<O> => ({
+        observation: o,
+        reward: typeof reward === "number" || typeof reward === "boolean" ? reward : null,
+        done: done === true
       })
+      return options.observation === undefined
+        ? Effect.succeed(envelope(observation as O))
+        : Effect.map(decodeObservation(observation), envelope)
+    }
 
     const mcp = (method: string, params: Record<string, unknown>) =>
       Effect.gen(function*() {
@@ -276,6 +319,7 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
         episodeActive = false
         if (c.ws.readyState === WebSocket.OPEN) c.ws.send(JSON.stringify({ type: "close" }))
         if (c.timer !== undefined) clearInterval(c.timer)
+        if (c.deadlineTimer !== undefined) clearTimeout(c.deadlineTimer)
         c.ws.close(1000)
         // Wait briefly for the close handshake, then drop the socket regardless.
         yield* Deferred.await(c.closed).pipe(Effect.timeout(Duration.seconds(1)), Effect.ignore)

@@ -15,7 +15,13 @@ export const floatRepr = (x: number): string => {
   // Non-finite floats: pydantic's default (`ser_json_inf_nan="null"`) and what a JSON parser can read.
   if (!Number.isFinite(x)) return "null"
   if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0"
-  const [mantissa, expText] = Math.abs(x).toExponential().split("e")
+  const magnitude = Math.abs(x)
+  if (magnitude >= 1e-4 && magnitude < 1e16) {
+    // Both languages write the shortest round-trip digits in fixed notation here; Python adds ".0" to integers.
+    const text = String(x)
+    return text.includes(".") ? text : text + ".0"
+  }
+  const [mantissa, expText] = magnitude.toExponential().split("e")
   const exp = Number(expText)
   const digits = mantissa.replace(".", "")
   const sign = x < 0 ? "-" : ""
@@ -31,54 +37,161 @@ export const floatRepr = (x: number): string => {
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null
 
-/** Strips wrappers down to what decides int vs float; `undefined` means "no Schema here". */
-const resolve = (ast: SchemaAST.AST | undefined, value: unknown): SchemaAST.AST | undefined => {
-  while (ast !== undefined) {
+// The encoder is compiled once per Schema node (frames are the hot path): each node's writer knows statically how its
+// numbers are written and which writer each field or element gets; only unions are resolved per value.
+
+/** Writes a value that has already been through `toJSON`; `undefined` means "omit" (as JSON.stringify). */
+type Writer = (value: unknown) => string | undefined
+
+const toJson = (value: unknown): unknown =>
+  isObject(value) && typeof (value as { toJSON?: unknown }).toJSON === "function"
+    ? (value as { toJSON: () => unknown }).toJSON()
+    : value
+
+const intOrFloat = (n: number): string => Number.isInteger(n) ? JSON.stringify(n) : floatRepr(n)
+
+/** A writer from how its own numbers are written and the writers of its children. */
+const node = (
+  number: (n: number) => string,
+  element: (i: number) => Writer,
+  field: (key: string) => Writer
+): Writer =>
+(value) => {
+  if (typeof value === "number") return number(value)
+  if (Array.isArray(value)) {
+    let out = "["
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out += ","
+      out += element(i)(toJson(value[i])) ?? "null"
+    }
+    return out + "]"
+  }
+  if (isObject(value)) {
+    let out = "{"
+    let first = true
+    for (const key of Object.keys(value)) {
+      const text = field(key)(toJson(value[key]))
+      if (text === undefined) continue
+      out += first ? JSON.stringify(key) + ":" + text : "," + JSON.stringify(key) + ":" + text
+      first = false
+    }
+    return out + "}"
+  }
+  return JSON.stringify(value)
+}
+
+/** No Schema: what JSON.stringify writes, except fractional numbers in Python's repr. */
+const anyWriter: Writer = node(intOrFloat, () => anyWriter, () => anyWriter)
+/** `Schema.Number`: every number is a float; its children have no Schema. */
+const floatWriter: Writer = node(floatRepr, () => anyWriter, () => anyWriter)
+
+const writers = new WeakMap<SchemaAST.AST, Writer>()
+
+const writerOf = (ast: SchemaAST.AST | undefined): Writer => {
+  if (ast === undefined) return anyWriter
+  let writer = writers.get(ast)
+  if (writer === undefined) {
+    // Children are compiled on first use, so recursive (Suspend) Schemas terminate.
+    writer = compile(ast)
+    writers.set(ast, writer)
+  }
+  return writer
+}
+
+/**
+ * `Schema.is` for a union member, with the common cases (keywords, literals, a `Schema.Record` of those) checked
+ * directly: a union is resolved per value, and `Schema.is` costs microseconds per call.
+ */
+const guardOf = (ast: SchemaAST.AST): (u: unknown) => boolean => {
+  if (ast.annotations[WireSchemaId] === undefined) {
+    switch (ast._tag) {
+      case "NumberKeyword":
+        return (u) => typeof u === "number"
+      case "StringKeyword":
+        return (u) => typeof u === "string"
+      case "BooleanKeyword":
+        return (u) => typeof u === "boolean"
+      case "UndefinedKeyword":
+        return (u) => u === undefined
+      case "UnknownKeyword":
+      case "AnyKeyword":
+        return () => true
+      case "Literal": {
+        const literal = ast.literal
+        return (u) => u === literal
+      }
+      case "TypeLiteral": {
+        const [index] = ast.indexSignatures
+        if (ast.propertySignatures.length > 0 || ast.indexSignatures.length !== 1) break
+        if (index.parameter._tag !== "StringKeyword") break
+        const value = index.type._tag === "NumberKeyword" || index.type._tag === "StringKeyword" ||
+            index.type._tag === "BooleanKeyword" || index.type._tag === "UnknownKeyword"
+          ? guardOf(index.type)
+          : undefined
+        if (value === undefined) break
+        return (u) => {
+          if (typeof u !== "object" || u === null || Array.isArray(u)) return false
+          for (const key of Object.keys(u)) if (!value((u as Record<string, unknown>)[key])) return false
+          return true
+        }
+      }
+    }
+  }
+  return Schema.is(Schema.make(ast))
+}
+
+/** Strips the wrappers that do not depend on the value down to what decides int vs float. */
+const compile = (start: SchemaAST.AST): Writer => {
+  let ast = start
+  for (;;) {
     const wire = ast.annotations[WireSchemaId]
     if (Schema.isSchema(wire)) ast = wire.ast
     else if (ast._tag === "Refinement") {
-      if (Option.getOrUndefined(SchemaAST.getSchemaIdAnnotation(ast)) === Schema.IntSchemaId) return ast
+      // `Schema.Int` writes like no Schema at all (an integral number is an int, a fractional one a float).
+      if (Option.getOrUndefined(SchemaAST.getSchemaIdAnnotation(ast)) === Schema.IntSchemaId) return anyWriter
       ast = ast.from
     } else if (ast._tag === "Transformation") ast = ast.to
     else if (ast._tag === "Suspend") ast = ast.f()
-    else if (ast._tag === "Union") ast = ast.types.find((t) => Schema.is(Schema.make(t))(value))
-    else return ast
+    else break
   }
-  return undefined
-}
-
-const fieldAst = (ast: SchemaAST.AST | undefined, key: string): SchemaAST.AST | undefined => {
-  if (ast === undefined || ast._tag !== "TypeLiteral") return undefined
-  const property = ast.propertySignatures.find((p) => p.name === key)
-  if (property !== undefined) return property.type
-  return ast.indexSignatures.find((s) => s.parameter._tag === "StringKeyword")?.type
-}
-
-const elementAst = (ast: SchemaAST.AST | undefined, i: number): SchemaAST.AST | undefined => {
-  if (ast === undefined || ast._tag !== "TupleType") return undefined
-  return i < ast.elements.length ? ast.elements[i].type : ast.rest[0]?.type
-}
-
-const write = (value: unknown, schema: SchemaAST.AST | undefined): string | undefined => {
-  if (isObject(value) && typeof (value as { toJSON?: unknown }).toJSON === "function") {
-    value = (value as { toJSON: () => unknown }).toJSON()
-  }
-  const ast = resolve(schema, value)
-  if (typeof value === "number") {
-    return ast?._tag === "NumberKeyword" || !Number.isInteger(value) ? floatRepr(value) : JSON.stringify(value)
-  }
-  if (Array.isArray(value)) {
-    return `[${value.map((v, i) => write(v, elementAst(ast, i)) ?? "null").join(",")}]`
-  }
-  if (isObject(value)) {
-    const parts: Array<string> = []
-    for (const [k, v] of Object.entries(value)) {
-      const text = write(v, fieldAst(ast, k))
-      if (text !== undefined) parts.push(`${JSON.stringify(k)}:${text}`)
+  switch (ast._tag) {
+    case "Union": {
+      const members = ast.types.map((t) => ({ is: guardOf(t), ast: t }))
+      return (value) => {
+        for (const m of members) if (m.is(value)) return writerOf(m.ast)(value)
+        return anyWriter(value)
+      }
     }
-    return `{${parts.join(",")}}`
+    case "NumberKeyword":
+      return floatWriter
+    case "TypeLiteral": {
+      const literal = ast
+      const properties = new Map(literal.propertySignatures.map((p) => [p.name, p.type] as const))
+      const index = literal.indexSignatures.find((s) => s.parameter._tag === "StringKeyword")?.type
+      const byKey = new Map<string, Writer>()
+      return node(intOrFloat, () => anyWriter, (key) => {
+        let writer = byKey.get(key)
+        if (writer === undefined) {
+          const type = properties.get(key) ?? index
+          writer = type === undefined ? anyWriter : writerOf(type)
+          // Bounded: a Record's keys are open-ended, so only declared fields are remembered.
+          if (properties.has(key)) byKey.set(key, writer)
+        }
+        return writer
+      })
+    }
+    case "TupleType": {
+      const tuple = ast
+      const rest = tuple.rest[0]?.type
+      return node(
+        intOrFloat,
+        (i) => writerOf(i < tuple.elements.length ? tuple.elements[i].type : rest),
+        () => anyWriter
+      )
+    }
+    default:
+      return anyWriter
   }
-  return JSON.stringify(value)
 }
 
 /**
@@ -90,4 +203,37 @@ const write = (value: unknown, schema: SchemaAST.AST | undefined): string | unde
  * // '{"reward":0.0,"step":1}'
  * ```
  */
-export const stringify = (value: unknown, schema?: Schema.Schema.Any): string => write(value, schema?.ast) ?? "null"
+export const stringify = (value: unknown, schema?: Schema.Schema.Any): string =>
+  writerOf(schema?.ast)(toJson(value)) ?? "null"
+
+const reprString = (s: string): string => {
+  const quote = s.includes("'") && !s.includes("\"") ? "\"" : "'"
+  let out = quote
+  for (const ch of s) {
+    const code = ch.codePointAt(0)!
+    if (ch === "\\" || ch === quote) out += "\\" + ch
+    else if (ch === "\n") out += "\\n"
+    else if (ch === "\r") out += "\\r"
+    else if (ch === "\t") out += "\\t"
+    else if (code < 0x20 || code === 0x7f) out += "\\x" + code.toString(16).padStart(2, "0")
+    else out += ch
+  }
+  return out + quote
+}
+
+/** Python's `repr` of a parsed JSON value (`None`, `True`, `'text'`, `[1, 2]`, `{'k': 0.5}`). */
+export const pythonRepr = (value: unknown): string => {
+  if (value === null || value === undefined) return "None"
+  if (value === true) return "True"
+  if (value === false) return "False"
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : floatRepr(value)
+  if (typeof value === "string") return reprString(value)
+  if (Array.isArray(value)) return `[${value.map(pythonRepr).join(", ")}]`
+  if (isObject(value)) {
+    return `{${Object.entries(value).map(([k, v]) => `${reprString(k)}: ${pythonRepr(v)}`).join(", ")}}`
+  }
+  return String(value)
+}
+
+/** Python's `str` of a parsed JSON value: a string as is, anything else as its `repr` (f-string formatting). */
+export const pythonStr = (value: unknown): string => typeof value === "string" ? value : pythonRepr(value)

@@ -1,7 +1,7 @@
 // The OpenEnv server on node:http + ws, run inside Effect: every connection is a fiber in one FiberSet owned by the
 // server's scope, so closing the scope ends every session (its instance's scope closes, its socket is closed).
 import type { Schema } from "effect"
-import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberSet, Option } from "effect"
+import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberSet, Option, Runtime } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { WebSocket, WebSocketServer } from "ws"
@@ -12,6 +12,7 @@ import * as Wire from "../Wire.js"
 import * as Mcp from "./mcp.js"
 import * as PyJson from "./pyJson.js"
 import { type Session, SessionTable } from "./sessions.js"
+import { syncStepOf } from "./syncStep.js"
 
 export interface Running {
   readonly host: string
@@ -74,69 +75,78 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
     let shuttingDown = false
 
     // ---- one /ws session -------------------------------------------------------------------------------------
-    const handleGymFrame = (session: Session, instance: OpenEnvInstance, text: string) =>
-      Effect.suspend((): Effect.Effect<Wire.Frame | "close"> => {
-        const parsed = parseJson(text)
-        if (Either.isLeft(parsed)) {
-          return Effect.succeed(Wire.errorFrame("INVALID_JSON", `Invalid JSON: ${parsed.left}`))
-        }
-        const message = parsed.right
-        if (!isObject(message)) {
-          return Effect.succeed(validationFrame([{
-            type: "dict_type",
-            loc: [],
-            msg: "Input should be a valid dictionary",
-            input: message
-          }]))
-        }
-        const type = message.type ?? ""
-        const schema = typeof type === "string" && Object.hasOwn(Wire.clientMessageByType, type)
-          ? Wire.clientMessageByType[type]
-          : undefined
-        if (schema === undefined) {
-          const shown = typeof type === "string" ? type : JSON.stringify(type)
-          return Effect.succeed(Wire.errorFrame("UNKNOWN_TYPE", `Unknown message type: ${shown}`))
-        }
-        const decoded = Wire.decodeForbid(schema)(message)
-        if (Either.isLeft(decoded)) return Effect.succeed(validationFrame(Wire.pydanticErrors(decoded.left)))
-        const msg = decoded.right as Wire.ClientMessage
-        switch (msg.type) {
-          case "close":
-            return Effect.succeed("close" as const)
-          case "state":
-            return execute(instance.state, (data) => ({ type: "state", data }))
-          case "reset":
-            return execute(instance.reset(msg.data), Wire.envelope).pipe(
-              Effect.tap(() => table.touch(session.id))
-            )
-          case "step": {
-            const action = Wire.decodeForbid(definition.action)(msg.data)
-            if (Either.isLeft(action)) return Effect.succeed(validationFrame(Wire.pydanticErrors(action.left)))
-            return execute(instance.step(action.right), Wire.envelope).pipe(
-              Effect.tap(() => table.touch(session.id))
-            )
-          }
-          case "mcp": {
-            const request = Mcp.decodeRequest(msg.data)
-            const response = Either.isLeft(request)
-              ? Effect.succeed(request.left)
-              : Mcp.handle(mcpCtx, request.right, session)
-            return response.pipe(Effect.map((data): Wire.Frame => ({ type: "mcp", data })))
-          }
-        }
+    const decodeAction = Wire.decodeForbid(definition.action)
+    // Per-frame work runs as a plain fiber (not in the FiberSet: the socket's finalizer interrupts it); started
+    // immediately, so an environment that answers synchronously costs no scheduler hop.
+    const runtime = yield* Effect.runtime<never>()
+    const runNow = Runtime.runFork(runtime)
+
+    type Reply = Wire.Frame | Wire.JsonRpcResponse | "close"
+    /** A reply now, or the effect that computes it. */
+    type Handled = Reply | Effect.Effect<Reply>
+
+    const executed = (
+      session: Session,
+      effect: Effect.Effect<unknown, { readonly message: string }>,
+      onSuccess: (a: any) => Wire.Frame,
+      touch: boolean
+    ): Effect.Effect<Reply> =>
+      execute(effect, (a) => {
+        if (touch) table.touch(session.id)
+        return onSuccess(a)
       })
 
-    const handleMcpFrame = (session: Session, text: string) =>
-      Effect.suspend((): Effect.Effect<Wire.JsonRpcResponse> => {
-        const parsed = parseJson(text)
-        if (Either.isLeft(parsed)) {
-          return Effect.succeed(
-            Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, `Parse error: ${parsed.left}`)
-          )
+    const handleGymFrame = (session: Session, instance: OpenEnvInstance, text: string): Handled => {
+      const parsed = parseJson(text)
+      if (Either.isLeft(parsed)) return Wire.errorFrame("INVALID_JSON", `Invalid JSON: ${parsed.left}`)
+      const message = parsed.right
+      if (!isObject(message)) {
+        return validationFrame([Wire.pydanticError("dict_type", [], "Input should be a valid dictionary", message)])
+      }
+      const decoded = Wire.decodeClientMessage(message)
+      if (decoded._tag === "UnknownType") {
+        return Wire.errorFrame("UNKNOWN_TYPE", `Unknown message type: ${PyJson.pythonStr(decoded.type)}`)
+      }
+      if (decoded._tag === "Invalid") return validationFrame(decoded.errors)
+      const msg = decoded.message
+      switch (msg.type) {
+        case "close":
+          return "close"
+        case "state":
+          return executed(session, instance.state, (data) => ({ type: "state", data }), false)
+        case "reset":
+          return executed(session, instance.reset(msg.data), Wire.envelope, true)
+        case "step": {
+          const action = decodeAction(msg.data)
+          if (Either.isLeft(action)) return validationFrame(Wire.pydanticErrors(action.left, [], { url: true }))
+          const stepNow = syncStepOf(instance)
+          if (stepNow === undefined) return executed(session, instance.step(action.right), Wire.envelope, true)
+          // The same computation as the step effect, without a fiber: a throw is the effect's defect.
+          let result: StepResult
+          try {
+            result = stepNow(action.right)
+          } catch (defect) {
+            return Wire.errorFrame("EXECUTION_ERROR", Mcp.causeMessage(Cause.die(defect)))
+          }
+          table.touch(session.id)
+          return Wire.envelope(result)
         }
-        const request = Mcp.decodeRequest(parsed.right)
-        return Either.isLeft(request) ? Effect.succeed(request.left) : Mcp.handle(mcpCtx, request.right, session)
-      })
+        case "mcp": {
+          const request = Mcp.decodeRequest(msg.data)
+          if (Either.isLeft(request)) return { type: "mcp", data: request.left }
+          return Effect.map(Mcp.handle(mcpCtx, request.right, session), (data): Wire.Frame => ({ type: "mcp", data }))
+        }
+      }
+    }
+
+    const handleMcpFrame = (session: Session, text: string): Handled => {
+      const parsed = parseJson(text)
+      if (Either.isLeft(parsed)) {
+        return Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, `Parse error: ${parsed.left}`)
+      }
+      const request = Mcp.decodeRequest(parsed.right)
+      return Either.isLeft(request) ? request.left : Mcp.handle(mcpCtx, request.right, session)
+    }
 
     const liveSockets = new Map<WebSocket, { alive: boolean }>()
 
@@ -153,57 +163,76 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
         let paused = false
         // Set once the instance exists; frames that arrive earlier wait in the queue.
         const live: { ready?: { session: Session; instance: OpenEnvInstance } } = {}
-        let current: Fiber.RuntimeFiber<unknown, unknown> | undefined
+        let current: Fiber.RuntimeFiber<Reply> | undefined
         const liveness = { alive: true }
         liveSockets.set(ws, liveness)
 
-        const finish = (reply: Wire.Frame | Wire.JsonRpcResponse | "close") => {
+        /** Sends the reply to the frame in hand; the next frame may start. */
+        const reply = (answer: Reply): void => {
           current = undefined
           if (live.ready !== undefined) live.ready.session.busy = false
-          if (reply === "close") return end()
-          send(ws, reply)
-          pump()
+          if (answer === "close") return end()
+          send(ws, answer)
         }
-        // The hot path: each frame runs as a fiber started synchronously (no scheduler hop when the environment
-        // answers synchronously); its observer sends the reply and starts the next frame.
-        const pump = (): void => {
-          if (finished || live.ready === undefined || current !== undefined || queue.length === 0) {
-            return
+        const settle = (fiber: Fiber.RuntimeFiber<Reply>, exit: Exit.Exit<Reply>): void => {
+          if (Exit.isSuccess(exit)) return reply(exit.value)
+          if (current === fiber) current = undefined
+          if (!Cause.isInterruptedOnly(exit.cause)) {
+            send(ws, Wire.errorFrame("SESSION_ERROR", Mcp.causeMessage(exit.cause)))
+            end()
           }
-          const next = queue.shift()!
-          if (paused && queue.length <= LOW_WATER) {
-            paused = false
-            ws.resume()
-          }
+        }
+        /** Starts one frame; true if it was answered synchronously (the next one may start at once). */
+        const start = (next: Inbound, session: Session, instance: OpenEnvInstance): boolean => {
           if (next._tag === "Binary") {
-            // Starlette's receive_text fails on binary frames and OpenEnv ends the session; say why.
+            // Starlette's receive_text fails on a binary frame, so OpenEnv ends the session with its "any other
+            // exception" error (SESSION_ERROR on /ws, -32000 on /mcp); we say why instead of Python's "'text'".
+            const message = "Binary frames are not supported: send each message as a JSON text frame"
             send(
               ws,
               path === "/ws"
-                ? Wire.errorFrame(
-                  "SESSION_ERROR",
-                  "Binary frames are not supported: send each message as a JSON text frame"
-                )
-                : Wire.rpcError(null, Wire.JsonRpcErrorCode.PARSE_ERROR, "Parse error: binary frames are not supported")
+                ? Wire.errorFrame("SESSION_ERROR", message)
+                : Wire.rpcError(null, Wire.JsonRpcErrorCode.SERVER_ERROR, message)
             )
-            return end()
+            end()
+            return false
           }
-          const { instance, session } = live.ready
           session.busy = true
-          const handled: Effect.Effect<Wire.Frame | Wire.JsonRpcResponse | "close"> = path === "/ws"
-            ? handleGymFrame(session, instance, next.text)
-            : handleMcpFrame(session, next.text)
-          const fiber = run(handled, { immediate: true })
+          let handled: Handled
+          try {
+            handled = path === "/ws" ? handleGymFrame(session, instance, next.text) : handleMcpFrame(session, next.text)
+          } catch (defect) {
+            handled = Effect.die(defect)
+          }
+          if (!Effect.isEffect(handled)) {
+            reply(handled)
+            return true
+          }
+          const fiber = runNow(handled, { immediate: true })
+          const settled = fiber.unsafePoll()
+          if (settled !== null) {
+            settle(fiber, settled)
+            return true
+          }
           current = fiber
           fiber.addObserver((exit) => {
             if (current !== fiber) return
-            if (Exit.isSuccess(exit)) return finish(exit.value)
-            current = undefined
-            if (!Cause.isInterruptedOnly(exit.cause)) {
-              send(ws, Wire.errorFrame("SESSION_ERROR", Mcp.causeMessage(exit.cause)))
-              end()
-            }
+            settle(fiber, exit)
+            pump()
           })
+          return false
+        }
+        // The hot path: frames answered synchronously (parse errors, environments that answer at once) are handled
+        // in a loop without a scheduler hop; an asynchronous answer resumes the loop from its fiber's observer.
+        const pump = (): void => {
+          while (!finished && live.ready !== undefined && current === undefined && queue.length > 0) {
+            const next = queue.shift()!
+            if (paused && queue.length <= LOW_WATER) {
+              paused = false
+              ws.resume()
+            }
+            if (!start(next, live.ready.session, live.ready.instance)) return
+          }
         }
 
         ws.on("message", (data, isBinary) => {

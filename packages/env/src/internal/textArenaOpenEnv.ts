@@ -1,8 +1,9 @@
 /** OpenEnv's `textarena_env` server over a TextArena game engine (shared by Wordle-v0 and Sudoku-v0). */
 import { Effect, Schema } from "effect"
-import type { OpenEnvDefinition, StepResult } from "../OpenEnv.js"
+import type { OpenEnvDefinition, OpenEnvInstance, StepResult } from "../OpenEnv.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./openEnvSupport.js"
 import { WireSchemaId } from "./pyJson.js"
+import { SyncStep } from "./syncStep.js"
 import type { SinglePlayerState } from "./textArena.js"
 import { observation as textArenaObservation } from "./textArena.js"
 import { WordleRewardSignals } from "./wordleGame.js"
@@ -73,7 +74,24 @@ export const textArenaDefinition = <
     let lastReward = 0
     let lastInfo: Record<string, unknown> = {}
     let lastSignals: Record<string, number> | undefined
-    return {
+    const step = (action: Action): StepResult => {
+      const done = game.step(action.message)
+      stepCount += 1
+      const content = game.state.transcript()
+      const reward = game.state.rewards ?? 0
+      lastReward = reward
+      const info: Record<string, unknown> = {}
+      lastInfo = {}
+      lastSignals = undefined
+      if (signals) {
+        lastSignals = provider.compute(action.message, content, reward)
+        info.reward_signals = lastSignals
+        lastInfo = { reward_signals: lastSignals }
+      }
+      return { observation: textArenaObservation(content, game.state.turn, envId, info), reward, done }
+    }
+    const instance: OpenEnvInstance<Action> & { readonly [SyncStep]: (action: Action) => StepResult } = {
+      [SyncStep]: step,
       reset: (options) =>
         Effect.gen(function*() {
           game = newGame(options, yield* seedFrom(options))
@@ -90,27 +108,7 @@ export const textArenaDefinition = <
             done: false
           } satisfies StepResult
         }),
-      step: (action) =>
-        Effect.sync(() => {
-          const done = game.step(action.message)
-          stepCount += 1
-          const content = game.state.transcript()
-          const reward = game.state.rewards ?? 0
-          lastReward = reward
-          const info: Record<string, unknown> = {}
-          lastInfo = {}
-          lastSignals = undefined
-          if (signals) {
-            lastSignals = provider.compute(action.message, content, reward)
-            info.reward_signals = lastSignals
-            lastInfo = { reward_signals: lastSignals }
-          }
-          return {
-            observation: textArenaObservation(content, game.state.turn, envId, info),
-            reward,
-            done
-          } satisfies StepResult
-        }),
+      step: (action) => Effect.sync(() => step(action)),
       state: Effect.sync(() => ({
         episode_id: episodeId,
         step_count: stepCount,
@@ -123,5 +121,6 @@ export const textArenaDefinition = <
         raw_state: game.state.rawState(game.gameState(), lastSignals)
       }))
     }
+    return instance
   })
 })
