@@ -68,6 +68,12 @@ export interface Qwen3Options {
    * keeps reading the f32 weights.
    */
   readonly f16Weights?: boolean
+  /**
+   * Largest storage binding to plan for, in bytes (default: the device's maxStorageBufferBindingSize). Parameters
+   * larger than this (e.g. a 151936×1024 embedding, 622 MB in f32, on a 128 MiB-binding adapter) are split into
+   * row blocks; a small value forces the split (tests).
+   */
+  readonly maxBindingBytes?: number
   /** Allocate gradients and AdamW state and compile the step (default true). */
   readonly trainable?: boolean
   /** Allocate the KV cache and compile the generation programs. */
@@ -258,7 +264,8 @@ export const make = (
     const maxShardBytes = Math.min(
       limits.maxStorageBufferBindingSize ?? 128 * 1024 * 1024,
       limits.maxBufferSize ?? 256 * 1024 * 1024,
-      2 ** 31
+      2 ** 31,
+      options.maxBindingBytes ?? Infinity
     )
     const plan = yield* Effect.try({
       try: () =>

@@ -171,7 +171,15 @@ export const trainSpecs = (c: Config, s: TrainShape, backward: boolean): Record<
   for (const [name, shape] of Object.entries(rest)) out[`t.${name}`] = { shape }
   if (s.half !== undefined) {
     const shapes = new Map(tensorSpecs(c).map((t) => [t.name, t.shape] as const))
-    for (const name of halfWeightNames(c)) out[`${HALF}.${name}`] = { shape: shapes.get(name)!, dtype: "f16" }
+    // Grouped (sharded) and split into row blocks exactly like their masters, so the casts pair block by block.
+    for (const name of halfWeightNames(c)) {
+      out[`${HALF}.${name}`] = {
+        shape: shapes.get(name)!,
+        dtype: "f16",
+        group: HALF,
+        blockLike: `${Arena.PARAM}.${name}`
+      }
+    }
   }
   return out
 }
