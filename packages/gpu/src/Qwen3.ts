@@ -57,7 +57,10 @@ export interface Qwen3Options {
   readonly batch: number
   /** Tokens per row. */
   readonly seq: number
-  /** Logit rows materialised at once (default min(batch·seq, 256)). */
+  /**
+   * Logit rows materialised at once (default min(batch·seq, 256)); never more than one storage binding holds
+   * (a 151936-token vocabulary fits 220 f32 rows in 128 MiB).
+   */
   readonly chunk?: number
   /** Logprobs are of softmax(logits / temperature); default 1. */
   readonly temperature?: number
@@ -250,7 +253,7 @@ export const make = (
     const train: G.TrainShape = {
       batch: options.batch,
       seq: options.seq,
-      chunk: Math.min(options.chunk ?? 256, n),
+      chunk: Math.min(options.chunk ?? 256, n, G.logitRowsPerBinding(config, gpu.adapter, options.maxBindingBytes)),
       temperature: options.temperature ?? 1,
       ...(options.f16Weights === true ? { half: G.halfTier(gpu.adapter) } : {})
     }

@@ -6,19 +6,24 @@ import { Gpu } from "../src/Gpu.js"
 import * as Qwen3 from "../src/Qwen3.js"
 import { maxRelError } from "./helpers.js"
 
-// The tiny preset's tied embedding (1024×64 f32, 256 KiB) under a forced 64 KiB binding limit is split into
-// 4 row blocks (gather, its backward and the LM head run per block); the model must compute what the unsplit
-// one does: logprobs, loss, gradients, and the weights after an AdamW step.
+// The tiny preset under a forced 32 KiB binding limit: the tied embedding (1024×64 f32, 256 KiB) is split into
+// 8 row blocks (gather, its backward and the LM head run per block), the MLP weights into 2 (their linears and
+// gradients per block), and the logits are materialised 8 rows at a time; the model must compute what the
+// unsplit one does: logprobs, loss, gradients, and the weights after an AdamW step.
 layer(Gpu.layer(), { timeout: 180_000 })("Qwen3 with its embedding split into row blocks", (it) => {
   it.scoped("logprobs, a step's loss and gradients, and the updated weights equal the unsplit model's", () =>
     Effect.gen(function*() {
       const base = yield* Checkpoint.makeModel("tiny", 5)
       const shape = { batch: 2, seq: 8 }
       const whole = yield* Qwen3.make(base, shape)
-      const split = yield* Qwen3.make(base, { ...shape, maxBindingBytes: 64 * 1024 })
+      const split = yield* Qwen3.make(base, { ...shape, maxBindingBytes: 32 * 1024 })
       const embed = "model.embed_tokens.weight"
       assert.isUndefined(whole.arena.tensor(`${Arena.PARAM}.${embed}`).blocks)
-      assert.strictEqual(split.arena.tensor(`${Arena.PARAM}.${embed}`).blocks?.length, 4)
+      assert.strictEqual(split.arena.tensor(`${Arena.PARAM}.${embed}`).blocks?.length, 8)
+      // The MLP weights (192×64, 48 KiB) are split too, and the logit chunk shrinks to what one binding holds.
+      assert.strictEqual(split.arena.tensor(`${Arena.PARAM}.model.layers.0.mlp.up_proj.weight`).blocks?.length, 2)
+      assert.strictEqual(split.train.chunk, 8)
+      assert.strictEqual(whole.train.chunk, 16)
       const V = base.config.vocab_size
       const tokens = Array.from({ length: 16 }, (_, i) => (i * 211 + 5) % V) // ids in every block
       const a = yield* whole.logprobs({ tokens })

@@ -42,6 +42,16 @@ export const halfTier = (adapter: Matmul.TierInputs): HalfWeights => {
   return choice
 }
 
+/** Rows of f32 logits (the training chunk) that fit one storage binding of the adapter (or of `maxBytes`). */
+export const logitRowsPerBinding = (
+  c: Config,
+  adapter: { readonly limits: Readonly<Record<string, number>> },
+  maxBytes?: number
+) => {
+  const binding = Math.min(adapter.limits.maxStorageBufferBindingSize ?? 128 * 1024 * 1024, maxBytes ?? Infinity)
+  return Math.max(1, Math.floor(binding / (4 * c.vocab_size)))
+}
+
 /** Prefix of the f16 weight copies. */
 export const HALF = "w16"
 
