@@ -5,8 +5,9 @@
  *
  * - {@link environment}: a generic typed remote environment from action/observation Schemas and a mapping from
  *   tool calls to actions.
- * - {@link wordle}, {@link catchGame}, {@link echo}: the built-ins' environments with their tool services
- *   ({@link wordleLayer}, {@link catchLayer}, {@link echoLayer}) backed by a remote session.
+ * - {@link wordle}, {@link sudoku}, {@link catchGame}, {@link echo}: the built-ins' environments with their tool
+ *   services ({@link wordleLayer}, {@link sudokuLayer}, {@link catchLayer}, {@link echoLayer}) backed by a remote
+ *   session.
  *
  * Every episode builds its layer afresh, so it opens its own socket (one socket per episode). Infrastructure
  * failures (session lost, timeouts, capacity, connect) are not the model's fault: they are raised as defects
@@ -29,6 +30,8 @@ import * as Client from "./Client.js"
 import * as Echo from "./Echo.js"
 import * as Environment from "./Environment.js"
 import { formatObservation } from "./internal/catchGame.js"
+import { makeSudokuTools } from "./internal/sudokuTools.js"
+import * as Sudoku from "./Sudoku.js"
 import * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
 
@@ -215,6 +218,59 @@ export const wordle = (url: string, options: RemoteOptions = {}) =>
     reset: (service, columns) => service.reset(columns),
     state: (service) => service.state,
     openEnv: Wordle.openEnv
+  })
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sudoku (textarena_env with Sudoku-v0)
+// ---------------------------------------------------------------------------------------------------------------
+
+const isRecord = (u: unknown): u is Readonly<Record<string, unknown>> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** `Sudoku.SudokuTools` backed by a remote `textarena_env` (Sudoku-v0) session: TRL's `SudokuEnv` logic over it. */
+export const sudokuLayer = (url: string, options: RemoteOptions = {}) =>
+  Layer.scoped(
+    Sudoku.SudokuTools,
+    Effect.gen(function*() {
+      const client = yield* Client.make({
+        ...options,
+        url,
+        action: Schema.Struct({ message: Schema.String }),
+        observation: TextArenaObservation
+      })
+      const tools = makeSudokuTools({
+        reset: (seed) => Effect.map(orDie(client.reset({ seed })), (r) => transcriptOf(r.observation)),
+        step: (move) =>
+          Effect.map(orDie(client.step({ message: move })), (r) => ({
+            transcript: transcriptOf(r.observation),
+            reward: typeof r.reward === "number" ? r.reward : 0,
+            done: r.done
+          })),
+        // How the game ended is only in the state (`raw_state.game_info` and `raw_state.game_state`).
+        ending: Effect.map(orDie(client.state), (state) => {
+          const raw = isRecord(state.raw_state) ? state.raw_state : {}
+          const info = isRecord(raw.game_info) && isRecord(raw.game_info["0"]) ? raw.game_info["0"] : {}
+          const game = isRecord(raw.game_state) ? raw.game_state : {}
+          return { invalidMove: info.invalid_move === true, completed: game.completed === true }
+        })
+      }, Environment.seedOf)
+      return Sudoku.SudokuTools.of(tools)
+    })
+  )
+
+/** Sudoku as an environment whose tools run on a remote server (same tools, columns and state as `Sudoku.environment`). */
+export const sudoku = (url: string, options: RemoteOptions = {}) =>
+  Environment.make({
+    name: "sudoku",
+    description: Sudoku.environment.description,
+    tag: Sudoku.SudokuTools,
+    layer: sudokuLayer(url, options),
+    columns: Sudoku.Columns,
+    tools: [Sudoku.Place],
+    handlers: (service) => ({ place: service.place }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv: Sudoku.openEnv
   })
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Schema, Scope } from "effect"
+import { Cause, Effect, Exit, Option, Schema, Scope } from "effect"
 import * as Catch from "../src/Catch.js"
 import * as Echo from "../src/Echo.js"
 import * as Environment from "../src/Environment.js"
 import * as Remote from "../src/Remote.js"
 import * as Server from "../src/Server.js"
+import * as Sudoku from "../src/Sudoku.js"
 import * as Tool from "../src/Tool.js"
 import * as Wordle from "../src/Wordle.js"
 import { counter, CounterAction, CounterObservation } from "./fixtures/Counter.js"
@@ -38,6 +39,44 @@ describe("Remote environments", () => {
           }))
         assert.deepStrictEqual(badRemote.steps, bad.steps)
         assert.deepStrictEqual(badRemote.state, bad.state)
+        assert.strictEqual(yield* s.activeSessions, 0)
+      }),
+    { timeout: 60_000 }
+  )
+
+  it.scopedLive(
+    "remote Sudoku plays exactly like the in-process one (wins, invalid endings, game over)",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* Server.serve(Sudoku.openEnv, { port: 0 })
+        // A clean solve, and seeded mistakes (some episodes end on two invalid moves in a row).
+        for (const [seed, errorRate] of [[1, 0], [2, 0.3], [3, 0.5]] as const) {
+          const local = yield* Environment.run(Sudoku.environment, { seed }, Sudoku.solver({ errorRate, seed }))
+          const remote = yield* Environment.run(Remote.sudoku(s.url), { seed }, Sudoku.solver({ errorRate, seed }))
+          assert.deepStrictEqual(remote.observation, local.observation)
+          assert.deepStrictEqual(remote.steps, local.steps)
+          assert.deepStrictEqual(remote.state, local.state)
+          if (errorRate === 0) assert.isTrue(remote.state.won)
+        }
+        // Repeats, a pre-filled cell, a bad number twice (game over), then a call after the end.
+        const play = (ep: Environment.Episode<unknown>) =>
+          Effect.gen(function*() {
+            const grid = Sudoku.parseBoard(Option.getOrElse(ep.observation, () => ""))
+            const filled = grid.flatMap((row, r) => row.flatMap((v, c) => v !== 0 ? [[r + 1, c + 1, v]] : []))[0]
+            yield* ep.call("place", { row: filled[0], col: filled[1], number: filled[2] })
+            yield* ep.call("place", { row: 1, col: 1, number: 10 })
+            yield* ep.call("place", { row: 9, col: 9, number: 0 })
+            yield* ep.call("place", { row: 9, col: 9, number: 0 })
+          })
+        const local = yield* Environment.run(Sudoku.environment, { seed: 4, difficulty: "medium" }, play)
+        const remote = yield* Environment.run(Remote.sudoku(s.url), { seed: 4, difficulty: "medium" }, play)
+        assert.deepStrictEqual(remote.steps, local.steps)
+        assert.deepStrictEqual(remote.state, local.state)
+        assert.isTrue(remote.state.done)
+        // The second invalid move ends the game without text: only the server's state says why.
+        assert.strictEqual(remote.state.invalid_moves, 2)
+        assert.isFalse(remote.state.won)
+        assert.strictEqual(remote.steps.at(-1)?.outcome._tag, "Failure")
         assert.strictEqual(yield* s.activeSessions, 0)
       }),
     { timeout: 60_000 }

@@ -28,7 +28,7 @@ export class SinglePlayerState {
     turn_count: 0
   }
   private readonly pending: Array<readonly [number, string]> = []
-  private readonly full: Array<readonly [number, string]> = []
+  private rendered = ""
   private readonly errorAllowance = 1
 
   constructor(readonly maxTurns: number | null) {}
@@ -81,16 +81,15 @@ export class SinglePlayerState {
 
   /** `LLMObservationWrapper.get_observation`: drains new messages and renders the whole history. */
   transcript(): string {
-    this.full.push(...this.pending)
-    this.pending.length = 0
-    let out = ""
-    for (const [sender, message] of this.full) {
+    // The history only grows: render the new messages onto what was rendered before.
+    for (const [sender, message] of this.pending) {
       const name = sender === GAME_ID
         ? "GAME"
         : (this.roleMapping.find(([id]) => id === sender)?.[1] ?? `Player ${sender}`)
-      out += `\n[${name}] ${message}`
+      this.rendered += `\n[${name}] ${message}`
     }
-    return out
+    this.pending.length = 0
+    return this.rendered
   }
 
   rawState(gameState: unknown, rewardSignals?: Readonly<Record<string, number>>): Record<string, unknown> {

@@ -55,8 +55,6 @@ const GUESS = /\[([\p{L}\p{N}_]+)\]/u
 export class WordleGame {
   readonly state = new SinglePlayerState(null)
   readonly history: Array<[string, Array<Mark>]> = []
-  private renderedBoard: string | undefined
-  private playerView: string | undefined
 
   constructor(readonly secret: string) {
     this.state.addObservation(PROMPT, "PROMPT")
@@ -103,12 +101,6 @@ export class WordleGame {
     }
     const marks = feedback(this.secret, word)
     this.history.push([word, marks])
-    this.renderedBoard = this.history.map(([w, f]) =>
-      `| Letter  | ${[...w.toUpperCase()].join(" ")} |\n|---------|${"--".repeat(WORD_LENGTH)}--\n| Status  | ${
-        f.join(" ")
-      } |\n`
-    ).join("\n")
-    this.playerView = this.view()
     if (marks.every((m) => m === "G")) {
       st.setOutcome(1, "Congratulations! You guessed the word correctly!")
     } else {
@@ -135,8 +127,17 @@ export class WordleGame {
       guess_history: this.history.map(([w, f]) => [w, [...f]]),
       word_length: WORD_LENGTH,
       num_guesses: NUM_GUESSES,
-      ...(this.renderedBoard !== undefined ? { rendered_board: this.renderedBoard, player_view: this.playerView } : {})
+      // Rendered on demand (only `state` shows them): the board after the last valid guess.
+      ...(this.history.length > 0 ? { rendered_board: this.renderedBoard(), player_view: this.view() } : {})
     }
+  }
+
+  private renderedBoard(): string {
+    return this.history.map(([w, f]) =>
+      `| Letter  | ${[...w.toUpperCase()].join(" ")} |\n|---------|${"--".repeat(WORD_LENGTH)}--\n| Status  | ${
+        f.join(" ")
+      } |\n`
+    ).join("\n")
   }
 }
 
