@@ -6,8 +6,8 @@
  * Implementations:
  * - {@link scripted}: a deterministic function from the decoded context to the next assistant text (tests, benchmarks).
  * - {@link openAiCompatible}: a vLLM/SGLang server's `/v1/completions` with token-id prompts.
- * - {@link batching}: a request queue drained by a batch function; the local GPU model plugs in here, so concurrent
- *   episodes share one batched forward pass.
+ * - {@link batching}: a request queue drained by a batch function (up to a maximum batch size, with an optional wait
+ *   window), so concurrent episodes share one batched forward pass; `LocalPolicy` plugs the local GPU model in here.
  *
  * @example
  * ```ts
@@ -24,6 +24,7 @@
  * @since 0.0.0
  */
 import { HttpClient, HttpClientRequest } from "@effect/platform"
+import type { Scope } from "effect"
 import { Context, Data, Deferred, Duration, Effect, Layer, Queue, Schema } from "effect"
 
 /** Sampling parameters of one request (vLLM's names in camelCase). Unset means the backend's default. */
@@ -326,6 +327,12 @@ export interface BatchingOptions<E> {
   /** Most requests in one batch (the model's batch size). */
   readonly maxBatchSize: number
   /**
+   * How long a batch waits, after its first request, for more to arrive (unless it is already full). Default 0:
+   * whatever is waiting when the previous batch finishes. A few milliseconds gathers the turns of episodes whose
+   * tool calls finish at slightly different times.
+   */
+  readonly window?: Duration.DurationInput
+  /**
    * Generates a whole batch: one completion per request, in order. Each request has its own prompt, `maxTokens`
    * and stop ids; a failure fails every request of the batch.
    */
@@ -347,48 +354,54 @@ interface Pending {
  */
 export const batching = <E extends { readonly message: string }>(
   options: BatchingOptions<E>
-): Layer.Layer<Policy> =>
-  Layer.scoped(
-    Policy,
-    Effect.gen(function*() {
-      const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
-      const runBatch = (batch: ReadonlyArray<Pending>) =>
-        options.generateBatch(batch.map((p) => p.request)).pipe(
-          Effect.flatMap((completions) =>
-            completions.length === batch.length
-              ? Effect.forEach(batch, (p, i) => Deferred.succeed(p.done, completions[i]), { discard: true })
-              : Effect.dieMessage(
-                `generateBatch returned ${completions.length} completions for ${batch.length} requests`
-              )
-          ),
-          Effect.catchAll((e) =>
-            Effect.forEach(
-              batch,
-              (p) => Deferred.fail(p.done, new PolicyTransportError({ reason: "server", message: e.message })),
-              { discard: true }
+): Layer.Layer<Policy> => Layer.scoped(Policy, makeBatching(options))
+
+/** The {@link batching} policy as a value; its queue and loop live in the Scope. */
+export const makeBatching = <E extends { readonly message: string }>(
+  options: BatchingOptions<E>
+): Effect.Effect<Policy["Type"], never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
+    const runBatch = (batch: ReadonlyArray<Pending>) =>
+      options.generateBatch(batch.map((p) => p.request)).pipe(
+        Effect.flatMap((completions) =>
+          completions.length === batch.length
+            ? Effect.forEach(batch, (p, i) => Deferred.succeed(p.done, completions[i]), { discard: true })
+            : Effect.dieMessage(
+              `generateBatch returned ${completions.length} completions for ${batch.length} requests`
             )
-          ),
-          Effect.onExit((exit) =>
-            exit._tag === "Failure"
-              ? Effect.forEach(batch, (p) => Deferred.failCause(p.done, exit.cause as never), { discard: true })
-              : Effect.void
+        ),
+        Effect.catchAll((e) =>
+          Effect.forEach(
+            batch,
+            (p) => Deferred.fail(p.done, new PolicyTransportError({ reason: "server", message: e.message })),
+            { discard: true }
           )
+        ),
+        Effect.onExit((exit) =>
+          exit._tag === "Failure"
+            ? Effect.forEach(batch, (p) => Deferred.failCause(p.done, exit.cause as never), { discard: true })
+            : Effect.void
         )
-      const loop = Effect.gen(function*() {
-        const first = yield* Queue.take(queue)
-        const rest = yield* Queue.takeUpTo(queue, Math.max(0, options.maxBatchSize - 1))
-        const batch = [first, ...rest].filter((p) => !p.cancelled)
-        if (batch.length > 0) yield* runBatch(batch)
-      }).pipe(Effect.forever)
-      yield* Effect.forkScoped(loop)
-      const generate = (request: GenerateRequest): Effect.Effect<Completion, PolicyError> =>
-        Effect.gen(function*() {
-          const pending: Pending = { request, done: yield* Deferred.make<Completion, PolicyError>(), cancelled: false }
-          yield* Queue.offer(queue, pending)
-          return yield* Deferred.await(pending.done).pipe(
-            Effect.onInterrupt(() => Effect.sync(() => pending.cancelled = true))
-          )
-        })
-      return { generate }
-    })
-  )
+      )
+    const window = options.window === undefined ? Duration.zero : Duration.decode(options.window)
+    const loop = Effect.gen(function*() {
+      const first = yield* Queue.take(queue)
+      if (Duration.greaterThan(window, Duration.zero) && (yield* Queue.size(queue)) < options.maxBatchSize - 1) {
+        yield* Effect.sleep(window)
+      }
+      const rest = yield* Queue.takeUpTo(queue, Math.max(0, options.maxBatchSize - 1))
+      const batch = [first, ...rest].filter((p) => !p.cancelled)
+      if (batch.length > 0) yield* runBatch(batch)
+    }).pipe(Effect.forever)
+    yield* Effect.forkScoped(loop)
+    const generate = (request: GenerateRequest): Effect.Effect<Completion, PolicyError> =>
+      Effect.gen(function*() {
+        const pending: Pending = { request, done: yield* Deferred.make<Completion, PolicyError>(), cancelled: false }
+        yield* Queue.offer(queue, pending)
+        return yield* Deferred.await(pending.done).pipe(
+          Effect.onInterrupt(() => Effect.sync(() => pending.cancelled = true))
+        )
+      })
+    return { generate }
+  })

@@ -6,6 +6,7 @@
  */
 export * as ChatRenderer from "./ChatRenderer.js"
 export * as Episode from "./Episode.js"
+export * as LocalPolicy from "./LocalPolicy.js"
 export * as Policy from "./Policy.js"
 export * as Recording from "./Recording.js"
 export * as RemoteSession from "./RemoteSession.js"

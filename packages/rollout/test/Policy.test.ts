@@ -1,6 +1,6 @@
 import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Ref } from "effect"
+import { Deferred, Effect, Fiber, Layer, Ref, TestClock } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { Policy } from "../src/index.js"
@@ -208,6 +208,29 @@ describe("Policy.batching", () => {
       assert.deepStrictEqual(seen.flat().sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7])
       // The first request ran alone while the rest queued up behind it.
       assert.isTrue(seen.length < 7)
+    }))
+
+  it.scoped("the wait window gathers requests that arrive shortly after the first into its batch", () =>
+    Effect.gen(function*() {
+      const batches = yield* Ref.make<Array<Array<number>>>([])
+      const ctx = yield* Layer.build(Policy.batching({
+        maxBatchSize: 4,
+        window: "10 millis",
+        generateBatch: (requests) =>
+          Effect.as(
+            Ref.update(batches, (b) => [...b, requests.map((r) => r.promptIds[0])]),
+            requests.map(() => ({ tokenIds: [0], logprobs: [0], finishReason: "stop" as const }))
+          )
+      }))
+      const ask = (i: number, after: number) =>
+        Effect.zipRight(Effect.sleep(`${after} millis`), generate({ promptIds: [i], sampling: { maxTokens: 1 } }))
+      // 1 at 0 ms, 2 at 5 ms (inside the window), 3 at 30 ms (after it).
+      const fiber = yield* Effect.forEach([[1, 0], [2, 5], [3, 30]], ([i, t]) => ask(i, t), {
+        concurrency: "unbounded"
+      }).pipe(Effect.provide(ctx), Effect.fork)
+      for (let t = 0; t < 50; t++) yield* TestClock.adjust("1 millis")
+      yield* Fiber.join(fiber)
+      assert.deepStrictEqual(yield* Ref.get(batches), [[1, 2], [3]])
     }))
 
   it.scoped("a failed batch fails each of its requests as a transport error", () =>
