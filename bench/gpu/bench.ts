@@ -220,11 +220,20 @@ const main = Effect.gen(function*() {
     )
   }
   const matmul: Array<MatmulRow> = []
+  const failures: Array<{ tier: string; size: number; error: string }> = []
   for (const size of sizes) {
     for (const precision of precisions) {
       for (const tier of tierChoices(precision)) {
         for (const form of forms) {
-          const row = yield* matmulTier(size, tier, form, precision)
+          // A tier that fails (e.g. the hardware-untested subgroup-matrix kernel) is reported, not fatal.
+          const result = yield* Effect.either(matmulTier(size, tier, form, precision))
+          if (result._tag === "Left") {
+            const message = String(result.left.message ?? result.left)
+            console.log(`matmul ${precision}in-${tier.tier}-${form} ${size}³ FAILED: ${message}`)
+            failures.push({ tier: `${precision}in-${tier.tier}-${form}`, size, error: message })
+            continue
+          }
+          const row = result.right
           const how = `${row.millis.toFixed(2)} ms, ${row.reps} reps, ${row.timing}`
           console.log(`matmul ${row.tier} ${size}³: ${row.gflops.toFixed(2)} GFLOP/s (${how})`)
           matmul.push(row)
@@ -269,6 +278,7 @@ const main = Effect.gen(function*() {
       ? "lavapipe (CPU) adapter: matmul sizes limited to what runs in reasonable time; numbers are not GPU numbers"
       : undefined,
     matmul,
+    matmulFailures: failures,
     step
   }
   mkdirSync("bench/results", { recursive: true })
@@ -290,6 +300,12 @@ const main = Effect.gen(function*() {
     "|---|---|---|---|---|",
     ...matmul.map((r) => `| ${r.tier} | ${r.size}³ | ${r.millis.toFixed(2)} | ${r.gflops.toFixed(2)} | ${r.timing} |`),
     "",
+    ...(failures.length === 0 ? [] : [
+      "Failed tiers:",
+      "",
+      ...failures.map((f) => `- ${f.tier} ${f.size}³: ${f.error.replace(/\s+/g, " ").slice(0, 300)}`),
+      ""
+    ]),
     "### f16 inputs vs f32 (best tier of each per size and form)",
     "",
     "| size | form | best f32 tier | f32 GFLOP/s | best f16 tier | f16 GFLOP/s | f16 / f32 |",
