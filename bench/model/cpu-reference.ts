@@ -27,9 +27,12 @@ const repeats = Number(flag("repeats") ?? 5)
 const presetNames = (flag("presets") ?? "tiny,small").split(",") as Array<PresetName>
 
 /** Sizes per preset: the old implementation needs tens of seconds for the small preset at tiny's sizes. */
-const sizes: Record<PresetName, { prompt: number; generate: number; seqLen: number; completion: number }> = {
-  tiny: { prompt: 100, generate: 300, seqLen: 300, completion: 200 },
-  small: { prompt: 32, generate: 48, seqLen: 96, completion: 64 }
+const sizes: Record<
+  PresetName,
+  { prompt: number; generate: number; batch: number; seqLen: number; completion: number }
+> = {
+  tiny: { prompt: 100, generate: 300, batch: 8, seqLen: 300, completion: 200 },
+  small: { prompt: 32, generate: 48, batch: 4, seqLen: 96, completion: 64 }
 }
 
 type Impl = typeof New
@@ -72,6 +75,16 @@ const runPreset = (name: PresetName) => {
   const generate = (impl: Impl, seed: number) =>
     impl.generate(config, weights, prompt, { temperature: 1, maxNewTokens: size.generate, seed })
 
+  // A batch of episodes: the old implementation generates them one after another, the new one together.
+  const batchRequests = Array.from({ length: size.batch }, (_, i) => ({
+    prompt: prompt.slice(i),
+    options: { temperature: 1, maxNewTokens: size.generate, seed: 11, sequence: i }
+  }))
+  const generateMany = (impl: Impl | typeof Old) =>
+    "generateBatch" in impl
+      ? impl.generateBatch(config, weights, batchRequests)
+      : batchRequests.map((r) => impl.generate(config, weights, r.prompt, r.options))
+
   const train = (impl: Impl) => {
     const fwd = impl.forward(config, weights, { tokens: sequence, batch: 1, seqLen: size.seqLen })
     const targets = impl.nextTokenTargets(fwd)
@@ -97,15 +110,29 @@ const runPreset = (name: PresetName) => {
   }
   const lossDiff = Math.abs(oldTrain.gradients.loss - newTrain.gradients.loss)
 
+  const oldMany = generateMany(Old)
+  const newMany = generateMany(New)
+  const sameBatchTokens = oldMany.every((g, i) => g.tokens.join(",") === newMany[i].tokens.join(","))
+
   const samples = {
     oldGen: [] as Array<number>,
     newGen: [] as Array<number>,
+    oldBatch: [] as Array<number>,
+    newBatch: [] as Array<number>,
     oldTrain: [] as Array<number>,
     newTrain: [] as Array<number>
   }
+  const countTokens = (gs: ReadonlyArray<{ readonly tokens: ReadonlyArray<number> }>) =>
+    gs.reduce((a, g) => a + g.tokens.length, 0)
   for (let r = 0; r < repeats; r++) {
     samples.oldGen.push(size.generate / time(() => generate(Old as unknown as Impl, r)).seconds)
     samples.newGen.push(size.generate / time(() => generate(New, r)).seconds)
+    if (r < Math.ceil(repeats / 2)) {
+      const o = time(() => generateMany(Old))
+      samples.oldBatch.push(countTokens(o.value) / o.seconds)
+      const n = time(() => generateMany(New))
+      samples.newBatch.push(countTokens(n.value) / n.seconds)
+    }
     samples.oldTrain.push(size.seqLen / time(() => train(Old as unknown as Impl)).seconds)
     samples.newTrain.push(size.seqLen / time(() => train(New)).seconds)
   }
@@ -118,18 +145,35 @@ const runPreset = (name: PresetName) => {
       newTokensPerSecond: median(samples.newGen),
       speedup: pairedSpeedup(samples.oldGen, samples.newGen)
     },
+    batchGeneration: {
+      sequences: size.batch,
+      oldTokensPerSecond: median(samples.oldBatch),
+      newTokensPerSecond: median(samples.newBatch),
+      speedup: pairedSpeedup(samples.oldBatch, samples.newBatch)
+    },
     training: {
       oldTokensPerSecond: median(samples.oldTrain),
       newTokensPerSecond: median(samples.newTrain),
       speedup: pairedSpeedup(samples.oldTrain, samples.newTrain)
     },
-    sameResults: { tokens: sameTokens, maxLogprobDiff: logprobDiff, maxGradDiff: gradDiff, lossDiff },
+    sameResults: {
+      tokens: sameTokens && sameBatchTokens,
+      maxLogprobDiff: logprobDiff,
+      maxGradDiff: gradDiff,
+      lossDiff
+    },
     samples
   }
   console.log(
     `${name} (${result.parameters.toLocaleString("en-US")} params): generation ` +
       `${result.generation.oldTokensPerSecond.toFixed(0)} → ${result.generation.newTokensPerSecond.toFixed(0)} tok/s ` +
-      `(${result.generation.speedup.toFixed(2)}×); training ${result.training.oldTokensPerSecond.toFixed(0)} → ` +
+      `(${result.generation.speedup.toFixed(2)}×); ${size.batch} sequences ` +
+      `${result.batchGeneration.oldTokensPerSecond.toFixed(0)} → ${
+        result.batchGeneration.newTokensPerSecond.toFixed(0)
+      } ` +
+      `tok/s (${result.batchGeneration.speedup.toFixed(2)}×); training ${
+        result.training.oldTokensPerSecond.toFixed(0)
+      } → ` +
       `${result.training.newTokensPerSecond.toFixed(0)} tok/s (${result.training.speedup.toFixed(2)}×); same tokens: ` +
       `${sameTokens}, max |Δ grad| ${gradDiff.toExponential(2)}, max |Δ logprob| ${logprobDiff.toExponential(2)}`
   )
@@ -155,14 +199,18 @@ if (flag("no-save") === undefined) {
     `${out.date}, Node ${out.node}, ${out.cpu}; medians of ${repeats} alternating repeats in one process, × = ` +
     "median of the paired new/old ratios " +
     "(`npx tsx bench/model/cpu-reference.ts`). Generation: `generate` at temperature 1 with the KV cache, prefill " +
-    "included. Training: forward + tokenLogprobs + backward of one sequence with loss weights on its completion.",
+    "included; batch gen: that many episodes (old: one after another, new: generateBatch). Training: forward + tokenLogprobs + backward of one sequence with loss weights on its completion.",
     "",
-    "| preset | params | gen sizes (prompt+new) | gen old tok/s | gen new tok/s | gen × | train seq (completion) | train old tok/s | train new tok/s | train × | same tokens | max \\|Δ grad\\| |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| preset | params | gen sizes (prompt+new) | gen old tok/s | gen new tok/s | gen × | batch gen (sequences) | " +
+    "batch old tok/s | batch new tok/s | batch × | train seq (completion) | train old tok/s | train new tok/s | " +
+    "train × | same tokens | max \\|Δ grad\\| |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ...results.map((r) =>
       `| ${r.preset} | ${r.parameters.toLocaleString("en-US")} | ${r.sizes.prompt}+${r.sizes.generate} | ` +
       `${fmt(r.generation.oldTokensPerSecond)} | ${fmt(r.generation.newTokensPerSecond)} | ` +
-      `${r.generation.speedup.toFixed(2)} | ${r.sizes.seqLen} (${r.sizes.completion}) | ` +
+      `${r.generation.speedup.toFixed(2)} | ${r.sizes.batch} | ${fmt(r.batchGeneration.oldTokensPerSecond)} | ` +
+      `${fmt(r.batchGeneration.newTokensPerSecond)} | ${r.batchGeneration.speedup.toFixed(2)} | ` +
+      `${r.sizes.seqLen} (${r.sizes.completion}) | ` +
       `${fmt(r.training.oldTokensPerSecond)} | ${fmt(r.training.newTokensPerSecond)} | ` +
       `${r.training.speedup.toFixed(2)} | ${r.sameResults.tokens ? "yes" : "no"} | ` +
       `${r.sameResults.maxGradDiff.toExponential(1)} |`

@@ -543,20 +543,24 @@ const logitGradients = (
   nm: Numerics
 ) => {
   const N = targets.length
-  // d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)).
-  const { entropy, logprobs } = tokenLogprobs(fwd.logits, V, targets, temperature, fwd.precision)
+  // d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)). One softmax per row serves the logprob,
+  // the entropy (as tokenLogprobs computes them) and the gradient.
+  const logprobs = new Float64Array(N)
   let loss = 0
   const dLogits = nm.alloc(N * V)
   const z = new Float64Array(V)
   const p = new Float64Array(V)
   for (let n = 0; n < N; n++) {
-    const w = targets[n] < 0 ? 0 : lossWeights[n]
+    const lse = softmaxRow(fwd.logits, n * V, V, temperature, nm.round, z, p)
+    let expected = 0
+    for (let v = 0; v < V; v++) expected += p[v] * z[v]
+    const hn = lse - expected
+    const target = targets[n]
+    logprobs[n] = target < 0 ? 0 : z[target] - lse
+    const w = target < 0 ? 0 : lossWeights[n]
     const e = entropyWeights === undefined ? 0 : entropyWeights[n]
     if (w === 0 && e === 0) continue
-    loss += w * logprobs[n] + e * entropy[n]
-    const lse = softmaxRow(fwd.logits, n * V, V, temperature, nm.round, z, p)
-    const target = targets[n]
-    const hn = entropy[n]
+    loss += w * logprobs[n] + e * hn
     const o = n * V
     for (let v = 0; v < V; v++) {
       // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).

@@ -522,30 +522,103 @@ export const attentionBackward = (
 ): void => {
   const group = H / KV
   const dP = new Float64Array(T)
+  const dS = new Float64Array(T)
+  // dS of one head, transposed [key, query], for the key-major dk/dv pass.
+  const dST = new Float64Array(T * T)
+  const rowStride = KV * D
   for (let b = 0; b < B; b++) {
     for (let hh = 0; hh < H; hh++) {
       const kvh = Math.floor(hh / group)
+      const kv0 = b * T * rowStride + kvh * D
       for (let t = 0; t < T; t++) {
         const n = b * T + t
         const qo = (n * H + hh) * D
         const pBase = ((b * H + hh) * T + t) * T
         const j0 = segmentStart[n]
-        let dot = 0
-        for (let j = j0; j <= t; j++) {
-          const ko = ((b * T + j) * KV + kvh) * D
-          let acc = 0
-          for (let d = 0; d < D; d++) acc += dOut[qo + d] * v[ko + d]
-          dP[j] = acc
-          dot += probs[pBase + j] * acc
-        }
-        for (let j = j0; j <= t; j++) {
-          const ko = ((b * T + j) * KV + kvh) * D
-          const p = probs[pBase + j]
-          const dS = p * (dP[j] - dot) * scale
+        // dP_j = dOut·v_j, four keys at a time (independent sums, each in d order).
+        let j = j0
+        for (; j + 3 <= t; j += 4) {
+          const v0 = kv0 + j * rowStride
+          const v1 = v0 + rowStride
+          const v2 = v1 + rowStride
+          const v3 = v2 + rowStride
+          let a0 = 0, a1 = 0, a2 = 0, a3 = 0
           for (let d = 0; d < D; d++) {
-            dq[qo + d] += dS * k[ko + d]
-            dk[ko + d] += dS * q[qo + d]
-            dv[ko + d] += p * dOut[qo + d]
+            const g = dOut[qo + d]
+            a0 += g * v[v0 + d]
+            a1 += g * v[v1 + d]
+            a2 += g * v[v2 + d]
+            a3 += g * v[v3 + d]
+          }
+          dP[j] = a0
+          dP[j + 1] = a1
+          dP[j + 2] = a2
+          dP[j + 3] = a3
+        }
+        for (; j <= t; j++) {
+          const vo = kv0 + j * rowStride
+          let acc = 0
+          for (let d = 0; d < D; d++) acc += dOut[qo + d] * v[vo + d]
+          dP[j] = acc
+        }
+        let dot = 0
+        for (let jj = j0; jj <= t; jj++) dot += probs[pBase + jj] * dP[jj]
+        for (let jj = j0; jj <= t; jj++) dS[jj] = probs[pBase + jj] * (dP[jj] - dot) * scale
+        // dq_t = Σ_j dS_j·k_j: four keys per pass, each dq[d] still adding its terms one by one in j order.
+        j = j0
+        for (; j + 3 <= t; j += 4) {
+          const k0 = kv0 + j * rowStride
+          const k1 = k0 + rowStride
+          const k2 = k1 + rowStride
+          const k3 = k2 + rowStride
+          const s0 = dS[j]
+          const s1 = dS[j + 1]
+          const s2 = dS[j + 2]
+          const s3 = dS[j + 3]
+          for (let d = 0; d < D; d++) {
+            dq[qo + d] = dq[qo + d] + s0 * k[k0 + d] + s1 * k[k1 + d] + s2 * k[k2 + d] + s3 * k[k3 + d]
+          }
+        }
+        for (; j <= t; j++) {
+          const ko = kv0 + j * rowStride
+          const s0 = dS[j]
+          for (let d = 0; d < D; d++) dq[qo + d] += s0 * k[ko + d]
+        }
+        for (let jj = j0; jj <= t; jj++) dST[jj * T + t] = dS[jj]
+      }
+      // dk_j += Σ_t dS[t, j]·q_t and dv_j += Σ_t p[t, j]·dOut_t over the queries t ≥ j of j's sequence, in t order
+      // (the order a query-major loop adds them), four queries per pass so each dk/dv row is loaded once per four.
+      const pHead = (b * H + hh) * T * T
+      for (let j = 0; j < T; j++) {
+        let t1 = j
+        while (t1 + 1 < T && segmentStart[b * T + t1 + 1] <= j) t1++
+        const ko = kv0 + j * rowStride
+        let t = j
+        for (; t + 3 <= t1; t += 4) {
+          const q0 = ((b * T + t) * H + hh) * D
+          const q1 = q0 + H * D
+          const q2 = q1 + H * D
+          const q3 = q2 + H * D
+          const s0 = dST[j * T + t]
+          const s1 = dST[j * T + t + 1]
+          const s2 = dST[j * T + t + 2]
+          const s3 = dST[j * T + t + 3]
+          const p0 = probs[pHead + t * T + j]
+          const p1 = probs[pHead + (t + 1) * T + j]
+          const p2 = probs[pHead + (t + 2) * T + j]
+          const p3 = probs[pHead + (t + 3) * T + j]
+          for (let d = 0; d < D; d++) {
+            dk[ko + d] = dk[ko + d] + s0 * q[q0 + d] + s1 * q[q1 + d] + s2 * q[q2 + d] + s3 * q[q3 + d]
+            dv[ko + d] = dv[ko + d] + p0 * dOut[q0 + d] + p1 * dOut[q1 + d] + p2 * dOut[q2 + d] + p3 * dOut[q3 + d]
+          }
+        }
+        for (; t <= t1; t++) {
+          const q0 = ((b * T + t) * H + hh) * D
+          const s0 = dST[j * T + t]
+          const p0 = probs[pHead + t * T + j]
+          for (let d = 0; d < D; d++) {
+            dk[ko + d] += s0 * q[q0 + d]
+            dv[ko + d] += p0 * dOut[q0 + d]
           }
         }
       }
