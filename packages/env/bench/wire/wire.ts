@@ -13,6 +13,7 @@ import * as Wordle from "../../src/Wordle.js"
 
 const levels = [1, 64, 512, 1000]
 const secondsAt = (n: number) => (n === 1 ? 3 : n < 1000 ? 4 : 6)
+const warmupMs = 1500
 const resultsDir = fileURLToPath(new URL("../../../../bench/results/", import.meta.url))
 
 const rssKb = (pid: number): number => {
@@ -87,6 +88,17 @@ const runLevel = (url: string, sessions: number, seconds: number) =>
         }),
       { concurrency: 64 }
     )
+    // Warm-up (not measured): the first thousands of steps run in V8's interpreter and baseline tiers on both sides.
+    const warmEnd = Date.now() + warmupMs
+    yield* Effect.forEach(clients, (env, i) =>
+      Effect.gen(function*() {
+        let k = i
+        while (Date.now() < warmEnd) {
+          const r = yield* Effect.either(env.step({ message: words[k++ % words.length] }))
+          if (r._tag === "Left" || r.right.done) yield* Effect.either(env.reset({ seed: k }))
+        }
+        yield* Effect.either(env.reset({ seed: i }))
+      }), { concurrency: "unbounded" })
     const latencies: Array<number> = []
     let errors = 0
     let steps = 0
@@ -115,6 +127,7 @@ const runLevel = (url: string, sessions: number, seconds: number) =>
   })
 
 const program = Effect.gen(function*() {
+  const loadStart = Os.loadavg()
   const echoPort = yield* Launcher.freePort()
   const server = yield* Launcher.tsx(fileURLToPath(new URL("./server.ts", import.meta.url)), [
     "{port}",
@@ -163,7 +176,9 @@ const program = Effect.gen(function*() {
     date: new Date().toISOString(),
     machine: { cpus: Os.cpus().length, model: Os.cpus()[0]?.model ?? "", node: process.version },
     note: "Client and server share the machine's cores (server in a child process, clients in this one); " +
-      "latency is measured per step by the envtrain Client over /ws on 127.0.0.1.",
+      "latency is measured per step by the envtrain Client over /ws on 127.0.0.1, after 1.5 s of unmeasured " +
+      "warm-up steps at each level.",
+    load_average: { start: loadStart, end: Os.loadavg() },
     floor_raw_ws_echo: floor,
     in_process_step: env,
     levels: rows,
@@ -175,6 +190,10 @@ const program = Effect.gen(function*() {
     `# Wire benchmark: Wordle over /ws (${report.date})`,
     "",
     `Machine: ${report.machine.cpus} CPUs (${report.machine.model}), Node ${report.machine.node}. ${report.note}`,
+    "",
+    `Load average (1/5/15 min) at start ${loadStart.map((x) => x.toFixed(2)).join(" / ")}, at end ${
+      report.load_average.end.map((x) => x.toFixed(2)).join(" / ")
+    } (other work on the machine inflates every latency here, the floor included).`,
     "",
     `Raw ws echo round trip (floor): p50 ${floor.p50_ms.toFixed(3)} ms, p99 ${floor.p99_ms.toFixed(3)} ms. ` +
     `Wordle step in-process (no wire): p50 ${env.p50_ms.toFixed(3)} ms, p99 ${env.p99_ms.toFixed(3)} ms.`,
