@@ -100,7 +100,11 @@ const main = Effect.gen(function*() {
         })
       )
   })
-  const Live = Layer.merge(ChatRenderer.ChatRenderer.layer({ tokenizer, template, enableThinking: false }), policy)
+  // Built once, as a training run does: the renderer's caches (template frames, token memo) and their verified
+  // warm-up carry over between runs instead of being rebuilt for each.
+  const Live = yield* Layer.build(
+    Layer.merge(ChatRenderer.ChatRenderer.layer({ tokenizer, template, enableThinking: false }), policy)
+  )
   const config: Episode.EpisodeConfig = {
     maxCompletionLength: 4096,
     maxToolCallingIterations: 10,

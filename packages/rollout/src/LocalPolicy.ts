@@ -14,7 +14,7 @@
  * ```ts
  * import { Effect, Layer } from "effect"
  * import { Checkpoint, Gpu, Qwen3 } from "@envtrain/gpu"
- * import { LocalPolicy } from "@envtrain/rollout"
+ * import * as LocalPolicy from "@envtrain/rollout/LocalPolicy" // not in the barrel: it loads the WebGPU runtime
  *
  * const PolicyLive = Layer.unwrapScoped(Effect.gen(function*() {
  *   const ckpt = yield* Checkpoint.makeModel("tiny")

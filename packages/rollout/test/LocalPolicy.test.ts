@@ -5,7 +5,7 @@ import { Gpu } from "@envtrain/gpu/Gpu"
 import * as Qwen3 from "@envtrain/gpu/Qwen3"
 import * as Ref from "@envtrain/gpu/Qwen3Reference"
 import { Effect } from "effect"
-import { LocalPolicy } from "../src/index.js"
+import * as LocalPolicy from "../src/LocalPolicy.js"
 
 // The tiny preset on the real device (lavapipe here): short prompts and 8 new tokens keep it to a few submits.
 // Live clock: the batch window is real time.
