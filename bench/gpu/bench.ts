@@ -7,8 +7,8 @@
  *   npx tsx bench/gpu/bench.ts --sizes=1024,4096 --stack=medium --steps=20 --out=gpu-h200
  *   npx tsx bench/gpu/bench.ts --require-hardware       # fail instead of falling back to lavapipe
  *
- * Flags: --sizes=a,b,c  --tiers=tiled64,tiled64v4,tiled128,tiled128v4,tiled128h,subgroupMatrix (default: the
- * f32 tiers for f32 operands; tiled128 (packed pairs), tiled128h (shader-f16) and subgroupMatrix (where the
+ * Flags: --sizes=a,b,c  --tiers=tiled64,tiled64v4,tiled128,tiled128v4,tiled128h,tiled128hh,subgroupMatrix (default: the
+ * f32 tiers for f32 operands; tiled128 (packed pairs), tiled128h and tiled128hh (shader-f16) and subgroupMatrix (where the
  * adapter has it) for f16 operands)  --forms=NN,NT,TN (default NN on a software adapter, where each new pipeline
  * costs seconds of LLVM time)  --stack=tiny|small|medium  --steps=N  --precisions=f32,f16 (f16: both operands
  * stored as f16, f32 accumulation)  --out=NAME  --no-profile
@@ -209,8 +209,8 @@ const main = Effect.gen(function*() {
   const tierChoices = (precision: "f32" | "f16"): ReadonlyArray<Matmul.TierChoice> => {
     const asked = flag("tiers")?.split(",") as ReadonlyArray<Ops.MatmulTier> | undefined
     const names = asked ?? (precision === "f32"
-      ? Ops.MATMUL_TIERS.filter((t) => t !== "tiled128h")
-      : ["tiled128", ...(a.features.includes("shader-f16") ? ["tiled128h" as const] : []), best16.tier])
+      ? Ops.MATMUL_TIERS.filter((t) => t !== "tiled128h" && t !== "tiled128hh")
+      : ["tiled128", ...(a.features.includes("shader-f16") ? ["tiled128h", "tiled128hh"] as const : []), best16.tier])
     return [...new Set(names)].flatMap((tier) =>
       tier !== "subgroupMatrix"
         ? [{ tier, reason: "asked" }]
@@ -321,7 +321,8 @@ const main = Effect.gen(function*() {
     "Tiers: tiled64 = 64×64 tile, 4×4 per thread, scalar loads; tiled128 = 128×128, 8×8 per thread, K step 8;",
     "v4 = vec4 global loads (f32 operands); f16in = both operands stored as f16 (half the bytes), f32",
     "accumulation: tiled64/tiled128 unpack packed pairs (core WGSL unpack2x16float), tiled128h reads vec4<f16> and",
-    "stages f16 tiles (shader-f16, K step 16), subgroupMatrix uses the adapter's f16→f32 subgroup-matrix",
+    "stages f16 tiles (shader-f16, K step 16), tiled128hh also sums products in f16 (vec2<f16> fma) within each",
+    "K step before f32 accumulation (experimental), subgroupMatrix uses the adapter's f16→f32 subgroup-matrix",
     `configuration (${best16.tier === "subgroupMatrix" ? best16.reason : "not offered by this adapter"}).`,
     "",
     `## Training step: one-block transformer, stack "${stack}" (${step.parameters} parameters)`,

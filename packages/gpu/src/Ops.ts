@@ -46,10 +46,20 @@ export interface Axpy {
  * "tiled128h" (needs the device feature shader-f16): f16-stored operands are read as `vec4<f16>` and staged as
  * f16 in workgroup memory, K staged 16 at a time, f32 products and accumulation; f32 operands as in tiled128v4.
  * Where an f16 operand's contiguous dim or offset is not a multiple of 4 it uses the packed-pair loads instead.
+ * "tiled128hh" (experimental): tiled128h with f16 products summed in f16 over each K step of 16 (packed
+ * `vec2<f16>` fma) before f32 accumulation, when both operands are f16; about 3 significant digits per partial
+ * sum, so only for forward passes that tolerate it. Otherwise it is tiled128h.
  * "subgroupMatrix" (needs chromium-experimental-subgroup-matrix with an f16 → f32 configuration): see
  * `Matmul.subgroupMatrixPlan`; f16 A and B, f32 C, no epilogue beyond alpha/beta.
  */
-export type MatmulTier = "tiled64" | "tiled64v4" | "tiled128" | "tiled128v4" | "tiled128h" | "subgroupMatrix"
+export type MatmulTier =
+  | "tiled64"
+  | "tiled64v4"
+  | "tiled128"
+  | "tiled128v4"
+  | "tiled128h"
+  | "tiled128hh"
+  | "subgroupMatrix"
 export const MATMUL_TIERS: ReadonlyArray<MatmulTier> = ["tiled64", "tiled64v4", "tiled128", "tiled128v4", "tiled128h"]
 
 /** Converts between f32 and f16 storage (round to nearest even), n elements. */

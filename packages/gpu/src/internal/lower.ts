@@ -116,7 +116,8 @@ const lowerOne = (op: Op, plan: ArenaPlan): Array<DispatchSpec> => {
       const tiling = matmulTiling(op)
       const half = `${tiling?.f16A === true ? "_f16a" : ""}${tiling?.f16B === true ? "_f16b" : ""}`
       const shaderF16 = tiling?.shaderF16 === true
-      const tier = tiling === undefined ? "" : `_${tiling.tm}${shaderF16 ? "h" : ""}${tiling.vec4 ? "v4" : ""}${half}`
+      const h = shaderF16 ? (tiling?.f16Math === true ? "hh" : "h") : ""
+      const tier = tiling === undefined ? "" : `_${tiling.tm}${h}${tiling.vec4 ? "v4" : ""}${half}`
       const label = `matmul_${op.transA ? "T" : "N"}${op.transB ? "T" : "N"}${op.bias ? "_bias" : ""}${tier}`
       const tile = tiling ?? { tm: W.MM_TILE.m, tn: W.MM_TILE.n }
       return [{
@@ -404,12 +405,22 @@ const matmulTiling = (op: Extract<Op, { kind: "matmul" }>): W.MatmulTiling | und
   const aligned = (f16A || (quad(aContiguous, op.lda, op.aOffset) && op.a.offset % 16 === 0)) &&
     (f16B || (quad(bContiguous, op.ldb, op.bOffset) && op.b.offset % 16 === 0))
   // The subgroup-matrix tier falls back to the shader-f16 tier where it does not apply (an f32 operand).
-  if (op.tier === "tiled128h" || op.tier === "subgroupMatrix") {
+  if (op.tier === "tiled128h" || op.tier === "tiled128hh" || op.tier === "subgroupMatrix") {
     // vec4<f16> loads: 4 halves (8 bytes) along the contiguous dim of each f16 operand.
     const half4 = (!f16A || (quad(aContiguous, op.lda, op.aOffset) && op.a.offset % 8 === 0)) &&
       (!f16B || (quad(bContiguous, op.ldb, op.bOffset) && op.b.offset % 8 === 0))
     const shaderF16 = (f16A || f16B) && half4
-    return { tm: 128, tn: 128, tk: shaderF16 ? 16 : 8, vec4: aligned && !(f16A && f16B), f16A, f16B, shaderF16 }
+    const f16Math = op.tier === "tiled128hh" && shaderF16 && f16A && f16B
+    return {
+      tm: 128,
+      tn: 128,
+      tk: shaderF16 ? 16 : 8,
+      vec4: aligned && !(f16A && f16B),
+      f16A,
+      f16B,
+      shaderF16,
+      ...(f16Math ? { f16Math } : {})
+    }
   }
   const size = op.tier.startsWith("tiled128") ? { tm: 128, tn: 128, tk: 8 } : { tm: 64, tn: 64, tk: 16 }
   return { ...size, vec4: op.tier.endsWith("v4") && aligned, f16A, f16B }

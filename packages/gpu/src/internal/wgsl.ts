@@ -128,6 +128,12 @@ export interface MatmulTiling {
    * sums stay f32.
    */
   readonly shaderF16?: boolean
+  /**
+   * With shaderF16 and both operands f16: products and the sums within each K step of tk are f16 (packed
+   * `vec2<f16>` fma, twice the FMA rate on GPUs with packed half math), added into f32 accumulators once per K
+   * step. Less exact than f32 accumulation (each partial sum of tk products rounds to 11 bits).
+   */
+  readonly f16Math?: boolean
 }
 
 // Vector lanes are stored with constant swizzles: a loop indexing v[e] compiled ~20 s on lavapipe's LLVM.
@@ -192,8 +198,14 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
   let row0 = wid.y * ${TM}u;
   let col0 = wid.x * ${TN}u;
   var acc: array<f32, ${RM * RN}>;
-  var a: array<f32, ${RM}>;
-  var b: array<f32, ${RN}>;
+  ${
+    t.f16Math === true
+      ? `var a: array<f16, ${RM}>;
+  var b: array<vec2<f16>, ${RN / 2}>;
+  var part: array<vec2<f16>, ${(RM * RN) / 2}>;`
+      : `var a: array<f32, ${RM}>;
+  var b: array<f32, ${RN}>;`
+  }
   for (var k0 = 0u; k0 < p.k; k0 += ${TK}u) {
     for (var q = 0u; q < ${(TM * TK) / (256 * wa)}u; q++) {
       let idx = tid + q * 256u;
@@ -204,15 +216,7 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
       ${loadB}
     }
     workgroupBarrier();
-    for (var kk = 0u; kk < ${TK}u; kk++) {
-      for (var i = 0u; i < ${RM}u; i++) { a[i] = f32(As[kk * ${TM}u + lid.y + i * 16u]); }
-      for (var j = 0u; j < ${RN}u; j++) { b[j] = f32(Bs[kk * ${TN}u + lid.x + j * 16u]); }
-      for (var i = 0u; i < ${RM}u; i++) {
-        for (var j = 0u; j < ${RN}u; j++) {
-          acc[i * ${RN}u + j] = fma(a[i], b[j], acc[i * ${RN}u + j]);
-        }
-      }
-    }
+    ${t.f16Math === true ? f16Inner(TM, TN, TK, RM, RN) : f32Inner(TM, TN, TK, RM, RN)}
     workgroupBarrier();
   }
   for (var i = 0u; i < ${RM}u; i++) {
@@ -230,6 +234,40 @@ fn main(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: ve
   }
 }`
 }
+
+/** The register-tile inner loop over one K step: f32 products and sums. */
+const f32Inner = (TM: number, TN: number, TK: number, RM: number, RN: number) =>
+  `for (var kk = 0u; kk < ${TK}u; kk++) {
+      for (var i = 0u; i < ${RM}u; i++) { a[i] = f32(As[kk * ${TM}u + lid.y + i * 16u]); }
+      for (var j = 0u; j < ${RN}u; j++) { b[j] = f32(Bs[kk * ${TN}u + lid.x + j * 16u]); }
+      for (var i = 0u; i < ${RM}u; i++) {
+        for (var j = 0u; j < ${RN}u; j++) {
+          acc[i * ${RN}u + j] = fma(a[i], b[j], acc[i * ${RN}u + j]);
+        }
+      }
+    }`
+
+/** The same with f16 products summed in packed pairs over the K step, then added to the f32 accumulators. */
+const f16Inner = (TM: number, TN: number, TK: number, RM: number, RN: number) =>
+  `for (var e = 0u; e < ${(RM * RN) / 2}u; e++) { part[e] = vec2<f16>(0.0h); }
+    for (var kk = 0u; kk < ${TK}u; kk++) {
+      for (var i = 0u; i < ${RM}u; i++) { a[i] = As[kk * ${TM}u + lid.y + i * 16u]; }
+      for (var j = 0u; j < ${RN / 2}u; j++) {
+        b[j] = vec2<f16>(Bs[kk * ${TN}u + lid.x + 2u * j * 16u], Bs[kk * ${TN}u + lid.x + (2u * j + 1u) * 16u]);
+      }
+      for (var i = 0u; i < ${RM}u; i++) {
+        for (var j = 0u; j < ${RN / 2}u; j++) {
+          part[i * ${RN / 2}u + j] = fma(vec2<f16>(a[i]), b[j], part[i * ${RN / 2}u + j]);
+        }
+      }
+    }
+    for (var i = 0u; i < ${RM}u; i++) {
+      for (var j = 0u; j < ${RN / 2}u; j++) {
+        let s = vec2f(part[i * ${RN / 2}u + j]);
+        acc[i * ${RN}u + 2u * j] += s.x;
+        acc[i * ${RN}u + 2u * j + 1u] += s.y;
+      }
+    }`
 
 /** f32 → packed f16 pairs (round to nearest even), and back. n counts elements. */
 export const castToF16 = header("n: u32", [["X", "read"], ["Y", "read_write", "u32"]]) + `
