@@ -288,3 +288,41 @@ describe("the GRPO step on the device", () => {
     180_000
   )
 })
+
+describe("the GPU model's fallback", () => {
+  it.scoped(
+    "vespo (not in the kernel) is computed on the host with Loss.compute and returned at once",
+    () =>
+      Effect.gen(function*() {
+        const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
+        const model = yield* gpuModel(checkpoint, { batch: 2, seq: 12, temperature: 1, slots: 2 })
+        const batch = batchOf([[5, 6, 7], [8, 9]], [[10, 11, 12, 13], [14, 15, 16]])
+        const mask = Float64Array.from([1, 1, 0, 1, 1, 1, 1, 0])
+        const inputs: LossInputs = { mask, advantages: Float64Array.from([0.7, -0.4]), numItemsInBatch: 6 }
+        const options: Loss.LossOptions = { ...Loss.defaultOptions, lossType: "vespo" }
+        const scores = yield* model.score(batch, 1)
+        const want = Loss.compute({
+          ...inputs,
+          rows: 2,
+          length: 4,
+          logprobs: scores.logprobs,
+          entropies: scores.entropies
+        }, options)
+        const now = yield* model.accumulateLoss!(batch, 1, inputs, options)
+        assert.isDefined(now)
+        assert.closeTo(now!.loss, want.loss, 1e-9)
+        assert.closeTo(now!.metrics["vespo/phi_seq_mean"], want.metrics["vespo/phi_seq_mean"], 1e-9)
+        const stepped = yield* model.step({
+          learningRate: 1e-3,
+          maxGradNorm: 1,
+          beta1: 0.9,
+          beta2: 0.999,
+          epsilon: 1e-8,
+          weightDecay: 0
+        })
+        assert.isUndefined(stepped.loss)
+        assert.isAbove(stepped.gradNorm, 0)
+      }).pipe(Effect.provide(Gpu.layer())),
+    120_000
+  )
+})
