@@ -104,4 +104,18 @@ layer(Gpu.layer())("ops over row-blocked tensors", (it) => {
       // The deterministic backward gives the same bits however the table is split.
       assert.deepStrictEqual(a.gpu.readRows("grad.E"), b.gpu.readRows("grad.E"))
     }))
+
+  it.scoped("Arena.write and read cut element ranges at block boundaries", () =>
+    Effect.gen(function*() {
+      const plan = Arena.plan(specs(), SMALL)
+      const arena = yield* Arena.allocate(plan)
+      const all = random(V * H, 7)
+      arena.write("param.E", all)
+      const patch = random(25 * H + 3, 8) // from inside block 0, across block 1, into block 2
+      arena.write("param.E", patch, 10 * H + 5)
+      const want = all.slice()
+      want.set(patch, 10 * H + 5)
+      assert.deepStrictEqual(yield* arena.read("param.E"), want)
+      assert.throws(() => arena.binding(arena.tensor("param.E")), /row blocks/)
+    }))
 })
