@@ -40,10 +40,20 @@ describe("Server /ws", () => {
     Effect.gen(function*() {
       const s = yield* Server.serve(counter(), { port: 0 })
       const c = yield* raw(wsUrl(s))
+      // Python's json.loads texts, as OpenEnv sends them.
       yield* c.sendText("{nope")
-      const invalid = yield* c.next
-      assert.strictEqual(invalid.data.code, "INVALID_JSON")
-      assert.isTrue(invalid.data.message.startsWith("Invalid JSON: "))
+      assert.strictEqual(
+        yield* c.nextText,
+        `{"type":"error","data":{"message":"Invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)","code":"INVALID_JSON"}}`
+      )
+      yield* c.sendText(`{"type":"step",\n"data":}`)
+      assert.strictEqual((yield* c.next).data.message, "Invalid JSON: Expecting value: line 2 column 8 (char 23)")
+      // Python's json.loads reads NaN; pydantic's model_dump_json writes it back as null.
+      yield* c.sendText(`{"type":"reset","data":{"seed":NaN}}`)
+      assert.strictEqual(
+        yield* c.nextText,
+        `{"type":"observation","data":{"observation":{"total":0,"secret":null},"reward":0,"done":false}}`
+      )
       yield* c.send({ type: "jump" })
       assert.strictEqual(
         yield* c.nextText,
@@ -245,8 +255,16 @@ describe("Server /ws", () => {
       assert.strictEqual(listed.id, 7)
       assert.strictEqual(listed.result.tools[0].name, "add")
       yield* m.sendText("nope")
-      assert.strictEqual((yield* m.next).error.code, -32700)
-      assert.strictEqual(yield* s.activeSessions, 2)
+      assert.deepStrictEqual((yield* m.next).error, {
+        code: -32700,
+        message: "Parse error: Expecting value: line 1 column 1 (char 0)",
+        data: null
+      })
+      // A binary frame ends the session as OpenEnv's "any other exception" does on WS /mcp: -32000, then close.
+      yield* m.sendText(Buffer.from("{}"), true)
+      assert.strictEqual((yield* m.next).error.code, -32000)
+      assert.strictEqual(yield* m.closed, 1000)
+      yield* eventually(Effect.map(s.activeSessions, (n) => n === 1), "the binary-framed MCP session freed")
     }))
 
   it.scopedLive("keep-alive: a peer that stops answering pings is dropped and its slot freed", () =>

@@ -11,6 +11,7 @@ import type { ResolvedServerOptions } from "../ServerOptions.js"
 import * as Wire from "../Wire.js"
 import * as Mcp from "./mcp.js"
 import * as PyJson from "./pyJson.js"
+import * as PyJsonParse from "./pyJsonParse.js"
 import { type Session, SessionTable } from "./sessions.js"
 import { syncStepOf } from "./syncStep.js"
 
@@ -48,12 +49,10 @@ const execute = <A>(effect: Effect.Effect<A, { readonly message: string }>, onSu
 const validationFrame = (errors: ReadonlyArray<Wire.PydanticError>): Wire.Frame =>
   Wire.errorFrame("VALIDATION_ERROR", "Invalid message", { errors })
 
+/** `json.loads` as OpenEnv's server runs it: NaN/Infinity accepted, Python's error text on failure. */
 const parseJson = (text: string): Either.Either<unknown, string> => {
-  try {
-    return Either.right(JSON.parse(text))
-  } catch (e) {
-    return Either.left(e instanceof Error ? e.message : String(e))
-  }
+  const parsed = PyJsonParse.parse(text)
+  return parsed._tag === "Value" ? Either.right(parsed.value) : Either.left(parsed.message)
 }
 
 export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptions) =>
