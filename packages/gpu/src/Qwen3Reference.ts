@@ -41,6 +41,7 @@
  */
 import {
   add,
+  attendPair,
   attendRow,
   attentionBackward,
   type FloatArray,
@@ -750,10 +751,15 @@ const attendCache = (
     }
   }
   for (let i = 0; i < n; i++) {
-    for (let h = 0; h < H; h++) {
+    let h = 0
+    // Query heads of one KV head two at a time (same arithmetic per head, one pass over the cache).
+    for (; h < H; h++) {
       const g = Math.floor(h / group)
       const o = ((row0 + i) * H + h) * D
-      attendRow(q, o, K, Vc, g * cap * D, D, 0, start + i, D, scale, attnOut, o, undefined, 0, nm)
+      if (h + 1 < H && Math.floor((h + 1) / group) === g) {
+        attendPair(q, o, o + D, K, Vc, g * cap * D, D, start + i, D, scale, attnOut, nm.round)
+        h++
+      } else attendRow(q, o, K, Vc, g * cap * D, D, 0, start + i, D, scale, attnOut, o, undefined, 0, nm)
     }
   }
 }

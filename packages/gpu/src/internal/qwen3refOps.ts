@@ -498,6 +498,142 @@ export const attendRow = (
   for (let d = 0; d < headDim; d++) out[outOff + d] = acc[d]
 }
 
+let pairScratch = new Float64Array(512)
+
+/**
+ * {@link attendRow} for two query heads that share a KV head (GQA), each computed exactly as attendRow computes it,
+ * with one pass over the keys and values for both (the KV-cache decode path's main memory traffic).
+ */
+export const attendPair = (
+  q: FloatArray,
+  qA: number,
+  qB: number,
+  k: FloatArray,
+  v: FloatArray,
+  kBase: number,
+  stride: number,
+  j1: number,
+  headDim: number,
+  scale: number,
+  out: FloatArray,
+  round: (x: number) => number
+): void => {
+  const count = j1 + 1
+  if (pairScratch.length < 2 * count) pairScratch = new Float64Array(Math.max(2 * count, 2 * pairScratch.length))
+  // Scores of head A at [0, count), of head B at [count, 2·count).
+  const sc = pairScratch
+  let j = 0
+  for (; j + 3 <= j1; j += 4) {
+    const k0 = kBase + j * stride
+    const k1 = k0 + stride
+    const k2 = k1 + stride
+    const k3 = k2 + stride
+    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0
+    for (let d = 0; d < headDim; d++) {
+      const x = q[qA + d]
+      const y = q[qB + d]
+      const w0 = k[k0 + d]
+      const w1 = k[k1 + d]
+      const w2 = k[k2 + d]
+      const w3 = k[k3 + d]
+      a0 += x * w0
+      a1 += x * w1
+      a2 += x * w2
+      a3 += x * w3
+      b0 += y * w0
+      b1 += y * w1
+      b2 += y * w2
+      b3 += y * w3
+    }
+    sc[j] = a0
+    sc[j + 1] = a1
+    sc[j + 2] = a2
+    sc[j + 3] = a3
+    sc[count + j] = b0
+    sc[count + j + 1] = b1
+    sc[count + j + 2] = b2
+    sc[count + j + 3] = b3
+  }
+  for (; j <= j1; j++) {
+    const ko = kBase + j * stride
+    let a = 0
+    let b = 0
+    for (let d = 0; d < headDim; d++) {
+      a += q[qA + d] * k[ko + d]
+      b += q[qB + d] * k[ko + d]
+    }
+    sc[j] = a
+    sc[count + j] = b
+  }
+  softmaxScores(sc, 0, count, scale, round)
+  softmaxScores(sc, count, count, scale, round)
+  const accA = outScratch
+  const accB = pairAcc.length >= headDim ? pairAcc : new Float64Array(headDim)
+  accA.fill(0, 0, headDim)
+  accB.fill(0, 0, headDim)
+  let jj = 0
+  for (; jj + 3 <= j1; jj += 4) {
+    const pa0 = sc[jj]
+    const pa1 = sc[jj + 1]
+    const pa2 = sc[jj + 2]
+    const pa3 = sc[jj + 3]
+    const pb0 = sc[count + jj]
+    const pb1 = sc[count + jj + 1]
+    const pb2 = sc[count + jj + 2]
+    const pb3 = sc[count + jj + 3]
+    const v0 = kBase + jj * stride
+    const v1 = v0 + stride
+    const v2 = v1 + stride
+    const v3 = v2 + stride
+    for (let d = 0; d < headDim; d++) {
+      const x0 = v[v0 + d]
+      const x1 = v[v1 + d]
+      const x2 = v[v2 + d]
+      const x3 = v[v3 + d]
+      accA[d] = accA[d] + pa0 * x0 + pa1 * x1 + pa2 * x2 + pa3 * x3
+      accB[d] = accB[d] + pb0 * x0 + pb1 * x1 + pb2 * x2 + pb3 * x3
+    }
+  }
+  for (; jj <= j1; jj++) {
+    const pa = sc[jj]
+    const pb = sc[count + jj]
+    const vo = kBase + jj * stride
+    for (let d = 0; d < headDim; d++) {
+      accA[d] += pa * v[vo + d]
+      accB[d] += pb * v[vo + d]
+    }
+  }
+  for (let d = 0; d < headDim; d++) {
+    out[qA + d] = accA[d]
+    out[qB + d] = accB[d]
+  }
+}
+
+const pairAcc = new Float64Array(1024)
+
+/** attendRow's softmax over raw dot products sc[o … o+count): scale, rounding and normalisation, in place. */
+const softmaxScores = (
+  sc: Float64Array,
+  o: number,
+  count: number,
+  scale: number,
+  round: (x: number) => number
+): void => {
+  let max = -Infinity
+  for (let c = o; c < o + count; c++) {
+    const s = round(round(sc[c]) * scale)
+    sc[c] = s
+    if (s > max) max = s
+  }
+  let sum = 0
+  for (let c = o; c < o + count; c++) {
+    const e = Math.exp(sc[c] - max)
+    sc[c] = e
+    sum += e
+  }
+  for (let c = o; c < o + count; c++) sc[c] = round(sc[c] / sum)
+}
+
 /**
  * Backward of causal (packed) attention for one layer: from dOut [N, heads·D] and the forward's probabilities
  * [batch, heads, T, T], adds into dq [N, heads·D], dk and dv [N, kvHeads·D] (f64). Row n = b·T + t attends to keys
