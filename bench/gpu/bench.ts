@@ -17,7 +17,9 @@ import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
 import * as Arena from "../../packages/gpu/src/Arena.js"
+import * as CpuTwin from "../../packages/gpu/src/CpuTwin.js"
 import { describe, Gpu } from "../../packages/gpu/src/Gpu.js"
+import * as HalfFloat from "../../packages/gpu/src/HalfFloat.js"
 import * as Matmul from "../../packages/gpu/src/Matmul.js"
 import * as Ops from "../../packages/gpu/src/Ops.js"
 import * as Program from "../../packages/gpu/src/Program.js"
@@ -45,6 +47,60 @@ interface MatmulRow {
   readonly gflops: number
   readonly timing: "timestamp" | "wall"
 }
+
+/**
+ * Correctness of a tier on this device before its speed is believed: a ragged 70×36×40 multiply of the form
+ * against the CPU twin (which decodes the same f16 bits); max |gpu − twin| / (1 + |twin|).
+ */
+const parity = (choice: Matmul.TierChoice, form: string, precision: "f32" | "f16") =>
+  Effect.gen(function*() {
+    const [m, n, k] = [70, 36, 40]
+    const transA = form[0] === "T"
+    const transB = form[1] === "T"
+    const plan = Arena.plan({
+      a: { shape: transA ? [k, m] : [m, k], dtype: precision },
+      b: { shape: transB ? [n, k] : [k, n], dtype: precision },
+      c: { shape: [m, n] }
+    })
+    const h = Arena.host(plan)
+    let seed = 12345
+    const next = () => {
+      seed = (seed * 1103515245 + 12345) >>> 0
+      return (seed / 2 ** 32) * 2 - 1
+    }
+    for (const name of ["a", "b"]) {
+      const values = Float32Array.from({ length: m * k + k * n }, next).subarray(0, plan.tensors.get(name)!.size)
+      if (precision === "f16") h.f16(name).set(HalfFloat.f32ToF16(values))
+      else h.f32(name).set(values)
+    }
+    const arena = yield* Arena.allocate(plan)
+    arena.upload(h)
+    const t = (name: string) => arena.tensor(name)
+    const ops = [
+      Ops.matmul({
+        a: t("a"),
+        b: t("b"),
+        c: t("c"),
+        m,
+        n,
+        k,
+        transA,
+        transB,
+        tier: choice.tier,
+        subgroupMatrix: choice.subgroupMatrix
+      })
+    ]
+    yield* Program.submit(yield* Program.compile(arena, ops))
+    const gpu = yield* arena.read("c")
+    CpuTwin.run(h, ops)
+    const want = h.f32("c")
+    let worst = 0
+    for (let i = 0; i < want.length; i++) {
+      const e = Math.abs(gpu[i] - want[i]) / (1 + Math.abs(want[i]))
+      worst = Number.isNaN(e) ? Infinity : Math.max(worst, e)
+    }
+    return worst
+  }).pipe(Effect.scoped)
 
 const matmulTier = (size: number, choice: Matmul.TierChoice, form: string, precision: "f32" | "f16") =>
   Effect.gen(function*() {
@@ -221,6 +277,7 @@ const main = Effect.gen(function*() {
   }
   const matmul: Array<MatmulRow> = []
   const failures: Array<{ tier: string; size: number; error: string }> = []
+  const checked = new Map<string, number | string>()
   for (const size of sizes) {
     for (const precision of precisions) {
       for (const tier of tierChoices(precision)) {
@@ -237,6 +294,15 @@ const main = Effect.gen(function*() {
           const how = `${row.millis.toFixed(2)} ms, ${row.reps} reps, ${row.timing}`
           console.log(`matmul ${row.tier} ${size}³: ${row.gflops.toFixed(2)} GFLOP/s (${how})`)
           matmul.push(row)
+          const key = row.tier
+          if (!checked.has(key)) {
+            const e = yield* Effect.either(parity(tier, form, precision))
+            const value = e._tag === "Right" ? e.right : String(e.left.message ?? e.left)
+            checked.set(key, value)
+            console.log(
+              `  parity ${key} (70×36×40 vs CPU twin): ${typeof value === "number" ? value.toExponential(2) : value}`
+            )
+          }
         }
       }
     }
@@ -279,6 +345,7 @@ const main = Effect.gen(function*() {
       : undefined,
     matmul,
     matmulFailures: failures,
+    matmulParity: Object.fromEntries(checked),
     step
   }
   mkdirSync("bench/results", { recursive: true })
@@ -306,6 +373,11 @@ const main = Effect.gen(function*() {
       ...failures.map((f) => `- ${f.tier} ${f.size}³: ${f.error.replace(/\s+/g, " ").slice(0, 300)}`),
       ""
     ]),
+    "Parity of each tier and form on this device (70×36×40 against the CPU twin, max |Δ| / (1 + |twin|); f32",
+    "tiers ~1e-7, f16-input tiers ~1e-7 (the twin decodes the same f16 bits), tiled128hh ~1e-2 by design):",
+    "",
+    ...[...checked].map(([k, v]) => `- ${k}: ${typeof v === "number" ? v.toExponential(2) : v}`),
+    "",
     "### f16 inputs vs f32 (best tier of each per size and form)",
     "",
     "| size | form | best f32 tier | f32 GFLOP/s | best f16 tier | f16 GFLOP/s | f16 / f32 |",
