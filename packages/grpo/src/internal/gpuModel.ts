@@ -6,7 +6,8 @@
  * micro-batch in Qwen3's "grpo" mode: forward, the loss kernel (`GrpoLoss`: every supported loss type, clipping,
  * KL, sampler correction, per-row reductions, d loss / d logprob) and backward, then clipping and AdamW, all in
  * the recorded step program; only the loss and its metrics come back, with `step`. Settings the kernel does not
- * compute (luspo, vespo, the top-entropy mask) fall back to the weighted path below with `Loss.compute`.
+ * compute (luspo, vespo, the top-entropy mask), and micro-batches of more rows than the model's `batch` (the
+ * kernel's per-micro-batch normalisers would split), fall back to the weighted path below with `Loss.compute`.
  *
  * Weighted (`accumulate`, SFT and the fallback): each micro-batch is scored (`logprobs`), the caller turns the
  * logprobs into per-token coefficients, and the step runs in "weighted" mode. The weights do not change between
@@ -242,7 +243,9 @@ export const gpuModel = (
       accumulateLoss: (batch, temperature, inputs, options) =>
         Effect.gen(function*() {
           yield* checkTemperature(temperature)
-          const settings = deviceSettings(options, inputs)
+          // The kernel normalises per device micro-batch: a trainer micro-batch of more rows than the model's
+          // batch (split over several) keeps the exact host path.
+          const settings = batch.prompts.length > shape.batch ? undefined : deviceSettings(options, inputs)
           if (settings === undefined) {
             // Not in the kernel: score, Loss.compute on the host, and the weighted step.
             let result: Loss.LossResult | undefined
