@@ -104,8 +104,16 @@ describe("Server /ws", () => {
       assert.strictEqual((yield* c.next).data.message, "Unknown message type: None")
       yield* c.send({ type: ["a", 1, true] })
       assert.strictEqual((yield* c.next).data.message, "Unknown message type: ['a', 1, True]")
-      yield* c.send([1, 2])
-      assert.strictEqual((yield* c.next).data.code, "VALIDATION_ERROR")
+      // Valid JSON that is not an object fails outside OpenEnv's per-message handling: SESSION_ERROR, then close.
+      for (const [frame, type] of [["[1, 2]", "list"], ["1.0", "float"], ["7", "int"], ["null", "NoneType"]]) {
+        const other = yield* raw(wsUrl(s))
+        yield* other.sendText(frame)
+        assert.strictEqual(
+          yield* other.nextText,
+          `{"type":"error","data":{"message":"'${type}' object has no attribute 'get'","code":"SESSION_ERROR"}}`
+        )
+        assert.strictEqual(yield* other.closed, 1000)
+      }
       yield* c.send({ type: "step", data: { delta: 13 } })
       assert.strictEqual(
         yield* c.nextText,

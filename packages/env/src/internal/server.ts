@@ -49,6 +49,16 @@ const execute = <A>(effect: Effect.Effect<A, { readonly message: string }>, onSu
 const validationFrame = (errors: ReadonlyArray<Wire.PydanticError>): Wire.Frame =>
   Wire.errorFrame("VALIDATION_ERROR", "Invalid message", { errors })
 
+/** Python's type name of a parsed JSON value (`text` tells a float such as `1.0` from an int). */
+const pythonTypeName = (value: unknown, text: string): string => {
+  if (value === null) return "NoneType"
+  if (typeof value === "boolean") return "bool"
+  if (typeof value === "string") return "str"
+  if (Array.isArray(value)) return "list"
+  if (typeof value === "number") return Number.isInteger(value) && !/[.eEaI]/.test(text) ? "int" : "float"
+  return "dict"
+}
+
 /** `json.loads` as OpenEnv's server runs it: NaN/Infinity accepted, Python's error text on failure. */
 const parseJson = (text: string): Either.Either<unknown, string> => {
   const parsed = PyJsonParse.parse(text)
@@ -100,7 +110,9 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
       if (Either.isLeft(parsed)) return Wire.errorFrame("INVALID_JSON", `Invalid JSON: ${parsed.left}`)
       const message = parsed.right
       if (!isObject(message)) {
-        return validationFrame([Wire.pydanticError("dict_type", [], "Input should be a valid dictionary", message)])
+        // OpenEnv calls `message_dict.get("type", "")` outside its per-message error handling, so a frame that is
+        // valid JSON but not an object ends the session with SESSION_ERROR and Python's AttributeError text.
+        throw new Error(`'${pythonTypeName(message, text)}' object has no attribute 'get'`)
       }
       const decoded = Wire.decodeClientMessage(message)
       if (decoded._tag === "UnknownType") {
