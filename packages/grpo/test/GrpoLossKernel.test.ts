@@ -180,6 +180,80 @@ describe("GrpoLoss kernel = Loss.compute", () => {
   )
 })
 
+describe("GrpoLoss kernel on rows longer than its 256 threads", () => {
+  it.scoped(
+    "several tokens per thread: grpo sequence-level with sequence_truncate, dapo with β, = Loss.compute",
+    () =>
+      Effect.gen(function*() {
+        const rows = 2
+        const L = 600
+        const kernel = yield* GrpoLoss.make({ batch: rows, seq: L })
+        const r = rng(99)
+        const mask = Float64Array.from(
+          { length: rows * L },
+          (_, j) => (j % L < [L, 437][Math.floor(j / L)] && j % 7 !== 3 ? 1 : 0)
+        )
+        const logprobs = Float64Array.from(mask, () => Math.fround(-0.1 - 3 * r()))
+        const old = Float64Array.from(logprobs, (l) => Math.fround(l - (r() - 0.5) * 0.02))
+        const sampler = Float64Array.from(old, (l) => Math.fround(l + (r() - 0.5) * 0.002))
+        const ref = Float64Array.from(logprobs, (l) => Math.fround(l + (r() - 0.5) * 0.5))
+        const advantages = Float64Array.from([0.8, -1.3])
+        const variants: Array<{ options: Partial<Loss.LossOptions>; correction: Correction }> = [
+          {
+            options: { lossType: "grpo", importanceSamplingLevel: "sequence" },
+            correction: { mode: "sequence_truncate", clipMin: 0.9, clipMax: 1.02 }
+          },
+          {
+            options: { lossType: "dapo", beta: 0.05 },
+            correction: { mode: "token_mask", clipMin: null, clipMax: 1.0005 }
+          }
+        ]
+        for (const v of variants) {
+          const options: Loss.LossOptions = { ...Loss.defaultOptions, ...v.options }
+          const numItemsInBatch = Loss.countTokens(mask)
+          const want = Loss.compute({
+            rows,
+            length: L,
+            logprobs,
+            mask,
+            advantages,
+            oldLogprobs: old,
+            refLogprobs: ref,
+            samplerLogprobs: sampler,
+            importanceSampling: Loss.samplerCorrection({
+              rows,
+              length: L,
+              oldLogprobs: old,
+              samplerLogprobs: sampler,
+              mask,
+              ...v.correction
+            }),
+            numItemsInBatch
+          }, options)
+          const got = yield* kernel.evaluate(
+            {
+              ...GrpoLoss.defaults,
+              ...v.options,
+              lossType: options.lossType as GrpoLoss.LossType,
+              samplerCorrection: v.correction
+            },
+            { rows, mask, advantages, old, ref, sampler, numItemsInBatch },
+            logprobs
+          )
+          const scale = want.gradient.reduce((m, g) => Math.max(m, Math.abs(g)), 0)
+          assert.isAbove(scale, 0)
+          const what = options.lossType
+          close(got.loss, want.loss, Math.abs(want.loss) + scale, `${what}: loss`)
+          for (let j = 0; j < rows * L; j++) close(got.gradient[j], want.gradient[j], scale, `${what}: gradient[${j}]`)
+          for (const [k, x] of Object.entries(want.metrics)) {
+            if (k !== "entropy") close(got.metrics[k], x, 1, `${what}: ${k}`)
+          }
+        }
+      }).pipe(Effect.provide(Gpu.layer())),
+    120_000
+  )
+})
+
 describe("the GRPO step on the device", () => {
   it.scoped(
     "grpo mode (loss kernel inside the step) updates the weights as the weighted step fed Loss.compute's gradient",
