@@ -1,7 +1,10 @@
 /**
- * The plain-TypeScript Qwen3 model: the specification the GPU model is tested against. Slow and obvious, f64
- * accumulation in every dot product and reduction, tensors stored as Float32Array (`precision: "f32"`, the GPU
- * contract) or Float64Array (`"f64"`, for finite-difference checks of the hand-written backward).
+ * The plain-TypeScript Qwen3 model: the specification the GPU model is tested against. f64 accumulation in every dot
+ * product and reduction, tensors stored as Float32Array (`precision: "f32"`, the GPU contract) or Float64Array
+ * (`"f64"`, for finite-difference checks of the hand-written backward). Every sum adds its terms in the order of the
+ * obvious loop (k ascending for a matmul, key ascending for attention); the loops are only arranged for speed
+ * (contiguous rows, blocks of independent sums, several sequences per matmul in {@link extendBatch}), so the results
+ * are the same bits as the naive version's (bench/model/cpu-reference.ts checks this and times both).
  *
  * Numerics follow transformers' Qwen3 (Qwen3ForCausalLM, eager attention) in f32: embedding → per layer
  * [RMSNorm → q,k,v (no bias) → per-head RMSNorm of q and k → RoPE (rotate_half) → causal GQA softmax attention

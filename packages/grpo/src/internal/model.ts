@@ -193,7 +193,8 @@ const toTensors = (
 
 /**
  * The CPU reference model: `Qwen3Reference` forward/backward in f32 with f64 accumulation, AdamW and clipping as
- * torch. Sequences are run one at a time (a few hundred tokens per second for the tiny preset).
+ * torch. Training runs sequences one at a time; generation decodes all requests of a call together
+ * (`Qwen3Reference.generateBatch`). Speeds: bench/results/model-cpu-reference.md.
  */
 export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSize?: number } = {}): TrainableModel => {
   const config = model.config
