@@ -117,10 +117,16 @@ const main = Effect.gen(function*() {
 
   const instrument = <S, E>(session: Episode.Session<S, E>): Episode.Session<S, E> => ({
     ...session,
-    call: (name, args) => timed("env", session.call(name, args))
+    // Suspended so that building the environment's effect (its span captures a stack trace) is timed as the
+    // environment's, not charged to the rollout.
+    call: (name, args) => timed("env", Effect.suspend(() => session.call(name, args)))
   })
   const openLocal = (row: Environment.Row) =>
-    lifecycle(Effect.map(Environment.episode(Wordle.environment, row), (e) => instrument(Episode.fromEnvironment(e))))
+    lifecycle(
+      Effect.suspend(() =>
+        Effect.map(Environment.episode(Wordle.environment, row), (e) => instrument(Episode.fromEnvironment(e)))
+      )
+    )
 
   const server = yield* Server.serve(Wordle.openEnv, { port: 0, host: "127.0.0.1", maxConcurrentEnvs: 1024 })
   const lastMessage = (observation: { readonly messages?: ReadonlyArray<{ readonly content: string }> }) =>
@@ -154,10 +160,10 @@ const main = Effect.gen(function*() {
         size,
         (client, row) => RemoteSession.fromClientOn(client, wordleOverWire, row)
       ),
-      (open) => (row: Environment.Row) => lifecycle(Effect.map(open(row), instrument))
+      (open) => (row: Environment.Row) => lifecycle(Effect.suspend(() => Effect.map(open(row), instrument)))
     )
   const openRemote = (row: Environment.Row) =>
-    lifecycle(
+    lifecycle(Effect.suspend(() =>
       Effect.map(
         RemoteSession.fromClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>({
           client: { url: server.url },
@@ -173,7 +179,7 @@ const main = Effect.gen(function*() {
         }, row),
         instrument
       )
-    )
+    ))
 
   type Row = {
     readonly where: string
