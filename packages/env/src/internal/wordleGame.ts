@@ -173,20 +173,48 @@ const extractGuess = (text: string) => {
   return cleaned.length >= 5 ? `[${cleaned.slice(0, 5)}]` : "[dunno]"
 }
 
+/** The text after the first "Feedback:" (both ends trimmed), as OpenEnv's `_extract_feedback`. */
 const extractFeedback = (content: string) => {
-  const stripped = content.trim()
-  const at = stripped.indexOf("Feedback:")
-  return at < 0 ? "" : stripped.slice(at + "Feedback:".length).trim()
+  const at = content.indexOf("Feedback:")
+  return at < 0 ? "" : content.slice(at + "Feedback:".length).trim()
 }
 
+const isMarks = (line: string) => {
+  let any = false
+  for (const c of line) {
+    if (c === " ") continue
+    if (c !== "G" && c !== "Y" && c !== "X") return false
+    any = true
+  }
+  return any
+}
+
+/**
+ * Greens and yellows of the last line made only of G/Y/X (spaces aside), when the feedback has at least two non-empty
+ * lines. Scans from the end (the marks are the second-to-last line), not the whole growing transcript.
+ */
 const feedbackCounts = (fb: string): [number, number] => {
-  const lines = fb.split("\n").map((l) => l.trim()).filter((l) => l.length > 0)
-  if (lines.length < 2) return [0, 0]
-  for (let i = lines.length - 1; i >= 0; i--) {
-    const normalized = lines[i].replaceAll(" ", "")
-    if (normalized.length > 0 && [...normalized].every((c) => c === "G" || c === "Y" || c === "X")) {
-      return [[...normalized].filter((c) => c === "G").length, [...normalized].filter((c) => c === "Y").length]
+  let end = fb.length
+  let nonEmptyAfter = 0
+  while (end >= 0) {
+    const start = fb.lastIndexOf("\n", end - 1) + 1
+    const line = fb.slice(start, end).trim()
+    if (line.length > 0) {
+      if (isMarks(line)) {
+        // At least two non-empty lines in all: one after this one, or any non-blank text before it.
+        if (nonEmptyAfter === 0 && !/\S/.test(fb.slice(0, start))) return [0, 0]
+        let greens = 0
+        let yellows = 0
+        for (const c of line) {
+          if (c === "G") greens++
+          else if (c === "Y") yellows++
+        }
+        return [greens, yellows]
+      }
+      nonEmptyAfter++
     }
+    if (start === 0) break
+    end = start - 1
   }
   return [0, 0]
 }
