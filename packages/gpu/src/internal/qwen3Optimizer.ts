@@ -1,8 +1,10 @@
 /**
  * The AdamW moments of a Qwen3 arena as host data. A moment group ("adam.m", "adam.v") is a few shard buffers, so
  * it moves as whole shards (one read or one write per shard) and is cut into per-parameter views on the host.
+ * A parameter split into row blocks (larger than one binding) has its blocks in several shards; its moment is
+ * their rows in order.
  */
-import type * as Arena from "../Arena.js"
+import * as Arena from "../Arena.js"
 
 /** The parameters of a moment group, by Hugging Face name, with where each lives. */
 export const groupTensors = (plan: Arena.ArenaPlan, group: string): ReadonlyMap<string, Arena.Tensor> => {
@@ -11,7 +13,10 @@ export const groupTensors = (plan: Arena.ArenaPlan, group: string): ReadonlyMap<
   return out
 }
 
-/** Cuts downloaded shards (`shards[i]` is the i-th shard of the group) into per-parameter views (no copy). */
+/**
+ * Cuts downloaded shards (`shards[i]` is the i-th shard of the group) into per-parameter arrays: views (no copy),
+ * or for a parameter split into row blocks, its blocks' rows copied into one array.
+ */
 export const unpackGroup = (
   plan: Arena.ArenaPlan,
   group: string,
@@ -19,8 +24,19 @@ export const unpackGroup = (
 ): Map<string, Float32Array> => {
   const order = plan.groups.get(group) ?? []
   const out = new Map<string, Float32Array>()
+  const view = (b: Arena.Tensor) => new Float32Array(shards[order.indexOf(b.buffer)], b.offset, b.size)
   for (const [name, t] of groupTensors(plan, group)) {
-    out.set(name, new Float32Array(shards[order.indexOf(t.buffer)], t.offset, t.size))
+    if (t.blocks === undefined) {
+      out.set(name, view(t))
+      continue
+    }
+    const whole = new Float32Array(t.size)
+    let at = 0
+    for (const { tensor: b } of Arena.rowBlocks(t)) {
+      whole.set(view(b), at)
+      at += b.size
+    }
+    out.set(name, whole)
   }
   return out
 }
@@ -65,7 +81,12 @@ export const packGroup = (
   const order = plan.groups.get(group) ?? []
   const images = order.map((b) => ({ buffer: b, data: new Float32Array(plan.buffers[b].bytes / 4) }))
   for (const [name, t] of groupTensors(plan, group)) {
-    images[order.indexOf(t.buffer)].data.set(given.get(name)!, t.offset / 4)
+    const data = given.get(name)!
+    let at = 0
+    for (const { tensor: b } of Arena.rowBlocks(t)) {
+      images[order.indexOf(b.buffer)].data.set(data.subarray(at, at + b.size), b.offset / 4)
+      at += b.size
+    }
   }
   return images
 }
