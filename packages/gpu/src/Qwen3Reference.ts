@@ -385,26 +385,35 @@ const attendCausal = (
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const g = Math.floor(h / group)
+      // Two query heads of one KV head at a time when they exist (same arithmetic per head).
+      const paired = h + 1 < H && Math.floor((h + 1) / group) === g
       for (let t = 0; t < T; t++) {
         const n = b * T + t
-        attendRow(
-          q,
-          (n * H + h) * D,
-          k,
-          v,
-          b * T * KV * D + g * D,
-          KV * D,
-          segmentStart[n],
-          t,
-          D,
-          scale,
-          attnOut,
-          (n * H + h) * D,
-          probs,
-          ((b * H + h) * T + t) * T,
-          nm
-        )
+        const o = (n * H + h) * D
+        const kBase = b * T * KV * D + g * D
+        const pBase = ((b * H + h) * T + t) * T
+        if (paired) {
+          attendPair(
+            q,
+            o,
+            o + D,
+            k,
+            v,
+            kBase,
+            KV * D,
+            segmentStart[n],
+            t,
+            D,
+            scale,
+            attnOut,
+            probs,
+            pBase,
+            pBase + T * T,
+            nm.round
+          )
+        } else attendRow(q, o, k, v, kBase, KV * D, segmentStart[n], t, D, scale, attnOut, o, probs, pBase, nm)
       }
+      if (paired) h++
     }
   }
 }
@@ -760,7 +769,7 @@ const attendCache = (
       const g = Math.floor(h / group)
       const o = ((row0 + i) * H + h) * D
       if (h + 1 < H && Math.floor((h + 1) / group) === g) {
-        attendPair(q, o, o + D, K, Vc, g * cap * D, D, start + i, D, scale, attnOut, nm.round)
+        attendPair(q, o, o + D, K, Vc, g * cap * D, D, 0, start + i, D, scale, attnOut, undefined, 0, 0, nm.round)
         h++
       } else attendRow(q, o, K, Vc, g * cap * D, D, 0, start + i, D, scale, attnOut, o, undefined, 0, nm)
     }

@@ -512,17 +512,21 @@ export const attendPair = (
   v: FloatArray,
   kBase: number,
   stride: number,
+  j0: number,
   j1: number,
   headDim: number,
   scale: number,
   out: FloatArray,
+  probs: FloatArray | undefined,
+  probsA: number,
+  probsB: number,
   round: (x: number) => number
 ): void => {
-  const count = j1 + 1
+  const count = j1 - j0 + 1
   if (pairScratch.length < 2 * count) pairScratch = new Float64Array(Math.max(2 * count, 2 * pairScratch.length))
   // Scores of head A at [0, count), of head B at [count, 2·count).
   const sc = pairScratch
-  let j = 0
+  let j = j0
   for (; j + 3 <= j1; j += 4) {
     const k0 = kBase + j * stride
     const k1 = k0 + stride
@@ -545,14 +549,15 @@ export const attendPair = (
       b2 += y * w2
       b3 += y * w3
     }
-    sc[j] = a0
-    sc[j + 1] = a1
-    sc[j + 2] = a2
-    sc[j + 3] = a3
-    sc[count + j] = b0
-    sc[count + j + 1] = b1
-    sc[count + j + 2] = b2
-    sc[count + j + 3] = b3
+    const c = j - j0
+    sc[c] = a0
+    sc[c + 1] = a1
+    sc[c + 2] = a2
+    sc[c + 3] = a3
+    sc[count + c] = b0
+    sc[count + c + 1] = b1
+    sc[count + c + 2] = b2
+    sc[count + c + 3] = b3
   }
   for (; j <= j1; j++) {
     const ko = kBase + j * stride
@@ -562,25 +567,32 @@ export const attendPair = (
       a += q[qA + d] * k[ko + d]
       b += q[qB + d] * k[ko + d]
     }
-    sc[j] = a
-    sc[count + j] = b
+    sc[j - j0] = a
+    sc[count + j - j0] = b
   }
   softmaxScores(sc, 0, count, scale, round)
   softmaxScores(sc, count, count, scale, round)
+  if (probs !== undefined) {
+    for (let c = 0; c < count; c++) {
+      probs[probsA + j0 + c] = sc[c]
+      probs[probsB + j0 + c] = sc[count + c]
+    }
+  }
   const accA = outScratch
   const accB = pairAcc.length >= headDim ? pairAcc : new Float64Array(headDim)
   accA.fill(0, 0, headDim)
   accB.fill(0, 0, headDim)
-  let jj = 0
+  let jj = j0
   for (; jj + 3 <= j1; jj += 4) {
-    const pa0 = sc[jj]
-    const pa1 = sc[jj + 1]
-    const pa2 = sc[jj + 2]
-    const pa3 = sc[jj + 3]
-    const pb0 = sc[count + jj]
-    const pb1 = sc[count + jj + 1]
-    const pb2 = sc[count + jj + 2]
-    const pb3 = sc[count + jj + 3]
+    const c = jj - j0
+    const pa0 = sc[c]
+    const pa1 = sc[c + 1]
+    const pa2 = sc[c + 2]
+    const pa3 = sc[c + 3]
+    const pb0 = sc[count + c]
+    const pb1 = sc[count + c + 1]
+    const pb2 = sc[count + c + 2]
+    const pb3 = sc[count + c + 3]
     const v0 = kBase + jj * stride
     const v1 = v0 + stride
     const v2 = v1 + stride
@@ -595,8 +607,8 @@ export const attendPair = (
     }
   }
   for (; jj <= j1; jj++) {
-    const pa = sc[jj]
-    const pb = sc[count + jj]
+    const pa = sc[jj - j0]
+    const pb = sc[count + jj - j0]
     const vo = kBase + jj * stride
     for (let d = 0; d < headDim; d++) {
       accA[d] += pa * v[vo + d]
