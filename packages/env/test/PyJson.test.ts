@@ -1,7 +1,8 @@
 // The Python-float JSON encoder behind every server frame: repr texts checked against CPython's `repr(float)`.
 import { assert, describe, it } from "@effect/vitest"
-import { Schema } from "effect"
+import { Arbitrary, FastCheck, Option, Schema, SchemaAST } from "effect"
 import * as PyJson from "../src/internal/pyJson.js"
+import * as Wordle from "../src/Wordle.js"
 
 describe("PyJson", () => {
   it("floatRepr matches CPython repr", () => {
@@ -60,4 +61,84 @@ describe("PyJson", () => {
       `{"reward_signals":{"a":1.0,"b":0.2},"turn":1}`
     )
   })
+})
+
+// The encoder as first written (an interpreter over the Schema AST per value): the compiled writers must agree.
+const referenceStringify = (value: unknown, schema?: Schema.Schema.Any): string => {
+  const isObj = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null
+  const resolve = (ast: SchemaAST.AST | undefined, v: unknown): SchemaAST.AST | undefined => {
+    while (ast !== undefined) {
+      const wire = ast.annotations[PyJson.WireSchemaId]
+      if (Schema.isSchema(wire)) ast = wire.ast
+      else if (ast._tag === "Refinement") {
+        if (Option.getOrUndefined(SchemaAST.getSchemaIdAnnotation(ast)) === Schema.IntSchemaId) return ast
+        ast = ast.from
+      } else if (ast._tag === "Transformation") ast = ast.to
+      else if (ast._tag === "Suspend") ast = ast.f()
+      else if (ast._tag === "Union") ast = ast.types.find((t) => Schema.is(Schema.make(t))(v))
+      else return ast
+    }
+    return undefined
+  }
+  const fieldAst = (ast: SchemaAST.AST | undefined, key: string) => {
+    if (ast === undefined || ast._tag !== "TypeLiteral") return undefined
+    const p = ast.propertySignatures.find((x) => x.name === key)
+    return p !== undefined ? p.type : ast.indexSignatures.find((x) => x.parameter._tag === "StringKeyword")?.type
+  }
+  const elementAst = (ast: SchemaAST.AST | undefined, i: number) =>
+    ast === undefined || ast._tag !== "TupleType"
+      ? undefined
+      : i < ast.elements.length
+      ? ast.elements[i].type
+      : ast.rest[0]?.type
+  const write = (v: unknown, s: SchemaAST.AST | undefined): string | undefined => {
+    if (isObj(v) && typeof (v as { toJSON?: unknown }).toJSON === "function") {
+      v = (v as { toJSON: () => unknown }).toJSON()
+    }
+    const ast = resolve(s, v)
+    if (typeof v === "number") {
+      return ast?._tag === "NumberKeyword" || !Number.isInteger(v) ? PyJson.floatRepr(v) : JSON.stringify(v)
+    }
+    if (Array.isArray(v)) return `[${v.map((x, i) => write(x, elementAst(ast, i)) ?? "null").join(",")}]`
+    if (isObj(v)) {
+      const parts: Array<string> = []
+      for (const [k, x] of Object.entries(v)) {
+        const text = write(x, fieldAst(ast, k))
+        if (text !== undefined) parts.push(`${JSON.stringify(k)}:${text}`)
+      }
+      return `{${parts.join(",")}}`
+    }
+    return JSON.stringify(v)
+  }
+  return write(value, schema?.ast) ?? "null"
+}
+
+const Mixed = Schema.Struct({
+  xs: Schema.Array(Schema.Number),
+  ids: Schema.Array(Schema.Int),
+  maybe: Schema.NullOr(Schema.Union(Schema.Boolean, Schema.Number)),
+  pair: Schema.Tuple(Schema.Int, Schema.Number),
+  extra: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  floats: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Number }))
+})
+
+describe("PyJson compiled writers", () => {
+  it.prop(
+    "agree with the per-value interpreter on Schema-shaped values",
+    [Arbitrary.make(Mixed), Arbitrary.make(Wordle.Observation), Arbitrary.make(Wordle.OpenEnvState)],
+    ([mixed, observation, state]) => {
+      assert.strictEqual(PyJson.stringify(mixed, Mixed), referenceStringify(mixed, Mixed))
+      assert.strictEqual(
+        PyJson.stringify(observation, Wordle.Observation),
+        referenceStringify(observation, Wordle.Observation)
+      )
+      assert.strictEqual(PyJson.stringify(state, Wordle.OpenEnvState), referenceStringify(state, Wordle.OpenEnvState))
+    },
+    { fastCheck: { numRuns: 300 } }
+  )
+
+  it.prop("agree on arbitrary JSON under a Schema it does not fit", [FastCheck.jsonValue()], ([value]) => {
+    assert.strictEqual(PyJson.stringify(value, Mixed), referenceStringify(value, Mixed))
+    assert.strictEqual(PyJson.stringify(value), referenceStringify(value))
+  }, { fastCheck: { numRuns: 500 } })
 })

@@ -50,6 +50,17 @@ const toJson = (value: unknown): unknown =>
 
 const intOrFloat = (n: number): string => Number.isInteger(n) ? JSON.stringify(n) : floatRepr(n)
 
+// `"key":` for the keys seen so far (field names repeat on every frame); bounded, as Record keys are open-ended.
+const quotedKeys = new Map<string, string>()
+const quoted = (key: string): string => {
+  let text = quotedKeys.get(key)
+  if (text === undefined) {
+    text = JSON.stringify(key) + ":"
+    if (quotedKeys.size < 4096) quotedKeys.set(key, text)
+  }
+  return text
+}
+
 /** A writer from how its own numbers are written and the writers of its children. */
 const node = (
   number: (n: number) => string,
@@ -72,7 +83,7 @@ const node = (
     for (const key of Object.keys(value)) {
       const text = field(key)(toJson(value[key]))
       if (text === undefined) continue
-      out += first ? JSON.stringify(key) + ":" + text : "," + JSON.stringify(key) + ":" + text
+      out += (first ? "" : ",") + quoted(key) + text
       first = false
     }
     return out + "}"
@@ -156,9 +167,9 @@ const compile = (start: SchemaAST.AST): Writer => {
   }
   switch (ast._tag) {
     case "Union": {
-      const members = ast.types.map((t) => ({ is: guardOf(t), ast: t }))
+      const members = ast.types.map((t) => ({ is: guardOf(t), ast: t, writer: undefined as Writer | undefined }))
       return (value) => {
-        for (const m of members) if (m.is(value)) return writerOf(m.ast)(value)
+        for (const m of members) if (m.is(value)) return (m.writer ??= writerOf(m.ast))(value)
         return anyWriter(value)
       }
     }
@@ -169,23 +180,27 @@ const compile = (start: SchemaAST.AST): Writer => {
       const properties = new Map(literal.propertySignatures.map((p) => [p.name, p.type] as const))
       const index = literal.indexSignatures.find((s) => s.parameter._tag === "StringKeyword")?.type
       const byKey = new Map<string, Writer>()
+      let indexWriter: Writer | undefined
       return node(intOrFloat, () => anyWriter, (key) => {
-        let writer = byKey.get(key)
-        if (writer === undefined) {
-          const type = properties.get(key) ?? index
-          writer = type === undefined ? anyWriter : writerOf(type)
-          // Bounded: a Record's keys are open-ended, so only declared fields are remembered.
-          if (properties.has(key)) byKey.set(key, writer)
+        const known = byKey.get(key)
+        if (known !== undefined) return known
+        const type = properties.get(key)
+        if (type !== undefined) {
+          // Only declared fields are remembered (a Record's keys are open-ended).
+          const writer = writerOf(type)
+          byKey.set(key, writer)
+          return writer
         }
-        return writer
+        return index === undefined ? anyWriter : (indexWriter ??= writerOf(index))
       })
     }
     case "TupleType": {
       const tuple = ast
       const rest = tuple.rest[0]?.type
+      let restWriter: Writer | undefined
       return node(
         intOrFloat,
-        (i) => writerOf(i < tuple.elements.length ? tuple.elements[i].type : rest),
+        (i) => i < tuple.elements.length ? writerOf(tuple.elements[i].type) : (restWriter ??= writerOf(rest)),
         () => anyWriter
       )
     }
