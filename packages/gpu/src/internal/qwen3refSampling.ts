@@ -97,6 +97,37 @@ export interface SampledToken {
   readonly sampledLogprob: number
 }
 
+/**
+ * Step 6 of {@link sampleToken} when nothing is penalised or filtered: the same sums over the whole vocabulary in
+ * the same order, without the keep mask; the full log-softmax is then the sampled distribution's.
+ */
+const sampleUnfiltered = (z: Float64Array, u: number): SampledToken => {
+  const V = z.length
+  if (unfilteredScratch.length < V) unfilteredScratch = new Float64Array(V)
+  const e = unfilteredScratch
+  let max = -Infinity
+  for (let v = 0; v < V; v++) if (z[v] > max) max = z[v]
+  let total = 0
+  for (let v = 0; v < V; v++) {
+    e[v] = Math.exp(z[v] - max)
+    total += e[v]
+  }
+  const target = u * total
+  let acc = 0
+  let token = V - 1
+  for (let v = 0; v < V; v++) {
+    acc += e[v]
+    if (acc > target) {
+      token = v
+      break
+    }
+  }
+  const logprob = z[token] - max - Math.log(total)
+  return { token, logprob, sampledLogprob: logprob }
+}
+
+let unfilteredScratch = new Float64Array(0)
+
 /** Log-softmax of x/T at index i, f64. */
 export const logSoftmaxAt = (x: ArrayLike<number>, temperature: number, i: number): number => {
   let max = -Infinity
@@ -139,8 +170,11 @@ export const sampleToken = (
   }
   const T = params.temperature
   for (let v = 0; v < V; v++) z[v] /= T
-  const keep = new Uint8Array(V).fill(1)
   const topK = params.topK ?? 0
+  if (penalty === 1 && !(topK > 0 && topK < V) && (params.topP ?? 1) >= 1 && (params.minP ?? 0) <= 0) {
+    return sampleUnfiltered(z, u)
+  }
+  const keep = new Uint8Array(V).fill(1)
   if (topK > 0 && topK < V) {
     const threshold = Float64Array.from(z).sort().reverse()[topK - 1]
     for (let v = 0; v < V; v++) if (z[v] < threshold) keep[v] = 0
