@@ -3,6 +3,11 @@
  * `/metadata`, `/schema`, `/openapi.json`, `/state`, stateless `POST /reset` and `/step`, the `/ws` session protocol,
  * and MCP over `POST /mcp`, `WS /mcp` and `{"type":"mcp"}` frames — so TRL's Python clients train against it unchanged.
  *
+ * Frames are read as OpenEnv's server reads them (CPython's `json.loads`: NaN/Infinity accepted, its
+ * `JSONDecodeError` texts in INVALID_JSON; pydantic's error entries, `url` included, in VALIDATION_ERROR) and
+ * written as it writes them (pydantic's compact JSON, Python floats for definitions with `pythonFloats`).
+ * Environments whose step answers synchronously are stepped without a fiber per frame.
+ *
  * Beyond OpenEnv: the idle timeout also closes the socket, frames above `maxFrameBytes` close only that socket,
  * keep-alive pings drop dead peers, and closing the scope closes every session (graceful shutdown).
  *
