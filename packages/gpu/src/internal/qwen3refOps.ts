@@ -132,7 +132,21 @@ const matmulRow = (
     const b6 = b5 + K
     const b7 = b6 + K
     let s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0
-    for (let k = 0; k < K; k++) {
+    // Two k per pass, still added one after the other ((s + x·b) + y·b'): fewer loop and index instructions.
+    let k = 0
+    for (; k + 1 < K; k += 2) {
+      const x = a[a0 + k]
+      const y = a[a0 + k + 1]
+      s0 = s0 + x * b[b0 + k] + y * b[b0 + k + 1]
+      s1 = s1 + x * b[b1 + k] + y * b[b1 + k + 1]
+      s2 = s2 + x * b[b2 + k] + y * b[b2 + k + 1]
+      s3 = s3 + x * b[b3 + k] + y * b[b3 + k + 1]
+      s4 = s4 + x * b[b4 + k] + y * b[b4 + k + 1]
+      s5 = s5 + x * b[b5 + k] + y * b[b5 + k + 1]
+      s6 = s6 + x * b[b6 + k] + y * b[b6 + k + 1]
+      s7 = s7 + x * b[b7 + k] + y * b[b7 + k + 1]
+    }
+    if (k < K) {
       const x = a[a0 + k]
       s0 += x * b[b0 + k]
       s1 += x * b[b1 + k]
