@@ -54,7 +54,31 @@ export const matmulNT = (
       const b2 = b1 + K
       const b3 = b2 + K
       let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0
-      for (let k = 0; k < K; k++) {
+      // Two k per pass, each sum still adding its terms one after the other.
+      let k = 0
+      for (; k + 1 < K; k += 2) {
+        const x0 = a[a0 + k]
+        const x1 = a[a1 + k]
+        const y0 = a[a0 + k + 1]
+        const y1 = a[a1 + k + 1]
+        const w0 = b[b0 + k]
+        const w1 = b[b1 + k]
+        const w2 = b[b2 + k]
+        const w3 = b[b3 + k]
+        const v0 = b[b0 + k + 1]
+        const v1 = b[b1 + k + 1]
+        const v2 = b[b2 + k + 1]
+        const v3 = b[b3 + k + 1]
+        s00 = s00 + x0 * w0 + y0 * v0
+        s01 = s01 + x0 * w1 + y0 * v1
+        s02 = s02 + x0 * w2 + y0 * v2
+        s03 = s03 + x0 * w3 + y0 * v3
+        s10 = s10 + x1 * w0 + y1 * v0
+        s11 = s11 + x1 * w1 + y1 * v1
+        s12 = s12 + x1 * w2 + y1 * v2
+        s13 = s13 + x1 * w3 + y1 * v3
+      }
+      if (k < K) {
         const x0 = a[a0 + k]
         const x1 = a[a1 + k]
         const w0 = b[b0 + k]
