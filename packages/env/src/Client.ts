@@ -191,7 +191,10 @@ export const make: <A = Record<string, unknown>, O = Record<string, unknown>>(
   options: ClientOptions<A, O>
 ) => Effect.Effect<OpenEnvClient<A, O>, never, Scope.Scope> = internal.make
 
-/** Makes a client and opens its socket now (fails fast on a bad URL). */
+/**
+ * Makes a client and opens its socket now: fails fast on a bad URL, and with {@link CapacityReachedError} when the
+ * server refuses the session right after the handshake (OpenEnv's accept, error, close 1000).
+ */
 export const connect: <A = Record<string, unknown>, O = Record<string, unknown>>(
   options: ClientOptions<A, O>
-) => Effect.Effect<OpenEnvClient<A, O>, ConnectError, Scope.Scope> = internal.connect
+) => Effect.Effect<OpenEnvClient<A, O>, ClientError, Scope.Scope> = internal.connect

@@ -51,9 +51,15 @@ describe("Client", () => {
         assert.isTrue(refused.retryable)
         assert.strictEqual(refused.maxSessions, 1)
       }
+      // `connect` sees the refusal at connect time: the server sends it right behind the handshake.
+      const c = yield* Effect.flip(Client.connect({ url: s.url }))
+      assert.strictEqual(c._tag, "CapacityReachedError")
       yield* a.close
       yield* eventually(Effect.map(s.activeSessions, (n) => n === 0), "slot freed")
       assert.strictEqual((yield* b.reset()).done, false)
+      assert.strictEqual(yield* s.activeSessions, 1)
+      const d = yield* Client.connect({ url: s.url }).pipe(Effect.flip)
+      assert.strictEqual(d._tag, "CapacityReachedError")
     }))
 
   it.scopedLive("a dropped socket mid-episode fails the next step with SessionLostError until reset", () =>

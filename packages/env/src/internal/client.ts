@@ -367,7 +367,16 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
       episodeActive: Effect.sync(() => episodeActive)
     }
     const openNow = lock.withPermits(1)(Effect.gen(function*() {
-      if (conn === undefined) conn = yield* open(url, { maxPayload, connectTimeoutMs, pingMs })
+      if (conn !== undefined) return
+      const opened = yield* open(url, { maxPayload, connectTimeoutMs, pingMs })
+      conn = opened
+      // A full server sends CAPACITY_REACHED right behind the handshake; its frame is parsed on the next turn of the
+      // event loop, so one turn tells a refused session from an accepted one at connect.
+      yield* Effect.async<void>((resume) => {
+        setImmediate(() => resume(Effect.void))
+      })
+      const refused = unsolicitedNow(opened)
+      if (refused !== undefined) return yield* Effect.fail(refused)
     }))
     return { client, openNow }
   })

@@ -159,6 +159,14 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
       return Either.isLeft(request) ? request.left : Mcp.handle(mcpCtx, request.right, session)
     }
 
+    const capacityReply = (path: "/ws" | "/mcp", active: number, max: number): Wire.Frame | Wire.JsonRpcResponse => {
+      const message = Wire.capacityMessage(active, max)
+      const counts = { active_sessions: active, max_sessions: max }
+      return path === "/ws"
+        ? Wire.errorFrame("CAPACITY_REACHED", message, counts)
+        : Wire.rpcError(null, Wire.JsonRpcErrorCode.SERVER_ERROR, message, counts)
+    }
+
     const liveSockets = new Map<WebSocket, { alive: boolean }>()
 
     const handleSocket = (ws: WebSocket, path: "/ws" | "/mcp") =>
@@ -283,19 +291,7 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
           end()
         })
         if (!("id" in reserved)) {
-          const message = Wire.capacityMessage(reserved.active, reserved.max)
-          send(
-            ws,
-            path === "/ws"
-              ? Wire.errorFrame("CAPACITY_REACHED", message, {
-                active_sessions: reserved.active,
-                max_sessions: reserved.max
-              })
-              : Wire.rpcError(null, Wire.JsonRpcErrorCode.SERVER_ERROR, message, {
-                active_sessions: reserved.active,
-                max_sessions: reserved.max
-              })
-          )
+          send(ws, capacityReply(path, reserved.active, reserved.max))
           return
         }
         const session = reserved
@@ -531,7 +527,17 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
         socket.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
         return
       }
-      wss.handleUpgrade(req, socket, head, (ws) => fork(handleSocket(ws, path)))
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        if (table.size >= table.max) {
+          // Full: accept, send the error, close 1000 (OpenEnv's order), in the same write burst as the handshake so
+          // a client sees the refusal at connect. A race with a session reserved meanwhile is caught in handleSocket.
+          ws.on("error", () => {})
+          send(ws, capacityReply(path, table.size, table.max))
+          ws.close(1000)
+          return
+        }
+        fork(handleSocket(ws, path))
+      })
     })
     server.on("clientError", (_err, socket) => socket.destroy())
 
