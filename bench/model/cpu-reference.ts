@@ -15,7 +15,7 @@
  * --no-save
  */
 import { mkdirSync, writeFileSync } from "node:fs"
-import { cpus } from "node:os"
+import { cpus, loadavg } from "node:os"
 import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/Preset.js"
 import * as New from "../../packages/gpu/src/Qwen3Reference.js"
 import * as Old from "./internal/baselineReference.js"
@@ -191,6 +191,7 @@ const runPreset = (name: PresetName) => {
   return result
 }
 
+const loadBefore = loadavg()[0]
 const results = presetNames.map(runPreset)
 const cpu = cpus()[0]?.model ?? "unknown CPU"
 const out = {
@@ -199,6 +200,7 @@ const out = {
   cpu: `${cpu} (${cpus().length} cores)`,
   repeats,
   clock,
+  loadAverage: { before: loadBefore, after: loadavg()[0] },
   results
 }
 if (flag("no-save") === undefined) {
@@ -211,6 +213,7 @@ if (flag("no-save") === undefined) {
     `${out.date}, Node ${out.node}, ${out.cpu}; ${
       clock === "cpu" ? "tokens per CPU-second of the process" : "wall clock"
     }; ` +
+    `1-minute load average ${out.loadAverage.before.toFixed(1)} before, ${out.loadAverage.after.toFixed(1)} after; ` +
     `medians of ${repeats} alternating repeats in one process, × = ` +
     "median of the paired new/old ratios " +
     "(`npx tsx bench/model/cpu-reference.ts`). Generation: `generate` at temperature 1 with the KV cache, prefill " +
