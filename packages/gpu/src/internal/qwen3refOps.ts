@@ -616,7 +616,7 @@ export const attendPair = (
       probs[probsB + j0 + c] = sc[count + c]
     }
   }
-  const accA = outScratch
+  const accA = outScratch.length >= headDim ? outScratch : new Float64Array(headDim)
   const accB = pairAcc.length >= headDim ? pairAcc : new Float64Array(headDim)
   accA.fill(0, 0, headDim)
   accB.fill(0, 0, headDim)
