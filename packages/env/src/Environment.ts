@@ -212,7 +212,7 @@ export const episode = <State, Columns>(
     const instance = yield* env.instance
     const observation = yield* instance.reset(columns)
     return fromInstance(env.name, env.tools, instance, observation)
-  }).pipe(Effect.withSpan("Environment.episode", { attributes: { environment: env.name } }))
+  }).pipe(Effect.withSpan("Environment.episode", { attributes: { environment: env.name }, captureStackTrace: false }))
 
 /** Wraps a live instance with argument decoding, error texts and counters (used by `episode` and routers). */
 export const fromInstance = <State>(
@@ -264,7 +264,10 @@ export const fromInstance = <State>(
       return failure(toolName, "defect", defectMessage(toolName, exit.cause))
     }).pipe(
       Effect.tap((outcome) => count(toolName, outcome)),
-      Effect.withSpan("Environment.call", { attributes: { environment: name, tool: toolName } })
+      Effect.withSpan("Environment.call", {
+        attributes: { environment: name, tool: toolName },
+        captureStackTrace: false
+      })
     )
   return {
     environment: name,

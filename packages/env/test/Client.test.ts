@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Either, Exit, Scope } from "effect"
+import { Effect, Either, Exit, Fiber, Scope } from "effect"
 import * as Net from "node:net"
 import { WebSocketServer } from "ws"
 import * as Client from "../src/Client.js"
@@ -107,6 +107,31 @@ describe("Client", () => {
       const r = yield* env.step({ delta: 99 }).pipe(Effect.timeout("200 millis"), Effect.either)
       assert.isTrue(Either.isLeft(r))
       assert.strictEqual((yield* Effect.flip(env.step({ delta: 1 })))._tag, "SessionLostError")
+    }))
+
+  it.scopedLive("concurrent calls on one client take turns; a caller interrupted while waiting strands no one", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter({ target: 1000, slowMs: 300 }), { port: 0 })
+      const env = yield* Client.make({ url: s.url })
+      yield* env.reset()
+      const total = (r: Client.StepResult<Record<string, unknown>>) => r.observation.total as number
+      // One request at a time on the socket: every step gets its own reply (each total once, none crossed).
+      const totals = yield* Effect.forEach(
+        Array.from({ length: 20 }, () => env.step({ delta: 1 })),
+        (step) => Effect.map(step, total),
+        { concurrency: "unbounded" }
+      )
+      assert.deepStrictEqual([...totals].sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => i + 1))
+      // A slow step holds the socket; a caller that gives up while waiting for its turn leaves the socket alone,
+      // and the next caller gets its turn when the slow step is answered.
+      const slow = yield* Effect.fork(env.step({ delta: 99 }))
+      yield* Effect.sleep("30 millis")
+      const gaveUp = yield* env.step({ delta: 5 }).pipe(Effect.timeout("50 millis"), Effect.either)
+      assert.isTrue(Either.isLeft(gaveUp))
+      const next = yield* env.step({ delta: 1 })
+      assert.strictEqual(total(yield* Fiber.join(slow)), 20 + 99)
+      assert.strictEqual(total(next), 20 + 99 + 1)
+      assert.isTrue(yield* env.episodeActive)
     }))
 
   it.scopedLive("client keep-alive: a server that stops answering pings loses the session", () =>

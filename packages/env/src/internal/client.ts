@@ -1,4 +1,4 @@
-// The OpenEnv client's socket handling: one outstanding request per socket (a semaphore of 1), replies taken from an
+// The OpenEnv client's socket handling: one outstanding request per socket (a lock of its own), replies taken from an
 // inbox filled by the socket's listeners, and a socket that cannot be trusted any more (timeout, interruption, drop)
 // discarded at once.
 import { Deferred, Duration, Effect, Exit, Schema } from "effect"
@@ -155,7 +155,32 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
           Effect.mapError((e) => new ProtocolError({ reason: `observation does not decode: ${e.message}` }))
         )
 
-    const lock = yield* Effect.makeSemaphore(1)
+    // One request at a time per socket. A plain flag, not a Semaphore: the hot path takes and frees it inside the
+    // request's one async callback (no extra fiber steps per message); everything else waits through `withLock`.
+    let busy = false
+    const waiters: Array<() => void> = []
+    const release = (): void => {
+      busy = false
+      // Every waiter retries (the first to run takes the lock, the rest queue again), so one that was interrupted
+      // after being woken strands no one.
+      if (waiters.length > 0) { for (const wake of waiters.splice(0)) wake() }
+    }
+    const acquire: Effect.Effect<void> = Effect.async<void>((resume) => {
+      if (!busy) {
+        busy = true
+        return resume(Effect.void)
+      }
+      const wake = () => resume(acquire)
+      waiters.push(wake)
+      return Effect.sync(() => {
+        const i = waiters.indexOf(wake)
+        if (i >= 0) waiters.splice(i, 1)
+      })
+    })
+    const withLock = <R, E>(body: Effect.Effect<R, E>): Effect.Effect<R, E> =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.zipRight(restore(acquire), Effect.ensuring(restore(body), Effect.sync(release)))
+      )
     let conn: Conn | undefined
     let episodeActive = false
     let lost: SessionLostError | undefined
@@ -248,71 +273,119 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
         })
       })
 
-    /** Sends one frame and takes its one reply. `kind` names the request in errors. */
-    const request = (kind: string, frame: Record<string, unknown>, opensEpisode: boolean) =>
-      lock.withPermits(1)(Effect.suspend(() => {
-        const text = JSON.stringify(frame)
-        const c = conn
-        // The hot path: an open socket with nothing unexpected on it.
-        if (c !== undefined && c.early.length === 0 && c.closedWith === undefined) {
-          if (opensEpisode) lost = undefined
-          else if (lost !== undefined) return Effect.fail(lost)
-          return exchange(c, kind, text)
-        }
-        return Effect.gen(function*() {
-          if (conn !== undefined) {
-            const refused = unsolicitedNow(conn)
-            if (refused !== undefined) return yield* Effect.fail(refused)
-            if (conn.closedWith !== undefined) dropNow(`socket closed (code ${conn.closedWith.code})`)
-          }
-          if (opensEpisode) lost = undefined
-          else if (lost !== undefined) return yield* Effect.fail(lost)
-          const opened = conn ?? (yield* open(url, { maxPayload, connectTimeoutMs, pingMs }))
-          conn = opened
-          const refused = unsolicitedNow(opened)
+    /** The general path: opens the socket if needed and reports a refusal, under the lock. */
+    const slowRequest = (kind: string, text: string, opensEpisode: boolean) =>
+      withLock(Effect.gen(function*() {
+        if (conn !== undefined) {
+          const refused = unsolicitedNow(conn)
           if (refused !== undefined) return yield* Effect.fail(refused)
-          return yield* exchange(opened, kind, text)
-        })
+          if (conn.closedWith !== undefined) dropNow(`socket closed (code ${conn.closedWith.code})`)
+        }
+        if (opensEpisode) lost = undefined
+        else if (lost !== undefined) return yield* Effect.fail(lost)
+        const opened = conn ?? (yield* open(url, { maxPayload, connectTimeoutMs, pingMs }))
+        conn = opened
+        const refused = unsolicitedNow(opened)
+        if (refused !== undefined) return yield* Effect.fail(refused)
+        return yield* exchange(opened, kind, text)
       }))
 
-    const toStep = (reply: Reply): Effect.Effect<Api.StepResult<O>, ProtocolError> => {
+    /**
+     * Sends one frame and takes its one reply; `finish` reads it. `kind` names the request in errors. The hot path
+     * (an open socket with nothing unexpected on it, no other request) is one async step: lock, send, and the reply
+     * read in the socket's callback.
+     */
+    const request = <R, E>(
+      kind: string,
+      frame: Record<string, unknown>,
+      opensEpisode: boolean,
+      finish: (reply: Reply) => Effect.Effect<R, E>
+    ): Effect.Effect<R, Api.ClientError | E> =>
+      Effect.async<R, Api.ClientError | E>((resume) => {
+        const text = JSON.stringify(frame)
+        const c = conn
+        if (busy || c === undefined || c.early.length > 0 || c.closedWith !== undefined) {
+          return resume(Effect.flatMap(slowRequest(kind, text, opensEpisode), finish))
+        }
+        if (opensEpisode) lost = undefined
+        else if (lost !== undefined) return resume(Effect.fail(lost))
+        busy = true
+        let answered = false
+        c.waiting = (outcome) => {
+          answered = true
+          const exit = outcomeOf(c, kind, outcome)
+          release()
+          resume(Exit.isSuccess(exit) ? finish(exit.value) : Exit.failCause(exit.cause))
+        }
+        armDeadline(c, messageTimeoutMs)
+        c.ws.send(text)
+        // Interrupted while waiting: the reply could arrive later and be read as the next request's; drop the socket.
+        return Effect.sync(() => {
+          if (!answered) {
+            c.waiting = undefined
+            release()
+          }
+          if (conn === c) dropNow(`'${kind}' was interrupted`)
+        })
+      })
+
+    /** Reads a reset/step reply; `after` sees the result once it is decoded (before the caller resumes). */
+    const toStep = (
+      reply: Reply,
+      after: (r: Api.StepResult<O>) => void
+    ): Effect.Effect<Api.StepResult<O>, ProtocolError> => {
       if (reply.type !== "observation" || !isObject(reply.data) || !isObject(reply.data.observation)) {
-        return Effect.fail(new ProtocolError({ reason: `expected an observation frame, got '${reply.type}'` }))
+        return Exit.fail(new ProtocolError({ reason: `expected an observation frame, got '${reply.type}'` }))
       }
       const { done, observation, reward } = reply.data
-      const envelope = (o: O): Api.StepResult<O> => ({
-        observation: o,
-        reward: typeof reward === "number" || typeof reward === "boolean" ? reward : null,
-        done: done === true
-      })
+      const envelope = (o: O): Api.StepResult<O> => {
+        const result: Api.StepResult<O> = {
+          observation: o,
+          reward: typeof reward === "number" || typeof reward === "boolean" ? reward : null,
+          done: done === true
+        }
+        after(result)
+        return result
+      }
       return options.observation === undefined
-        ? Effect.succeed(envelope(observation as O))
+        ? Exit.succeed(envelope(observation as O))
         : Effect.map(decodeObservation(observation), envelope)
+    }
+    const afterReset = (r: Api.StepResult<O>): void => {
+      episodeActive = !r.done
+    }
+    const afterStep = (r: Api.StepResult<O>): void => {
+      if (r.done) episodeActive = false
+    }
+    const toResetResult = (reply: Reply) => toStep(reply, afterReset)
+    const toStepResult = (reply: Reply) => toStep(reply, afterStep)
+
+    const toState = (reply: Reply): Effect.Effect<Readonly<Record<string, unknown>>, ProtocolError> =>
+      reply.type === "state" && isObject(reply.data)
+        ? Exit.succeed(reply.data as Readonly<Record<string, unknown>>)
+        : Exit.fail(new ProtocolError({ reason: `expected a state frame, got '${reply.type}'` }))
+
+    const toMcpResult = (reply: Reply): Effect.Effect<unknown, ProtocolError | McpError> => {
+      const data = reply.data
+      if (reply.type !== "mcp" || !isObject(data)) {
+        return Exit.fail(new ProtocolError({ reason: `expected an mcp frame, got '${reply.type}'` }))
+      }
+      if (isObject(data.error)) {
+        return Exit.fail(
+          new McpError({
+            code: typeof data.error.code === "number" ? data.error.code : 0,
+            serverMessage: String(data.error.message),
+            data: data.error.data ?? null
+          })
+        )
+      }
+      return Exit.succeed(data.result)
     }
 
     const mcp = (method: string, params: Record<string, unknown>) =>
-      Effect.gen(function*() {
-        const reply = yield* request(method, {
-          type: "mcp",
-          data: { jsonrpc: "2.0", method, params, id: 1 }
-        }, false)
-        const data = reply.data
-        if (reply.type !== "mcp" || !isObject(data)) {
-          return yield* Effect.fail(new ProtocolError({ reason: `expected an mcp frame, got '${reply.type}'` }))
-        }
-        if (isObject(data.error)) {
-          return yield* Effect.fail(
-            new McpError({
-              code: typeof data.error.code === "number" ? data.error.code : 0,
-              serverMessage: String(data.error.message),
-              data: data.error.data ?? null
-            })
-          )
-        }
-        return data.result
-      })
+      request(method, { type: "mcp", data: { jsonrpc: "2.0", method, params, id: 1 } }, false, toMcpResult)
 
-    const close = lock.withPermits(1)(Effect.gen(function*() {
+    const close = withLock(Effect.gen(function*() {
       if (conn !== undefined) {
         const c = conn
         conn = undefined
@@ -330,32 +403,12 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
 
     const client: Api.OpenEnvClient<A, O> = {
       url,
-      reset: (resetOptions = {}) =>
-        request("reset", { type: "reset", data: resetOptions }, true).pipe(
-          Effect.flatMap(toStep),
-          Effect.tap((r) =>
-            Effect.sync(() => {
-              episodeActive = !r.done
-            })
-          )
-        ),
-      step: (action) =>
-        encodeAction(action).pipe(
-          Effect.flatMap((data) => request("step", { type: "step", data }, false)),
-          Effect.flatMap(toStep),
-          Effect.tap((r) =>
-            Effect.sync(() => {
-              if (r.done) episodeActive = false
-            })
-          )
-        ),
-      state: request("state", { type: "state" }, false).pipe(
-        Effect.flatMap((reply) =>
-          reply.type === "state" && isObject(reply.data)
-            ? Effect.succeed(reply.data as Readonly<Record<string, unknown>>)
-            : Effect.fail(new ProtocolError({ reason: `expected a state frame, got '${reply.type}'` }))
-        )
-      ),
+      reset: (resetOptions = {}) => request("reset", { type: "reset", data: resetOptions }, true, toResetResult),
+      step: options.action === undefined
+        ? (action) => request("step", { type: "step", data: action }, false, toStepResult)
+        : (action) =>
+          Effect.flatMap(encodeAction(action), (data) => request("step", { type: "step", data }, false, toStepResult)),
+      state: request("state", { type: "state" }, false, toState),
       listTools: mcp("tools/list", {}).pipe(
         Effect.map((result) =>
           (isObject(result) && Array.isArray(result.tools) ? result.tools : []) as ReadonlyArray<McpToolDescriptor>
@@ -366,7 +419,7 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
       close,
       episodeActive: Effect.sync(() => episodeActive)
     }
-    const openNow = lock.withPermits(1)(Effect.gen(function*() {
+    const openNow = withLock(Effect.gen(function*() {
       if (conn !== undefined) return
       const opened = yield* open(url, { maxPayload, connectTimeoutMs, pingMs })
       conn = opened

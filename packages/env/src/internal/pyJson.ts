@@ -91,19 +91,57 @@ const node = (
   return JSON.stringify(value)
 }
 
-/** No Schema: what JSON.stringify writes, except fractional numbers in Python's repr. */
-const anyWriter: Writer = node(intOrFloat, () => anyWriter, () => anyWriter)
+/** No Schema, value by value: what JSON.stringify writes, except fractional numbers in Python's repr. */
+const slowAnyWriter: Writer = node(intOrFloat, () => anyWriter, () => anyWriter)
+
+// JavaScript and Python write a fractional number alike except below 1e-4: JS keeps fixed notation down to 1e-7
+// (`0.00001` where Python writes `1e-05`) and writes one-digit exponents (`1e-7`, Python `1e-07`). Integers go through
+// JSON.stringify on both paths. A match (possibly inside a string) only sends the value down the slow path.
+const jsOnlyNumber = /0\.0000|e-\d(?!\d)/
+
+/** No Schema: JSON.stringify in one native pass, unless its text may hold a number Python writes differently. */
+const anyWriter: Writer = (value) => {
+  const text = JSON.stringify(value)
+  return text === undefined || !jsOnlyNumber.test(text) ? text : slowAnyWriter(value)
+}
 /** `Schema.Number`: every number is a float; its children have no Schema. */
 const floatWriter: Writer = node(floatRepr, () => anyWriter, () => anyWriter)
 
 const writers = new WeakMap<SchemaAST.AST, Writer>()
+
+/**
+ * True when no number under `ast` is declared a float, so its values write as with no Schema (one native
+ * JSON.stringify instead of a writer per node). Recursive (Suspend) Schemas count as having floats.
+ */
+const floatFree = (ast: SchemaAST.AST): boolean => {
+  const wire = ast.annotations[WireSchemaId]
+  if (Schema.isSchema(wire)) return floatFree(wire.ast)
+  switch (ast._tag) {
+    case "Refinement":
+      return Option.getOrUndefined(SchemaAST.getSchemaIdAnnotation(ast)) === Schema.IntSchemaId || floatFree(ast.from)
+    case "Transformation":
+      return floatFree(ast.to)
+    case "Suspend":
+    case "NumberKeyword":
+      return false
+    case "Union":
+      return ast.types.every(floatFree)
+    case "TypeLiteral":
+      return ast.propertySignatures.every((p) => floatFree(p.type)) &&
+        ast.indexSignatures.every((i) => floatFree(i.type))
+    case "TupleType":
+      return ast.elements.every((e) => floatFree(e.type)) && ast.rest.every((r) => floatFree(r.type))
+    default:
+      return true
+  }
+}
 
 const writerOf = (ast: SchemaAST.AST | undefined): Writer => {
   if (ast === undefined) return anyWriter
   let writer = writers.get(ast)
   if (writer === undefined) {
     // Children are compiled on first use, so recursive (Suspend) Schemas terminate.
-    writer = compile(ast)
+    writer = floatFree(ast) ? anyWriter : compile(ast)
     writers.set(ast, writer)
   }
   return writer
