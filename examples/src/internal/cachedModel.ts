@@ -53,7 +53,20 @@ export const cachedCpuModel = (model: Checkpoint.Model): Trainer.TrainableModel 
     return entry
   }
 
-  const generateOne = (w: Qwen3Reference.Weights, request: GenerateRequest): Completion => {
+  interface Active {
+    readonly request: GenerateRequest
+    readonly entry: Entry
+    readonly params: Qwen3Reference.SamplingParams
+    readonly temperature: number
+    readonly maxNew: number
+    readonly stops: ReadonlySet<number>
+    readonly context: Array<number>
+    readonly tokens: Array<number>
+    readonly logprobs: Array<number>
+    finishReason: "stop" | "length"
+  }
+
+  const start = (request: GenerateRequest): Active => {
     const s = request.sampling
     const prompt = request.promptIds
     const temperature = s.temperature ?? 1
@@ -65,7 +78,6 @@ export const cachedCpuModel = (model: Checkpoint.Model): Trainer.TrainableModel 
       ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {})
     }
     const maxNew = Math.max(0, Math.min(s.maxTokens, capacity - prompt.length))
-    const stops = new Set(s.stopTokenIds ?? [])
     let entry = claim(prompt)
     if (entry.tokens.length === prompt.length) {
       // The same prompt again: re-run its last token to get the next-token logits.
@@ -73,39 +85,65 @@ export const cachedCpuModel = (model: Checkpoint.Model): Trainer.TrainableModel 
       entry.tokens.pop()
     }
     if (prompt.length + maxNew > capacity) entry = { tokens: [], cache: Qwen3Reference.makeKvCache(config, capacity) }
-    const V = config.vocab_size
-    let logits = Qwen3Reference.extend(config, w, entry.cache, prompt.slice(entry.tokens.length))
-    let row = logits.subarray(logits.length - V)
-    const context = [...prompt]
-    const tokens: Array<number> = []
-    const logprobs: Array<number> = []
-    let finishReason: "stop" | "length" = "length"
-    for (let step = 0; step < maxNew; step++) {
-      const u = temperature === 0 ? 0 : Qwen3Reference.samplingUniform(s.seed ?? 0, prompt.length, step)
-      const t = Qwen3Reference.sampleToken(row, context, params, u)
-      tokens.push(t.token)
-      logprobs.push(temperature === 0 ? t.logprob : t.sampledLogprob)
-      context.push(t.token)
-      if (stops.has(t.token)) {
-        finishReason = "stop"
-        break
-      }
-      if (step + 1 < maxNew) {
-        logits = Qwen3Reference.extend(config, w, entry.cache, [t.token])
-        row = logits
+    return {
+      request,
+      entry,
+      params,
+      temperature,
+      maxNew,
+      stops: new Set(s.stopTokenIds ?? []),
+      context: [...prompt],
+      tokens: [],
+      logprobs: [],
+      finishReason: "length"
+    }
+  }
+
+  // Every request of the batch decodes together: one batched pass per token over the sequences still running
+  // (the same logits as separate passes; the CPU's matmuls are much cheaper per row when batched).
+  const generateAll = (w: Qwen3Reference.Weights, requests: ReadonlyArray<GenerateRequest>): Array<Completion> => {
+    const states = requests.map(start)
+    let active = states.filter((a) => a.maxNew > 0)
+    let rows = active.length === 0 ? [] : Qwen3Reference.extendBatch(
+      config,
+      w,
+      active.map((a) => a.entry.cache),
+      active.map((a) => a.request.promptIds.slice(a.entry.tokens.length))
+    )
+    for (let step = 0; active.length > 0; step++) {
+      const next: Array<Active> = []
+      const nextRows: Array<number> = []
+      active.forEach((a, i) => {
+        const s = a.request.sampling
+        const u = a.temperature === 0
+          ? 0
+          : Qwen3Reference.samplingUniform(s.seed ?? 0, a.request.promptIds.length, step)
+        const t = Qwen3Reference.sampleToken(rows[i], a.context, a.params, u)
+        a.tokens.push(t.token)
+        a.logprobs.push(a.temperature === 0 ? t.logprob : t.sampledLogprob)
+        a.context.push(t.token)
+        if (a.stops.has(t.token)) a.finishReason = "stop"
+        else if (step + 1 < a.maxNew) {
+          next.push(a)
+          nextRows.push(t.token)
+        }
+      })
+      active = next
+      if (active.length > 0) {
+        rows = Qwen3Reference.extendBatch(config, w, active.map((a) => a.entry.cache), nextRows.map((t) => [t]))
       }
     }
-    // What the cache holds: the prompt and every sampled token but the last.
-    const cached = context.slice(0, entry.cache.length)
-    pool.push({ tokens: cached, cache: entry.cache })
-    if (pool.length > POOL) pool.shift()
-    return { tokenIds: tokens, logprobs, finishReason }
+    return states.map((a) => {
+      // What the cache holds: the prompt and every sampled token but the last.
+      pool.push({ tokens: a.context.slice(0, a.entry.cache.length), cache: a.entry.cache })
+      if (pool.length > POOL) pool.shift()
+      return { tokenIds: a.tokens, logprobs: a.logprobs, finishReason: a.finishReason }
+    })
   }
 
   return {
     ...base,
-    generate: (requests) =>
-      Effect.flatMap(currentWeights, (w) => Effect.sync(() => requests.map((r) => generateOne(w, r)))),
+    generate: (requests) => Effect.flatMap(currentWeights, (w) => Effect.sync(() => generateAll(w, requests))),
     step: (options) => Effect.tap(base.step(options), () => Effect.sync(stale)),
     importState: (state) => Effect.tap(base.importState(state), () => Effect.sync(stale))
   }
