@@ -15,7 +15,8 @@
  *
  * @since 0.0.0
  */
-import { Array as Arr, Option, ParseResult, Schema, SchemaAST } from "effect"
+import { Array as Arr, Either, Option, ParseResult, Schema, SchemaAST } from "effect"
+import { plainStructDecoder } from "./internal/plainStruct.js"
 import * as PyJson from "./internal/pyJson.js"
 import type { StepResult } from "./OpenEnv.js"
 
@@ -303,9 +304,21 @@ const messageOf = (issue: ParseResult.ParseIssue): string => {
   return formatted.length > 0 ? formatted[0].message : "Invalid value"
 }
 
-/** Decodes with unknown keys rejected (pydantic's `extra="forbid"`), reporting every issue. */
-export const decodeForbid = <A, I>(schema: Schema.Schema<A, I>) =>
-  Schema.decodeUnknownEither(schema, { onExcessProperty: "error", errors: "all" })
+/**
+ * Decodes with unknown keys rejected (pydantic's `extra="forbid"`), reporting every issue. A plain Struct (the usual
+ * action) is checked directly when the value fits it; Schema decodes everything else and reports the errors.
+ */
+export const decodeForbid = <A, I>(
+  schema: Schema.Schema<A, I>
+): (u: unknown) => Either.Either<A, ParseResult.ParseError> => {
+  const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "error", errors: "all" })
+  const plain = plainStructDecoder(schema.ast)
+  if (plain === undefined) return decode
+  return (u) => {
+    const value = plain(u)
+    return value === undefined ? decode(u) : Either.right(value as A)
+  }
+}
 
 /** What a `/ws` frame's JSON object is: a message, an unknown `type`, or a message that fails validation. */
 export type DecodedClientMessage =

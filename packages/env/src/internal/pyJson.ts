@@ -169,6 +169,11 @@ const guardOf = (ast: SchemaAST.AST): (u: unknown) => boolean => {
         const literal = ast.literal
         return (u) => u === literal
       }
+      case "Union": {
+        // e.g. the envelope's reward, NullOr(Union(Boolean, Number)): a value fits a union if it fits a member.
+        const members = ast.types.map(guardOf)
+        return (u) => members.some((is) => is(u))
+      }
       case "TypeLiteral": {
         const [index] = ast.indexSignatures
         if (ast.propertySignatures.length > 0 || ast.indexSignatures.length !== 1) break
