@@ -7,30 +7,56 @@ import { Effect } from "effect"
 import * as os from "node:os"
 import * as Pipeline from "../../examples/src/Pipeline.js"
 import * as Recipe from "../../examples/src/Recipe.js"
+import * as Sizes from "../../examples/src/Sizes.js"
 
-const recipes: Record<string, Recipe.Recipe<any>> = {
-  catch: Recipe.catchRecipe,
-  wordle: Recipe.wordleRecipe,
-  sudoku: Recipe.sudokuRecipe,
-  echo: Recipe.echoRecipe,
-  "multi-env": Recipe.multiRecipe
+const examples: Record<string, { readonly recipe: Recipe.Recipe<any>; readonly settings: Pipeline.Settings }> = {
+  catch: { recipe: Recipe.catchRecipe, settings: Sizes.catchDemo },
+  wordle: { recipe: Recipe.wordleRecipe, settings: Sizes.wordle },
+  sudoku: { recipe: Recipe.sudokuRecipe, settings: Sizes.sudoku },
+  echo: { recipe: Recipe.echoRecipe, settings: Sizes.echo },
+  "multi-env": { recipe: Recipe.multiRecipe, settings: Sizes.multiEnv }
 }
 
-/** Same sizes as the flagship demo (examples/src/main.ts) for every example. */
-const settings: Pipeline.Settings = {
-  ...Pipeline.defaults,
-  sft: { episodes: 32, errorRate: 0.2, epochs: 3, learningRate: 1e-2, batchSize: 4, maxLength: 1024 },
-  grpo: { steps: 6, learningRate: 3e-3, numGenerations: 8, prompts: 1, maxCompletionLength: 800, temperature: 1 },
-  evalEpisodes: 16
+const pct = (x: number | null) => x === null ? "-" : `${(x * 100).toFixed(1)} %`
+const points = (x: number) => `${(x * 100).toFixed(1)} points`
+
+/** The issue's targets for the tiny preset, checked against the run (met, or missed by how much). */
+const targets = (name: string, r: Pipeline.RunResult): Array<string> => {
+  const before = r.before.successRate ?? 0
+  const after = r.after.successRate ?? 0
+  const verdict = (ok: boolean, what: string, by: string) => `${ok ? "MET" : "MISSED"}: ${what} (${by})`
+  switch (name) {
+    case "catch":
+      return [
+        verdict(after >= 0.95, "success after GRPO >= 95 %", `${pct(after)}`),
+        verdict(after - before >= 0.25, "at least 25 points above the SFT start", `${points(after - before)}`)
+      ]
+    case "wordle": {
+      const inv = [r.before.details.invalid_per_game, r.after.details.invalid_per_game]
+      const rep = [r.before.details.repeated_per_game, r.after.details.repeated_per_game]
+      return [
+        verdict(after - before >= 0.1, "win rate at least 10 points above the SFT start", points(after - before)),
+        verdict((inv[1] ?? 0) < (inv[0] ?? 0), "fewer invalid guesses", `${inv[0]} -> ${inv[1]} per game`),
+        verdict((rep[1] ?? 0) < (rep[0] ?? 0), "fewer repeated guesses", `${rep[0]} -> ${rep[1]} per game`)
+      ]
+    }
+    case "sudoku": {
+      const fill = [r.before.details.fill_rate ?? 0, r.after.details.fill_rate ?? 0]
+      return [verdict(fill[1] > fill[0], "fill rate above the SFT start", `${fill[0]} -> ${fill[1]}`)]
+    }
+    default:
+      return [`no target in the issue; success ${pct(before)} -> ${pct(after)}`]
+  }
 }
 
-const names = process.argv.slice(2).filter((a) => a in recipes)
+const names = process.argv.slice(2).filter((a) => a in examples)
 
 Main.run(Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
   yield* fs.makeDirectory("bench/results", { recursive: true })
   for (const name of names.length === 0 ? ["catch"] : names) {
-    const result = yield* Pipeline.run(recipes[name], { ...settings, out: `runs/bench-${name}` })
+    const { recipe, settings } = examples[name]
+    const result = yield* Pipeline.run(recipe, { ...settings, out: `runs/bench-${name}` })
     const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), load average ${
       os.loadavg().map((x) => x.toFixed(1)).join(" ")
     } at the end`
@@ -42,6 +68,8 @@ Main.run(Effect.gen(function*() {
       } s, total ${result.seconds.total.toFixed(0)} s.`,
       "",
       Pipeline.formatTable(result),
+      "",
+      ...targets(name, result).map((t) => `- ${t}`),
       "",
       "Settings: `" + JSON.stringify({ sft: result.settings.sft, grpo: result.settings.grpo }) + "`",
       ""

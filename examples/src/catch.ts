@@ -2,7 +2,7 @@
 // reward_from_env -> held-out evaluation. `tsx examples/src/catch.ts --help` lists the flags.
 import { Main } from "@envtrain/harness"
 import * as Cli from "./Cli.js"
-import * as Pipeline from "./Pipeline.js"
 import { catchRecipe } from "./Recipe.js"
+import * as Sizes from "./Sizes.js"
 
-Main.run(Cli.main(catchRecipe, Pipeline.defaults, "Train a policy to play Catch (SFT warm-up, then GRPO)."))
+Main.run(Cli.main(catchRecipe, Sizes.catchDemo, "Train a policy to play Catch (SFT warm-up, then GRPO)."))

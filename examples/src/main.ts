@@ -6,21 +6,15 @@
 import { Doctor, Main } from "@envtrain/harness"
 import { Effect } from "effect"
 import * as Cli from "./Cli.js"
-import * as Pipeline from "./Pipeline.js"
 import { catchRecipe } from "./Recipe.js"
-
-/** The demo's sizes (measured: see bench/results/learning-catch.md). */
-export const demo: Pipeline.Settings = {
-  ...Pipeline.defaults,
-  // Short SFT sequences (system + user + about three turns) buy many more transcripts per minute than whole episodes;
-  // GRPO's learning rate is low because one Adam step with a non-zero advantage moves every weight by about lr.
-  sft: { episodes: 400, errorRate: 0.2, epochs: 2, learningRate: 1e-2, batchSize: 8, maxLength: 300 },
-  grpo: { steps: 6, learningRate: 2e-4, numGenerations: 8, prompts: 2, maxCompletionLength: 720, temperature: 0.7 },
-  evalEpisodes: 16
-}
+import * as Sizes from "./Sizes.js"
 
 // First the 3-second machine check (adapter, a kernel against its CPU twin, one episode), then the demo.
 Main.run(Effect.zipRight(
   Doctor.run(),
-  Cli.main(catchRecipe, demo, "The flagship demo: train a tiny policy to play Catch (SFT warm-up, then GRPO).")
+  Cli.main(
+    catchRecipe,
+    Sizes.catchDemo,
+    "The flagship demo: train a tiny policy to play Catch (SFT warm-up, then GRPO)."
+  )
 ))

@@ -2,10 +2,9 @@
 // reward function scoring its own environment and null elsewhere.
 import { Main } from "@envtrain/harness"
 import * as Cli from "./Cli.js"
-import * as Pipeline from "./Pipeline.js"
 import { multiRecipe } from "./Recipe.js"
+import * as Sizes from "./Sizes.js"
 
-Main.run(Cli.main(multiRecipe, {
-  ...Pipeline.defaults,
-  grpo: { ...Pipeline.defaults.grpo, maxCompletionLength: 800 }
-}, "Train one policy on Wordle and Catch together (SFT warm-up, then GRPO)."))
+Main.run(
+  Cli.main(multiRecipe, Sizes.multiEnv, "Train one policy on Wordle and Catch together (SFT warm-up, then GRPO).")
+)

@@ -3,11 +3,7 @@
 // penalty -> greedy evaluation on held-out secrets (wins, guesses per win, invalid and repeated guesses).
 import { Main } from "@envtrain/harness"
 import * as Cli from "./Cli.js"
-import * as Pipeline from "./Pipeline.js"
 import { wordleRecipe } from "./Recipe.js"
+import * as Sizes from "./Sizes.js"
 
-Main.run(Cli.main(wordleRecipe, {
-  ...Pipeline.defaults,
-  sft: { ...Pipeline.defaults.sft, errorRate: 0.3 },
-  grpo: { ...Pipeline.defaults.grpo, numGenerations: 4, maxCompletionLength: 512 }
-}, "Train a policy to play Wordle (SFT warm-up, then GRPO)."))
+Main.run(Cli.main(wordleRecipe, Sizes.wordle, "Train a policy to play Wordle (SFT warm-up, then GRPO)."))
