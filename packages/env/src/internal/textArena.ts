@@ -36,7 +36,13 @@ export class SinglePlayerState {
   addObservation(message: string, type: ObservationType, fromId: number = GAME_ID): void {
     let text = message
     // core.State.add_observation strips role tags from player actions.
-    if (type === "PLAYER_ACTION") { for (const [, tag] of this.roleMapping) text = text.split(`[${tag}]`).join("") }
+    if (type === "PLAYER_ACTION") {
+      for (const [, tag] of this.roleMapping) {
+        const marker = `[${tag}]`
+        // Nearly always absent: skip the split and join.
+        if (text.includes(marker)) text = text.split(marker).join("")
+      }
+    }
     this.logs.push([fromId, text])
     this.pending.push([fromId, text])
   }
