@@ -148,6 +148,7 @@ export const sudokuRewards = [
 export const sudokuRecipe: Recipe<Sudoku.State> = {
   name: "sudoku",
   environment: Sudoku.environment,
+  remote: (url) => Remote.sudoku(url),
   prompt: () => [
     { role: "system", content: SUDOKU_SYSTEM },
     { role: "user", content: "Play Sudoku like an expert.\n" }
