@@ -140,6 +140,7 @@ const program = Effect.gen(function*() {
   console.log(`in-process Wordle step: p50 ${env.p50_ms.toFixed(3)} ms, p99 ${env.p99_ms.toFixed(3)} ms`)
   const rows: Array<Record<string, number>> = []
   let memory = { sessions: 0, rss_delta_mb: 0, kb_per_session: 0 }
+  let floorAfterOne = floor
   for (const sessions of levels) {
     const result = yield* Effect.scoped(Effect.gen(function*() {
       const r = yield* runLevel(server.url, sessions, secondsAt(sessions))
@@ -164,6 +165,9 @@ const program = Effect.gen(function*() {
       wire_overhead_p50_ms: s.p50_ms - env.p50_ms
     }
     rows.push(row)
+    // The floor again right after the 1-session level: on a shared machine it drifts within a run, and the two
+    // readings show by how much (the ratio column uses the first, taken at the start).
+    if (sessions === 1) floorAfterOne = summarize(yield* echoFloor(echoPort, 2))
     console.log(
       `${sessions} sessions: ${row.steps_per_s.toFixed(0)} steps/s, p50 ${s.p50_ms.toFixed(3)} ms, p99 ${
         s.p99_ms.toFixed(3)
@@ -180,6 +184,7 @@ const program = Effect.gen(function*() {
       "warm-up steps at each level.",
     load_average: { start: loadStart, end: Os.loadavg() },
     floor_raw_ws_echo: floor,
+    floor_after_1_session_level: floorAfterOne,
     in_process_step: env,
     levels: rows,
     server_memory: { baseline_rss_mb: baselineKb / 1024, ...memory }
@@ -195,7 +200,10 @@ const program = Effect.gen(function*() {
       report.load_average.end.map((x) => x.toFixed(2)).join(" / ")
     } (other work on the machine inflates every latency here, the floor included).`,
     "",
-    `Raw ws echo round trip (floor): p50 ${floor.p50_ms.toFixed(3)} ms, p99 ${floor.p99_ms.toFixed(3)} ms. ` +
+    `Raw ws echo round trip (floor): p50 ${floor.p50_ms.toFixed(3)} ms, p99 ${floor.p99_ms.toFixed(3)} ms ` +
+    `(again after the 1-session level: p50 ${floorAfterOne.p50_ms.toFixed(3)} ms, 1-session p50 / that floor ${
+      ((rows[0]?.p50_ms ?? NaN) / floorAfterOne.p50_ms).toFixed(2)
+    }). ` +
     `Wordle step in-process (no wire): p50 ${env.p50_ms.toFixed(3)} ms, p99 ${env.p99_ms.toFixed(3)} ms.`,
     "",
     "| sessions | steps/s | p50 ms | p99 ms | p50 / floor | p50 − in-process step (ms) | errors |",
