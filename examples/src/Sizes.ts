@@ -26,7 +26,7 @@ export const catchDemo: Pipeline.Settings = {
 /** Echo: one call per episode; the player's mistake echoes only the first word. */
 export const echo: Pipeline.Settings = {
   ...Pipeline.defaults,
-  sft: { episodes: 64, errorRate: 0.4, epochs: 2, learningRate: 1e-2, batchSize: 8, maxLength: 256 },
+  sft: { episodes: 400, errorRate: 0.4, epochs: 3, learningRate: 1e-2, batchSize: 4, maxLength: 256 },
   grpo: { steps: 10, learningRate: 5e-4, numGenerations: 8, prompts: 2, maxCompletionLength: 96, temperature: 1 },
   evalEpisodes: 32
 }
