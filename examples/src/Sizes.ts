@@ -45,16 +45,16 @@ export const wordle: Pipeline.Settings = {
 /** Sudoku: each observation is the whole grid, so an episode is thousands of tokens; the budget cuts it short. */
 export const sudoku: Pipeline.Settings = {
   ...Pipeline.defaults,
-  sft: { episodes: 48, errorRate: 0.1, epochs: 1, learningRate: 1e-2, batchSize: 4, maxLength: 1024 },
+  sft: { episodes: 400, errorRate: 0.1, epochs: 1, learningRate: 1e-2, batchSize: 4, maxLength: 600 },
   // TRL: lr 5e-6 for a 1.7B model, temperature 0.8, top_k 10; a tiny model needs a far larger step.
-  grpo: { steps: 6, learningRate: 2e-4, numGenerations: 4, prompts: 1, maxCompletionLength: 1024, temperature: 0.8 },
+  grpo: { steps: 6, learningRate: 2e-4, numGenerations: 4, prompts: 2, maxCompletionLength: 768, temperature: 0.4 },
   evalEpisodes: 16
 }
 
 /** Wordle and Catch rows alternate through one router. */
 export const multiEnv: Pipeline.Settings = {
   ...Pipeline.defaults,
-  sft: { episodes: 240, errorRate: 0.2, epochs: 1, learningRate: 1e-2, batchSize: 8, maxLength: 720 },
-  grpo: { steps: 8, learningRate: 2e-4, numGenerations: 8, prompts: 2, maxCompletionLength: 720, temperature: 0.7 },
+  sft: { episodes: 400, errorRate: 0.2, epochs: 2, learningRate: 1e-2, batchSize: 4, maxLength: 300 },
+  grpo: { steps: 8, learningRate: 2e-4, numGenerations: 8, prompts: 2, maxCompletionLength: 960, temperature: 0.4 },
   evalEpisodes: 32
 }
