@@ -1,7 +1,6 @@
 // TRL's `SudokuEnv` wrapper logic (examples/scripts/openenv/sudoku.py) over any Sudoku-v0 session: the transcript
-// slicing, shaped rewards and hints are the same whether the game runs in process or on a server. `Sudoku.ts` has the
-// in-process twin of this logic; the remote tool service (`Remote.sudokuLayer`) runs this one, and a test plays both
-// with the same seeds and compares every text and the final state.
+// slicing, shaped rewards and hints are the same whether the game runs in process (`Sudoku.SudokuTools`) or on a
+// server (`Remote.sudokuLayer`); a test plays both with the same seeds and compares every text and the final state.
 import { Effect, Option } from "effect"
 import { GameOver } from "../Tool.js"
 import type { Grid } from "./sudokuGame.js"
@@ -19,12 +18,14 @@ export interface SudokuSession<E> {
 
 export interface SudokuToolsState {
   readonly done: boolean
+  /** The puzzle was completed (env reward 1). */
   readonly won: boolean
   readonly correct_reward: number
   readonly valid_move_reward: number
   readonly empty_cell_reward: number
   readonly repetition_reward: number
   readonly progress_reward: number
+  /** Cells filled by valid, new moves. */
   readonly filled: number
   readonly invalid_moves: number
   readonly moves: number
@@ -35,7 +36,7 @@ const isBoard = (text: string) => text.includes("R1") && text.includes("R9") && 
 const isRowLine = (s: string) => s.length > 1 && s[0] === "R" && s[1] >= "0" && s[1] <= "9"
 
 /** `parse_board`: the R1..R9 lines of a text into a grid (0 = empty). */
-const parseBoard = (text: string): Grid => {
+export const parseBoard = (text: string): Grid => {
   const grid: Grid = Array.from({ length: 9 }, () => new Array<number>(9).fill(0))
   if (!isBoard(text)) return grid
   for (const line of text.split("\n")) {
@@ -128,6 +129,7 @@ export const makeSudokuTools = <E>(
       for (let c = 0; c < 9; c++) if (grid[r][c] === 0) cells.push([r + 1, c + 1, candidates(grid, r, c)])
     }
     if (difficulty === "easy" && cells.length > 0) {
+      // Python's sort is stable, as is Array.prototype.sort.
       const sorted = [...cells].sort((a, b) => a[2].length - b[2].length)
       const guaranteed: Array<string> = []
       const other: Array<string> = []
