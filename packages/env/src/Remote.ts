@@ -123,6 +123,10 @@ const TextArenaObservation = Schema.Struct({
   messages: Schema.Array(Schema.Struct({ sender_id: Schema.Number, content: Schema.String, category: Schema.String }))
 })
 
+/** A client for one `textarena_env` session (action `{message}`, the TextArena observation). */
+const textArenaClient = (url: string, options: RemoteOptions) =>
+  Client.make({ ...options, url, action: Schema.Struct({ message: Schema.String }), observation: TextArenaObservation })
+
 const transcriptOf = (o: typeof TextArenaObservation.Type) => o.messages[0]?.content ?? ""
 
 /** `Wordle.WordleTools` backed by a remote `textarena_env` (Wordle-v0) session. */
@@ -130,12 +134,7 @@ export const wordleLayer = (url: string, options: RemoteOptions = {}) =>
   Layer.scoped(
     Wordle.WordleTools,
     Effect.gen(function*() {
-      const client = yield* Client.make({
-        ...options,
-        url,
-        action: Schema.Struct({ message: Schema.String }),
-        observation: TextArenaObservation
-      })
+      const client = yield* textArenaClient(url, options)
       let last = ""
       let reward = 0
       let done = false
@@ -232,12 +231,7 @@ export const sudokuLayer = (url: string, options: RemoteOptions = {}) =>
   Layer.scoped(
     Sudoku.SudokuTools,
     Effect.gen(function*() {
-      const client = yield* Client.make({
-        ...options,
-        url,
-        action: Schema.Struct({ message: Schema.String }),
-        observation: TextArenaObservation
-      })
+      const client = yield* textArenaClient(url, options)
       const tools = makeSudokuTools({
         reset: (seed) => Effect.map(orDie(client.reset({ seed })), (r) => transcriptOf(r.observation)),
         step: (move) =>
