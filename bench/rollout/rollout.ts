@@ -13,8 +13,8 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Client, Environment, Server, Wordle } from "@envtrain/env"
 import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
 import * as Tokenizer from "@envtrain/gpu/Tokenizer"
-import { ChatRenderer, Episode, Policy, RemoteSession, Rollout } from "@envtrain/rollout"
-import { Effect, Layer, Option, Stream } from "effect"
+import { ChatRenderer, Episode, Policy, RemoteSession, Rollout, ToolCallParser } from "@envtrain/rollout"
+import { Context, Effect, Layer, Option, Stream } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import * as Os from "node:os"
 
@@ -26,6 +26,7 @@ const CONCURRENCY = (flag("concurrency") ?? "1,4,16,64,256").split(",").map(Numb
 const OVERHEAD_EPISODES = Number(flag("overhead-episodes") ?? 150)
 const OUT = flag("out") ?? "rollout-wordle"
 const REPEATS = Number(flag("repeats") ?? 5)
+const DIRECT_EPISODES = Number(flag("direct-episodes") ?? 2000)
 const GROUP = 8
 
 // Six valid words; a game ends early when one is the secret.
@@ -88,17 +89,25 @@ const main = Effect.gen(function*() {
     ...tokenizer.encode(t),
     tokenizer.eosTokenId!
   ])
+  const replyLogprobs = replies.map((ids) => ids.map(Policy.scriptedLogprob))
+  const scripted = (request: Policy.GenerateRequest) =>
+    Effect.sync(() => {
+      let n = 0
+      for (const id of request.promptIds) if (id === responseId) n++
+      const k = Math.min(n, GUESSES.length)
+      const max = request.sampling.maxTokens
+      return replies[k].length <= max
+        ? { tokenIds: replies[k], logprobs: replyLogprobs[k], finishReason: "stop" as const }
+        : {
+          tokenIds: replies[k].slice(0, max),
+          logprobs: replyLogprobs[k].slice(0, max),
+          finishReason: "stop" as const
+        }
+    })
+  // Off while the rollout is measured directly (the timers would be charged to it).
+  let timing = true
   const policy = Layer.succeed(Policy.Policy, {
-    generate: (request) =>
-      timed(
-        "policy",
-        Effect.sync(() => {
-          let n = 0
-          for (const id of request.promptIds) if (id === responseId) n++
-          const ids = replies[Math.min(n, GUESSES.length)].slice(0, request.sampling.maxTokens)
-          return { tokenIds: ids, logprobs: ids.map(Policy.scriptedLogprob), finishReason: "stop" as const }
-        })
-      )
+    generate: (request) => timing ? timed("policy", scripted(request)) : scripted(request)
   })
   // Built once, as a training run does: the renderer's caches (template frames, token memo) and their verified
   // warm-up carry over between runs instead of being rebuilt for each.
@@ -306,6 +315,90 @@ const main = Effect.gen(function*() {
         allRolloutOverheadMsPerStep: runs.map((r) => r.rolloutOverheadMsPerStep)
       }
     })
+  // The rollout's own cost measured directly: the same episodes against a replayed Wordle (each tool call returns
+  // the outcome a real game gave, at no cost), so wall and CPU time per tool step are the rollout's (rendering,
+  // tool-call parsing, suffix tokenisation, bookkeeping, scheduling) plus the scripted policy's scan of the context
+  // (charged to the rollout: it is well under a microsecond). No timers run inside, so nothing is subtracted.
+  const games: Array<{ observation: string; outcomes: Array<Environment.ToolOutcome> }> = []
+  for (let s = 0; s < 64; s++) {
+    games.push(
+      yield* Effect.scoped(Effect.gen(function*() {
+        const live = yield* Environment.episode(Wordle.environment, { seed: s })
+        const outcomes: Array<Environment.ToolOutcome> = []
+        for (const g of GUESSES) outcomes.push(yield* live.call("guess", { guess: `[${g}]` }))
+        return { observation: Option.getOrElse(live.observation, () => ""), outcomes }
+      }))
+    )
+  }
+  const wordleTools = Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition)
+  const openReplay = (row: Environment.Row): Effect.Effect<Episode.Session<number>> =>
+    Effect.sync(() => {
+      const game = games[Number(row.seed) % games.length]
+      let k = 0
+      return {
+        environment: "wordle",
+        observation: Option.some(game.observation),
+        toolDefinitions: wordleTools,
+        call: () => Effect.sync(() => game.outcomes[Math.min(k++, game.outcomes.length - 1)]),
+        state: Effect.sync(() => k)
+      }
+    })
+  const direct = Effect.gen(function*() {
+    const runs: Array<{ wallMsPerStep: number; cpuMsPerStep: number; steps: number; episodes: number }> = []
+    timing = false
+    yield* run("warmup-replay", 1, 400, openReplay)
+    for (let k = 0; k < REPEATS; k++) {
+      yield* run("replayed environment", 1, DIRECT_EPISODES, openReplay)
+      const r = results.pop()!
+      runs.push({
+        wallMsPerStep: r.seconds * 1000 / r.steps,
+        cpuMsPerStep: r.cpuSeconds * 1000 / r.steps,
+        steps: r.steps,
+        episodes: r.episodes
+      })
+    }
+    results.length = 0
+    timing = true
+    const median = (xs: Array<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+    return {
+      episodes: runs[0].episodes,
+      steps: runs[0].steps,
+      wallMsPerStep: median(runs.map((r) => r.wallMsPerStep)),
+      cpuMsPerStep: median(runs.map((r) => r.cpuMsPerStep)),
+      allWallMsPerStep: runs.map((r) => r.wallMsPerStep),
+      allCpuMsPerStep: runs.map((r) => r.cpuMsPerStep)
+    }
+  })
+  const overheadDirect = yield* direct
+  // The part of it no rollout can skip, alone: per episode the prompt's ids, per tool step decoding the model's
+  // turn, parsing its tool call and tokenising the tool result, in a plain loop over the same replies and outcomes.
+  const renderer = Context.get(Live, ChatRenderer.ChatRenderer)
+  const textWork = () => {
+    const c0 = cpuMs()
+    const t0 = performance.now()
+    let steps = 0
+    for (let e = 0; e < DIRECT_EPISODES; e++) {
+      const game = games[Rollout.seedOf(0, e >> 3, e & 7) % games.length]
+      Effect.runSync(renderer.promptIds([{ role: "user", content: `Game ${e >> 3}.${game.observation}` }], wordleTools))
+      for (let k = 0; k < GUESSES.length; k++) {
+        const parsed = ToolCallParser.parse(renderer.decode(replies[k]), {
+          thinking: renderer.enableThinking,
+          stopStrings: renderer.stopStrings
+        })
+        if (!parsed.requestedTools) throw new Error("scripted reply did not parse as a tool call")
+        Effect.runSync(renderer.toolSuffixIds([{ role: "tool", name: "guess", content: game.outcomes[k].text }]))
+        steps++
+      }
+    }
+    return { wallMsPerStep: (performance.now() - t0) / steps, cpuMsPerStep: (cpuMs() - c0) / steps }
+  }
+  textWork()
+  const textRuns = Array.from({ length: REPEATS }, textWork)
+  const medianOf = (xs: Array<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+  const textAlone = {
+    wallMsPerStep: medianOf(textRuns.map((r) => r.wallMsPerStep)),
+    cpuMsPerStep: medianOf(textRuns.map((r) => r.cpuMsPerStep))
+  }
   const overheadLocal = yield* overhead("in-process", openLocal)
   const overheadWire = yield* overhead("wire", openRemote)
 
@@ -368,6 +461,11 @@ const main = Effect.gen(function*() {
       guesses: GUESSES
     },
     overhead: {
+      direct: overheadDirect,
+      textWorkAlone: textAlone,
+      directVsBareWireStepP50: overheadDirect.wallMsPerStep / bare.p50Ms,
+      directCpuVsBareWireStepCpuP50: overheadDirect.cpuMsPerStep / bare.cpuP50Ms,
+      directCpuVsBareWireStepCpuMean: overheadDirect.cpuMsPerStep / bare.cpuMeanMs,
       inProcess: overheadLocal,
       wire: overheadWire,
       wirePooled: overheadPooled,
@@ -391,7 +489,33 @@ const main = Effect.gen(function*() {
     } (other jobs shared the cores, so absolute times are inflated and noisy).`,
     `Policy: scripted at the token level (tiny preset tokenizer, vocab 1024; replies pre-tokenised), so the numbers are the rollout + environment cost with no model. G = ${GROUP}.`,
     "",
-    "## Rollout overhead per tool step (sequential, concurrency 1)",
+    "## Rollout overhead per tool step, measured directly (sequential, concurrency 1)",
+    "",
+    `The same rollout (\`Rollout.groups\`, G = ${GROUP}, concurrency 1) against a replayed Wordle: each tool call returns the outcome a real game gave (64 recorded games), at no cost, and the scripted policy returns pre-tokenised replies. So wall and CPU time per tool step are the rollout's own: prompt rendering, decoding each turn, tool-call parsing, suffix tokenisation, bookkeeping, Effect scheduling and the rollout stream (plus the scripted policy's scan of the context, well under a microsecond). Median of ${REPEATS} runs of ${overheadDirect.episodes} episodes (${overheadDirect.steps} tool steps); nothing subtracted.`,
+    "",
+    "| measure | wall ms/step | CPU ms/step | every run (wall) | every run (CPU) |",
+    "| --- | ---: | ---: | --- | --- |",
+    `| rollout over a replayed environment | ${f(overheadDirect.wallMsPerStep, 4)} | ${
+      f(overheadDirect.cpuMsPerStep, 4)
+    } | ${overheadDirect.allWallMsPerStep.map((x) => f(x, 4)).join(", ")} | ${
+      overheadDirect.allCpuMsPerStep.map((x) => f(x, 4)).join(", ")
+    } |`,
+    `| of which text work alone (prompt ids, decode, parse, suffix ids; a plain loop) | ${
+      f(textAlone.wallMsPerStep, 4)
+    } | ${f(textAlone.cpuMsPerStep, 4)} | | |`,
+    `| bare Wordle step over the wire (client.step; client + server CPU), p50 | ${f(bare.p50Ms, 4)} | ${
+      f(bare.cpuP50Ms, 4)
+    } | | |`,
+    "",
+    `**Rollout overhead / bare wire step: ${
+      (overheadDirect.wallMsPerStep / bare.p50Ms * 100).toFixed(1)
+    } % in wall time (p50 step), ${
+      (overheadDirect.cpuMsPerStep / bare.cpuP50Ms * 100).toFixed(1)
+    } % in CPU time (p50 step; ${
+      (overheadDirect.cpuMsPerStep / bare.cpuMeanMs * 100).toFixed(1)
+    } % of the mean). Target: below 5 %.**`,
+    "",
+    "## Rollout overhead per tool step by subtraction (sequential, concurrency 1)",
     "",
     `Overhead = wall time − policy time − environment call time − session lifecycle (connect + reset, and release at the end), per tool step: rendering, tool-call parsing, suffix tokenisation, bookkeeping and Effect scheduling (the rollout stream's per-episode work included). Each row is the median of ${REPEATS} runs (the "every run" column lists them all). The CPU column is the same subtraction in process CPU time (user + system), which other jobs on the cores do not inflate.`,
     "",

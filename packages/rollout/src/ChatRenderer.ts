@@ -81,6 +81,9 @@ const contentsOf = (messages: ReadonlyArray<ChatMessage>): Array<string> => {
   return out
 }
 
+// How many recent prompts' ids are kept (oldest dropped first); a few groups in flight at once.
+const RECENT_PROMPTS = 64
+
 const sentinel = (i: number) => `\u0001envtrain-content-${i}\u0001`
 
 const withSentinels = (messages: ReadonlyArray<ChatMessage>): Array<ChatMessage> =>
@@ -174,6 +177,7 @@ export const make = (options: ChatRendererOptions): Renderer => {
   // contents and cut into pieces; contents are then spliced in.
   const frames = new Map<string, Frame | null>()
   const promptFrames = new Map<string, Frame | null>()
+  const recentPrompts = new Map<string, Array<number>>()
   const makeFrame = (toolMessages: ReadonlyArray<ChatMessage>) =>
     Effect.map(suffixText(withSentinels(toolMessages)), (text) => cut(text, toolMessages.length))
   return {
@@ -187,9 +191,21 @@ export const make = (options: ChatRendererOptions): Renderer => {
       let key = toolsKey(tools)
       for (const m of messages) key += "|" + m.role
       const frame = promptFrames.get(key)
-      // Hot path: a checked frame gives the ids without rendering (and without a generator).
+      // Hot path: a checked frame gives the ids without rendering (and without a generator). The G episodes of a
+      // group send the same prompt (and usually the same reset observation): the last prompts' ids are kept and
+      // shared (callers treat them as read-only).
       if (frame !== undefined && frame !== null && frame.checksLeft === 0) {
-        return Effect.succeed((frame.encode ??= codec.framed(frame.pieces)).encode(contentsOf(messages)))
+        const contents = contentsOf(messages)
+        // Length-prefixed, so no two content lists share a key whatever characters they hold.
+        let memoKey = key
+        for (const c of contents) memoKey += "\u0000" + c.length + ":" + c
+        let ids = recentPrompts.get(memoKey)
+        if (ids === undefined) {
+          ids = (frame.encode ??= codec.framed(frame.pieces)).encode(contents)
+          if (recentPrompts.size >= RECENT_PROMPTS) recentPrompts.delete(recentPrompts.keys().next().value!)
+          recentPrompts.set(memoKey, ids)
+        }
+        return Effect.succeed(ids)
       }
       return Effect.gen(function*() {
         const render = (ms: ReadonlyArray<ChatMessage>) =>

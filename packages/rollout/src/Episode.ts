@@ -157,11 +157,16 @@ export interface EpisodeIdentity {
 /**
  * The record under construction. The loop writes into it as it goes, so an episode that is interrupted or fails
  * half-way still yields what it had (as an unscoreable record).
+ *
+ * Code of its own (a user episode function) may push into `completionIds`, `mask` and `logprobs` directly; the
+ * built-in loop appends whole turns with {@link Progress.appendModel} and {@link Progress.appendTool}, which keep
+ * the turns' arrays as they are until {@link Progress.finish} (or {@link Progress.flush}) joins them: growing three
+ * arrays token by token was most of what an episode allocated.
  */
 export class Progress<State> {
   readonly startedAt = Date.now()
   environment = ""
-  promptIds: Array<number> = []
+  promptIds: ReadonlyArray<number> = []
   completionIds: Array<number> = []
   mask: Array<0 | 1> = []
   logprobs: Array<number> = []
@@ -175,9 +180,58 @@ export class Progress<State> {
   state: State | undefined = undefined
   constructor(readonly identity: EpisodeIdentity) {}
 
+  // Appended turns not yet joined into the arrays: token ids, and the model's logprobs (undefined: a tool suffix).
+  private pendingIds: Array<ReadonlyArray<number>> = []
+  private pendingLogprobs: Array<ReadonlyArray<number> | undefined> = []
+  private pendingLength = 0
+
+  /** Tokens after the prompt so far (joined and pending). */
+  get completionLength(): number {
+    return this.completionIds.length + this.pendingLength
+  }
+
+  /** Appends sampled tokens (mask 1) with their logprobs (missing ones read 0). The arrays are kept, not copied. */
+  appendModel(ids: ReadonlyArray<number>, logprobs: ReadonlyArray<number>): void {
+    this.pendingIds.push(ids)
+    this.pendingLogprobs.push(logprobs)
+    this.pendingLength += ids.length
+  }
+
+  /** Appends template/tool-result tokens (mask 0, logprob 0). The array is kept, not copied. */
+  appendTool(ids: ReadonlyArray<number>): void {
+    this.pendingIds.push(ids)
+    this.pendingLogprobs.push(undefined)
+    this.pendingLength += ids.length
+  }
+
+  /** The whole context so far (prompt and completion), as a new array. */
+  context(): Array<number> {
+    return this.promptIds.concat(this.completionIds, ...this.pendingIds)
+  }
+
+  /** Joins the appended turns into `completionIds`, `mask` and `logprobs`. */
+  flush(): void {
+    if (this.pendingIds.length === 0) return
+    this.completionIds = this.completionIds.concat(...this.pendingIds)
+    for (let k = 0; k < this.pendingIds.length; k++) {
+      const n = this.pendingIds[k].length
+      const lp = this.pendingLogprobs[k]
+      for (let i = 0; i < n; i++) {
+        this.mask.push(lp === undefined ? 0 : 1)
+        this.logprobs.push(lp === undefined ? 0 : lp[i] ?? 0)
+      }
+    }
+    this.pendingIds = []
+    this.pendingLogprobs = []
+    this.pendingLength = 0
+  }
+
   /** The record; `unscoreable` marks an episode that could not finish. */
   finish(unscoreable?: { readonly reason: string; readonly tag: string }): EpisodeRecord<State> {
+    this.flush()
     const last = this.completionIds[this.completionIds.length - 1]
+    let failures = 0
+    for (const c of this.toolCalls) if (c.status !== "success") failures++
     return {
       promptIndex: this.identity.promptIndex,
       generation: this.identity.generation,
@@ -193,7 +247,7 @@ export class Progress<State> {
       toolCalls: this.toolCalls,
       toolStats: this.toolStats,
       toolCallCount: this.toolCalls.length,
-      toolFailureCount: this.toolCalls.filter((c) => c.status !== "success").length,
+      toolFailureCount: failures,
       turns: this.turns,
       truncated: last !== undefined && !this.eos.has(last),
       finishReason: this.finishReason,
@@ -267,46 +321,40 @@ const loop = <State, E>(
     const contextLeft = () =>
       config.maxModelLength === undefined
         ? Infinity
-        : config.maxModelLength - p.promptIds.length - p.completionIds.length
+        : config.maxModelLength - p.promptIds.length - p.completionLength
+    const budgetLeft = () => Math.min(config.maxCompletionLength - p.completionLength, contextLeft())
+    const outOfRoom = (): StopReason => contextLeft() <= 0 ? "context_window" : "completion_budget"
     const sampling = { ...config.sampling, stopTokenIds: config.sampling.stopTokenIds ?? renderer.eosTokenIds }
-    // The whole context so far, grown in place; each request gets its own copy (a policy may keep the request).
-    const context = p.promptIds.slice()
     const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
-
-    // Generates one turn into the progress; returns its parse.
-    const turn = Effect.fnUntraced(function*(maxTokens: number) {
+    // This loop runs once per tool step, so it allocates little: it is the rollout's own cost per step (see
+    // bench/rollout), next to an environment step over the wire of well under a millisecond.
+    let iteration = 0
+    while (true) {
+      const maxTokens = budgetLeft()
+      if (maxTokens <= 0) {
+        // Nothing can be generated: before the first turn, or after a suffix that used the last of the budget
+        // (TRL would append an empty turn).
+        p.stopReason = outOfRoom()
+        if (p.turns > 0) p.finishReason = "length"
+        return
+      }
+      // Each request gets its own array (a policy may keep it, e.g. to match a cached prefix next turn).
       const out = yield* policy.generate({
-        promptIds: p.completionIds.length === 0 ? p.promptIds : context.slice(),
+        promptIds: p.completionLength === 0 ? p.promptIds : p.context(),
         sampling: { ...sampling, maxTokens }
       })
       // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
       const n = Math.min(out.tokenIds.length, maxTokens)
-      const ids = out.tokenIds.slice(0, n)
-      for (let i = 0; i < n; i++) {
-        p.completionIds.push(ids[i])
-        context.push(ids[i])
-        p.mask.push(1)
-        p.logprobs.push(out.logprobs[i] ?? 0)
-      }
+      const ids = n === out.tokenIds.length ? out.tokenIds : out.tokenIds.slice(0, n)
+      p.appendModel(ids, out.logprobs)
       p.turns++
       p.finishReason = n < out.tokenIds.length ? "length" : out.finishReason
       const parsed = ToolCallParser.parse(renderer.decode(ids), parseOptions)
       // An entirely truncated turn appends no message (TRL).
       if (n > 0) p.messages.push(assistantMessage(parsed))
-      return parsed
-    })
-
-    const budgetLeft = () => Math.min(config.maxCompletionLength - p.completionIds.length, contextLeft())
-    if (budgetLeft() <= 0) {
-      p.stopReason = contextLeft() <= 0 ? "context_window" : "completion_budget"
-      return
-    }
-    let parsed = yield* turn(budgetLeft())
-    let iteration = 0
-    while (true) {
       if (p.finishReason === "length") {
         // The turn was cut by the budget or the context window (inside its tool calls, if it made any).
-        p.stopReason = contextLeft() <= 0 ? "context_window" : "completion_budget"
+        p.stopReason = outOfRoom()
         return
       }
       if (!parsed.requestedTools) {
@@ -317,70 +365,54 @@ const loop = <State, E>(
         p.stopReason = "max_tool_calling_iterations"
         return
       }
-      // Execute every call of the turn in order; parse failures are answered in place.
-      const results: Array<{ record: ToolCallRecord; message: ChatMessage }> = []
-      const blocks = [...parsed.calls, ...parsed.failures].sort((a, b) => a.index - b.index)
+      // Execute every call of the turn in order; parse failures are answered in place. Each call is recorded as
+      // soon as it ran (it counts even when its result ends up not fitting, or a later call loses the session).
+      const blocks = parsed.failures.length === 0
+        ? parsed.calls
+        : [...parsed.calls, ...parsed.failures].sort((a, b) => a.index - b.index)
+      const toolMessages: Array<ChatMessage> = []
       for (const block of blocks) {
+        let record: ToolCallRecord
         if (block._tag === "CallFailure") {
           // Rendered like every other tool error (TRL's `{'error': ...}`).
           const text = Environment.errorText(block.message)
-          results.push({
-            record: {
-              turn: p.turns - 1,
-              name: block.name,
-              arguments: undefined,
-              status: "parse_failure",
-              reason: block.reason,
-              text
-            },
-            message: { role: "tool", name: block.name ?? UNNAMED, content: text }
-          })
-          continue
-        }
-        const outcome = yield* session.call(block.name, block.arguments)
-        results.push({
-          record: {
+          record = {
             turn: p.turns - 1,
             name: block.name,
-            arguments: block.arguments,
-            status: outcome._tag === "Success" ? "success" : "failure",
-            ...(outcome._tag === "Failure" ? { reason: outcome.reason } : {}),
-            text: outcome.text
-          },
-          message: { role: "tool", name: block.name, content: outcome.text }
-        })
+            arguments: undefined,
+            status: "parse_failure",
+            reason: block.reason,
+            text
+          }
+        } else {
+          const outcome = yield* session.call(block.name, block.arguments)
+          record = outcome._tag === "Success"
+            ? { turn: p.turns - 1, name: block.name, arguments: block.arguments, status: "success", text: outcome.text }
+            : {
+              turn: p.turns - 1,
+              name: block.name,
+              arguments: block.arguments,
+              status: "failure",
+              reason: outcome.reason,
+              text: outcome.text
+            }
+        }
+        p.toolCalls.push(record)
+        const key = record.name ?? UNNAMED
+        const stats = p.toolStats[key] ?? (p.toolStats[key] = { calls: 0, failures: 0 })
+        stats.calls++
+        if (record.status !== "success") stats.failures++
+        toolMessages.push({ role: "tool", name: key, content: record.text })
       }
-      // Calls count even when their results end up not fitting (they ran in the environment).
-      for (const r of results) {
-        p.toolCalls.push(r.record)
-        const key = r.record.name ?? UNNAMED
-        const s = p.toolStats[key] ?? (p.toolStats[key] = { calls: 0, failures: 0 })
-        s.calls++
-        if (r.record.status !== "success") s.failures++
-      }
-      const toolMessages = results.map((r) => r.message)
       const suffix = yield* renderer.toolSuffixIds(toolMessages)
-      if (p.completionIds.length + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
+      if (p.completionLength + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
         // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
         p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
         return
       }
-      p.messages.push(...toolMessages)
-      for (const id of suffix) {
-        p.completionIds.push(id)
-        context.push(id)
-        p.mask.push(0)
-        p.logprobs.push(0)
-      }
+      for (const m of toolMessages) p.messages.push(m)
+      p.appendTool(suffix)
       iteration++
-      const left = budgetLeft()
-      if (left <= 0) {
-        // The suffix used the last of the budget: nothing can be generated (TRL would append an empty turn).
-        p.stopReason = contextLeft() <= 0 ? "context_window" : "completion_budget"
-        p.finishReason = "length"
-        return
-      }
-      parsed = yield* turn(left)
     }
   })
 

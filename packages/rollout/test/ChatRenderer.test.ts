@@ -76,11 +76,30 @@ describe("ChatRenderer", () => {
           const messages = [{ role: "system" as const, content: system }, { role: "user" as const, content: user }]
           const full = template.renderUnsafe({ messages, tools, addGenerationPrompt: true, enableThinking: false })
           assert.deepStrictEqual(yield* r.promptIds(messages, tools), tokenizer.encode(full))
+          // Again: the G episodes of a group ask for the same prompt, which comes from the recent-prompts cache.
+          assert.deepStrictEqual(yield* r.promptIds(messages, tools), tokenizer.encode(full))
         }
         return true
       }),
     { fastCheck: { numRuns: 6 } }
   )
+
+  it.effect("the recent-prompts cache tells apart content lists that join to the same text", () =>
+    Effect.gen(function*() {
+      const { template, tokenizer } = yield* tinyModel
+      const r = ChatRenderer.make({ tokenizer, template, enableThinking: false })
+      const tools = [{ type: "function", function: { name: "guess", description: "Guess.", parameters: {} } }]
+      const pairs = [["a\u0000b", "c"], ["a", "b\u0000c"], ["a\u00003:b", "c"], ["a", "3:b\u0000c"]]
+      // Warm the frame up first (its first uses are checked by rendering), then compare cached answers.
+      for (let i = 0; i < 10; i++) {
+        yield* r.promptIds([{ role: "system", content: `${i}` }, { role: "user", content: "x" }], tools)
+      }
+      for (const [system, user] of [...pairs, ...pairs]) {
+        const messages = [{ role: "system" as const, content: system }, { role: "user" as const, content: user }]
+        const full = template.renderUnsafe({ messages, tools, addGenerationPrompt: true, enableThinking: false })
+        assert.deepStrictEqual(yield* r.promptIds(messages, tools), tokenizer.encode(full))
+      }
+    }))
 
   it.effect("the prompt renders the tools and ends with the generation prompt", () =>
     Effect.gen(function*() {

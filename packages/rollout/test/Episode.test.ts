@@ -71,6 +71,58 @@ describe("Episode", () => {
       }
     }))
 
+  it.effect("every request gets its own context array: one a policy keeps never changes afterwards", () =>
+    Effect.gen(function*() {
+      const { tokenizer } = yield* tinyModel
+      const kept: Array<{ readonly ids: ReadonlyArray<number>; readonly copy: ReadonlyArray<number> }> = []
+      const inner = Policy.scripted(tokenizer, catchScript)
+      const keeping = Layer.effect(
+        Policy.Policy,
+        Effect.map(Effect.provide(Policy.Policy, inner), (policy) => ({
+          generate: (request: Policy.GenerateRequest) => {
+            kept.push({ ids: request.promptIds, copy: [...request.promptIds] })
+            return policy.generate(request)
+          }
+        }))
+      )
+      const r = yield* Effect.scoped(Effect.gen(function*() {
+        const live = yield* Environment.episode(Catch.environment, { seed: 4 })
+        return yield* Episode.run({
+          prompt: [{ role: "user", content: "Play." }],
+          session: Episode.fromEnvironment(live),
+          config: { maxCompletionLength: 4096, sampling: { temperature: 1 } }
+        })
+      })).pipe(Effect.provide(Layer.merge(renderer(false), keeping)))
+      assert.isAbove(kept.length, 2)
+      const all = [...r.promptIds, ...r.completionIds]
+      for (const k of kept) {
+        assert.deepStrictEqual(k.ids, k.copy)
+        // Each request is the prompt plus everything generated and appended before it.
+        assert.deepStrictEqual(k.ids, all.slice(0, k.ids.length))
+      }
+      for (let i = 1; i < kept.length; i++) assert.notStrictEqual(kept[i].ids, kept[i - 1].ids)
+    }))
+
+  it("Progress joins appended turns after what was pushed directly, in order", () => {
+    const p = new Episode.Progress<number>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
+    p.promptIds = [100, 101]
+    p.completionIds.push(1)
+    p.mask.push(1)
+    p.logprobs.push(-0.5)
+    p.appendModel([2, 3], [-0.25])
+    p.appendTool([4])
+    assert.strictEqual(p.completionLength, 4)
+    assert.deepStrictEqual(p.context(), [100, 101, 1, 2, 3, 4])
+    const r = p.finish()
+    assert.deepStrictEqual(r.completionIds, [1, 2, 3, 4])
+    assert.deepStrictEqual(r.mask, [1, 1, 1, 0])
+    // A logprob the policy did not give reads 0, as the loop always did.
+    assert.deepStrictEqual(r.logprobs, [-0.5, -0.25, 0, 0])
+    assert.strictEqual(p.completionLength, 4)
+    p.appendTool([5])
+    assert.deepStrictEqual(p.finish().completionIds, [1, 2, 3, 4, 5])
+  })
+
   it.effect("mask 0 covers exactly the tool suffixes", () =>
     Effect.gen(function*() {
       const { tokenizer } = yield* tinyModel

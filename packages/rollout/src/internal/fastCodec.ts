@@ -86,31 +86,36 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
   // goes after a run of newlines followed by a non-space character: no GPT-2/Qwen-style pre-token spans such a
   // point, and BPE merges never cross pre-tokens, so the ids are the same (and checked, see `encode`).
   const lineBreak = /[\r\n]+(?=[^\s])/g
-  const stretch = (s: string): ReadonlyArray<number> => {
+  // The encoders below append to the caller's array (`out`): intermediate arrays per stretch were most of what the
+  // rollout's hot path allocated.
+  const append = (out: Array<number>, ids: ReadonlyArray<number>): void => {
+    for (let i = 0; i < ids.length; i++) out.push(ids[i])
+  }
+  const stretchInto = (out: Array<number>, s: string): void => {
     const hit = memo.get(s)
-    if (hit !== undefined) return hit
-    const out: Array<number> = []
+    if (hit !== undefined) return append(out, hit)
     let last = 0
     lineBreak.lastIndex = 0
     for (let m = lineBreak.exec(s); m !== null; m = lineBreak.exec(s)) {
       const end = m.index + m[0].length
-      for (const id of memoEncode(s.slice(last, end))) out.push(id)
+      append(out, memoEncode(s.slice(last, end)))
       last = end
     }
-    if (last === 0) return memoEncode(s)
-    for (const id of memoEncode(s.slice(last))) out.push(id)
-    return out
+    append(out, memoEncode(last === 0 ? s : s.slice(last)))
   }
-  const splitEncode = (text: string): Array<number> => {
-    const out: Array<number> = []
+  const splitEncodeInto = (out: Array<number>, text: string): void => {
     let last = 0
     pattern.lastIndex = 0
     for (let m = pattern.exec(text); m !== null; m = pattern.exec(text)) {
-      if (m.index > last) { for (const id of stretch(text.slice(last, m.index))) out.push(id) }
+      if (m.index > last) stretchInto(out, text.slice(last, m.index))
       out.push(addedIds.get(m[0])!)
       last = m.index + m[0].length
     }
-    if (last < text.length) { for (const id of stretch(text.slice(last))) out.push(id) }
+    if (last < text.length) stretchInto(out, text.slice(last))
+  }
+  const splitEncode = (text: string): Array<number> => {
+    const out: Array<number> = []
+    splitEncodeInto(out, text)
     return out
   }
   const encode = (text: string): Array<number> => {
@@ -242,19 +247,19 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
       }
       const out: Array<number> = []
       const first = usable[0]
-      if (first.head.length > 0) { for (const id of stretch(first.head)) out.push(id) }
-      for (const id of first.ids) out.push(id)
+      if (first.head.length > 0) stretchInto(out, first.head)
+      append(out, first.ids)
       for (let i = 0; i < contents.length; i++) {
         const left = usable[i]
         const right = usable[i + 1]
         const middle = left.tail + contents[i] + right.head
         for (const a of left.after) if (middle.startsWith(a)) return encode(join(contents))
         for (const b of right.before) if (middle.endsWith(b)) return encode(join(contents))
-        if (middle.length > 0) { for (const id of splitEncode(middle)) out.push(id) }
-        for (const id of right.ids) out.push(id)
+        if (middle.length > 0) splitEncodeInto(out, middle)
+        append(out, right.ids)
       }
       const last = usable[usable.length - 1]
-      if (last.tail.length > 0) { for (const id of stretch(last.tail)) out.push(id) }
+      if (last.tail.length > 0) stretchInto(out, last.tail)
       if (checks > 0) {
         checks--
         const slow = tokenizer.encode(join(contents))
