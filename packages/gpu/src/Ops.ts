@@ -50,7 +50,7 @@ export interface Axpy {
  * `vec2<f16>` fma) before f32 accumulation, when both operands are f16; about 3 significant digits per partial
  * sum, so only for forward passes that tolerate it. Otherwise it is tiled128h.
  * "subgroupMatrix" (needs chromium-experimental-subgroup-matrix with an f16 → f32 configuration): see
- * `Matmul.subgroupMatrixPlan`; f16 A and B, f32 C, no epilogue beyond alpha/beta.
+ * `Matmul.chooseTier` and `Matmul.pickSubgroupMatrixConfig`; f16 A and B, f32 C, no epilogue beyond alpha/beta.
  */
 export type MatmulTier =
   | "tiled64"
