@@ -137,7 +137,9 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
   const table = byteLevel ? byteLevelTable() : undefined
   const bytesOf = new Map<number, Uint8Array | null>()
   const utf8 = new TextEncoder()
-  const utf8Decoder = new TextDecoder("utf-8", { fatal: false })
+  // ignoreBOM: a U+FEFF token at the start of a turn is text like any other (both paths keep it).
+  const utf8Decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true })
+  const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
   const addedById = new Map<number, string>()
   for (const [content, id] of addedIds) addedById.set(id, content)
   const idBytes = (id: number): Uint8Array | null => {
@@ -165,10 +167,38 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
     bytesOf.set(id, bytes)
     return bytes
   }
+  // The text of an id whose bytes are whole UTF-8 characters on their own (null: they are not, e.g. half an
+  // emoji). Ids like that concatenate to the same text as their bytes decoded together, so most turns decode as a
+  // string join without touching bytes.
+  const textOf = new Map<number, string | null>()
+  const idText = (id: number): string | null => {
+    let text = textOf.get(id)
+    if (text !== undefined) return text
+    const bytes = idBytes(id)
+    text = null
+    if (bytes !== null) {
+      try {
+        text = strictUtf8.decode(bytes)
+      } catch {
+        // Part of a multi-byte character: such ids take the byte path.
+      }
+    }
+    textOf.set(id, text)
+    return text
+  }
   let decodeChecks = byteLevel ? CHECKS : -1
   // One growing buffer: allocating typed arrays per id and per call cost more than the copying.
   let buffer = new Uint8Array(4096)
   const fastDecode = (ids: ReadonlyArray<number>): string | undefined => {
+    let joined = ""
+    for (let i = 0; i < ids.length; i++) {
+      const text = idText(ids[i])
+      if (text === null) return decodeBytes(ids)
+      joined += text
+    }
+    return joined
+  }
+  const decodeBytes = (ids: ReadonlyArray<number>): string | undefined => {
     let size = 0
     for (let i = 0; i < ids.length; i++) {
       const b = idBytes(ids[i])
