@@ -98,12 +98,24 @@ export const envelopeSchema = (observation: Schema.Schema.Any) =>
     done: Schema.Boolean
   })
 
+/** What {@link encodeFrame} remembers between one session's frames (the last long string and its escaped text). */
+export type StringCache = PyJson.StringCache
+
+/** A fresh {@link StringCache}, one per session. */
+export const stringCache: () => StringCache = PyJson.stringCache
+
 /**
  * Serialises a frame compactly, byte for byte as the Python twin: numbers typed `Schema.Number` in the environment's
- * observation/state Schemas (and every envelope `reward`) are written as Python floats (`0.0`, `1e-05`).
+ * observation/state Schemas (and every envelope `reward`) are written as Python floats (`0.0`, `1e-05`). A session
+ * may pass its own `cache` ({@link stringCache}): a transcript that grows from frame to frame is then escaped only for
+ * its new part; the text is the same either way.
  */
-export const encodeFrame = (frame: Frame | JsonRpcResponse, schemas?: FrameSchemas): string => {
-  if (schemas === undefined || !("type" in frame)) return PyJson.stringify(frame)
+export const encodeFrame = (
+  frame: Frame | JsonRpcResponse,
+  schemas?: FrameSchemas,
+  cache?: StringCache
+): string => {
+  if (schemas === undefined || !("type" in frame)) return PyJson.stringify(frame, undefined, cache)
   let built = frameSchemas.get(schemas)
   if (built === undefined) {
     built = {
@@ -114,7 +126,8 @@ export const encodeFrame = (frame: Frame | JsonRpcResponse, schemas?: FrameSchem
   }
   return PyJson.stringify(
     frame,
-    frame.type === "observation" ? built.observation : frame.type === "state" ? built.state : undefined
+    frame.type === "observation" ? built.observation : frame.type === "state" ? built.state : undefined,
+    cache
   )
 }
 
@@ -129,11 +142,20 @@ export const errorFrame = (code: ErrorCode, message: string, extra?: Readonly<Re
 
 /** Builds the envelope from what an instance returned, dropping any `reward`/`done`/`metadata` from the observation. */
 export const envelope = (result: StepResult): Frame => {
-  const { done: _done, metadata: _metadata, reward: _reward, ...observation } = result.observation as Record<
-    string,
-    unknown
-  >
+  const given = result.observation as Record<string, unknown>
+  // The usual observation (a plain object without those keys) goes out as is: a copy would have the same JSON.
+  const observation = isBareObservation(given) ? given : withoutEnvelopeKeys(given)
   return { type: "observation", data: { observation, reward: result.reward ?? null, done: result.done } }
+}
+
+// (A `toJSON`, even a non-enumerable one the copy would lose, also takes the copy.)
+const isBareObservation = (o: Record<string, unknown>): boolean =>
+  Object.getPrototypeOf(o) === Object.prototype && !Object.hasOwn(o, "done") && !Object.hasOwn(o, "metadata") &&
+  !Object.hasOwn(o, "reward") && !Object.hasOwn(o, "toJSON")
+
+const withoutEnvelopeKeys = (o: Record<string, unknown>): Record<string, unknown> => {
+  const { done: _done, metadata: _metadata, reward: _reward, ...observation } = o
+  return observation
 }
 
 /** OpenEnv's capacity error text. */

@@ -169,3 +169,99 @@ describe("PyJson compiled writers", () => {
     assert.strictEqual(PyJson.stringify(value), referenceStringify(value))
   }, { fastCheck: { numRuns: 500 } })
 })
+
+describe("PyJson recursive Schemas", () => {
+  interface Tree {
+    readonly v: number
+    readonly name: string
+    readonly kids: ReadonlyArray<Tree>
+    readonly next?: Tree | undefined
+  }
+  const Tree: Schema.Schema<Tree> = Schema.Struct({
+    v: Schema.Number,
+    name: Schema.String,
+    kids: Schema.Array(Schema.suspend((): Schema.Schema<Tree> => Tree)),
+    next: Schema.optional(Schema.suspend((): Schema.Schema<Tree> => Tree))
+  })
+
+  it("compile (cycles go through a forwarder) and write as the reference", () => {
+    const trees: ReadonlyArray<Tree> = [
+      { v: 0, name: "leaf", kids: [] },
+      { v: 1.5, name: "a", kids: [{ v: 2, name: "b\n", kids: [], next: { v: 1e-7, name: "c", kids: [] } }] },
+      { v: -0, name: "x".repeat(300), kids: [{ v: 3, name: "y", kids: [{ v: 4, name: "z", kids: [] }] }] }
+    ]
+    for (const tree of trees) {
+      assert.strictEqual(PyJson.stringify(tree, Tree), referenceStringify(tree, Tree))
+      assert.strictEqual(PyJson.stringify(tree, Tree, PyJson.stringCache()), referenceStringify(tree, Tree))
+    }
+  })
+})
+
+describe("PyJson string cache", () => {
+  const TwoTexts = Schema.Struct({ a: Schema.String, b: Schema.String })
+  // Text pieces that stress the per-character escaping: quotes, controls, non-ASCII, pairs and lone surrogates.
+  const piece = FastCheck.oneof(
+    FastCheck.string({ unit: "binary", maxLength: 40 }),
+    FastCheck.constantFrom(
+      "\ud83d",
+      "\ude00",
+      "\ud83d\ude00",
+      "\"",
+      "\\",
+      "\n",
+      "\u0000",
+      "\u2028",
+      "é",
+      "x".repeat(300)
+    )
+  )
+
+  it.prop(
+    "a growing string (and one that changes) writes as without the cache",
+    [FastCheck.array(FastCheck.tuple(FastCheck.boolean(), piece), { minLength: 1, maxLength: 12 }), piece],
+    ([steps, start]) => {
+      const cache = PyJson.stringCache()
+      let text = "a".repeat(256) + start
+      for (const [restart, more] of steps) {
+        // Mostly an extension of the previous text, sometimes a different text of the same length or longer.
+        text = restart ? more + text : text + more
+        assert.strictEqual(PyJson.stringify(text, undefined, cache), JSON.stringify(text))
+        const two = { a: text, b: text + more }
+        assert.strictEqual(PyJson.stringify(two, TwoTexts, cache), JSON.stringify(two))
+      }
+    },
+    { fastCheck: { numRuns: 300 } }
+  )
+
+  it("a high surrogate ending the cached text pairs with a low one appended", () => {
+    const cache = PyJson.stringCache()
+    const head = "x".repeat(300) + "\ud83d"
+    assert.strictEqual(PyJson.stringify(head, undefined, cache), JSON.stringify(head))
+    assert.strictEqual(PyJson.stringify(head + "\ude00!", undefined, cache), JSON.stringify(head + "\ude00!"))
+    assert.isTrue(PyJson.stringify(head + "\ude00!", undefined, cache).endsWith("\ud83d\ude00!\""))
+  })
+
+  it.prop(
+    "a TextArena transcript growing over an episode writes as the reference",
+    [FastCheck.array(FastCheck.string({ unit: "grapheme", maxLength: 60 }), { minLength: 1, maxLength: 8 })],
+    ([messages]) => {
+      const cache = PyJson.stringCache()
+      let content = "\n[GAME] " + "You are Playing Wordle. ".repeat(12)
+      for (const message of messages) {
+        content += `\n[Player] ${message}\n[GAME] Feedback:\nG Y X X X`
+        const observation = {
+          prompt: "Wordle-v0",
+          messages: [{ sender_id: -1, content, category: "MESSAGE" }],
+          current_player_id: 0,
+          legal_players: [0],
+          info: { reward_signals: { "wordle.greens": 0.2, "wordle.correct": 0 } }
+        }
+        assert.strictEqual(
+          PyJson.stringify(observation, Wordle.Observation, cache),
+          referenceStringify(observation, Wordle.Observation)
+        )
+      }
+    },
+    { fastCheck: { numRuns: 100 } }
+  )
+})

@@ -43,6 +43,13 @@ const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "obj
 /** Writes a value that has already been through `toJSON`; `undefined` means "omit" (as JSON.stringify). */
 type Writer = (value: unknown) => string | undefined
 
+/** How an object's key is written: its `"key":` prefix and its value's writer (one lookup per key). */
+interface Field {
+  readonly name: string
+  readonly prefix: string
+  readonly writer: Writer
+}
+
 const toJson = (value: unknown): unknown =>
   isObject(value) && typeof (value as { toJSON?: unknown }).toJSON === "function"
     ? (value as { toJSON: () => unknown }).toJSON()
@@ -50,25 +57,95 @@ const toJson = (value: unknown): unknown =>
 
 const intOrFloat = (n: number): string => Number.isInteger(n) ? JSON.stringify(n) : floatRepr(n)
 
-// `"key":` for the keys seen so far (field names repeat on every frame); bounded, as Record keys are open-ended.
-const quotedKeys = new Map<string, string>()
-const quoted = (key: string): string => {
-  let text = quotedKeys.get(key)
-  if (text === undefined) {
-    text = JSON.stringify(key) + ":"
-    if (quotedKeys.size < 4096) quotedKeys.set(key, text)
+/**
+ * The last long string written and its escaped text (the JSON without its quotes), per encoding (a session passes its
+ * own): an observation that carries a growing transcript (TextArena's) is escaped only for what was appended since
+ * the previous frame.
+ */
+export interface StringCache {
+  raw: string
+  escaped: string
+}
+
+/** An empty cache for one sequence of encodings (e.g. one session's frames). */
+export const stringCache = (): StringCache => ({ raw: "", escaped: "" })
+
+// Shorter strings are escaped directly: the prefix check would cost about as much as it saves.
+const CACHED_MIN_LENGTH = 256
+
+// The cache of the stringify call in progress (none outside one); stringify saves and restores it, as a toJSON may
+// re-enter the encoder.
+let activeCache: StringCache | undefined
+
+const writeString = (s: string): string => {
+  const cache = activeCache
+  if (cache === undefined || s.length < CACHED_MIN_LENGTH) return JSON.stringify(s)
+  const raw = cache.raw
+  // Escaping is per character, so `raw + tail` escapes to the escaped `raw` followed by the escaped tail; except that
+  // a high surrogate ending `raw` could pair with a low one starting the tail (two lone halves are written
+  // differently), so then the whole string is escaped. (`slice` + `===` compares flat memory; `startsWith` goes
+  // character by character, slower than escaping.)
+  if (
+    raw.length > 0 && s.length >= raw.length && s.slice(0, raw.length) === raw &&
+    (raw.charCodeAt(raw.length - 1) & 0xfc00) !== 0xd800
+  ) {
+    if (s.length > raw.length) {
+      const tail = JSON.stringify(s.slice(raw.length))
+      cache.escaped += tail.slice(1, -1)
+      cache.raw = s
+    }
+  } else {
+    const json = JSON.stringify(s)
+    cache.raw = s
+    cache.escaped = json.slice(1, -1)
+    return json
   }
-  return text
+  return "\"" + cache.escaped + "\""
+}
+
+// `"key":` for the keys seen so far (field names repeat on every frame); bounded, as Record keys are open-ended.
+const anyFields = new Map<string, Field>()
+const anyField = (key: string): Field => {
+  let field = anyFields.get(key)
+  if (field === undefined) {
+    field = { name: key, prefix: JSON.stringify(key) + ":", writer: anyWriter }
+    if (anyFields.size < 4096) anyFields.set(key, field)
+  }
+  return field
+}
+
+const noFields: ReadonlyArray<Field> = []
+
+/** `declared` are a Struct's fields in order: keys in that order (the usual object) skip the lookup. */
+const writeObject = (
+  value: Record<string, unknown>,
+  fieldOf: (key: string) => Field,
+  declared: ReadonlyArray<Field>
+): string => {
+  let out = "{"
+  let first = true
+  const keys = Object.keys(value)
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i]
+    const field = i < declared.length && declared[i].name === key ? declared[i] : fieldOf(key)
+    const text = field.writer(toJson(value[key]))
+    if (text === undefined) continue
+    out += first ? field.prefix + text : "," + field.prefix + text
+    first = false
+  }
+  return out + "}"
 }
 
 /** A writer from how its own numbers are written and the writers of its children. */
 const node = (
   number: (n: number) => string,
   element: (i: number) => Writer,
-  field: (key: string) => Writer
+  fieldOf: (key: string) => Field,
+  declared: ReadonlyArray<Field> = noFields
 ): Writer =>
 (value) => {
   if (typeof value === "number") return number(value)
+  if (typeof value === "string") return writeString(value)
   if (Array.isArray(value)) {
     let out = "["
     for (let i = 0; i < value.length; i++) {
@@ -77,22 +154,12 @@ const node = (
     }
     return out + "]"
   }
-  if (isObject(value)) {
-    let out = "{"
-    let first = true
-    for (const key of Object.keys(value)) {
-      const text = field(key)(toJson(value[key]))
-      if (text === undefined) continue
-      out += (first ? "" : ",") + quoted(key) + text
-      first = false
-    }
-    return out + "}"
-  }
+  if (isObject(value)) return writeObject(value, fieldOf, declared)
   return JSON.stringify(value)
 }
 
 /** No Schema, value by value: what JSON.stringify writes, except fractional numbers in Python's repr. */
-const slowAnyWriter: Writer = node(intOrFloat, () => anyWriter, () => anyWriter)
+const slowAnyWriter: Writer = node(intOrFloat, () => anyWriter, anyField)
 
 // JavaScript and Python write a fractional number alike except below 1e-4: JS keeps fixed notation down to 1e-7
 // (`0.00001` where Python writes `1e-05`) and writes one-digit exponents (`1e-7`, Python `1e-07`). Integers go through
@@ -102,12 +169,16 @@ const mayHoldJsOnlyNumber = (text: string): boolean => text.includes("0.0000") |
 
 /** No Schema: JSON.stringify in one native pass, unless its text may hold a number Python writes differently. */
 const anyWriter: Writer = (value) => {
-  if (typeof value === "string") return JSON.stringify(value)
+  // Scalars directly (what the scan and its slow path would give: a number is an int or a float by its value).
+  if (typeof value === "string") return writeString(value)
+  if (typeof value === "number") return intOrFloat(value)
+  if (typeof value === "boolean") return value ? "true" : "false"
+  if (value === null) return "null"
   const text = JSON.stringify(value)
   return text === undefined || !mayHoldJsOnlyNumber(text) ? text : slowAnyWriter(value)
 }
 /** `Schema.Number`: every number is a float; its children have no Schema. */
-const floatWriter: Writer = node(floatRepr, () => anyWriter, () => anyWriter)
+const floatWriter: Writer = node(floatRepr, () => anyWriter, anyField)
 
 const writers = new WeakMap<SchemaAST.AST, Writer>()
 
@@ -138,12 +209,33 @@ const floatFree = (ast: SchemaAST.AST): boolean => {
   }
 }
 
+/**
+ * True for a Struct that declares a string field, or an array of them (e.g. a list of chat messages): written node by
+ * node, its strings skip the number scan over their text (and long ones use the string cache), which beats one
+ * native pass plus that scan.
+ */
+const holdsTextFields = (ast: SchemaAST.AST): boolean => {
+  switch (ast._tag) {
+    case "TypeLiteral":
+      return ast.propertySignatures.some((p) => p.type._tag === "StringKeyword")
+    case "TupleType":
+      return ast.elements.length === 0 && ast.rest.length === 1 && holdsTextFields(ast.rest[0].type)
+    default:
+      return false
+  }
+}
+
 const writerOf = (ast: SchemaAST.AST | undefined): Writer => {
   if (ast === undefined) return anyWriter
   let writer = writers.get(ast)
   if (writer === undefined) {
-    // Children are compiled on first use, so recursive (Suspend) Schemas terminate.
-    writer = floatFree(ast) ? anyWriter : compile(ast)
+    if (floatFree(ast) && !holdsTextFields(ast)) writer = anyWriter
+    else {
+      // A recursive (Suspend) Schema reaches this node again while it compiles: it gets this forwarder.
+      const compiled: { writer?: Writer } = {}
+      writers.set(ast, (value) => compiled.writer!(value))
+      writer = compiled.writer = compile(ast)
+    }
     writers.set(ast, writer)
   }
   return writer
@@ -221,32 +313,38 @@ const compile = (start: SchemaAST.AST): Writer => {
     case "NumberKeyword":
       return floatWriter
     case "TypeLiteral": {
-      const literal = ast
-      const properties = new Map(literal.propertySignatures.map((p) => [p.name, p.type] as const))
-      const index = literal.indexSignatures.find((s) => s.parameter._tag === "StringKeyword")?.type
-      const byKey = new Map<string, Writer>()
+      // Declared fields get their writer and prefix once, here; other keys go to the index signature's writer.
+      const declared = new Map<string, Field>()
+      for (const p of ast.propertySignatures) {
+        if (typeof p.name === "string") {
+          declared.set(p.name, { name: p.name, prefix: JSON.stringify(p.name) + ":", writer: writerOf(p.type) })
+        }
+      }
+      const inOrder = [...declared.values()]
+      const index = ast.indexSignatures.find((s) => s.parameter._tag === "StringKeyword")?.type
+      const indexed = new Map<string, Field>()
       let indexWriter: Writer | undefined
       return node(intOrFloat, () => anyWriter, (key) => {
-        const known = byKey.get(key)
+        const known = declared.get(key)
         if (known !== undefined) return known
-        const type = properties.get(key)
-        if (type !== undefined) {
-          // Only declared fields are remembered (a Record's keys are open-ended).
-          const writer = writerOf(type)
-          byKey.set(key, writer)
-          return writer
+        if (index === undefined) return anyField(key)
+        let field = indexed.get(key)
+        if (field === undefined) {
+          field = { name: key, prefix: JSON.stringify(key) + ":", writer: indexWriter ??= writerOf(index) }
+          // Bounded: a Record's keys are open-ended.
+          if (indexed.size < 4096) indexed.set(key, field)
         }
-        return index === undefined ? anyWriter : (indexWriter ??= writerOf(index))
-      })
+        return field
+      }, inOrder)
     }
     case "TupleType": {
-      const tuple = ast
-      const rest = tuple.rest[0]?.type
+      const elements = ast.elements.map((e) => writerOf(e.type))
+      const rest = ast.rest[0]?.type
       let restWriter: Writer | undefined
       return node(
         intOrFloat,
-        (i) => i < tuple.elements.length ? writerOf(tuple.elements[i].type) : (restWriter ??= writerOf(rest)),
-        () => anyWriter
+        (i) => i < elements.length ? elements[i] : (restWriter ??= writerOf(rest)),
+        anyField
       )
     }
     default:
@@ -255,7 +353,9 @@ const compile = (start: SchemaAST.AST): Writer => {
 }
 
 /**
- * Serialises `value` compactly, writing numbers typed `Schema.Number` by `schema` as Python floats.
+ * Serialises `value` compactly, writing numbers typed `Schema.Number` by `schema` as Python floats. With a `cache`
+ * (one per sequence of related values, e.g. a session's frames), a long string that extends the previous one is
+ * escaped only for its new part; the text is the same either way.
  *
  * @example
  * ```ts
@@ -263,8 +363,15 @@ const compile = (start: SchemaAST.AST): Writer => {
  * // '{"reward":0.0,"step":1}'
  * ```
  */
-export const stringify = (value: unknown, schema?: Schema.Schema.Any): string =>
-  writerOf(schema?.ast)(toJson(value)) ?? "null"
+export const stringify = (value: unknown, schema?: Schema.Schema.Any, cache?: StringCache): string => {
+  const outer = activeCache
+  activeCache = cache
+  try {
+    return writerOf(schema?.ast)(toJson(value)) ?? "null"
+  } finally {
+    activeCache = outer
+  }
+}
 
 const reprString = (s: string): string => {
   const quote = s.includes("'") && !s.includes("\"") ? "\"" : "'"

@@ -70,8 +70,8 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
     const table = new SessionTable(options.maxConcurrentEnvs)
     // Every frame and body goes through one encoder, which writes the twin's Python floats where asked.
     const floats = definition.pythonFloats === true ? definition : undefined
-    const send = (ws: WebSocket, payload: Wire.Frame | Wire.JsonRpcResponse): void => {
-      if (ws.readyState === WebSocket.OPEN) ws.send(Wire.encodeFrame(payload, floats))
+    const send = (ws: WebSocket, payload: Wire.Frame | Wire.JsonRpcResponse, cache?: Wire.StringCache): void => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(Wire.encodeFrame(payload, floats, cache))
     }
     const httpEnvelopeSchema = floats && Wire.envelopeSchema(floats.observation)
     // Created first so that its finalizer (interrupt whatever is left) runs last.
@@ -185,13 +185,15 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
         let current: Fiber.RuntimeFiber<Reply> | undefined
         const liveness = { alive: true }
         liveSockets.set(ws, liveness)
+        // This session's replies: a transcript that grows from frame to frame is escaped only for its new part.
+        const strings = Wire.stringCache()
 
         /** Sends the reply to the frame in hand; the next frame may start. */
         const reply = (answer: Reply): void => {
           current = undefined
           if (live.ready !== undefined) live.ready.session.busy = false
           if (answer === "close") return end()
-          send(ws, answer)
+          send(ws, answer, strings)
         }
         const settle = (fiber: Fiber.RuntimeFiber<Reply>, exit: Exit.Exit<Reply>): void => {
           if (Exit.isSuccess(exit)) return reply(exit.value)

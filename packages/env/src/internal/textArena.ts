@@ -21,6 +21,8 @@ export class SinglePlayerState {
   errorCount = 0
   madeInvalidMove = false
   readonly roleMapping: ReadonlyArray<readonly [number, string]> = [[0, "Player"], [GAME_ID, "GAME"]]
+  /** `[Player]`, `[GAME]`: the role tags stripped from player actions (built once, not per action). */
+  private readonly roleTags: ReadonlyArray<string> = this.roleMapping.map(([, tag]) => `[${tag}]`)
   readonly logs: Array<[number, string]> = []
   gameInfo: { role: string; invalid_move: boolean; turn_count: number; reason?: string } = {
     role: "Player 0",
@@ -37,8 +39,7 @@ export class SinglePlayerState {
     let text = message
     // core.State.add_observation strips role tags from player actions.
     if (type === "PLAYER_ACTION") {
-      for (const [, tag] of this.roleMapping) {
-        const marker = `[${tag}]`
+      for (const marker of this.roleTags) {
         // Nearly always absent: skip the split and join.
         if (text.includes(marker)) text = text.split(marker).join("")
       }
@@ -134,5 +135,14 @@ export const pyStrip = (s: string) => {
   return s.slice(start, end)
 }
 
-/** Python's `len(str)`. */
-export const pyLen = (s: string) => [...s].length
+/** Python's `len(str)`: code points (a surrogate pair is one, as `[...s].length` counts, without the array). */
+export const pyLen = (s: string) => {
+  let n = s.length
+  for (let i = 0; i < s.length - 1; i++) {
+    if ((s.charCodeAt(i) & 0xfc00) === 0xd800 && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      n--
+      i++
+    }
+  }
+  return n
+}

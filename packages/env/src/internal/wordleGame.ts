@@ -35,6 +35,19 @@ export const feedback = (secret: string, guess: string): Array<Mark> => {
   return out as Array<Mark>
 }
 
+/** Python's `" ".join(s)`: the code points of `s` separated by spaces (`[...s].join(" ")` without the array). */
+export const spaced = (s: string): string => {
+  let out = ""
+  for (let i = 0; i < s.length; i++) {
+    if (i > 0) out += " "
+    if ((s.charCodeAt(i) & 0xfc00) === 0xd800 && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      out += s.slice(i, i + 2)
+      i++
+    } else out += s[i]
+  }
+  return out
+}
+
 /** Python's `round()` (half to even), used in reason texts. */
 export const pyRound = (x: number): number => {
   const r = Math.round(x)
@@ -70,7 +83,7 @@ export class WordleGame {
 
   private view(): string {
     const [word, marks] = this.history[this.history.length - 1]
-    return `${[...word.toUpperCase()].join(" ")}\n${marks.join(" ")}`
+    return `${spaced(word.toUpperCase())}\n${marks.join(" ")}`
   }
 
   /** One environment step on the raw message (the ActionFormattingWrapper is applied here). Returns done. */
@@ -134,7 +147,7 @@ export class WordleGame {
 
   private renderedBoard(): string {
     return this.history.map(([w, f]) =>
-      `| Letter  | ${[...w.toUpperCase()].join(" ")} |\n|---------|${"--".repeat(WORD_LENGTH)}--\n| Status  | ${
+      `| Letter  | ${spaced(w.toUpperCase())} |\n|---------|${"--".repeat(WORD_LENGTH)}--\n| Status  | ${
         f.join(" ")
       } |\n`
     ).join("\n")
@@ -181,7 +194,9 @@ const extractFeedback = (content: string) => {
 
 const isMarks = (line: string) => {
   let any = false
-  for (const c of line) {
+  // By code unit: half of a surrogate pair is no mark either.
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i]
     if (c === " ") continue
     if (c !== "G" && c !== "Y" && c !== "X") return false
     any = true
@@ -205,9 +220,9 @@ const feedbackCounts = (fb: string): [number, number] => {
         if (nonEmptyAfter === 0 && !/\S/.test(fb.slice(0, start))) return [0, 0]
         let greens = 0
         let yellows = 0
-        for (const c of line) {
-          if (c === "G") greens++
-          else if (c === "Y") yellows++
+        for (let i = 0; i < line.length; i++) {
+          if (line[i] === "G") greens++
+          else if (line[i] === "Y") yellows++
         }
         return [greens, yellows]
       }
