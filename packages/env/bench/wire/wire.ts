@@ -126,6 +126,46 @@ const runLevel = (url: string, sessions: number, seconds: number) =>
     return { clients, latencies, errors, steps, elapsed }
   })
 
+/**
+ * The 1-session target measured side by side: rounds alternate a raw ws echo burst (the floor) and a burst of Wordle
+ * steps from one warmed envtrain client, so drift in the machine's load hits both alike; each round gives a ratio of
+ * p50s, and the median round is the headline.
+ */
+const interleaved = (url: string, echoPort: number, rounds: number, seconds: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const env = yield* Client.make({ url, connectTimeout: "30 seconds", messageTimeout: "60 seconds" })
+    yield* env.reset({ seed: 7 })
+    let k = 0
+    // Errors end the run (orDie around the burst, not around each step, so the timed span is the client call).
+    const burst = (ms: number, record: boolean) =>
+      Effect.orDie(Effect.gen(function*() {
+        const out: Array<number> = []
+        const end = Date.now() + ms
+        while (Date.now() < end) {
+          const t0 = performance.now()
+          const r = yield* env.step({ message: words[k++ % words.length] })
+          if (record) out.push(performance.now() - t0)
+          if (r.done) yield* env.reset({ seed: k })
+        }
+        return out
+      }))
+    yield* burst(warmupMs, false)
+    const out: Array<{ floor_p50_ms: number; step_p50_ms: number; ratio: number }> = []
+    for (let r = 0; r < rounds; r++) {
+      const floor = summarize(yield* echoFloor(echoPort, seconds)).p50_ms
+      const step = summarize(yield* burst(seconds * 1000, true)).p50_ms
+      out.push({ floor_p50_ms: floor, step_p50_ms: step, ratio: step / floor })
+    }
+    return out
+  }))
+
+const median = (xs: ReadonlyArray<number>) => {
+  const sorted = [...xs].sort((a, b) => a - b)
+  return sorted.length % 2 === 1
+    ? sorted[sorted.length >> 1]
+    : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2
+}
+
 const program = Effect.gen(function*() {
   const loadStart = Os.loadavg()
   const echoPort = yield* Launcher.freePort()
@@ -138,6 +178,13 @@ const program = Effect.gen(function*() {
   console.log(`raw ws echo floor: p50 ${floor.p50_ms.toFixed(3)} ms, p99 ${floor.p99_ms.toFixed(3)} ms`)
   const env = summarize(yield* inProcess(2))
   console.log(`in-process Wordle step: p50 ${env.p50_ms.toFixed(3)} ms, p99 ${env.p99_ms.toFixed(3)} ms`)
+  const rounds = yield* interleaved(server.url, echoPort, 9, 1)
+  const ratioMedian = median(rounds.map((r) => r.ratio))
+  console.log(
+    `1 session vs floor, ${rounds.length} interleaved rounds: median ratio ${ratioMedian.toFixed(2)} (${
+      rounds.map((r) => r.ratio.toFixed(2)).join(", ")
+    })`
+  )
   const rows: Array<Record<string, number>> = []
   let memory = { sessions: 0, rss_delta_mb: 0, kb_per_session: 0 }
   let floorAfterOne = floor
@@ -185,6 +232,7 @@ const program = Effect.gen(function*() {
     load_average: { start: loadStart, end: Os.loadavg() },
     floor_raw_ws_echo: floor,
     floor_after_1_session_level: floorAfterOne,
+    one_session_interleaved: { rounds, median_ratio: ratioMedian },
     in_process_step: env,
     levels: rows,
     server_memory: { baseline_rss_mb: baselineKb / 1024, ...memory }
@@ -205,6 +253,20 @@ const program = Effect.gen(function*() {
       ((rows[0]?.p50_ms ?? NaN) / floorAfterOne.p50_ms).toFixed(2)
     }). ` +
     `Wordle step in-process (no wire): p50 ${env.p50_ms.toFixed(3)} ms, p99 ${env.p99_ms.toFixed(3)} ms.`,
+    "",
+    `**1 session against the floor, side by side: median ratio of p50s ${
+      ratioMedian.toFixed(2)
+    } over ${rounds.length} ` +
+    `interleaved rounds (target: within 1.5).** Each round is 1 s of raw ws echo round trips, then 1 s of Wordle steps ` +
+    `from one warmed client:`,
+    "",
+    "| round | floor p50 ms | 1-session step p50 ms | ratio |",
+    "| ---: | ---: | ---: | ---: |",
+    ...rounds.map((r, i) =>
+      `| ${i + 1} | ${r.floor_p50_ms.toFixed(3)} | ${r.step_p50_ms.toFixed(3)} | ${r.ratio.toFixed(2)} |`
+    ),
+    "",
+    "Every level (the 1-session row's ratio uses the single floor reading above):",
     "",
     "| sessions | steps/s | p50 ms | p99 ms | p50 / floor | p50 − in-process step (ms) | errors |",
     "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

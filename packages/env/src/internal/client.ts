@@ -313,6 +313,13 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
         let answered = false
         c.waiting = (outcome) => {
           answered = true
+          // The usual reply (an observation, state or mcp frame) goes straight to `finish`; anything else is read by
+          // `outcomeOf`, which also drops the socket where it must.
+          const reply = outcome._tag === "Frame" ? parseReply(outcome.text) : undefined
+          if (reply !== undefined && !(reply instanceof ProtocolError) && reply.type !== "error") {
+            release()
+            return resume(finish(reply))
+          }
           const exit = outcomeOf(c, kind, outcome)
           release()
           resume(Exit.isSuccess(exit) ? finish(exit.value) : Exit.failCause(exit.cause))
@@ -338,18 +345,17 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
         return Exit.fail(new ProtocolError({ reason: `expected an observation frame, got '${reply.type}'` }))
       }
       const { done, observation, reward } = reply.data
-      const envelope = (o: O): Api.StepResult<O> => {
-        const result: Api.StepResult<O> = {
-          observation: o,
-          reward: typeof reward === "number" || typeof reward === "boolean" ? reward : null,
-          done: done === true
-        }
+      const r = typeof reward === "number" || typeof reward === "boolean" ? reward : null
+      if (options.observation === undefined) {
+        const result: Api.StepResult<O> = { observation: observation as O, reward: r, done: done === true }
+        after(result)
+        return Exit.succeed(result)
+      }
+      return Effect.map(decodeObservation(observation), (o) => {
+        const result: Api.StepResult<O> = { observation: o, reward: r, done: done === true }
         after(result)
         return result
-      }
-      return options.observation === undefined
-        ? Exit.succeed(envelope(observation as O))
-        : Effect.map(decodeObservation(observation), envelope)
+      })
     }
     const afterReset = (r: Api.StepResult<O>): void => {
       episodeActive = !r.done
