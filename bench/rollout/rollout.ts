@@ -34,6 +34,7 @@ const GUESSES = ["crane", "pious", "mound", "tight", "bloke", "fuzzy"]
 const callFor = (n: number) => `<tool_call>\n{"name": "guess", "arguments": {"guess": "[${GUESSES[n]}]"}}\n</tool_call>`
 
 const timers = { policy: 0, env: 0, open: 0 }
+const medianOf = (xs: ReadonlyArray<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 // The same in process CPU time (user + system, ms): other jobs share the cores, and CPU time is what the rollout
 // itself spends, whatever the scheduler does to wall time.
 const cpuTimers = { policy: 0, env: 0, open: 0 }
@@ -359,12 +360,11 @@ const main = Effect.gen(function*() {
     }
     results.length = 0
     timing = true
-    const median = (xs: Array<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
     return {
       episodes: runs[0].episodes,
       steps: runs[0].steps,
-      wallMsPerStep: median(runs.map((r) => r.wallMsPerStep)),
-      cpuMsPerStep: median(runs.map((r) => r.cpuMsPerStep)),
+      wallMsPerStep: medianOf(runs.map((r) => r.wallMsPerStep)),
+      cpuMsPerStep: medianOf(runs.map((r) => r.cpuMsPerStep)),
       allWallMsPerStep: runs.map((r) => r.wallMsPerStep),
       allCpuMsPerStep: runs.map((r) => r.cpuMsPerStep)
     }
@@ -394,7 +394,6 @@ const main = Effect.gen(function*() {
   }
   textWork()
   const textRuns = Array.from({ length: REPEATS }, textWork)
-  const medianOf = (xs: Array<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
   const textAlone = {
     wallMsPerStep: medianOf(textRuns.map((r) => r.wallMsPerStep)),
     cpuMsPerStep: medianOf(textRuns.map((r) => r.cpuMsPerStep))

@@ -249,15 +249,18 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
               : new ConnectionClosedError({ url, code: outcome.code, reason: outcome.reason })
           )
         }
-        case "Frame": {
-          const reply = parseReply(outcome.text)
-          if (reply instanceof ProtocolError) return Exit.fail(reply)
-          if (reply.type !== "error") return Exit.succeed(reply)
-          const error = errorOf(reply)
-          if (error._tag === "CapacityReachedError") dropNow("capacity reached")
-          return Exit.fail(error)
-        }
+        case "Frame":
+          return frameOutcome(parseReply(outcome.text))
       }
+    }
+
+    /** What a parsed frame means: the reply, or the failure it carries (a full server also loses the socket). */
+    const frameOutcome = (reply: Reply | ProtocolError): Exit.Exit<Reply, Api.ClientError> => {
+      if (reply instanceof ProtocolError) return Exit.fail(reply)
+      if (reply.type !== "error") return Exit.succeed(reply)
+      const error = errorOf(reply)
+      if (error._tag === "CapacityReachedError") dropNow("capacity reached")
+      return Exit.fail(error)
     }
 
     /** Sends one frame on an open socket and takes its one reply, straight from the socket's listeners. */
@@ -313,14 +316,13 @@ const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) =>
         let answered = false
         c.waiting = (outcome) => {
           answered = true
-          // The usual reply (an observation, state or mcp frame) goes straight to `finish`; anything else is read by
-          // `outcomeOf`, which also drops the socket where it must.
+          // The usual reply (an observation, state or mcp frame) goes straight to `finish`, without an Exit.
           const reply = outcome._tag === "Frame" ? parseReply(outcome.text) : undefined
           if (reply !== undefined && !(reply instanceof ProtocolError) && reply.type !== "error") {
             release()
             return resume(finish(reply))
           }
-          const exit = outcomeOf(c, kind, outcome)
+          const exit = reply === undefined ? outcomeOf(c, kind, outcome) : frameOutcome(reply)
           release()
           resume(Exit.isSuccess(exit) ? finish(exit.value) : Exit.failCause(exit.cause))
         }
