@@ -1,8 +1,10 @@
 /**
  * Rollout benchmark: episodes/s and tool steps/s of `Rollout.groups` with a scripted policy (the tiny preset's
  * tokenizer and Qwen3-style template) on Wordle, in-process and against the envtrain server over /ws on loopback,
- * at concurrency 1..256; and the rollout's own overhead per tool step (wall time minus policy, environment and
- * session-open time, measured sequentially) relative to a bare Wordle step over the wire.
+ * at concurrency 1..256; the rollout's own overhead per tool step (measured directly against a replayed Wordle, and
+ * by subtraction) relative to a bare Wordle step over the wire; and, against a server in its own process as deployed
+ * (`envtrain serve wordle`), the same episodes bare and through the rollout side by side at several concurrencies
+ * (`--served-concurrency=1,16,64`, `--served-rounds=5`).
  *
  *   npx tsx bench/rollout/rollout.ts                       # defaults
  *   npx tsx bench/rollout/rollout.ts --concurrency=1,16,256 --overhead-episodes=200 --out=rollout-local
@@ -10,7 +12,7 @@
  * Results: bench/results/<out>.{json,md} (default out: rollout-wordle).
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Client, Environment, Server, Wordle } from "@envtrain/env"
+import { Client, Environment, Launcher, Server, Wordle } from "@envtrain/env"
 import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
 import * as Tokenizer from "@envtrain/gpu/Tokenizer"
 import { ChatRenderer, Episode, Policy, RemoteSession, Rollout, ToolCallParser } from "@envtrain/rollout"
@@ -27,6 +29,9 @@ const OVERHEAD_EPISODES = Number(flag("overhead-episodes") ?? 150)
 const OUT = flag("out") ?? "rollout-wordle"
 const REPEATS = Number(flag("repeats") ?? 5)
 const DIRECT_EPISODES = Number(flag("direct-episodes") ?? 2000)
+// Against a server in its own process (as deployed): concurrency levels and alternating rounds per level.
+const SERVED_CONCURRENCY = (flag("served-concurrency") ?? "1,16,64").split(",").map(Number)
+const SERVED_ROUNDS = Number(flag("served-rounds") ?? 5)
 const GROUP = 8
 
 // Six valid words; a game ends early when one is the secret.
@@ -93,8 +98,9 @@ const main = Effect.gen(function*() {
   const replyLogprobs = replies.map((ids) => ids.map(Policy.scriptedLogprob))
   const scripted = (request: Policy.GenerateRequest) =>
     Effect.sync(() => {
+      // indexOf is a native scan: the script's own cost stays far below the rollout's.
       let n = 0
-      for (const id of request.promptIds) if (id === responseId) n++
+      for (let i = request.promptIds.indexOf(responseId); i >= 0; i = request.promptIds.indexOf(responseId, i + 1)) n++
       const k = Math.min(n, GUESSES.length)
       const max = request.sampling.maxTokens
       return replies[k].length <= max
@@ -440,6 +446,186 @@ const main = Effect.gen(function*() {
     yield* Effect.scoped(Effect.flatMap(pooledWire(c), (open) => run("wire, pooled sockets", c, episodes, open)))
   }
 
+  // As deployed: the environment server in its own process (`envtrain serve wordle`), the rollout in this one. The
+  // same episodes run bare (a client doing connect, reset, the six guesses, state, close: exactly the environment
+  // traffic a rollout episode makes) and through `Rollout.groups` with the scripted policy, in alternating rounds;
+  // the rollout's overhead per tool step is how much longer a tool step takes through the rollout than bare.
+  const served = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 1100 })
+  const servedTools = Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition)
+  const wordleSession = {
+    environment: "wordle",
+    toolDefinitions: servedTools,
+    observation: (first: Client.StepResult<{ messages?: ReadonlyArray<{ content: string }> }>) =>
+      Option.some(lastMessage(first.observation)),
+    call: (
+      client: Client.OpenEnvClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>,
+      _name: string,
+      args: Readonly<Record<string, unknown>>
+    ) =>
+      Effect.map(client.step({ message: String(args.guess) }), (r) => ({
+        _tag: "Success" as const,
+        tool: "guess",
+        text: lastMessage(r.observation)
+      }))
+  }
+  const openServed = (row: Environment.Row) =>
+    RemoteSession.fromClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>(
+      { client: { url: served.url }, ...wordleSession },
+      row
+    )
+  // One bare episode on a client: reset, the guesses until the game ends, the final state.
+  const bareEpisodeOn = (client: Client.OpenEnvClient<Record<string, unknown>, Record<string, unknown>>, i: number) =>
+    Effect.gen(function*() {
+      yield* client.reset({ seed: Rollout.seedOf(0, i >> 3, i & 7) })
+      let steps = 0
+      for (const g of GUESSES) {
+        const r = yield* client.step({ message: `[${g}]` })
+        steps++
+        if (r.done) break
+      }
+      yield* client.state
+      return steps
+    })
+  const bareRun = (concurrency: number, episodes: number, pool: boolean) =>
+    Effect.scoped(Effect.gen(function*() {
+      const clients = pool
+        ? yield* Effect.forEach(
+          Array.from({ length: concurrency }),
+          () => Client.make<Record<string, unknown>, Record<string, unknown>>({ url: served.url }),
+          { concurrency: 16 }
+        )
+        : []
+      let next = 0
+      let steps = 0
+      const t0 = performance.now()
+      const c0 = cpuMs()
+      yield* Effect.forEach(Array.from({ length: concurrency }, (_, w) => w), (w) =>
+        Effect.gen(function*() {
+          while (next < episodes) {
+            const i = next++
+            // Read into a local first: `steps += yield* …` would read `steps` before the other workers add theirs.
+            const n = pool
+              ? yield* bareEpisodeOn(clients[w], i)
+              : yield* Effect.scoped(Effect.flatMap(
+                Client.make<Record<string, unknown>, Record<string, unknown>>({ url: served.url }),
+                (client) => bareEpisodeOn(client, i)
+              ))
+            steps += n
+          }
+        }), { concurrency: "unbounded", discard: true })
+      return { seconds: (performance.now() - t0) / 1000, cpuSeconds: (cpuMs() - c0) / 1000, steps }
+    }))
+  const rolloutRun = (concurrency: number, episodes: number, pool: boolean) =>
+    Effect.scoped(Effect.gen(function*() {
+      const open = pool
+        ? yield* RemoteSession.pooled<
+          Record<string, unknown>,
+          { messages?: ReadonlyArray<{ content: string }> },
+          unknown,
+          Client.ClientError
+        >({ url: served.url }, concurrency, (client, row) => RemoteSession.fromClientOn(client, wordleSession, row))
+        : openServed
+      let steps = 0
+      let unscoreable = 0
+      const t0 = performance.now()
+      const c0 = cpuMs()
+      yield* Rollout.groups(rows(Math.ceil(episodes / GROUP)), {
+        groupSize: GROUP,
+        concurrency,
+        config,
+        open: open as any
+      }).pipe(
+        Stream.runForEach((g) =>
+          Effect.sync(() => {
+            for (const e of g.episodes) {
+              steps += e.toolCallCount
+              if (e.unscoreable !== undefined) unscoreable++
+            }
+          })
+        ),
+        Effect.provide(Live)
+      )
+      return { seconds: (performance.now() - t0) / 1000, cpuSeconds: (cpuMs() - c0) / 1000, steps, unscoreable }
+    }))
+  // The Wordle step over the wire as users meet it: one warmed client, server in its own process.
+  const servedStep = yield* Effect.scoped(Effect.gen(function*() {
+    const client = yield* Client.make<Record<string, unknown>, Record<string, unknown>>({ url: served.url })
+    yield* client.reset({ seed: 1 })
+    const samples: Array<number> = []
+    let k = 0
+    for (const [ms, keep] of [[1500, false], [3000, true]] as const) {
+      const end = Date.now() + ms
+      while (Date.now() < end) {
+        const t0 = performance.now()
+        const r = yield* client.step({ message: `[${GUESSES[k++ % GUESSES.length]}]` })
+        if (keep) samples.push(performance.now() - t0)
+        if (r.done || k % GUESSES.length === 0) yield* client.reset({ seed: k })
+      }
+    }
+    samples.sort((a, b) => a - b)
+    return {
+      steps: samples.length,
+      p50Ms: samples[samples.length >> 1],
+      p99Ms: samples[Math.floor(samples.length * 0.99)]
+    }
+  }))
+  timing = false
+  const servedRows: Array<{
+    concurrency: number
+    sockets: string
+    episodes: number
+    bareStepsPerSecond: number
+    rolloutStepsPerSecond: number
+    bareClientCpuMsPerStep: number
+    rolloutClientCpuMsPerStep: number
+    overheadPerToolStep: number
+    everyRound: Array<number>
+    unscoreable: number
+  }> = []
+  for (const c of SERVED_CONCURRENCY) {
+    for (const pool of [false, true]) {
+      const episodes = Math.max(256, 8 * c)
+      // Warm-up of both paths at this level (not measured).
+      yield* bareRun(c, Math.min(episodes, 128), pool)
+      yield* rolloutRun(c, Math.min(episodes, 128), pool)
+      const bareRounds: Array<{ seconds: number; cpuSeconds: number; steps: number }> = []
+      const rolloutRounds: Array<{ seconds: number; cpuSeconds: number; steps: number; unscoreable: number }> = []
+      for (let r = 0; r < SERVED_ROUNDS; r++) {
+        // Alternate which goes first, so drift in the machine's load does not favour either.
+        if (r % 2 === 0) {
+          bareRounds.push(yield* bareRun(c, episodes, pool))
+          rolloutRounds.push(yield* rolloutRun(c, episodes, pool))
+        } else {
+          rolloutRounds.push(yield* rolloutRun(c, episodes, pool))
+          bareRounds.push(yield* bareRun(c, episodes, pool))
+        }
+      }
+      const perStep = (x: { seconds: number; steps: number }) => x.seconds / x.steps
+      const overheads = bareRounds.map((b, r) => perStep(rolloutRounds[r]) / perStep(b) - 1)
+      const row = {
+        concurrency: c,
+        sockets: pool ? "pooled" : "one per episode",
+        episodes,
+        bareStepsPerSecond: medianOf(bareRounds.map((b) => b.steps / b.seconds)),
+        rolloutStepsPerSecond: medianOf(rolloutRounds.map((b) => b.steps / b.seconds)),
+        bareClientCpuMsPerStep: medianOf(bareRounds.map((b) => b.cpuSeconds * 1000 / b.steps)),
+        rolloutClientCpuMsPerStep: medianOf(rolloutRounds.map((b) => b.cpuSeconds * 1000 / b.steps)),
+        overheadPerToolStep: medianOf(overheads),
+        everyRound: overheads,
+        unscoreable: rolloutRounds.reduce((a, b) => a + b.unscoreable, 0)
+      }
+      servedRows.push(row)
+      console.log(
+        `served c=${c} (${row.sockets}): bare ${row.bareStepsPerSecond.toFixed(0)} steps/s, rollout ${
+          row.rolloutStepsPerSecond.toFixed(0)
+        } steps/s, overhead per tool step ${(row.overheadPerToolStep * 100).toFixed(1)} % (${
+          overheads.map((o) => (o * 100).toFixed(1)).join(", ")
+        })`
+      )
+    }
+  }
+  timing = true
+
   const ratio = overheadWire.rolloutOverheadMsPerStep / bare.meanMs
   const localVsP50 = overheadLocal.rolloutOverheadMsPerStep / bare.p50Ms
   const localMinVsP50 = overheadLocal.minRolloutOverheadMsPerStep / bare.p50Ms
@@ -474,6 +660,14 @@ const main = Effect.gen(function*() {
       inProcessOverheadVsBareWireStepP50: localVsP50,
       inProcessMinOverheadVsBareWireStepP50: localMinVsP50,
       inProcessCpuOverheadVsBareWireStepCpu: localCpuVsBareCpu
+    },
+    served: {
+      note:
+        "server in its own process (envtrain serve wordle); bare = the same environment traffic without the rollout",
+      bareStep: servedStep,
+      directVsServedStepP50: overheadDirect.wallMsPerStep / servedStep.p50Ms,
+      directCpuVsServedStepP50: overheadDirect.cpuMsPerStep / servedStep.p50Ms,
+      levels: servedRows
     },
     throughput: results
   }
@@ -513,6 +707,30 @@ const main = Effect.gen(function*() {
     } % in CPU time (p50 step; ${
       (overheadDirect.cpuMsPerStep / bare.cpuMeanMs * 100).toFixed(1)
     } % of the mean). Target: below 5 %.**`,
+    "",
+    "## Against a server in its own process, as deployed",
+    "",
+    `The environment server runs in its own process (\`envtrain serve wordle\`), as it does for a user; this process runs the clients. A Wordle step over the wire there (one warmed client, 3 s of steps): **p50 ${
+      f(servedStep.p50Ms, 4)
+    } ms**, p99 ${f(servedStep.p99Ms, 4)} ms. The rollout's own cost per tool step measured directly above (${
+      f(overheadDirect.wallMsPerStep, 4)
+    } ms wall, ${f(overheadDirect.cpuMsPerStep, 4)} ms CPU) is **${
+      (overheadDirect.wallMsPerStep / servedStep.p50Ms * 100).toFixed(1)
+    } %** of that step in wall time and ${
+      (overheadDirect.cpuMsPerStep / servedStep.p50Ms * 100).toFixed(1)
+    } % in CPU time (target: below 5 %).`,
+    "",
+    `Side by side: the same episodes bare (a client doing connect, reset, the guesses, state and close: the environment traffic of a rollout episode) and through \`Rollout.groups\` with the scripted policy, in ${SERVED_ROUNDS} alternating rounds per row. Overhead per tool step = (rollout time per tool step) / (bare time per tool step) − 1, median over the rounds. Client CPU is this process's CPU per tool step (the server's is not in it).`,
+    "",
+    "| concurrency | sockets | episodes per round | bare tool steps/s | rollout tool steps/s | bare client CPU ms/step | rollout client CPU ms/step | **overhead per tool step** | every round | unscoreable |",
+    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ...servedRows.map((r) =>
+      `| ${r.concurrency} | ${r.sockets} | ${r.episodes} | ${f(r.bareStepsPerSecond, 0)} | ${
+        f(r.rolloutStepsPerSecond, 0)
+      } | ${f(r.bareClientCpuMsPerStep, 4)} | ${f(r.rolloutClientCpuMsPerStep, 4)} | **${
+        (r.overheadPerToolStep * 100).toFixed(1)
+      } %** | ${r.everyRound.map((o) => (o * 100).toFixed(1)).join(", ")} | ${r.unscoreable} |`
+    ),
     "",
     "## Rollout overhead per tool step by subtraction (sequential, concurrency 1)",
     "",

@@ -209,18 +209,85 @@ export class Progress<State> {
     return this.promptIds.concat(this.completionIds, ...this.pendingIds)
   }
 
+  // The episode's one context array for `contextView`: its prompt, and how many completion tokens it holds.
+  private live: Array<number> | undefined = undefined
+  private livePrompt: ReadonlyArray<number> | undefined = undefined
+  private liveCompletion = 0
+
+  /**
+   * The whole context so far (prompt and completion) as the episode's one live array, extended in place: what the
+   * loop passes to the policy each turn. Copying the context for every turn was most of what a tool step allocated;
+   * this array is read-only to its readers and only ever appended to, so it stays correct for the duration of a
+   * call, and a reader that keeps it past the call must copy it. Assumes completion tokens are only appended.
+   */
+  contextView(): ReadonlyArray<number> {
+    if (this.completionLength === 0) return this.promptIds
+    let live = this.live
+    if (live === undefined || this.livePrompt !== this.promptIds) {
+      // A copy: the prompt's array may be shared (the renderer caches it for a group's episodes).
+      live = this.live = this.promptIds.slice()
+      this.livePrompt = this.promptIds
+      this.liveCompletion = 0
+    }
+    let j = this.liveCompletion
+    const direct = this.completionIds
+    for (; j < direct.length; j++) live.push(direct[j])
+    let offset = direct.length
+    for (let k = 0; k < this.pendingIds.length; k++) {
+      const segment = this.pendingIds[k]
+      for (let i = j - offset; i < segment.length; i++) live.push(segment[i])
+      offset += segment.length
+      if (j < offset) j = offset
+    }
+    this.liveCompletion = j
+    return live
+  }
+
   /** Joins the appended turns into `completionIds`, `mask` and `logprobs`. */
   flush(): void {
     if (this.pendingIds.length === 0) return
-    this.completionIds = this.completionIds.concat(...this.pendingIds)
+    // Three arrays sized once and written by index: growing them token by token (or joining with concat and fill)
+    // cost several times more, once per episode.
+    const start = this.completionIds.length
+    if (this.mask.length !== start || this.logprobs.length !== start) {
+      throw new Error(
+        `Episode.Progress: completionIds, mask and logprobs must stay the same length (they are ${start}, ` +
+          `${this.mask.length} and ${this.logprobs.length}); push one mask and one logprob with every token id, or ` +
+          `use appendModel/appendTool.`
+      )
+    }
+    let total = start
+    for (let k = 0; k < this.pendingIds.length; k++) total += this.pendingIds[k].length
+    const ids = new Array<number>(total)
+    const mask = new Array<0 | 1>(total)
+    const logprobs = new Array<number>(total)
+    for (let i = 0; i < start; i++) {
+      ids[i] = this.completionIds[i]
+      mask[i] = this.mask[i]
+      logprobs[i] = this.logprobs[i]
+    }
+    let at = start
     for (let k = 0; k < this.pendingIds.length; k++) {
-      const n = this.pendingIds[k].length
+      const segment = this.pendingIds[k]
       const lp = this.pendingLogprobs[k]
-      for (let i = 0; i < n; i++) {
-        this.mask.push(lp === undefined ? 0 : 1)
-        this.logprobs.push(lp === undefined ? 0 : lp[i] ?? 0)
+      const n = segment.length
+      if (lp === undefined) {
+        for (let i = 0; i < n; i++, at++) {
+          ids[at] = segment[i]
+          mask[at] = 0
+          logprobs[at] = 0
+        }
+      } else {
+        for (let i = 0; i < n; i++, at++) {
+          ids[at] = segment[i]
+          mask[at] = 1
+          logprobs[at] = lp[i] ?? 0
+        }
       }
     }
+    this.completionIds = ids
+    this.mask = mask
+    this.logprobs = logprobs
     this.pendingIds = []
     this.pendingLogprobs = []
     this.pendingLength = 0
@@ -338,9 +405,9 @@ const loop = <State, E>(
         if (p.turns > 0) p.finishReason = "length"
         return
       }
-      // Each request gets its own array (a policy may keep it, e.g. to match a cached prefix next turn).
+      // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
       const out = yield* policy.generate({
-        promptIds: p.completionLength === 0 ? p.promptIds : p.context(),
+        promptIds: p.contextView(),
         sampling: { ...sampling, maxTokens }
       })
       // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).

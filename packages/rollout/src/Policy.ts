@@ -45,6 +45,11 @@ export interface SamplingParams {
 
 /** One generation request. */
 export interface GenerateRequest {
+  /**
+   * The context to continue. Borrowed for the call: the episode loop passes its one live context array and appends
+   * the turn's tokens to it after `generate` completes, so a policy that keeps the ids past the call (e.g. to match
+   * a cached prefix next turn) must copy them (`[...request.promptIds]`). Never write to it.
+   */
   readonly promptIds: ReadonlyArray<number>
   readonly sampling: SamplingParams
 }

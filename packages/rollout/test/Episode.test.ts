@@ -71,16 +71,16 @@ describe("Episode", () => {
       }
     }))
 
-  it.effect("every request gets its own context array: one a policy keeps never changes afterwards", () =>
+  it.effect("each request holds the prompt and every token before it; the live array only ever grows", () =>
     Effect.gen(function*() {
       const { tokenizer } = yield* tinyModel
-      const kept: Array<{ readonly ids: ReadonlyArray<number>; readonly copy: ReadonlyArray<number> }> = []
+      const seen: Array<{ readonly ids: ReadonlyArray<number>; readonly copy: ReadonlyArray<number> }> = []
       const inner = Policy.scripted(tokenizer, catchScript)
-      const keeping = Layer.effect(
+      const copying = Layer.effect(
         Policy.Policy,
         Effect.map(Effect.provide(Policy.Policy, inner), (policy) => ({
           generate: (request: Policy.GenerateRequest) => {
-            kept.push({ ids: request.promptIds, copy: [...request.promptIds] })
+            seen.push({ ids: request.promptIds, copy: [...request.promptIds] })
             return policy.generate(request)
           }
         }))
@@ -92,16 +92,50 @@ describe("Episode", () => {
           session: Episode.fromEnvironment(live),
           config: { maxCompletionLength: 4096, sampling: { temperature: 1 } }
         })
-      })).pipe(Effect.provide(Layer.merge(renderer(false), keeping)))
-      assert.isAbove(kept.length, 2)
+      })).pipe(Effect.provide(Layer.merge(renderer(false), copying)))
+      assert.isAbove(seen.length, 2)
       const all = [...r.promptIds, ...r.completionIds]
-      for (const k of kept) {
-        assert.deepStrictEqual(k.ids, k.copy)
-        // Each request is the prompt plus everything generated and appended before it.
-        assert.deepStrictEqual(k.ids, all.slice(0, k.ids.length))
+      for (let i = 0; i < seen.length; i++) {
+        // What the policy saw during its call: the prompt plus everything generated and appended before it.
+        assert.deepStrictEqual(seen[i].copy, all.slice(0, seen[i].copy.length))
+        if (i > 0) assert.isAbove(seen[i].copy.length, seen[i - 1].copy.length)
       }
-      for (let i = 1; i < kept.length; i++) assert.notStrictEqual(kept[i].ids, kept[i - 1].ids)
+      // The first turn gets the renderer's prompt array, which is shared and must never grow; later turns get the
+      // episode's own live array (a copy of the prompt, extended in place).
+      assert.deepStrictEqual(seen[0].ids, r.promptIds)
+      assert.notStrictEqual(seen[1].ids, seen[0].ids)
+      for (let i = 2; i < seen.length; i++) assert.strictEqual(seen[i].ids, seen[1].ids)
     }))
+
+  it("Progress.contextView extends one array with direct pushes and appended turns, in order", () => {
+    const p = new Episode.Progress<number>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
+    const prompt = [100, 101]
+    p.promptIds = prompt
+    assert.strictEqual(p.contextView(), prompt)
+    p.completionIds.push(1)
+    p.mask.push(1)
+    p.logprobs.push(-0.5)
+    p.appendModel([2, 3], [-0.25])
+    const view = p.contextView()
+    assert.deepStrictEqual(view, [100, 101, 1, 2, 3])
+    assert.deepStrictEqual(prompt, [100, 101])
+    p.appendTool([4, 5])
+    assert.strictEqual(p.contextView(), view)
+    assert.deepStrictEqual(view, [100, 101, 1, 2, 3, 4, 5])
+    p.flush()
+    p.completionIds.push(6)
+    p.mask.push(0)
+    p.logprobs.push(0)
+    p.appendModel([7], [-1])
+    assert.deepStrictEqual(p.contextView(), [100, 101, 1, 2, 3, 4, 5, 6, 7])
+    assert.deepStrictEqual(p.contextView(), p.context())
+    const r = p.finish()
+    assert.deepStrictEqual(r.mask, [1, 1, 1, 0, 0, 0, 1])
+    assert.deepStrictEqual(r.logprobs, [-0.5, -0.25, 0, 0, 0, 0, -1])
+    // A new prompt starts a new live array.
+    p.promptIds = [9]
+    assert.deepStrictEqual(p.contextView(), [9, 1, 2, 3, 4, 5, 6, 7])
+  })
 
   it("Progress joins appended turns after what was pushed directly, in order", () => {
     const p = new Episode.Progress<number>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
@@ -121,6 +155,13 @@ describe("Episode", () => {
     assert.strictEqual(p.completionLength, 4)
     p.appendTool([5])
     assert.deepStrictEqual(p.finish().completionIds, [1, 2, 3, 4, 5])
+  })
+
+  it("Progress refuses token ids pushed without their mask and logprob, saying what to push", () => {
+    const p = new Episode.Progress<number>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
+    p.completionIds.push(1)
+    p.appendTool([2])
+    assert.throws(() => p.finish(), /same length \(they are 1, 0 and 0\); push one mask and one logprob/)
   })
 
   it.effect("mask 0 covers exactly the tool suffixes", () =>
