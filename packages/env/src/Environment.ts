@@ -205,14 +205,21 @@ export const episode = <State, Columns>(
   env: Environment<State, Columns>,
   row: Row = {}
 ): Effect.Effect<Episode<State>, InvalidColumns, Scope.Scope> =>
-  Effect.gen(function*() {
-    const columns = yield* Schema.decodeUnknown(env.columns)(row).pipe(
-      Effect.mapError((e) => new InvalidColumns({ environment: env.name, message: e.message }))
-    )
-    const instance = yield* env.instance
-    const observation = yield* instance.reset(columns)
-    return fromInstance(env.name, env.tools, instance, observation)
-  }).pipe(Effect.withSpan("Environment.episode", { attributes: { environment: env.name }, captureStackTrace: false }))
+  Effect.gen(() => startEpisode(env, row)).pipe(
+    Effect.withSpan("Environment.episode", { attributes: { environment: env.name }, captureStackTrace: false })
+  )
+
+// Per-episode and per-call bodies are module-level generator functions started through an arrow: a `function*`
+// made per call costs V8 a hidden class in the old generation that keeps what the call captured alive through
+// young collections, so a rollout's data got promoted wholesale.
+function* startEpisode<State, Columns>(env: Environment<State, Columns>, row: Row) {
+  const columns = yield* Schema.decodeUnknown(env.columns)(row).pipe(
+    Effect.mapError((e) => new InvalidColumns({ environment: env.name, message: e.message }))
+  )
+  const instance = yield* env.instance
+  const observation = yield* instance.reset(columns)
+  return fromInstance(env.name, env.tools, instance, observation)
+}
 
 /** Wraps a live instance with argument decoding, error texts and counters (used by `episode` and routers). */
 export const fromInstance = <State>(
@@ -238,31 +245,8 @@ export const fromInstance = <State>(
         }
       }
     })
-  const failure = (tool: string, reason: Extract<ToolOutcome, { _tag: "Failure" }>["reason"], error: string) =>
-    ({ _tag: "Failure", tool, reason, error, text: errorText(error) }) as const
   const call = (toolName: string, args: unknown): Effect.Effect<ToolOutcome> =>
-    Effect.gen(function*() {
-      const tool = byName.get(toolName)
-      if (tool === undefined) return failure(toolName, "unknown_tool", `Tool ${toolName} not found.`)
-      const decoded = yield* Effect.either(Tool.decodeArguments(tool, args))
-      if (decoded._tag === "Left") return failure(toolName, "invalid_arguments", decoded.left.message)
-      const exit = yield* Effect.exit(instance.invoke(toolName, decoded.right))
-      if (Exit.isSuccess(exit)) {
-        const text = yield* Effect.exit(Tool.encodeResult(tool, exit.value))
-        return Exit.isSuccess(text)
-          ? ({ _tag: "Success", tool: toolName, text: text.value } as const)
-          : failure(toolName, "defect", `Tool '${toolName}' returned a value its success Schema rejects.`)
-      }
-      if (Cause.isInterruptedOnly(exit.cause)) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
-      const typed = Cause.failureOption(exit.cause)
-      if (typed._tag === "Some") return failure(toolName, "failure", typed.value.message)
-      // A remote-backed tool whose session was lost (or timed out, or its connection failed) has no answer for the
-      // model: the episode cannot go on. It stays a defect carrying the client error, for the rollout to end the
-      // episode as unscoreable; it is never shown to the model or counted as a tool failure.
-      if (isClientError(Cause.squash(exit.cause))) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
-      yield* Effect.logWarning(`Defect in tool '${toolName}' of environment '${name}'`, exit.cause)
-      return failure(toolName, "defect", defectMessage(toolName, exit.cause))
-    }).pipe(
+    Effect.gen(() => callTool(name, byName, instance, toolName, args)).pipe(
       Effect.tap((outcome) => count(toolName, outcome)),
       Effect.withSpan("Environment.call", {
         attributes: { environment: name, tool: toolName },
@@ -277,6 +261,38 @@ export const fromInstance = <State>(
     state: instance.state,
     counters: Ref.get(counters)
   }
+}
+
+const toolFailure = (tool: string, reason: Extract<ToolOutcome, { _tag: "Failure" }>["reason"], error: string) =>
+  ({ _tag: "Failure", tool, reason, error, text: errorText(error) }) as const
+
+function* callTool<State>(
+  name: string,
+  byName: ReadonlyMap<string, Tool.Any>,
+  instance: Instance<State>,
+  toolName: string,
+  args: unknown
+) {
+  const tool = byName.get(toolName)
+  if (tool === undefined) return toolFailure(toolName, "unknown_tool", `Tool ${toolName} not found.`)
+  const decoded = yield* Effect.either(Tool.decodeArguments(tool, args))
+  if (decoded._tag === "Left") return toolFailure(toolName, "invalid_arguments", decoded.left.message)
+  const exit = yield* Effect.exit(instance.invoke(toolName, decoded.right))
+  if (Exit.isSuccess(exit)) {
+    const text = yield* Effect.exit(Tool.encodeResult(tool, exit.value))
+    return Exit.isSuccess(text)
+      ? ({ _tag: "Success", tool: toolName, text: text.value } as const)
+      : toolFailure(toolName, "defect", `Tool '${toolName}' returned a value its success Schema rejects.`)
+  }
+  if (Cause.isInterruptedOnly(exit.cause)) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
+  const typed = Cause.failureOption(exit.cause)
+  if (typed._tag === "Some") return toolFailure(toolName, "failure", typed.value.message)
+  // A remote-backed tool whose session was lost (or timed out, or its connection failed) has no answer for the
+  // model: the episode cannot go on. It stays a defect carrying the client error, for the rollout to end the
+  // episode as unscoreable; it is never shown to the model or counted as a tool failure.
+  if (isClientError(Cause.squash(exit.cause))) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
+  yield* Effect.logWarning(`Defect in tool '${toolName}' of environment '${name}'`, exit.cause)
+  return toolFailure(toolName, "defect", defectMessage(toolName, exit.cause))
 }
 
 const defectMessage = (tool: string, cause: Cause.Cause<unknown>) => {

@@ -360,128 +360,132 @@ export type RunError = PolicyError | ChatTemplateError | TemplateNotPrefixStable
  */
 export const run = <State, E>(
   input: RunInput<State, E>
-): Effect.Effect<EpisodeRecord<State>, E | RunError, Policy | ChatRenderer> =>
-  Effect.gen(function*() {
-    const renderer = yield* ChatRenderer
-    const policy = yield* Policy
-    const p = input.progress ?? new Progress<State>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
-    yield* loop(renderer, policy, input, p)
-    p.state = yield* input.session.state
-    return p.finish()
-  })
+): Effect.Effect<EpisodeRecord<State>, E | RunError, Policy | ChatRenderer> => Effect.gen(() => runEpisode(input))
 
-const loop = <State, E>(
+// The loop's bodies are module-level generator functions, started through an arrow. An inline `function*` would be
+// a new generator function per episode, and V8 gives each one its own hidden class in the old generation that
+// points back at the function and so at everything the episode captured: the scavenger then promoted every
+// episode's data to the old generation (a quarter of all it allocated), which cost more than the loop itself.
+function* runEpisode<State, E>(input: RunInput<State, E>) {
+  const renderer = yield* ChatRenderer
+  const policy = yield* Policy
+  const p = input.progress ?? new Progress<State>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
+  yield* loop(renderer, policy, input, p)
+  p.state = yield* input.session.state
+  return p.finish()
+}
+
+function* loop<State, E>(
   renderer: Renderer,
   policy: Policy["Type"],
   input: RunInput<State, E>,
   p: Progress<State>
-) =>
-  Effect.gen(function*() {
-    const { config, session } = input
-    const eos = new Set(renderer.eosTokenIds)
-    const pad = renderer.tokenizer.padTokenId
-    p.eos = pad === null ? eos : new Set([...eos, pad])
-    p.environment = session.environment
-    p.messages = appendObservation(input.prompt, session.observation)
-    p.promptMessageCount = p.messages.length
-    p.promptIds = yield* renderer.promptIds(p.messages, session.toolDefinitions)
-    const contextLeft = () =>
-      config.maxModelLength === undefined
-        ? Infinity
-        : config.maxModelLength - p.promptIds.length - p.completionLength
-    const budgetLeft = () => Math.min(config.maxCompletionLength - p.completionLength, contextLeft())
-    const outOfRoom = (): StopReason => contextLeft() <= 0 ? "context_window" : "completion_budget"
-    const sampling = { ...config.sampling, stopTokenIds: config.sampling.stopTokenIds ?? renderer.eosTokenIds }
-    const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
-    // This loop runs once per tool step, so it allocates little: it is the rollout's own cost per step (see
-    // bench/rollout), next to an environment step over the wire of well under a millisecond.
-    let iteration = 0
-    while (true) {
-      const maxTokens = budgetLeft()
-      if (maxTokens <= 0) {
-        // Nothing can be generated: before the first turn, or after a suffix that used the last of the budget
-        // (TRL would append an empty turn).
-        p.stopReason = outOfRoom()
-        if (p.turns > 0) p.finishReason = "length"
-        return
-      }
-      // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
-      const out = yield* policy.generate({
-        promptIds: p.contextView(),
-        sampling: { ...sampling, maxTokens }
-      })
-      // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
-      const n = Math.min(out.tokenIds.length, maxTokens)
-      const ids = n === out.tokenIds.length ? out.tokenIds : out.tokenIds.slice(0, n)
-      p.appendModel(ids, out.logprobs)
-      p.turns++
-      p.finishReason = n < out.tokenIds.length ? "length" : out.finishReason
-      const parsed = ToolCallParser.parse(renderer.decode(ids), parseOptions)
-      // An entirely truncated turn appends no message (TRL).
-      if (n > 0) p.messages.push(assistantMessage(parsed))
-      if (p.finishReason === "length") {
-        // The turn was cut by the budget or the context window (inside its tool calls, if it made any).
-        p.stopReason = outOfRoom()
-        return
-      }
-      if (!parsed.requestedTools) {
-        p.stopReason = "no_tool_call"
-        return
-      }
-      if (config.maxToolCallingIterations !== undefined && iteration >= config.maxToolCallingIterations) {
-        p.stopReason = "max_tool_calling_iterations"
-        return
-      }
-      // Execute every call of the turn in order; parse failures are answered in place. Each call is recorded as
-      // soon as it ran (it counts even when its result ends up not fitting, or a later call loses the session).
-      const blocks = parsed.failures.length === 0
-        ? parsed.calls
-        : [...parsed.calls, ...parsed.failures].sort((a, b) => a.index - b.index)
-      const toolMessages: Array<ChatMessage> = []
-      for (const block of blocks) {
-        let record: ToolCallRecord
-        if (block._tag === "CallFailure") {
-          // Rendered like every other tool error (TRL's `{'error': ...}`).
-          const text = Environment.errorText(block.message)
-          record = {
+) {
+  const { config, session } = input
+  const eos = new Set(renderer.eosTokenIds)
+  const pad = renderer.tokenizer.padTokenId
+  p.eos = pad === null ? eos : new Set([...eos, pad])
+  p.environment = session.environment
+  p.messages = appendObservation(input.prompt, session.observation)
+  p.promptMessageCount = p.messages.length
+  p.promptIds = yield* renderer.promptIds(p.messages, session.toolDefinitions)
+  const contextLeft = () =>
+    config.maxModelLength === undefined
+      ? Infinity
+      : config.maxModelLength - p.promptIds.length - p.completionLength
+  const budgetLeft = () => Math.min(config.maxCompletionLength - p.completionLength, contextLeft())
+  const outOfRoom = (): StopReason => contextLeft() <= 0 ? "context_window" : "completion_budget"
+  const sampling = { ...config.sampling, stopTokenIds: config.sampling.stopTokenIds ?? renderer.eosTokenIds }
+  const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
+  // This loop runs once per tool step, so it allocates little: it is the rollout's own cost per step (see
+  // bench/rollout), next to an environment step over the wire of well under a millisecond.
+  let iteration = 0
+  while (true) {
+    const maxTokens = budgetLeft()
+    if (maxTokens <= 0) {
+      // Nothing can be generated: before the first turn, or after a suffix that used the last of the budget
+      // (TRL would append an empty turn).
+      p.stopReason = outOfRoom()
+      if (p.turns > 0) p.finishReason = "length"
+      return
+    }
+    // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
+    const out = yield* policy.generate({
+      promptIds: p.contextView(),
+      sampling: { ...sampling, maxTokens }
+    })
+    // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
+    const n = Math.min(out.tokenIds.length, maxTokens)
+    const ids = n === out.tokenIds.length ? out.tokenIds : out.tokenIds.slice(0, n)
+    p.appendModel(ids, out.logprobs)
+    p.turns++
+    p.finishReason = n < out.tokenIds.length ? "length" : out.finishReason
+    const parsed = ToolCallParser.parse(renderer.decode(ids), parseOptions)
+    // An entirely truncated turn appends no message (TRL).
+    if (n > 0) p.messages.push(assistantMessage(parsed))
+    if (p.finishReason === "length") {
+      // The turn was cut by the budget or the context window (inside its tool calls, if it made any).
+      p.stopReason = outOfRoom()
+      return
+    }
+    if (!parsed.requestedTools) {
+      p.stopReason = "no_tool_call"
+      return
+    }
+    if (config.maxToolCallingIterations !== undefined && iteration >= config.maxToolCallingIterations) {
+      p.stopReason = "max_tool_calling_iterations"
+      return
+    }
+    // Execute every call of the turn in order; parse failures are answered in place. Each call is recorded as
+    // soon as it ran (it counts even when its result ends up not fitting, or a later call loses the session).
+    const blocks = parsed.failures.length === 0
+      ? parsed.calls
+      : [...parsed.calls, ...parsed.failures].sort((a, b) => a.index - b.index)
+    const toolMessages: Array<ChatMessage> = []
+    for (const block of blocks) {
+      let record: ToolCallRecord
+      if (block._tag === "CallFailure") {
+        // Rendered like every other tool error (TRL's `{'error': ...}`).
+        const text = Environment.errorText(block.message)
+        record = {
+          turn: p.turns - 1,
+          name: block.name,
+          arguments: undefined,
+          status: "parse_failure",
+          reason: block.reason,
+          text
+        }
+      } else {
+        const outcome = yield* session.call(block.name, block.arguments)
+        record = outcome._tag === "Success"
+          ? { turn: p.turns - 1, name: block.name, arguments: block.arguments, status: "success", text: outcome.text }
+          : {
             turn: p.turns - 1,
             name: block.name,
-            arguments: undefined,
-            status: "parse_failure",
-            reason: block.reason,
-            text
+            arguments: block.arguments,
+            status: "failure",
+            reason: outcome.reason,
+            text: outcome.text
           }
-        } else {
-          const outcome = yield* session.call(block.name, block.arguments)
-          record = outcome._tag === "Success"
-            ? { turn: p.turns - 1, name: block.name, arguments: block.arguments, status: "success", text: outcome.text }
-            : {
-              turn: p.turns - 1,
-              name: block.name,
-              arguments: block.arguments,
-              status: "failure",
-              reason: outcome.reason,
-              text: outcome.text
-            }
-        }
-        p.toolCalls.push(record)
-        const key = record.name ?? UNNAMED
-        const stats = p.toolStats[key] ?? (p.toolStats[key] = { calls: 0, failures: 0 })
-        stats.calls++
-        if (record.status !== "success") stats.failures++
-        toolMessages.push({ role: "tool", name: key, content: record.text })
       }
-      const suffix = yield* renderer.toolSuffixIds(toolMessages)
-      if (p.completionLength + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
-        // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
-        p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
-        return
-      }
-      for (const m of toolMessages) p.messages.push(m)
-      p.appendTool(suffix)
-      iteration++
+      p.toolCalls.push(record)
+      const key = record.name ?? UNNAMED
+      const stats = p.toolStats[key] ?? (p.toolStats[key] = { calls: 0, failures: 0 })
+      stats.calls++
+      if (record.status !== "success") stats.failures++
+      toolMessages.push({ role: "tool", name: key, content: record.text })
     }
-  })
+    const suffix = yield* renderer.toolSuffixIds(toolMessages)
+    if (p.completionLength + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
+      // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
+      p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
+      return
+    }
+    for (const m of toolMessages) p.messages.push(m)
+    p.appendTool(suffix)
+    iteration++
+  }
+}
 
 const assistantMessage = (parsed: ToolCallParser.ParsedTurn): ChatMessage => ({
   role: "assistant",

@@ -49,41 +49,49 @@ export const mcpOn = <A, O>(
   options: Omit<McpSessionOptions, "client">,
   row: Readonly<Record<string, unknown>>
 ): Effect.Effect<Session<Readonly<Record<string, unknown>>, RemoteError>, RemoteError> =>
-  Effect.gen(function*() {
-    const first = yield* client.reset(row)
-    const tools = yield* client.listTools
-    const toolDefinitions: Array<ToolDefinition> = tools.map((t) => ({
-      type: "function",
-      function: { name: t.name, description: t.description, parameters: t.inputSchema }
-    }))
-    const call = (name: string, args: Readonly<Record<string, unknown>>): Effect.Effect<ToolOutcome, RemoteError> =>
-      client.callTool(name, args).pipe(
-        Effect.map((result): ToolOutcome => {
-          const text = result.content.map((c) => c.text).join("")
-          return result.is_error
-            ? { _tag: "Failure", tool: name, reason: "failure", error: text, text: Environment.errorText(text) }
-            : { _tag: "Success", tool: name, text }
-        }),
-        // JSON-RPC -32602 is OpenEnv's code for an unknown tool or bad arguments; the model gets the message.
-        Effect.catchTag("McpError", (e) =>
-          Effect.succeed<ToolOutcome>({
-            _tag: "Failure",
-            tool: name,
-            reason: e.code === -32602
-              ? (/unknown tool/i.test(e.serverMessage) ? "unknown_tool" : "invalid_arguments")
-              : "failure",
-            error: e.serverMessage,
-            text: Environment.errorText(e.serverMessage)
-          }))
-      )
-    return {
-      environment: options.environment ?? "remote",
-      observation: options.observation?.(first.observation as Readonly<Record<string, unknown>>) ?? Option.none(),
-      toolDefinitions,
-      call,
-      state: client.state
-    }
-  })
+  Effect.gen(() => mcpSession(client, options, row))
+
+// Module-level generator functions, started through an arrow: a `function*` made per episode costs V8 a hidden class
+// in the old generation that keeps the episode's data alive through young collections (see Episode.run).
+function* mcpSession<A, O>(
+  client: Client.OpenEnvClient<A, O>,
+  options: Omit<McpSessionOptions, "client">,
+  row: Readonly<Record<string, unknown>>
+) {
+  const first = yield* client.reset(row)
+  const tools = yield* client.listTools
+  const toolDefinitions: Array<ToolDefinition> = tools.map((t) => ({
+    type: "function",
+    function: { name: t.name, description: t.description, parameters: t.inputSchema }
+  }))
+  const call = (name: string, args: Readonly<Record<string, unknown>>): Effect.Effect<ToolOutcome, RemoteError> =>
+    client.callTool(name, args).pipe(
+      Effect.map((result): ToolOutcome => {
+        const text = result.content.map((c) => c.text).join("")
+        return result.is_error
+          ? { _tag: "Failure", tool: name, reason: "failure", error: text, text: Environment.errorText(text) }
+          : { _tag: "Success", tool: name, text }
+      }),
+      // JSON-RPC -32602 is OpenEnv's code for an unknown tool or bad arguments; the model gets the message.
+      Effect.catchTag("McpError", (e) =>
+        Effect.succeed<ToolOutcome>({
+          _tag: "Failure",
+          tool: name,
+          reason: e.code === -32602
+            ? (/unknown tool/i.test(e.serverMessage) ? "unknown_tool" : "invalid_arguments")
+            : "failure",
+          error: e.serverMessage,
+          text: Environment.errorText(e.serverMessage)
+        }))
+    )
+  return {
+    environment: options.environment ?? "remote",
+    observation: options.observation?.(first.observation as Readonly<Record<string, unknown>>) ?? Option.none(),
+    toolDefinitions,
+    call,
+    state: client.state
+  }
+}
 
 /** How a step-based remote environment is driven (what a TRL environment class does around its client). */
 export interface ClientSessionOptions<A, O, State> {
@@ -115,18 +123,15 @@ export const fromClientOn = <A, O, State = Readonly<Record<string, unknown>>>(
   options: Omit<ClientSessionOptions<A, O, State>, "client">,
   row: Readonly<Record<string, unknown>>
 ): Effect.Effect<Session<State, Client.ClientError>, Client.ClientError> =>
-  Effect.gen(function*() {
-    const first = yield* client.reset(row)
-    return {
-      environment: options.environment,
-      observation: options.observation(first),
-      toolDefinitions: options.toolDefinitions,
-      call: (name, args) => options.call(client, name, args),
-      state: options.state === undefined
-        ? client.state as Effect.Effect<State, Client.ClientError>
-        : options.state(client)
-    }
-  })
+  Effect.map(client.reset(row), (first): Session<State, Client.ClientError> => ({
+    environment: options.environment,
+    observation: options.observation(first),
+    toolDefinitions: options.toolDefinitions,
+    call: (name, args) => options.call(client, name, args),
+    state: options.state === undefined
+      ? client.state as Effect.Effect<State, Client.ClientError>
+      : options.state(client)
+  }))
 
 const LOST: ReadonlySet<string> = new Set([
   "SessionLostError",
@@ -161,17 +166,28 @@ export const pooled = <A, O, State, E>(
   never,
   Scope.Scope
 > =>
-  Effect.map(Pool.make({ acquire: Client.make(client), size }), (pool) => (row) =>
-    Effect.gen(function*() {
-      const held = yield* Pool.get(pool)
-      const scope = yield* Effect.scope
-      const invalidateOnLoss = <X, Y>(effect: Effect.Effect<X, Y>) =>
-        Effect.tapError(effect, (e) => isLost(e) ? Scope.extend(Pool.invalidate(pool, held), scope) : Effect.void)
-      const s = yield* invalidateOnLoss(session(held, row))
-      const wrapped: Session<State, E> = {
-        ...s,
-        call: (name, args) => invalidateOnLoss(s.call(name, args)),
-        state: invalidateOnLoss(s.state)
-      }
-      return wrapped
-    }))
+  Effect.map(
+    Pool.make({ acquire: Client.make(client), size }),
+    (pool) => (row) => Effect.gen(() => pooledSession(pool, session, row))
+  )
+
+function* pooledSession<A, O, State, E>(
+  pool: Pool.Pool<Client.OpenEnvClient<A, O>>,
+  session: (
+    client: Client.OpenEnvClient<A, O>,
+    row: Readonly<Record<string, unknown>>
+  ) => Effect.Effect<Session<State, E>, E>,
+  row: Readonly<Record<string, unknown>>
+) {
+  const held = yield* Pool.get(pool)
+  const scope = yield* Effect.scope
+  const invalidateOnLoss = <X, Y>(effect: Effect.Effect<X, Y>) =>
+    Effect.tapError(effect, (e) => isLost(e) ? Scope.extend(Pool.invalidate(pool, held), scope) : Effect.void)
+  const s = yield* invalidateOnLoss(session(held, row))
+  const wrapped: Session<State, E> = {
+    ...s,
+    call: (name, args) => invalidateOnLoss(s.call(name, args)),
+    state: invalidateOnLoss(s.state)
+  }
+  return wrapped
+}

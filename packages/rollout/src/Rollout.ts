@@ -238,27 +238,32 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       EIn,
       RIn
     > = Effect.suspend(() =>
-      current !== undefined && current.next < groupSize
-        ? Effect.succeed(Option.some(take(current)))
-        : pullLock.withPermits(1)(Effect.gen(function*() {
-          if (current !== undefined && current.next < groupSize) return Option.some(take(current))
-          while (buffered.length === 0 && !exhausted) {
-            const chunk = yield* Effect.catchAll(pull, (e) =>
-              Option.isNone(e) ?
-                Effect.sync(() => {
-                  exhausted = true
-                  return Chunk.empty<readonly [PromptRow, number]>()
-                }) :
-                Effect.fail(e.value))
-            buffered = Chunk.toArray(chunk)
-          }
-          const head = buffered.shift()
-          if (head === undefined) return Option.none()
-          yield* groupSlots.take(1)
-          current = { row: head[0], promptIndex: head[1], episodes: new Array(groupSize), next: 0, done: 0 }
-          return Option.some(take(current))
-        }))
+      current !== undefined && current.next < groupSize ? Effect.succeed(Option.some(take(current))) : openGroup
     )
+    // One effect (and one generator function) for the run: a generator function made per call costs V8 a hidden
+    // class in the old generation each time.
+    const openGroup: Effect.Effect<
+      Option.Option<{ readonly group: OpenGroup; readonly generation: number }>,
+      EIn,
+      RIn
+    > = pullLock.withPermits(1)(Effect.gen(function*() {
+      if (current !== undefined && current.next < groupSize) return Option.some(take(current))
+      while (buffered.length === 0 && !exhausted) {
+        const chunk = yield* Effect.catchAll(pull, (e) =>
+          Option.isNone(e) ?
+            Effect.sync(() => {
+              exhausted = true
+              return Chunk.empty<readonly [PromptRow, number]>()
+            }) :
+            Effect.fail(e.value))
+        buffered = Chunk.toArray(chunk)
+      }
+      const head = buffered.shift()
+      if (head === undefined) return Option.none()
+      yield* groupSlots.take(1)
+      current = { row: head[0], promptIndex: head[1], episodes: new Array(groupSize), next: 0, done: 0 }
+      return Option.some(take(current))
+    }))
     type Failure = E | EOpen | EIn | EpisodeTimeout | Episode.RunError
     const out = yield* Queue.bounded<Take.Take<Group<State>, Failure>>(workers + 1)
     const worker = Effect.gen(function*() {
