@@ -133,76 +133,95 @@ const transcriptOf = (o: typeof TextArenaObservation.Type) => o.messages[0]?.con
 export const wordleLayer = (url: string, options: RemoteOptions = {}) =>
   Layer.scoped(
     Wordle.WordleTools,
-    Effect.gen(function*() {
-      const client = yield* textArenaClient(url, options)
-      let last = ""
-      let reward = 0
-      let done = false
-      let invalid = 0
-      let seed = 0
-      let won = false
-      const guesses: Array<string> = []
-      let bestGreens = 0
+    Effect.map(textArenaClient(url, options), (client) => {
+      const session: RemoteWordle = {
+        client,
+        last: "",
+        reward: 0,
+        done: false,
+        invalid: 0,
+        seed: 0,
+        won: false,
+        guesses: [],
+        bestGreens: 0
+      }
       return Wordle.WordleTools.of({
-        reset: (columns) =>
-          Effect.gen(function*() {
-            // Always send a seed, so a remote episode is reproducible and its seed known.
-            seed = yield* Environment.seedOf(columns.seed)
-            const r = yield* orDie(
-              client.reset({ seed, ...(columns.secret !== undefined ? { secret: columns.secret } : {}) })
-            )
-            last = transcriptOf(r.observation)
-            reward = 0
-            done = false
-            invalid = 0
-            won = false
-            guesses.length = 0
-            bestGreens = 0
-            return Option.some(last)
-          }),
-        guess: ({ guess }) =>
-          Effect.gen(function*() {
-            if (done) return yield* new Tool.GameOver({ message: "Game over." })
-            const r = yield* orDie(client.step({ message: guess }))
-            const full = transcriptOf(r.observation)
-            const text = full.slice(last.length)
-            last = full
-            done = r.done
-            if (text.includes("You attempted an invalid move")) {
-              reward = 0
-              invalid += 1
-            } else {
-              reward = typeof r.reward === "number" ? r.reward : 0
-              const feedback = /You submitted \[(\w+)\]\.\nFeedback:\n[^\n]*\n([GYX ]+)/.exec(text)
-              if (feedback !== null) {
-                guesses.push(feedback[1])
-                bestGreens = Math.max(bestGreens, feedback[2].split(" ").filter((m) => m === "G").length)
-              } else if (done && reward === 1) {
-                // A win appends only the action line `[GAME] [word]`.
-                const word = /\[(\w+)\]\s*$/.exec(text)
-                if (word !== null) guesses.push(word[1].toLowerCase())
-                won = true
-                bestGreens = 5
-              } else if (done) {
-                // The second consecutive invalid move ends the game without appending text.
-                invalid += 1
-              }
-            }
-            return text
-          }),
+        reset: (columns) => Effect.gen(() => wordleReset(session, columns)),
+        guess: ({ guess }) => Effect.gen(() => wordleGuess(session, guess)),
         state: Effect.sync(() => ({
-          done,
-          reward,
-          won,
-          num_guesses: guesses.length,
-          best_greens: bestGreens,
-          invalid_moves: invalid,
-          guesses: [...guesses],
-          seed
+          done: session.done,
+          reward: session.reward,
+          won: session.won,
+          num_guesses: session.guesses.length,
+          best_greens: session.bestGreens,
+          invalid_moves: session.invalid,
+          guesses: [...session.guesses],
+          seed: session.seed
         }))
       })
     })
   )
+
+/** One remote Wordle episode's client and what it has seen. */
+interface RemoteWordle {
+  readonly client: Effect.Effect.Success<ReturnType<typeof textArenaClient>>
+  last: string
+  reward: number
+  done: boolean
+  invalid: number
+  seed: number
+  won: boolean
+  readonly guesses: Array<string>
+  bestGreens: number
+}
+
+// Module-level generator functions, started through an arrow: a `function*` made per call costs V8 a hidden class
+// in the old generation that keeps what the call captured alive through young collections.
+function* wordleReset(s: RemoteWordle, columns: typeof Wordle.Columns.Type) {
+  // Always send a seed, so a remote episode is reproducible and its seed known.
+  s.seed = yield* Environment.seedOf(columns.seed)
+  const r = yield* orDie(
+    s.client.reset({ seed: s.seed, ...(columns.secret !== undefined ? { secret: columns.secret } : {}) })
+  )
+  s.last = transcriptOf(r.observation)
+  s.reward = 0
+  s.done = false
+  s.invalid = 0
+  s.won = false
+  s.guesses.length = 0
+  s.bestGreens = 0
+  return Option.some(s.last)
+}
+
+function* wordleGuess(s: RemoteWordle, guess: string) {
+  if (s.done) return yield* new Tool.GameOver({ message: "Game over." })
+  const r = yield* orDie(s.client.step({ message: guess }))
+  const full = transcriptOf(r.observation)
+  const text = full.slice(s.last.length)
+  s.last = full
+  s.done = r.done
+  if (text.includes("You attempted an invalid move")) {
+    s.reward = 0
+    s.invalid += 1
+  } else {
+    s.reward = typeof r.reward === "number" ? r.reward : 0
+    const feedback = /You submitted \[(\w+)\]\.\nFeedback:\n[^\n]*\n([GYX ]+)/.exec(text)
+    if (feedback !== null) {
+      s.guesses.push(feedback[1])
+      s.bestGreens = Math.max(s.bestGreens, feedback[2].split(" ").filter((m) => m === "G").length)
+    } else if (s.done && s.reward === 1) {
+      // A win appends only the action line `[GAME] [word]`.
+      const word = /\[(\w+)\]\s*$/.exec(text)
+      if (word !== null) s.guesses.push(word[1].toLowerCase())
+      s.won = true
+      s.bestGreens = 5
+    } else if (s.done) {
+      // The second consecutive invalid move ends the game without appending text.
+      s.invalid += 1
+    }
+  }
+  return text
+}
 
 /** Wordle as an environment whose tools run on a remote server (same tools, columns and state as `Wordle.environment`). */
 export const wordle = (url: string, options: RemoteOptions = {}) =>

@@ -49,10 +49,11 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
       baseSeed: options.seed,
       open: options.open,
       ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
+      // Not a `function*` made per episode: V8 gives each generator function its own hidden class in the old
+      // generation, which kept every episode's data alive through young collections (see Episode.run).
       episode: (input) =>
-        Effect.gen(function*() {
-          const session = yield* options.open(input.row)
-          return yield* Episode.run({
+        Effect.flatMap(options.open(input.row), (session) =>
+          Episode.run({
             prompt: input.prompt,
             session,
             config: {
@@ -63,8 +64,7 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
               }
             },
             progress: input.progress
-          })
-        })
+          }))
     }).pipe(Stream.runCollect)
     const sorted = Chunk.toReadonlyArray(groups).slice().sort((a, b) => a.promptIndex - b.promptIndex)
     return sorted.flatMap((g) => g.episodes.slice().sort((a, b) => a.generation - b.generation))
