@@ -103,9 +103,11 @@ export class WordleTools extends Context.Tag("@envtrain/env/Wordle/WordleTools")
     let invalid = 0
     let seed = 0
     return WordleTools.of({
+      // Combinators, not a `function*` made per reset: V8 gives each generator function a hidden class in the old
+      // generation, which kept every episode's game alive through young collections.
       reset: (columns) =>
-        Effect.gen(function*() {
-          seed = yield* Environment.seedOf(columns.seed)
+        Effect.map(Environment.seedOf(columns.seed), (s) => {
+          seed = s
           game = new WordleGame(pickSecret(seed, columns.secret))
           last = game.state.transcript()
           reward = 0

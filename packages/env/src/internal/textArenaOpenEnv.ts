@@ -92,21 +92,25 @@ export const textArenaDefinition = <
     }
     const instance: OpenEnvInstance<Action> & { readonly [SyncStep]: (action: Action) => StepResult } = {
       [SyncStep]: step,
+      // Combinators, not a `function*` made per reset (V8 keeps a hidden class per generator function in the old
+      // generation, which kept each session's previous game alive through young collections).
       reset: (options) =>
-        Effect.gen(function*() {
-          game = newGame(options, yield* seedFrom(options))
+        Effect.flatMap(seedFrom(options), (seed) => {
+          game = newGame(options, seed)
           provider = new WordleRewardSignals()
-          episodeId = yield* episodeIdFrom(options, true)
-          stepCount = 0
-          lastReward = 0
-          lastInfo = {}
-          lastSignals = undefined
-          const content = game.state.transcript()
-          return {
-            observation: textArenaObservation(content, 0, envId, {}),
-            reward: 0.0,
-            done: false
-          } satisfies StepResult
+          return Effect.map(episodeIdFrom(options, true), (id): StepResult => {
+            episodeId = id
+            stepCount = 0
+            lastReward = 0
+            lastInfo = {}
+            lastSignals = undefined
+            const content = game.state.transcript()
+            return {
+              observation: textArenaObservation(content, 0, envId, {}),
+              reward: 0.0,
+              done: false
+            }
+          })
         }),
       step: (action) => Effect.sync(() => step(action)),
       state: Effect.sync(() => ({
