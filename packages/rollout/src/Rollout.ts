@@ -32,10 +32,11 @@
  */
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import type { Scope } from "effect"
-import { Cause, Chunk, Data, Deferred, Duration, Effect, Exit, Option, Queue, Stream, Take } from "effect"
+import { Cause, Chunk, Data, Deferred, Duration, Effect, Option, Stream } from "effect"
 import type { ChatRenderer } from "./ChatRenderer.js"
 import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"
 import * as Episode from "./Episode.js"
+import * as Handoff from "./internal/handoff.js"
 import type { Policy } from "./Policy.js"
 
 /** A dataset row: the prompt messages plus any columns (`seed`, `env`, …) that `reset` receives. */
@@ -265,7 +266,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       return Option.some(take(current))
     }))
     type Failure = E | EOpen | EIn | EpisodeTimeout | Episode.RunError
-    const out = yield* Queue.bounded<Take.Take<Group<State>, Failure>>(workers + 1)
+    const out = Handoff.make<Group<State>, Failure>(workers + 1)
     const worker = Effect.gen(function*() {
       while (true) {
         const slot = yield* nextEpisode
@@ -274,7 +275,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
         group.episodes[generation] = yield* episode(group.row, group.promptIndex, generation)
         if (++group.done === groupSize) {
           yield* groupSlots.release(1)
-          yield* Queue.offer(out, Take.of({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes }))
+          yield* out.offer({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes })
         }
       }
     })
@@ -283,9 +284,9 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       discard: true
     }).pipe(
       Effect.exit,
-      Effect.flatMap((exit) => Queue.offer(out, Exit.isSuccess(exit) ? Take.end : Take.failCause(exit.cause))),
+      Effect.flatMap((exit) => Effect.sync(() => out.end(exit))),
       Effect.forkScoped
     )
-    const stream = Stream.flattenTake(Stream.fromQueue(out))
+    const stream = Stream.repeatEffectOption(out.take)
     return options.abort === undefined ? stream : Stream.interruptWhenDeferred(stream, options.abort)
   }))
