@@ -12,7 +12,7 @@
  * Results: bench/results/<out>.{json,md} (default out: rollout-wordle).
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Client, Environment, Launcher, Server, Wordle } from "@envtrain/env"
+import { Client, Environment, Launcher, Remote, Server, Wordle } from "@envtrain/env"
 import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
 import * as Tokenizer from "@envtrain/gpu/Tokenizer"
 import { ChatRenderer, Episode, Policy, RemoteSession, Rollout, ToolCallParser } from "@envtrain/rollout"
@@ -145,54 +145,49 @@ const main = Effect.gen(function*() {
     )
 
   const server = yield* Server.serve(Wordle.openEnv, { port: 0, host: "127.0.0.1", maxConcurrentEnvs: 1024 })
-  const lastMessage = (observation: { readonly messages?: ReadonlyArray<{ readonly content: string }> }) =>
-    observation.messages?.[observation.messages.length - 1]?.content ?? ""
-  const wordleOverWire = {
-    environment: "wordle",
-    toolDefinitions: Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition),
-    observation: (first: Client.StepResult<{ messages?: ReadonlyArray<{ content: string }> }>) =>
-      Option.some(lastMessage(first.observation)),
-    call: (
-      client: Client.OpenEnvClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>,
-      _name: string,
-      args: Readonly<Record<string, unknown>>
-    ) =>
-      Effect.map(client.step({ message: String(args.guess) }), (r) => ({
-        _tag: "Success" as const,
-        tool: "guess",
-        text: lastMessage(r.observation)
-      }))
+  type WordleObservation = { readonly messages?: ReadonlyArray<{ readonly content: string }> }
+  type WordleClient = Client.OpenEnvClient<Record<string, unknown>, WordleObservation>
+  const transcriptOf = (observation: WordleObservation) => observation.messages?.[0]?.content ?? ""
+  const wordleTools = Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition)
+  // One episode's Wordle session on a client: TextArena sends the whole transcript with every step, so each guess
+  // answers the model with the transcript's new part, as `Remote.wordle` and the in-process Wordle do.
+  const wordleOn = (client: WordleClient, row: Readonly<Record<string, unknown>>) => {
+    let last = ""
+    return RemoteSession.fromClientOn(client, {
+      environment: "wordle",
+      toolDefinitions: wordleTools,
+      observation: (first) => {
+        last = transcriptOf(first.observation)
+        return Option.some(last)
+      },
+      call: (c, _name, args) =>
+        Effect.map(c.step({ message: String(args.guess) }), (r) => {
+          const full = transcriptOf(r.observation)
+          const text = full.slice(last.length)
+          last = full
+          return { _tag: "Success" as const, tool: "guess", text }
+        })
+    }, row)
   }
   // Sockets reused across episodes (reset on the same session), pool size = concurrency.
+  const pooledAt = (url: string, size: number) =>
+    RemoteSession.pooled<Record<string, unknown>, WordleObservation, unknown, Client.ClientError>(
+      { url },
+      size,
+      wordleOn
+    )
   const pooledWire = (size: number) =>
     Effect.map(
-      RemoteSession.pooled<
-        Record<string, unknown>,
-        { messages?: ReadonlyArray<{ content: string }> },
-        unknown,
-        Client.ClientError
-      >(
-        { url: server.url },
-        size,
-        (client, row) => RemoteSession.fromClientOn(client, wordleOverWire, row)
-      ),
+      pooledAt(server.url, size),
       (open) => (row: Environment.Row) => lifecycle(Effect.suspend(() => Effect.map(open(row), instrument)))
     )
   const openRemote = (row: Environment.Row) =>
     lifecycle(Effect.suspend(() =>
       Effect.map(
-        RemoteSession.fromClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>({
-          client: { url: server.url },
-          environment: "wordle",
-          toolDefinitions: Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition),
-          observation: (first) => Option.some(lastMessage(first.observation)),
-          call: (client, _name, args) =>
-            Effect.map(client.step({ message: String(args.guess) }), (r) => ({
-              _tag: "Success" as const,
-              tool: "guess",
-              text: lastMessage(r.observation)
-            }))
-        }, row),
+        Effect.flatMap(
+          Client.make<Record<string, unknown>, WordleObservation>({ url: server.url }),
+          (client) => wordleOn(client, row)
+        ),
         instrument
       )
     ))
@@ -325,7 +320,8 @@ const main = Effect.gen(function*() {
   // The rollout's own cost measured directly: the same episodes against a replayed Wordle (each tool call returns
   // the outcome a real game gave, at no cost), so wall and CPU time per tool step are the rollout's (rendering,
   // tool-call parsing, suffix tokenisation, bookkeeping, scheduling) plus the scripted policy's scan of the context
-  // (charged to the rollout: it is well under a microsecond). No timers run inside, so nothing is subtracted.
+  // (charged to the rollout: a native scan, under a microsecond per step in profiles). No timers run inside, so nothing
+  // is subtracted.
   const games: Array<{ observation: string; outcomes: Array<Environment.ToolOutcome> }> = []
   for (let s = 0; s < 64; s++) {
     games.push(
@@ -337,7 +333,6 @@ const main = Effect.gen(function*() {
       }))
     )
   }
-  const wordleTools = Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition)
   const openReplay = (row: Environment.Row): Effect.Effect<Episode.Session<number>> =>
     Effect.sync(() => {
       const game = games[Number(row.seed) % games.length]
@@ -451,28 +446,23 @@ const main = Effect.gen(function*() {
   // traffic a rollout episode makes) and through `Rollout.groups` with the scripted policy, in alternating rounds;
   // the rollout's overhead per tool step is how much longer a tool step takes through the rollout than bare.
   const served = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 1100 })
-  const servedTools = Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition)
-  const wordleSession = {
-    environment: "wordle",
-    toolDefinitions: servedTools,
-    observation: (first: Client.StepResult<{ messages?: ReadonlyArray<{ content: string }> }>) =>
-      Option.some(lastMessage(first.observation)),
-    call: (
-      client: Client.OpenEnvClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>,
-      _name: string,
-      args: Readonly<Record<string, unknown>>
-    ) =>
-      Effect.map(client.step({ message: String(args.guess) }), (r) => ({
-        _tag: "Success" as const,
-        tool: "guess",
-        text: lastMessage(r.observation)
-      }))
-  }
+  // One socket per episode: the remote Wordle environment a user trains against (`Remote.wordle`), the same object
+  // for both sides: bare, its episode's tool is called directly; through the rollout, the episode loop calls it.
+  const remoteWordle = Remote.wordle(served.url)
   const openServed = (row: Environment.Row) =>
-    RemoteSession.fromClient<Record<string, unknown>, { messages?: ReadonlyArray<{ content: string }> }>(
-      { client: { url: served.url }, ...wordleSession },
-      row
-    )
+    Effect.map(Environment.episode(remoteWordle, row), (e) => Episode.fromEnvironment(e))
+  const bareRemoteEpisode = (i: number) =>
+    Effect.scoped(Effect.gen(function*() {
+      const episode = yield* Environment.episode(remoteWordle, { seed: Rollout.seedOf(0, i >> 3, i & 7) })
+      let steps = 0
+      for (const g of GUESSES) {
+        const outcome = yield* episode.call("guess", { guess: `[${g}]` })
+        steps++
+        if (outcome._tag === "Failure") break
+      }
+      yield* episode.state
+      return steps
+    }))
   // One bare episode on a client: reset, the guesses until the game ends, the final state.
   const bareEpisodeOn = (client: Client.OpenEnvClient<Record<string, unknown>, Record<string, unknown>>, i: number) =>
     Effect.gen(function*() {
@@ -504,12 +494,7 @@ const main = Effect.gen(function*() {
           while (next < episodes) {
             const i = next++
             // Read into a local first: `steps += yield* …` would read `steps` before the other workers add theirs.
-            const n = pool
-              ? yield* bareEpisodeOn(clients[w], i)
-              : yield* Effect.scoped(Effect.flatMap(
-                Client.make<Record<string, unknown>, Record<string, unknown>>({ url: served.url }),
-                (client) => bareEpisodeOn(client, i)
-              ))
+            const n = pool ? yield* bareEpisodeOn(clients[w], i) : yield* bareRemoteEpisode(i)
             steps += n
           }
         }), { concurrency: "unbounded", discard: true })
@@ -517,14 +502,7 @@ const main = Effect.gen(function*() {
     }))
   const rolloutRun = (concurrency: number, episodes: number, pool: boolean) =>
     Effect.scoped(Effect.gen(function*() {
-      const open = pool
-        ? yield* RemoteSession.pooled<
-          Record<string, unknown>,
-          { messages?: ReadonlyArray<{ content: string }> },
-          unknown,
-          Client.ClientError
-        >({ url: served.url }, concurrency, (client, row) => RemoteSession.fromClientOn(client, wordleSession, row))
-        : openServed
+      const open = pool ? yield* pooledAt(served.url, concurrency) : openServed
       let steps = 0
       let unscoreable = 0
       const t0 = performance.now()
@@ -677,14 +655,14 @@ const main = Effect.gen(function*() {
   const md = [
     `# Rollout benchmark: Wordle with a scripted policy (${report.date})`,
     "",
-    `Machine: ${report.machine.cpus} CPUs (${report.machine.model}), Node ${report.machine.node}. Server, rollout and policy share one process. Load average at start ${
+    `Machine: ${report.machine.cpus} CPUs (${report.machine.model}), Node ${report.machine.node}. Server, rollout and policy share one process, except in the section on a server in its own process. Load average at start ${
       loadAtStart.map((x) => x.toFixed(1)).join(" / ")
     } (other jobs shared the cores, so absolute times are inflated and noisy).`,
     `Policy: scripted at the token level (tiny preset tokenizer, vocab 1024; replies pre-tokenised), so the numbers are the rollout + environment cost with no model. G = ${GROUP}.`,
     "",
     "## Rollout overhead per tool step, measured directly (sequential, concurrency 1)",
     "",
-    `The same rollout (\`Rollout.groups\`, G = ${GROUP}, concurrency 1) against a replayed Wordle: each tool call returns the outcome a real game gave (64 recorded games), at no cost, and the scripted policy returns pre-tokenised replies. So wall and CPU time per tool step are the rollout's own: prompt rendering, decoding each turn, tool-call parsing, suffix tokenisation, bookkeeping, Effect scheduling and the rollout stream (plus the scripted policy's scan of the context, well under a microsecond). Median of ${REPEATS} runs of ${overheadDirect.episodes} episodes (${overheadDirect.steps} tool steps); nothing subtracted.`,
+    `The same rollout (\`Rollout.groups\`, G = ${GROUP}, concurrency 1) against a replayed Wordle: each tool call returns the outcome a real game gave (64 recorded games), at no cost, and the scripted policy returns pre-tokenised replies. So wall and CPU time per tool step are the rollout's own: prompt rendering, decoding each turn, tool-call parsing, suffix tokenisation, bookkeeping, Effect scheduling and the rollout stream (plus the scripted policy's native scan of the context for tool responses, under a microsecond per step in profiles). Median of ${REPEATS} runs of ${overheadDirect.episodes} episodes (${overheadDirect.steps} tool steps); nothing subtracted.`,
     "",
     "| measure | wall ms/step | CPU ms/step | every run (wall) | every run (CPU) |",
     "| --- | ---: | ---: | --- | --- |",
