@@ -95,30 +95,29 @@ export const openEnv: OpenEnvDefinition<Action> = {
     let episodeId: string = crypto.randomUUID()
     let stepCount = 0
     return {
+      // Combinators, not a `function*` per call: V8 keeps a hidden class per generator function in the old
+      // generation, which kept each call's data alive through young collections.
       reset: (options) =>
-        Effect.gen(function*() {
-          game = new CatchGame(Prng.make(yield* seedFrom(options)))
+        Effect.flatMap(seedFrom(options), (seed) => {
+          game = new CatchGame(Prng.make(seed))
           // OpenSpiel's reset takes no kwargs: a given episode_id is dropped.
-          episodeId = yield* episodeIdFrom(options, false)
-          stepCount = 0
-          return { observation: observe(game, "initial"), reward: null, done: false } satisfies StepResult
+          return Effect.map(episodeIdFrom(options, false), (id): StepResult => {
+            episodeId = id
+            stepCount = 0
+            return { observation: observe(game, "initial"), reward: null, done: false }
+          })
         }),
       step: (action) =>
-        Effect.gen(function*() {
-          yield* checkActionId(action.action_id)
+        Effect.map(checkActionId(action.action_id), (): StepResult => {
           stepCount += 1
           if (game.terminal) {
             // rl_environment starts a new episode when stepped after the end, ignoring the action.
             game.newEpisode()
-            return { observation: observe(game, "initial"), reward: null, done: false } satisfies StepResult
+            return { observation: observe(game, "initial"), reward: null, done: false }
           }
           game.apply(action.action_id)
           const done = game.terminal
-          return {
-            observation: observe(game, done ? "terminal" : "playing"),
-            reward: game.reward,
-            done
-          } satisfies StepResult
+          return { observation: observe(game, done ? "terminal" : "playing"), reward: game.reward, done }
         }),
       state: Effect.sync(() => ({
         episode_id: episodeId,
@@ -191,8 +190,8 @@ export class CatchTools extends Context.Tag("@envtrain/env/Catch/CatchTools")<Ca
       })
     return CatchTools.of({
       reset: (columns) =>
-        Effect.gen(function*() {
-          seed = yield* Environment.seedOf(columns.seed)
+        Effect.map(Environment.seedOf(columns.seed), (s) => {
+          seed = s
           game = new CatchGame(Prng.make(seed))
           reward = 0
           done = false

@@ -307,24 +307,28 @@ export const catchLayer = (url: string, options: RemoteOptions = {}) =>
       let reward = 0
       let done = false
       let steps = 0
+      // Combinators, not a `function*` per call (see `wordleLayer`).
       const act = (actionId: number) =>
-        Effect.gen(function*() {
-          if (done) return yield* new Tool.GameOver({ message: "Episode is done." })
-          const r = yield* orDie(client.step({ action_id: actionId }))
-          steps += 1
-          reward = typeof r.reward === "number" ? r.reward : 0
-          done = r.done
-          return formatObservation(r.observation.info_state)
-        })
+        Effect.suspend(() =>
+          done
+            ? Effect.fail(new Tool.GameOver({ message: "Episode is done." }))
+            : Effect.map(orDie(client.step({ action_id: actionId })), (r) => {
+              steps += 1
+              reward = typeof r.reward === "number" ? r.reward : 0
+              done = r.done
+              return formatObservation(r.observation.info_state)
+            })
+        )
       return Catch.CatchTools.of({
         reset: (columns) =>
-          Effect.gen(function*() {
-            seed = yield* Environment.seedOf(columns.seed)
-            const r = yield* orDie(client.reset({ seed }))
-            reward = 0
-            done = false
-            steps = 0
-            return Option.some(formatObservation(r.observation.info_state))
+          Effect.flatMap(Environment.seedOf(columns.seed), (s) => {
+            seed = s
+            return Effect.map(orDie(client.reset({ seed })), (r) => {
+              reward = 0
+              done = false
+              steps = 0
+              return Option.some(formatObservation(r.observation.info_state))
+            })
           }),
         move: ({ direction }) => act(direction === "left" ? 0 : 2),
         stay: () => act(1),
@@ -367,19 +371,20 @@ export const echoLayer = (url: string, options: RemoteOptions = {}) =>
       let reward = 0
       let echoes = 0
       return Echo.EchoTools.of({
+        // Combinators, not a `function*` per call (see `wordleLayer`).
         echo: ({ message }) =>
-          Effect.gen(function*() {
-            const r = yield* client.step({ message }).pipe(
-              Effect.catchTag("ServerError", (e) =>
-                e.code === "VALIDATION_ERROR"
-                  ? Effect.fail(new Tool.InvalidMove({ message: "message: String should have at least 1 character" }))
-                  : Effect.die(e)),
-              Effect.catchIf((e) => e._tag !== "InvalidMove", (e) => Effect.die(e))
-            )
-            reward = typeof r.reward === "number" ? r.reward : 0
-            echoes += 1
-            return r.observation.echoed_message
-          }),
+          client.step({ message }).pipe(
+            Effect.catchTag("ServerError", (e) =>
+              e.code === "VALIDATION_ERROR"
+                ? Effect.fail(new Tool.InvalidMove({ message: "message: String should have at least 1 character" }))
+                : Effect.die(e)),
+            Effect.catchIf((e) => e._tag !== "InvalidMove", (e) => Effect.die(e)),
+            Effect.map((r) => {
+              reward = typeof r.reward === "number" ? r.reward : 0
+              echoes += 1
+              return r.observation.echoed_message
+            })
+          ),
         state: Effect.sync(() => ({ reward, echoes }))
       })
     })
