@@ -205,8 +205,9 @@ const main = Effect.gen(function*() {
     readonly unscoreableReasons: Record<string, number>
   }
   const results: Array<Row> = []
-  const run = <E>(
-    where: string,
+  // One `Rollout.groups` run over `episodes` episodes with the scripted policy: wall and CPU seconds, episodes, tool
+  // steps, and the unscoreable episodes by reason.
+  const rolloutOnce = <E>(
     concurrency: number,
     episodes: number,
     open: (row: Environment.Row) => Effect.Effect<Episode.Session<unknown, E>, unknown, any>
@@ -238,26 +239,40 @@ const main = Effect.gen(function*() {
         ),
         Effect.provide(Live)
       )
-      const seconds = (performance.now() - t0) / 1000
-      const cpuSeconds = (cpuMs() - c0) / 1000
-      const row = {
-        cpuSeconds,
-        unscoreableReasons: Object.fromEntries(reasons),
-        where,
-        concurrency,
+      return {
+        seconds: (performance.now() - t0) / 1000,
+        cpuSeconds: (cpuMs() - c0) / 1000,
         episodes: n,
         steps,
-        seconds,
-        episodesPerSecond: n / seconds,
-        stepsPerSecond: steps / seconds,
-        unscoreable
+        unscoreable,
+        reasons
+      }
+    })
+  const run = <E>(
+    where: string,
+    concurrency: number,
+    episodes: number,
+    open: (row: Environment.Row) => Effect.Effect<Episode.Session<unknown, E>, unknown, any>
+  ) =>
+    Effect.map(rolloutOnce(concurrency, episodes, open), (r) => {
+      const row = {
+        cpuSeconds: r.cpuSeconds,
+        unscoreableReasons: Object.fromEntries(r.reasons),
+        where,
+        concurrency,
+        episodes: r.episodes,
+        steps: r.steps,
+        seconds: r.seconds,
+        episodesPerSecond: r.episodes / r.seconds,
+        stepsPerSecond: r.steps / r.seconds,
+        unscoreable: r.unscoreable
       }
       results.push(row)
       console.log(
-        `${where} c=${concurrency}: ${n} episodes, ${steps} steps in ${seconds.toFixed(2)} s: ${
+        `${where} c=${concurrency}: ${r.episodes} episodes, ${r.steps} steps in ${r.seconds.toFixed(2)} s: ${
           row.episodesPerSecond.toFixed(1)
         } ep/s, ${row.stepsPerSecond.toFixed(0)} steps/s${
-          unscoreable > 0 ? `, unscoreable: ${JSON.stringify(row.unscoreableReasons)}` : ""
+          r.unscoreable > 0 ? `, unscoreable: ${JSON.stringify(row.unscoreableReasons)}` : ""
         }`
       )
     })
@@ -442,9 +457,9 @@ const main = Effect.gen(function*() {
   }
 
   // As deployed: the environment server in its own process (`envtrain serve wordle`), the rollout in this one. The
-  // same episodes run bare (a client doing connect, reset, the six guesses, state, close: exactly the environment
-  // traffic a rollout episode makes) and through `Rollout.groups` with the scripted policy, in alternating rounds;
-  // the rollout's overhead per tool step is how much longer a tool step takes through the rollout than bare.
+  // same episodes run bare (the environment traffic a rollout episode makes, without the rollout) and through
+  // `Rollout.groups` with the scripted policy, in alternating rounds; the rollout's overhead per tool step is how much
+  // longer a tool step takes through the rollout than bare.
   const served = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 1100 })
   // One socket per episode: the remote Wordle environment a user trains against (`Remote.wordle`), the same object
   // for both sides: bare, its episode's tool is called directly; through the rollout, the episode loop calls it.
@@ -501,30 +516,11 @@ const main = Effect.gen(function*() {
       return { seconds: (performance.now() - t0) / 1000, cpuSeconds: (cpuMs() - c0) / 1000, steps }
     }))
   const rolloutRun = (concurrency: number, episodes: number, pool: boolean) =>
-    Effect.scoped(Effect.gen(function*() {
-      const open = pool ? yield* pooledAt(served.url, concurrency) : openServed
-      let steps = 0
-      let unscoreable = 0
-      const t0 = performance.now()
-      const c0 = cpuMs()
-      yield* Rollout.groups(rows(Math.ceil(episodes / GROUP)), {
-        groupSize: GROUP,
-        concurrency,
-        config,
-        open: open as any
-      }).pipe(
-        Stream.runForEach((g) =>
-          Effect.sync(() => {
-            for (const e of g.episodes) {
-              steps += e.toolCallCount
-              if (e.unscoreable !== undefined) unscoreable++
-            }
-          })
-        ),
-        Effect.provide(Live)
+    pool
+      ? Effect.scoped(
+        Effect.flatMap(pooledAt(served.url, concurrency), (open) => rolloutOnce(concurrency, episodes, open))
       )
-      return { seconds: (performance.now() - t0) / 1000, cpuSeconds: (cpuMs() - c0) / 1000, steps, unscoreable }
-    }))
+      : rolloutOnce(concurrency, episodes, openServed)
   // The Wordle step over the wire as users meet it: one warmed client, server in its own process.
   const servedStep = yield* Effect.scoped(Effect.gen(function*() {
     const client = yield* Client.make<Record<string, unknown>, Record<string, unknown>>({ url: served.url })
@@ -698,7 +694,7 @@ const main = Effect.gen(function*() {
       (overheadDirect.cpuMsPerStep / servedStep.p50Ms * 100).toFixed(1)
     } % in CPU time (target: below 5 %).`,
     "",
-    `Side by side: the same episodes bare (a client doing connect, reset, the guesses, state and close: the environment traffic of a rollout episode) and through \`Rollout.groups\` with the scripted policy, in ${SERVED_ROUNDS} alternating rounds per row. Overhead per tool step = (rollout time per tool step) / (bare time per tool step) − 1, median over the rounds. Client CPU is this process's CPU per tool step (the server's is not in it).`,
+    `Side by side: the same episodes bare (the environment traffic of a rollout episode without the rollout: with one socket per episode, a \`Remote.wordle\` episode whose tool is called directly; with pooled sockets, a pooled client doing reset, the guesses and state) and through \`Rollout.groups\` with the scripted policy, in ${SERVED_ROUNDS} alternating rounds per row. Overhead per tool step = (rollout time per tool step) / (bare time per tool step) − 1, median over the rounds. Client CPU is this process's CPU per tool step (the server's is not in it).`,
     "",
     "| concurrency | sockets | episodes per round | bare tool steps/s | rollout tool steps/s | bare client CPU ms/step | rollout client CPU ms/step | **overhead per tool step** | every round | unscoreable |",
     "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",

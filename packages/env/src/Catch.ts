@@ -95,8 +95,7 @@ export const openEnv: OpenEnvDefinition<Action> = {
     let episodeId: string = crypto.randomUUID()
     let stepCount = 0
     return {
-      // Combinators, not a `function*` per call: V8 keeps a hidden class per generator function in the old
-      // generation, which kept each call's data alive through young collections.
+      // Combinators, not a `function*` per call (see docs/architecture.md, "Hot paths and the young generation").
       reset: (options) =>
         Effect.flatMap(seedFrom(options), (seed) => {
           game = new CatchGame(Prng.make(seed))

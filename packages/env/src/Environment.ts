@@ -209,9 +209,7 @@ export const episode = <State, Columns>(
     Effect.withSpan("Environment.episode", { attributes: { environment: env.name }, captureStackTrace: false })
   )
 
-// Per-episode and per-call bodies are module-level generator functions started through an arrow: a `function*`
-// made per call costs V8 a hidden class in the old generation that keeps what the call captured alive through
-// young collections, so a rollout's data got promoted wholesale.
+// Module-level generator functions, not a `function*` per episode or call (see docs/architecture.md, "Hot paths and the young generation").
 function* startEpisode<State, Columns>(env: Environment<State, Columns>, row: Row) {
   const columns = yield* Schema.decodeUnknown(env.columns)(row).pipe(
     Effect.mapError((e) => new InvalidColumns({ environment: env.name, message: e.message }))

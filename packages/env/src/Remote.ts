@@ -175,8 +175,7 @@ interface RemoteWordle {
   bestGreens: number
 }
 
-// Module-level generator functions, started through an arrow: a `function*` made per call costs V8 a hidden class
-// in the old generation that keeps what the call captured alive through young collections.
+// Module-level generator functions, not a `function*` per call (see docs/architecture.md, "Hot paths and the young generation").
 function* wordleReset(s: RemoteWordle, columns: typeof Wordle.Columns.Type) {
   // Always send a seed, so a remote episode is reproducible and its seed known.
   s.seed = yield* Environment.seedOf(columns.seed)
@@ -307,7 +306,7 @@ export const catchLayer = (url: string, options: RemoteOptions = {}) =>
       let reward = 0
       let done = false
       let steps = 0
-      // Combinators, not a `function*` per call (see `wordleLayer`).
+      // Combinators, not a `function*` per call (see `wordleReset`).
       const act = (actionId: number) =>
         Effect.suspend(() =>
           done
@@ -371,7 +370,7 @@ export const echoLayer = (url: string, options: RemoteOptions = {}) =>
       let reward = 0
       let echoes = 0
       return Echo.EchoTools.of({
-        // Combinators, not a `function*` per call (see `wordleLayer`).
+        // Combinators, not a `function*` per call (see `wordleReset`).
         echo: ({ message }) =>
           client.step({ message }).pipe(
             Effect.catchTag("ServerError", (e) =>

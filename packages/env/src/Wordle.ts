@@ -103,8 +103,7 @@ export class WordleTools extends Context.Tag("@envtrain/env/Wordle/WordleTools")
     let invalid = 0
     let seed = 0
     return WordleTools.of({
-      // Combinators, not a `function*` made per reset: V8 gives each generator function a hidden class in the old
-      // generation, which kept every episode's game alive through young collections.
+      // Combinators, not a `function*` per reset (see docs/architecture.md, "Hot paths and the young generation").
       reset: (columns) =>
         Effect.map(Environment.seedOf(columns.seed), (s) => {
           seed = s

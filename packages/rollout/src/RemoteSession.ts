@@ -51,8 +51,7 @@ export const mcpOn = <A, O>(
 ): Effect.Effect<Session<Readonly<Record<string, unknown>>, RemoteError>, RemoteError> =>
   Effect.gen(() => mcpSession(client, options, row))
 
-// Module-level generator functions, started through an arrow: a `function*` made per episode costs V8 a hidden class
-// in the old generation that keeps the episode's data alive through young collections (see Episode.run).
+// Module-level generator functions, not a `function*` per episode (see docs/architecture.md, "Hot paths and the young generation").
 function* mcpSession<A, O>(
   client: Client.OpenEnvClient<A, O>,
   options: Omit<McpSessionOptions, "client">,

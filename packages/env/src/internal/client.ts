@@ -43,9 +43,7 @@ const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "obj
 const open = (url: string, options: { maxPayload: number; connectTimeoutMs: number; pingMs: number }) =>
   Effect.gen(() => openSocket(url, options))
 
-// Module-level generator functions (started through an arrow) and plain combinators inside: a `function*` made per
-// client or per request costs V8 a hidden class in the old generation that keeps what it captured (the socket, the
-// client's state) alive through young collections.
+// Module-level generator functions and plain combinators, not a `function*` per client or request (see docs/architecture.md, "Hot paths and the young generation").
 function* openSocket(url: string, options: { maxPayload: number; connectTimeoutMs: number; pingMs: number }) {
   const closed = yield* Deferred.make<{ code: number; reason: string }>()
   const ws = new WebSocket(url, { maxPayload: options.maxPayload, perMessageDeflate: false })

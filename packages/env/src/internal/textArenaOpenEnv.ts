@@ -92,8 +92,7 @@ export const textArenaDefinition = <
     }
     const instance: OpenEnvInstance<Action> & { readonly [SyncStep]: (action: Action) => StepResult } = {
       [SyncStep]: step,
-      // Combinators, not a `function*` made per reset (V8 keeps a hidden class per generator function in the old
-      // generation, which kept each session's previous game alive through young collections).
+      // Combinators, not a `function*` per reset (see docs/architecture.md, "Hot paths and the young generation").
       reset: (options) =>
         Effect.flatMap(seedFrom(options), (seed) => {
           game = newGame(options, seed)

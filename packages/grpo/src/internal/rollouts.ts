@@ -49,8 +49,7 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
       baseSeed: options.seed,
       open: options.open,
       ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
-      // Not a `function*` made per episode: V8 gives each generator function its own hidden class in the old
-      // generation, which kept every episode's data alive through young collections (see Episode.run).
+      // Not a `function*` per episode (see docs/architecture.md, "Hot paths and the young generation").
       episode: (input) =>
         Effect.flatMap(options.open(input.row), (session) =>
           Episode.run({
