@@ -30,7 +30,7 @@
 import * as Environment from "@envtrain/env/Environment"
 import type { ChatMessage, ChatTemplateError, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
 import { Effect, Option } from "effect"
-import type { Renderer, TemplateNotPrefixStable } from "./ChatRenderer.js"
+import type { TemplateNotPrefixStable } from "./ChatRenderer.js"
 import { ChatRenderer } from "./ChatRenderer.js"
 import type { FinishReason, PolicyError, SamplingParams } from "./Policy.js"
 import { Policy } from "./Policy.js"
@@ -296,6 +296,9 @@ export class Progress<State> {
   /** The record; `unscoreable` marks an episode that could not finish. */
   finish(unscoreable?: { readonly reason: string; readonly tag: string }): EpisodeRecord<State> {
     this.flush()
+    // The live context copy is no longer needed (it is larger than the record's token data).
+    this.live = undefined
+    this.livePrompt = undefined
     const last = this.completionIds[this.completionIds.length - 1]
     let failures = 0
     for (const c of this.toolCalls) if (c.status !== "success") failures++
@@ -362,25 +365,15 @@ export const run = <State, E>(
   input: RunInput<State, E>
 ): Effect.Effect<EpisodeRecord<State>, E | RunError, Policy | ChatRenderer> => Effect.gen(() => runEpisode(input))
 
-// The loop's bodies are module-level generator functions, started through an arrow. An inline `function*` would be
-// a new generator function per episode, and V8 gives each one its own hidden class in the old generation that
-// points back at the function and so at everything the episode captured: the scavenger then promoted every
-// episode's data to the old generation (a quarter of all it allocated), which cost more than the loop itself.
+// The loop is a module-level generator function, started through an arrow. An inline `function*` would be a new
+// generator function per episode, and V8 gives each one its own hidden class in the old generation that points back
+// at the function and so at everything the episode captured: the scavenger then promoted every episode's data to the
+// old generation (a quarter of all it allocated), which cost more than the loop itself. It is one generator: a
+// second one delegated to with `yield*` cost an extra resumption for every effect the loop yields.
 function* runEpisode<State, E>(input: RunInput<State, E>) {
   const renderer = yield* ChatRenderer
   const policy = yield* Policy
   const p = input.progress ?? new Progress<State>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
-  yield* loop(renderer, policy, input, p)
-  p.state = yield* input.session.state
-  return p.finish()
-}
-
-function* loop<State, E>(
-  renderer: Renderer,
-  policy: Policy["Type"],
-  input: RunInput<State, E>,
-  p: Progress<State>
-) {
   const { config, session } = input
   const eos = new Set(renderer.eosTokenIds)
   const pad = renderer.tokenizer.padTokenId
@@ -400,14 +393,14 @@ function* loop<State, E>(
   // This loop runs once per tool step, so it allocates little: it is the rollout's own cost per step (see
   // bench/rollout), next to an environment step over the wire of well under a millisecond.
   let iteration = 0
-  while (true) {
+  turns: while (true) {
     const maxTokens = budgetLeft()
     if (maxTokens <= 0) {
       // Nothing can be generated: before the first turn, or after a suffix that used the last of the budget
       // (TRL would append an empty turn).
       p.stopReason = outOfRoom()
       if (p.turns > 0) p.finishReason = "length"
-      return
+      break turns
     }
     // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
     const out = yield* policy.generate({
@@ -426,15 +419,15 @@ function* loop<State, E>(
     if (p.finishReason === "length") {
       // The turn was cut by the budget or the context window (inside its tool calls, if it made any).
       p.stopReason = outOfRoom()
-      return
+      break turns
     }
     if (!parsed.requestedTools) {
       p.stopReason = "no_tool_call"
-      return
+      break turns
     }
     if (config.maxToolCallingIterations !== undefined && iteration >= config.maxToolCallingIterations) {
       p.stopReason = "max_tool_calling_iterations"
-      return
+      break turns
     }
     // Execute every call of the turn in order; parse failures are answered in place. Each call is recorded as
     // soon as it ran (it counts even when its result ends up not fitting, or a later call loses the session).
@@ -479,12 +472,14 @@ function* loop<State, E>(
     if (p.completionLength + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
       // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
       p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
-      return
+      break turns
     }
     for (const m of toolMessages) p.messages.push(m)
     p.appendTool(suffix)
     iteration++
   }
+  p.state = yield* session.state
+  return p.finish()
 }
 
 const assistantMessage = (parsed: ToolCallParser.ParsedTurn): ChatMessage => ({

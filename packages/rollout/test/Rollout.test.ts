@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Client, Echo, Environment, Server } from "@envtrain/env"
-import { Chunk, Effect, Exit, Fiber, Layer, Ref, Schedule, Stream, TestClock } from "effect"
+import { Chunk, Effect, Exit, Fiber, Layer, Ref, Schedule, Stream, TestClock, Tracer } from "effect"
 import type { Policy as PolicyNs } from "../src/index.js"
 import { Episode, Policy, RemoteSession, Rollout } from "../src/index.js"
 import { catchScript, renderer, tinyModel } from "./fixtures.js"
@@ -200,6 +200,38 @@ describe("Rollout", () => {
       assert.deepStrictEqual(g.episodes[0].completionIds, [3, 4, 5])
       assert.strictEqual(g.episodes[0].envSeed, Rollout.seedOf(0, 0, 0))
       assert.strictEqual(g.episodes[1].unscoreable?.tag, "SessionLostError")
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a Rollout.episode span per episode when the run has a tracer of its own; none when turned off", () =>
+    Effect.gen(function*() {
+      const spans: Array<{ name: string; attributes: ReadonlyMap<string, unknown> }> = []
+      const builtIn = yield* Effect.tracer
+      const recording = Tracer.make({
+        span: (name, parent, context, links, startTime, kind, options) => {
+          const span = builtIn.span(name, parent, context, links, startTime, kind, options)
+          spans.push(span)
+          return span
+        },
+        context: (f) => f()
+      })
+      const run = (traceEpisodes?: boolean) =>
+        Rollout.groups(rows(2), {
+          groupSize: 2,
+          concurrency: 2,
+          config,
+          open: openCatch,
+          ...(traceEpisodes === undefined ? {} : { traceEpisodes })
+        }).pipe(Stream.runDrain, Effect.withTracer(recording))
+      yield* run()
+      const episodes = spans.filter((s) => s.name === "Rollout.episode")
+      assert.strictEqual(episodes.length, 4)
+      assert.deepStrictEqual(
+        episodes.map((s) => [s.attributes.get("promptIndex"), s.attributes.get("generation")]).sort(),
+        [[0, 0], [0, 1], [1, 0], [1, 1]]
+      )
+      spans.length = 0
+      yield* run(false)
+      assert.strictEqual(spans.filter((s) => s.name === "Rollout.episode").length, 0)
     }).pipe(Effect.provide(Live)))
 })
 

@@ -1,10 +1,14 @@
 /**
  * A bounded hand-off of items from many producer fibers to one consumer (the rollout's workers to its stream).
  *
- * Effect's `Queue` would do, but its linked list keeps removed nodes pointing at their values and successors: once
- * one node had reached V8's old generation, the young collector kept every later item alive through it, so every
- * group's records were promoted and the old generation churned (measured: a tenth of everything a rollout
- * allocated). Here items live in a plain array and waiting callbacks are dropped as soon as they run.
+ * Two things V8's young-generation collector punishes are avoided here, both measured on the rollout's groups:
+ * - Effect's `Queue` keeps removed linked-list nodes pointing at their values and successors: once one node reached
+ *   the old generation, every later item stayed alive through it.
+ * - A function handed to `Effect.async` (the register callback) outlives the call in V8's eyes until the next full
+ *   collection, and keeps alive whatever it captured. A register that captured the item kept every group's records
+ *   alive, so they were all copied to the old generation (a tenth of everything a rollout allocated). Items are
+ *   therefore never captured by a register: a waiting producer leaves its item in a slot that is emptied when the
+ *   consumer takes it, and the consumer is woken without being handed anything.
  */
 import { Cause, Effect, Exit, Option } from "effect"
 
@@ -17,50 +21,82 @@ export interface Handoff<A, E> {
   readonly end: (exit: Exit.Exit<unknown, E>) => void
 }
 
+// A producer waiting for room: its item (emptied once moved along) and how to resume it.
+interface Waiting<A> {
+  item: A | undefined
+  resume: ((effect: Effect.Effect<void>) => void) | undefined
+}
+
 export const make = <A, E>(capacity: number): Handoff<A, E> => {
   const ready: Array<A> = []
-  // Producers waiting for room: each moves its item along and resumes its fiber.
-  const writers: Array<() => void> = []
-  let reader: ((effect: Effect.Effect<A, Option.Option<E>>) => void) | undefined
+  const writers: Array<Waiting<A>> = []
+  let wakeReader: (() => void) | undefined
   let ended: Exit.Exit<unknown, E> | undefined
   const finished = (exit: Exit.Exit<unknown, E>): Effect.Effect<never, Option.Option<E>> =>
     Exit.isSuccess(exit) ? Effect.fail(Option.none()) : Effect.failCause(Cause.map(exit.cause, Option.some))
-  const offer = (item: A) =>
+  const wake = () => {
+    const w = wakeReader
+    if (w !== undefined) {
+      wakeReader = undefined
+      w()
+    }
+  }
+  // Moves the oldest waiting producer's item along and resumes it.
+  const admitWriter = () => {
+    const w = writers.shift()
+    if (w === undefined) return
+    ready.push(w.item as A)
+    w.item = undefined
+    const resume = w.resume
+    w.resume = undefined
+    resume?.(Effect.void)
+  }
+  // Built outside `offer`, so that the register's closure does not reach the item through `offer`'s scope.
+  const waitForRoom = (waiting: Waiting<A>) =>
     Effect.async<void>((resume) => {
-      const put = () => {
-        const waiting = reader
-        if (waiting !== undefined) {
-          reader = undefined
-          waiting(Effect.succeed(item))
-        } else ready.push(item)
-        resume(Effect.void)
-      }
-      if (reader !== undefined || ready.length < capacity) return put()
-      writers.push(put)
+      if (waiting.item === undefined) return resume(Effect.void)
+      waiting.resume = resume
       return Effect.sync(() => {
-        const i = writers.indexOf(put)
+        // Interrupted while waiting: the item was never offered.
+        const i = writers.indexOf(waiting)
         if (i >= 0) writers.splice(i, 1)
+        waiting.item = undefined
+        waiting.resume = undefined
       })
     })
-  const take = Effect.async<A, Option.Option<E>>((resume) => {
+  const offer = (item: A): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      if (ready.length < capacity && writers.length === 0) {
+        ready.push(item)
+        wake()
+        return Effect.void
+      }
+      const waiting: Waiting<A> = { item, resume: undefined }
+      writers.push(waiting)
+      wake()
+      return waitForRoom(waiting)
+    })
+  const take: Effect.Effect<A, Option.Option<E>> = Effect.suspend(() => {
+    if (ready.length === 0) admitWriter()
     if (ready.length > 0) {
       const item = ready.shift()!
-      writers.shift()?.()
-      return resume(Effect.succeed(item))
+      admitWriter()
+      return Effect.succeed(item)
     }
-    if (ended !== undefined) return resume(finished(ended))
-    reader = resume
+    if (ended !== undefined) return finished(ended)
+    return Effect.flatMap(waitForItem, () => take)
+  })
+  const waitForItem = Effect.async<void>((resume) => {
+    if (ready.length > 0 || writers.length > 0 || ended !== undefined) return resume(Effect.void)
+    const w = () => resume(Effect.void)
+    wakeReader = w
     return Effect.sync(() => {
-      if (reader === resume) reader = undefined
+      if (wakeReader === w) wakeReader = undefined
     })
   })
   const end = (exit: Exit.Exit<unknown, E>) => {
     ended = exit
-    const waiting = reader
-    if (waiting !== undefined) {
-      reader = undefined
-      waiting(finished(exit))
-    }
+    wake()
   }
   return { offer, take, end }
 }
