@@ -29,7 +29,7 @@
  */
 import * as Environment from "@envtrain/env/Environment"
 import type { ChatMessage, ChatTemplateError, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
-import { Effect, Option } from "effect"
+import { Effect, Exit, Option } from "effect"
 import type { TemplateNotPrefixStable } from "./ChatRenderer.js"
 import { ChatRenderer } from "./ChatRenderer.js"
 import type { FinishReason, PolicyError, SamplingParams } from "./Policy.js"
@@ -381,7 +381,8 @@ function* runEpisode<State, E>(input: RunInput<State, E>) {
   p.environment = session.environment
   p.messages = appendObservation(input.prompt, session.observation)
   p.promptMessageCount = p.messages.length
-  p.promptIds = yield* renderer.promptIds(p.messages, session.toolDefinitions)
+  const promptIds = renderer.promptIds(p.messages, session.toolDefinitions)
+  p.promptIds = succeeded(promptIds) ? promptIds.value : yield* promptIds
   const contextLeft = () =>
     config.maxModelLength === undefined
       ? Infinity
@@ -403,10 +404,11 @@ function* runEpisode<State, E>(input: RunInput<State, E>) {
       break turns
     }
     // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
-    const out = yield* policy.generate({
+    const generated = policy.generate({
       promptIds: p.contextView(),
       sampling: { ...sampling, maxTokens }
     })
+    const out = succeeded(generated) ? generated.value : yield* generated
     // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
     const n = Math.min(out.tokenIds.length, maxTokens)
     const ids = n === out.tokenIds.length ? out.tokenIds : out.tokenIds.slice(0, n)
@@ -449,7 +451,8 @@ function* runEpisode<State, E>(input: RunInput<State, E>) {
           text
         }
       } else {
-        const outcome = yield* session.call(block.name, block.arguments)
+        const called = session.call(block.name, block.arguments)
+        const outcome = succeeded(called) ? called.value : yield* called
         record = outcome._tag === "Success"
           ? { turn: p.turns - 1, name: block.name, arguments: block.arguments, status: "success", text: outcome.text }
           : {
@@ -468,7 +471,8 @@ function* runEpisode<State, E>(input: RunInput<State, E>) {
       if (record.status !== "success") stats.failures++
       toolMessages.push({ role: "tool", name: key, content: record.text })
     }
-    const suffix = yield* renderer.toolSuffixIds(toolMessages)
+    const suffixIds = renderer.toolSuffixIds(toolMessages)
+    const suffix = succeeded(suffixIds) ? suffixIds.value : yield* suffixIds
     if (p.completionLength + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
       // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
       p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
@@ -481,6 +485,11 @@ function* runEpisode<State, E>(input: RunInput<State, E>) {
   p.state = yield* session.state
   return p.finish()
 }
+
+// An effect that is already a success (`Effect.succeed` makes an Exit) is read without a trip through the fiber: the
+// renderer answers that way on its hot paths, and a yield costs about as much as the rest of a step's bookkeeping.
+const succeeded = <A, E, R>(effect: Effect.Effect<A, E, R>): effect is Exit.Success<A, E> & Effect.Effect<A, E, R> =>
+  Exit.isExit(effect) && Exit.isSuccess(effect)
 
 const assistantMessage = (parsed: ToolCallParser.ParsedTurn): ChatMessage => ({
   role: "assistant",
