@@ -4,11 +4,11 @@
  * Two things V8's young-generation collector punishes are avoided here, both measured on the rollout's groups:
  * - Effect's `Queue` keeps removed linked-list nodes pointing at their values and successors: once one node reached
  *   the old generation, every later item stayed alive through it.
- * - A function handed to `Effect.async` (the register callback) outlives the call in V8's eyes until the next full
- *   collection, and keeps alive whatever it captured. A register that captured the item kept every group's records
- *   alive, so they were all copied to the old generation (a tenth of everything a rollout allocated). Items are
- *   therefore never captured by a register: a waiting producer leaves its item in a slot that is emptied when the
- *   consumer takes it, and the consumer is woken without being handed anything.
+ * - A function handed to `Effect.async` (the register callback) stays reachable for young collections after the
+ *   call, and so does whatever its closure reaches: in a small test, a register per batch that could reach the
+ *   batch's records got them promoted (3 % of all allocations instead of 0.7 %). Items are therefore never reachable
+ *   from a register: a waiting producer leaves its item in a slot that is emptied when the consumer takes it, and
+ *   the consumer is woken without being handed anything.
  */
 import { Cause, Effect, Exit, Option } from "effect"
 
