@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Client, Echo, Environment, Server } from "@envtrain/env"
-import { Chunk, Effect, Exit, Fiber, Layer, Ref, Schedule, Stream, TestClock, Tracer } from "effect"
+import { Cause, Chunk, Effect, Exit, Fiber, Layer, Ref, Schedule, Stream, TestClock, Tracer } from "effect"
 import type { Policy as PolicyNs } from "../src/index.js"
 import { Episode, Policy, RemoteSession, Rollout } from "../src/index.js"
 import { catchScript, renderer, tinyModel } from "./fixtures.js"
@@ -107,6 +107,34 @@ describe("Rollout", () => {
       const rest = g.episodes.filter((e) => e.unscoreable === undefined)
       assert.strictEqual(rest.length, 3)
       assert.isTrue(rest.every((e) => (e.state as Catch.State).caught))
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a session's finalizers see how its episode ended: success, or the failure that ended it", () =>
+    Effect.gen(function*() {
+      const ends: Array<string> = []
+      let opened = 0
+      const open = (row: Environment.Row) =>
+        Effect.gen(function*() {
+          const n = opened++
+          yield* Effect.addFinalizer((exit) =>
+            Effect.sync(() => {
+              ends[n] = Exit.isSuccess(exit) ? "success" : String(Cause.squash(exit.cause))
+            })
+          )
+          const session = yield* openCatch(row)
+          return n !== 1 ? session : {
+            ...session,
+            call: () => Effect.fail(new Client.SessionLostError({ url: "ws://test", reason: "socket closed (1006)" }))
+          }
+        })
+      const [g] = yield* Rollout.groups(rows(1), { groupSize: 3, concurrency: 1, config, open }).pipe(
+        Stream.runCollect,
+        Effect.map(Chunk.toArray)
+      )
+      assert.strictEqual(g.episodes[1].unscoreable?.tag, "SessionLostError")
+      assert.strictEqual(ends[0], "success")
+      assert.include(ends[1], "SessionLostError")
+      assert.strictEqual(ends[2], "success")
     }).pipe(Effect.provide(Live)))
 
   it.effect("a remote-backed environment's lost session (a client-error defect from Environment) is unscoreable too", () =>
