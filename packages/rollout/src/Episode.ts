@@ -29,8 +29,8 @@
  */
 import * as Environment from "@envtrain/env/Environment"
 import type { ChatMessage, ChatTemplateError, ToolCall, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
-import { Effect, Exit, Option } from "effect"
-import type { TemplateNotPrefixStable } from "./ChatRenderer.js"
+import { Context, Effect, Exit, Option } from "effect"
+import type { Renderer, TemplateNotPrefixStable } from "./ChatRenderer.js"
 import { ChatRenderer } from "./ChatRenderer.js"
 import type { FinishReason, PolicyError, SamplingParams } from "./Policy.js"
 import { Policy } from "./Policy.js"
@@ -442,21 +442,54 @@ export type RunError = PolicyError | ChatTemplateError | TemplateNotPrefixStable
  */
 export const run = <State, E>(
   input: RunInput<State, E>
-): Effect.Effect<EpisodeRecord<State>, E | RunError, Policy | ChatRenderer> => Effect.gen(() => runEpisode(input))
+): Effect.Effect<EpisodeRecord<State>, E | RunError, Policy | ChatRenderer> =>
+  Effect.flatMap(
+    Effect.context<Policy | ChatRenderer>(),
+    (context) => runWith({ renderer: Context.get(context, ChatRenderer), policy: Context.get(context, Policy) }, input)
+  )
+
+/** The services the loop uses. */
+export interface Services {
+  readonly renderer: Renderer
+  readonly policy: Policy["Type"]
+}
+
+/**
+ * {@link run} with its services given rather than read from the context: `Rollout.groups` reads them once per run.
+ *
+ * @example
+ * ```ts
+ * const renderer = yield* ChatRenderer
+ * const policy = yield* Policy
+ * const record = yield* Episode.runWith({ renderer, policy }, { prompt, session, config })
+ * ```
+ */
+export const runWith = <State, E>(
+  services: Services,
+  input: RunInput<State, E>
+): Effect.Effect<EpisodeRecord<State>, E | RunError> => Effect.gen(() => runEpisode(services, input))
+
+// End-of-turn and pad ids per renderer (the same set for every episode).
+const endIds = new WeakMap<Renderer, ReadonlySet<number>>()
+const endIdsOf = (renderer: Renderer): ReadonlySet<number> => {
+  let ids = endIds.get(renderer)
+  if (ids === undefined) {
+    const pad = renderer.tokenizer.padTokenId
+    ids = new Set(pad === null ? renderer.eosTokenIds : [...renderer.eosTokenIds, pad])
+    endIds.set(renderer, ids)
+  }
+  return ids
+}
 
 // The loop is a module-level generator function, started through an arrow. An inline `function*` would be a new
 // generator function per episode, and V8 gives each one its own hidden class in the old generation that points back
 // at the function and so at everything the episode captured: the scavenger then promoted every episode's data to the
 // old generation (a quarter of all it allocated), which cost more than the loop itself. It is one generator: a
 // second one delegated to with `yield*` cost an extra resumption for every effect the loop yields.
-function* runEpisode<State, E>(input: RunInput<State, E>) {
-  const renderer = yield* ChatRenderer
-  const policy = yield* Policy
+function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<State, E>) {
   const p = input.progress ?? new Progress<State>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
   const { config, session } = input
-  const eos = new Set(renderer.eosTokenIds)
-  const pad = renderer.tokenizer.padTokenId
-  p.eos = pad === null ? eos : new Set([...eos, pad])
+  p.eos = endIdsOf(renderer)
   p.environment = session.environment
   p.messages = appendObservation(input.prompt, session.observation)
   p.promptMessageCount = p.messages.length

@@ -32,11 +32,11 @@
  */
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import { Cause, Chunk, Data, Deferred, Duration, Effect, Exit, Option, Scope, Stream } from "effect"
-import type { ChatRenderer } from "./ChatRenderer.js"
+import { ChatRenderer } from "./ChatRenderer.js"
 import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"
 import * as Episode from "./Episode.js"
 import * as Handoff from "./internal/handoff.js"
-import type { Policy } from "./Policy.js"
+import { Policy } from "./Policy.js"
 
 /** A dataset row: the prompt messages plus any columns (`seed`, `env`, …) that `reset` receives. */
 export interface PromptRow {
@@ -198,8 +198,10 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       Math.max(1, options.groupConcurrency ?? Math.ceil(workers / groupSize) + 1)
     )
 
-    const episode = (row: PromptRow, promptIndex: number, generation: number) => {
-      const { prompt, ...columns } = row
+    const services: Episode.Services = { renderer: yield* ChatRenderer, policy: yield* Policy }
+
+    const episode = (group: OpenGroup, generation: number) => {
+      const { columns, prompt, promptIndex } = group
       const envSeed = typeof columns.seed === "number"
         ? columns.seed
         : seedOf(options.baseSeed ?? 0, promptIndex, generation)
@@ -209,7 +211,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
         ? options.episode({ prompt, row: resetRow, promptIndex, generation, envSeed, progress })
         : Effect.flatMap(
           options.open(resetRow),
-          (session) => Episode.run({ prompt, session, config: options.config, progress })
+          (session) => Episode.runWith(services, { prompt, session, config: options.config, progress })
         )
       const limited = timeout === undefined ? episodeScoped(body) : episodeScoped(body).pipe(
         Effect.timeoutFail({
@@ -244,6 +246,9 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
     // microseconds at any concurrency (a semaphore over forked episodes woke every waiter on each release).
     interface OpenGroup {
       readonly row: PromptRow
+      // The row split once for its G episodes: the prompt, and the columns `reset` receives.
+      readonly prompt: ReadonlyArray<ChatMessage>
+      readonly columns: Readonly<Record<string, unknown>>
       readonly promptIndex: number
       readonly episodes: Array<EpisodeRecord<State>>
       next: number
@@ -255,15 +260,8 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
     let buffered: Array<readonly [PromptRow, number]> = []
     let exhausted = false
     const take = (group: OpenGroup) => ({ group, generation: group.next++ })
-    // The next episode to run, or none when the rows are exhausted. Only opening a group waits (on the rows and on
-    // the group bound); handing out the rest of an open group is synchronous.
-    const nextEpisode: Effect.Effect<
-      Option.Option<{ readonly group: OpenGroup; readonly generation: number }>,
-      EIn,
-      RIn
-    > = Effect.suspend(() =>
-      current !== undefined && current.next < groupSize ? Effect.succeed(Option.some(take(current))) : openGroup
-    )
+    // Only opening a group waits (on the rows and on the group bound); the workers hand out the rest of an open
+    // group synchronously.
     // One effect (and one generator function) for the run: a generator function made per call costs V8 a hidden
     // class in the old generation each time.
     const openGroup: Effect.Effect<
@@ -285,17 +283,32 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       const head = buffered.shift()
       if (head === undefined) return Option.none()
       yield* groupSlots.take(1)
-      current = { row: head[0], promptIndex: head[1], episodes: new Array(groupSize), next: 0, done: 0 }
+      const { prompt, ...columns } = head[0]
+      current = {
+        row: head[0],
+        prompt,
+        columns,
+        promptIndex: head[1],
+        episodes: new Array(groupSize),
+        next: 0,
+        done: 0
+      }
       return Option.some(take(current))
     }))
     type Failure = E | EOpen | EIn | EpisodeTimeout | Episode.RunError
     const out = Handoff.make<Group<State>, Failure>(workers + 1)
     const worker = Effect.gen(function*() {
       while (true) {
-        const slot = yield* nextEpisode
-        if (Option.isNone(slot)) return
-        const { generation, group } = slot.value
-        group.episodes[generation] = yield* episode(group.row, group.promptIndex, generation)
+        let group = current
+        let generation: number
+        if (group !== undefined && group.next < groupSize) generation = group.next++
+        else {
+          const slot = yield* openGroup
+          if (Option.isNone(slot)) return
+          group = slot.value.group
+          generation = slot.value.generation
+        }
+        group.episodes[generation] = yield* episode(group, generation)
         if (++group.done === groupSize) {
           yield* groupSlots.release(1)
           yield* out.offer({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes })
