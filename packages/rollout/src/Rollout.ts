@@ -31,7 +31,7 @@
  * @since 0.0.0
  */
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
-import { Cause, Chunk, Data, Deferred, Duration, Effect, Exit, Option, Scope, Stream } from "effect"
+import { Cause, Chunk, Context, Data, Deferred, Duration, Effect, Exit, FiberRef, Option, Scope, Stream } from "effect"
 import { ChatRenderer } from "./ChatRenderer.js"
 import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"
 import * as Episode from "./Episode.js"
@@ -156,16 +156,35 @@ const describeError = (error: unknown): { readonly reason: string; readonly tag:
 // The tracer every fiber has unless a tracer layer is provided: its spans are kept by no one.
 const builtInTracer = Effect.runSync(Effect.tracer)
 
-// `Effect.scoped`, except that a successful episode closes its scope with `Exit.void`: a closed scope keeps the exit
-// it was closed with, and once V8 had moved scopes to the old generation, every record in a success exit was kept
-// through young collections and copied to the old generation (a tenth of all an episode allocated, ~3 µs per tool
-// step). Finalizers still see a failure or an interruption as it was.
+// `Effect.scoped`, with two differences measured on the rollout's hot path:
+// - A successful episode closes its scope with `Exit.void`: a closed scope keeps the exit it was closed with, and once
+//   V8 had moved scopes to the old generation, every record in a success exit was kept through young collections and
+//   copied to the old generation (a tenth of all an episode allocated, ~3 µs per tool step). Finalizers still see a
+//   failure or an interruption as it was.
+// - The scope is put in the context with one FiberRef set and restored with another, inside the mask that closes
+//   the scope anyway: `Scope.extend` goes through `acquireUseRelease` for that and cost ~1.4 µs more per episode.
 const episodeScoped = <A, E, R>(body: Effect.Effect<A, E, R>): Effect.Effect<A, E, Exclude<R, Scope.Scope>> =>
-  Effect.flatMap(Scope.make(), (scope) =>
-    Effect.onExit(
-      Scope.extend(body, scope),
-      (exit) => Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit)
-    ))
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(
+      Scope.make(),
+      (scope) =>
+        Effect.flatMap(FiberRef.get(FiberRef.currentContext), (outer) =>
+          Effect.flatMap(
+            Effect.zipRight(
+              FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope)),
+              Effect.exit(restore(body as Effect.Effect<A, E, never>))
+            ),
+            (exit) =>
+              Effect.zipRight(
+                Effect.zipRight(
+                  FiberRef.set(FiberRef.currentContext, outer),
+                  Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit)
+                ),
+                exit
+              )
+          ))
+    )
+  )
 
 /** Makes an abort signal for {@link RolloutOptions.abort}. */
 export const makeAbort: Effect.Effect<Deferred.Deferred<never, RolloutAborted>> = Deferred.make<
