@@ -310,8 +310,8 @@ export class Progress<State> {
 // constructors and `Array.of`, not by object or array literals. V8 watches how long a literal's objects live and,
 // after seeing them outlive young collections (records a consumer collects, in-process episodes at concurrency),
 // allocates every later one directly in the old generation; an old object then keeps the young objects it points
-// to alive until the next full collection. A rollout that ran after in-process ones was ~15 % slower for it (12.5
-// vs 10.9 µs per tool step, bench/rollout's replayed Wordle), and promoted 12 % of its allocations instead of 2 %.
+// to alive until the next full collection. A rollout that ran after in-process ones was ~18 % slower for it (12.1
+// vs 10.2 µs per tool step on bench/rollout's replayed Wordle) and promoted 12 % of its allocations instead of 2 %.
 class Finished<State> implements EpisodeRecord<State> {
   declare readonly promptIndex: number
   declare readonly generation: number
