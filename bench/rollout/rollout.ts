@@ -8,6 +8,7 @@
  *
  *   npx tsx bench/rollout/rollout.ts                       # defaults
  *   npx tsx bench/rollout/rollout.ts --concurrency=1,16,256 --overhead-episodes=200 --out=rollout-local
+ *   npx tsx bench/rollout/rollout.ts --only=direct          # the direct measure and the served step (~1 minute)
  *
  * Results: bench/results/<out>.{json,md} (default out: rollout-wordle).
  */
@@ -26,7 +27,9 @@ const flag = (name: string): string | undefined => {
 }
 const CONCURRENCY = (flag("concurrency") ?? "1,4,16,64,256").split(",").map(Number)
 const OVERHEAD_EPISODES = Number(flag("overhead-episodes") ?? 150)
-const OUT = flag("out") ?? "rollout-wordle"
+// `--only=direct`: just the direct measure, the text work and the served step (about a minute), for iterating.
+const ONLY = flag("only")
+const OUT = flag("out") ?? (ONLY === "direct" ? "rollout-direct" : "rollout-wordle")
 const REPEATS = Number(flag("repeats") ?? 5)
 const DIRECT_EPISODES = Number(flag("direct-episodes") ?? 2000)
 // Against a server in its own process (as deployed): concurrency levels and alternating rounds per level.
@@ -38,6 +41,7 @@ const GROUP = 8
 const GUESSES = ["crane", "pious", "mound", "tight", "bloke", "fuzzy"]
 const callFor = (n: number) => `<tool_call>\n{"name": "guess", "arguments": {"guess": "[${GUESSES[n]}]"}}\n</tool_call>`
 
+const f = (x: number, d = 3) => x.toFixed(d)
 const timers = { policy: 0, env: 0, open: 0 }
 const medianOf = (xs: ReadonlyArray<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 // The same in process CPU time (user + system, ms): other jobs share the cores, and CPU time is what the rollout
@@ -80,6 +84,30 @@ const timed = <A, E, R>(key: keyof typeof timers, effect: Effect.Effect<A, E, R>
       })
     )
   })
+
+// The Wordle step over the wire as users meet it: one warmed client, server in its own process.
+const servedStepAt = (url: string) =>
+  Effect.scoped(Effect.gen(function*() {
+    const client = yield* Client.make<Record<string, unknown>, Record<string, unknown>>({ url })
+    yield* client.reset({ seed: 1 })
+    const samples: Array<number> = []
+    let k = 0
+    for (const [ms, keep] of [[1500, false], [3000, true]] as const) {
+      const end = Date.now() + ms
+      while (Date.now() < end) {
+        const t0 = performance.now()
+        const r = yield* client.step({ message: `[${GUESSES[k++ % GUESSES.length]}]` })
+        if (keep) samples.push(performance.now() - t0)
+        if (r.done || k % GUESSES.length === 0) yield* client.reset({ seed: k })
+      }
+    }
+    samples.sort((a, b) => a - b)
+    return {
+      steps: samples.length,
+      p50Ms: samples[samples.length >> 1],
+      p99Ms: samples[Math.floor(samples.length * 0.99)]
+    }
+  }))
 
 const main = Effect.gen(function*() {
   const loadAtStart = Os.loadavg()
@@ -421,6 +449,37 @@ const main = Effect.gen(function*() {
     wallMsPerStep: medianOf(textRuns.map((r) => r.wallMsPerStep)),
     cpuMsPerStep: medianOf(textRuns.map((r) => r.cpuMsPerStep))
   }
+  if (ONLY === "direct") {
+    const quick = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 16 })
+    const step = yield* servedStepAt(quick.url)
+    const lines = [
+      `# Rollout overhead per tool step, direct measure only (${new Date().toISOString()})`,
+      "",
+      `Machine: ${Os.cpus().length} CPUs (${Os.cpus()[0]?.model}), Node ${process.version}; load ${
+        Os.loadavg().map((l) => l.toFixed(1)).join(" / ")
+      }. \`npx tsx bench/rollout/rollout.ts --only=direct\`: the direct measure of the full benchmark (same warm-ups), ` +
+      `the text work alone, and the Wordle step of a server in its own process.`,
+      "",
+      `- rollout over a replayed Wordle: ${f(overheadDirect.wallMsPerStep, 4)} ms wall, ${
+        f(overheadDirect.cpuMsPerStep, 4)
+      } ms CPU per tool step (every run: ${overheadDirect.allWallMsPerStep.map((x) => f(x, 4)).join(", ")})`,
+      `- text work alone: ${f(textAlone.wallMsPerStep, 4)} ms per tool step`,
+      `- served Wordle step p50: ${f(step.p50Ms, 4)} ms (p99 ${f(step.p99Ms, 4)})`,
+      `- **rollout / served step: ${(overheadDirect.wallMsPerStep / step.p50Ms * 100).toFixed(1)} % wall, ${
+        (overheadDirect.cpuMsPerStep / step.p50Ms * 100).toFixed(1)
+      } % CPU** (target: below 5 %)`,
+      ""
+    ].join("\n")
+    console.log(lines)
+    mkdirSync("bench/results", { recursive: true })
+    writeFileSync(
+      `bench/results/${OUT}.json`,
+      JSON.stringify({ date: new Date().toISOString(), direct: overheadDirect, textAlone, servedStep: step }, null, 2) +
+        "\n"
+    )
+    writeFileSync(`bench/results/${OUT}.md`, lines)
+    return
+  }
   const overheadLocal = yield* overhead("in-process", openLocal)
   const overheadWire = yield* overhead("wire", openRemote)
 
@@ -528,28 +587,7 @@ const main = Effect.gen(function*() {
         Effect.flatMap(pooledAt(served.url, concurrency), (open) => rolloutOnce(concurrency, episodes, open))
       )
       : rolloutOnce(concurrency, episodes, openServed)
-  // The Wordle step over the wire as users meet it: one warmed client, server in its own process.
-  const servedStep = yield* Effect.scoped(Effect.gen(function*() {
-    const client = yield* Client.make<Record<string, unknown>, Record<string, unknown>>({ url: served.url })
-    yield* client.reset({ seed: 1 })
-    const samples: Array<number> = []
-    let k = 0
-    for (const [ms, keep] of [[1500, false], [3000, true]] as const) {
-      const end = Date.now() + ms
-      while (Date.now() < end) {
-        const t0 = performance.now()
-        const r = yield* client.step({ message: `[${GUESSES[k++ % GUESSES.length]}]` })
-        if (keep) samples.push(performance.now() - t0)
-        if (r.done || k % GUESSES.length === 0) yield* client.reset({ seed: k })
-      }
-    }
-    samples.sort((a, b) => a - b)
-    return {
-      steps: samples.length,
-      p50Ms: samples[samples.length >> 1],
-      p99Ms: samples[Math.floor(samples.length * 0.99)]
-    }
-  }))
+  const servedStep = yield* servedStepAt(served.url)
   timing = false
   const servedRows: Array<{
     concurrency: number
@@ -654,7 +692,6 @@ const main = Effect.gen(function*() {
   }
   mkdirSync("bench/results", { recursive: true })
   writeFileSync(`bench/results/${OUT}.json`, JSON.stringify(report, null, 2) + "\n")
-  const f = (x: number, d = 3) => x.toFixed(d)
   const md = [
     `# Rollout benchmark: Wordle with a scripted policy (${report.date})`,
     "",
