@@ -156,36 +156,6 @@ const describeError = (error: unknown): { readonly reason: string; readonly tag:
 // The tracer every fiber has unless a tracer layer is provided: its spans are kept by no one.
 const builtInTracer = Effect.runSync(Effect.tracer)
 
-// `Effect.scoped`, with two differences measured on the rollout's hot path:
-// - A successful episode closes its scope with `Exit.void`: a closed scope keeps the exit it was closed with, and once
-//   V8 had moved scopes to the old generation, every record in a success exit was kept through young collections and
-//   copied to the old generation (a tenth of all an episode allocated, ~3 µs per tool step). Finalizers still see a
-//   failure or an interruption as it was.
-// - The scope is put in the context with one FiberRef set and restored with another, inside the mask that closes
-//   the scope anyway: `Scope.extend` goes through `acquireUseRelease` for that and cost ~1.4 µs more per episode.
-const episodeScoped = <A, E, R>(body: Effect.Effect<A, E, R>): Effect.Effect<A, E, Exclude<R, Scope.Scope>> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.flatMap(
-      Scope.make(),
-      (scope) =>
-        Effect.flatMap(FiberRef.get(FiberRef.currentContext), (outer) =>
-          Effect.flatMap(
-            Effect.zipRight(
-              FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope)),
-              Effect.exit(restore(body as Effect.Effect<A, E, never>))
-            ),
-            (exit) =>
-              Effect.zipRight(
-                Effect.zipRight(
-                  FiberRef.set(FiberRef.currentContext, outer),
-                  Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit)
-                ),
-                exit
-              )
-          ))
-    )
-  )
-
 /** Makes an abort signal for {@link RolloutOptions.abort}. */
 export const makeAbort: Effect.Effect<Deferred.Deferred<never, RolloutAborted>> = Deferred.make<
   never,
@@ -219,7 +189,18 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
 
     const services: Episode.Services = { renderer: yield* ChatRenderer, policy: yield* Policy }
 
-    const episode = (group: OpenGroup, generation: number) => {
+    // One episode, run by a worker in its uninterruptible region: `restore` makes the episode's own work
+    // interruptible, and its scope is closed whatever happens. The scope enters and leaves the context with two
+    // FiberRef sets (`Scope.extend` goes through `acquireUseRelease`, ~1.4 µs more per episode) and is closed with
+    // `Exit.void` after a success: a closed scope keeps the exit it was closed with, and once V8 had moved scopes to
+    // the old generation, every record in a success exit was kept through young collections and copied to the old
+    // generation (a tenth of all an episode allocated, ~3 µs per tool step). Finalizers still see a failure or an
+    // interruption as it was. One generator function for the run (see docs/architecture.md, hot paths).
+    const episode = function*(
+      restore: <A, E2, R2>(effect: Effect.Effect<A, E2, R2>) => Effect.Effect<A, E2, R2>,
+      group: OpenGroup,
+      generation: number
+    ) {
       const { columns, prompt, promptIndex } = group
       const envSeed = typeof columns.seed === "number"
         ? columns.seed
@@ -232,32 +213,35 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
           options.open(resetRow),
           (session) => Episode.runWith(services, { prompt, session, config: options.config, progress })
         )
-      const limited = timeout === undefined ? episodeScoped(body) : episodeScoped(body).pipe(
-        Effect.timeoutFail({
-          duration: timeout,
-          onTimeout: () => new EpisodeTimeout({ promptIndex, generation, timeout })
-        })
-      )
-      const ended = Effect.catchAllCause(limited, (cause) => {
-        // A typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session
-        // was lost dies with it, see `Environment.Episode.call`), may end only this episode.
-        const failure = Cause.failureOption(cause)
-        const culprit = Option.isSome(failure)
-          ? failure.value
-          : Cause.isDie(cause) && !Cause.isInterrupted(cause)
-          ? Cause.squash(cause)
-          : undefined
-        return culprit !== undefined && isUnscoreable(culprit)
-          ? Effect.succeed(progress.finish(describeError(culprit)))
-          : Effect.failCause(cause)
+      const limited = timeout === undefined ? body : Effect.timeoutFail(body, {
+        duration: timeout,
+        onTimeout: () => new EpisodeTimeout({ promptIndex, generation, timeout })
       })
       // No stack trace: capturing one per episode cost more than the rest of the scheduling.
-      return traced
-        ? Effect.withSpan(ended, "Rollout.episode", {
+      const spanned = traced
+        ? Effect.withSpan(limited, "Rollout.episode", {
           attributes: { promptIndex, generation },
           captureStackTrace: false
         })
-        : ended
+        : limited
+      const scope = yield* Scope.make()
+      const outer = yield* FiberRef.get(FiberRef.currentContext)
+      yield* FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope))
+      const exit = yield* Effect.exit(restore(spanned as Effect.Effect<EpisodeRecord<State>, Failure, never>))
+      yield* FiberRef.set(FiberRef.currentContext, outer)
+      yield* Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit)
+      if (Exit.isSuccess(exit)) return exit.value
+      // A typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session was
+      // lost dies with it, see `Environment.Episode.call`), may end only this episode.
+      const cause = exit.cause
+      const failure = Cause.failureOption(cause)
+      const culprit = Option.isSome(failure)
+        ? failure.value
+        : Cause.isDie(cause) && !Cause.isInterrupted(cause)
+        ? Cause.squash(cause)
+        : undefined
+      if (culprit !== undefined && isUnscoreable(culprit)) return progress.finish(describeError(culprit))
+      return yield* Effect.failCause(cause)
     }
 
     // A fixed pool of `concurrency` workers takes episodes in row order (all G of a row, then the next row), so
@@ -316,24 +300,28 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
     }))
     type Failure = E | EOpen | EIn | EpisodeTimeout | Episode.RunError
     const out = Handoff.make<Group<State>, Failure>(workers + 1)
-    const worker = Effect.gen(function*() {
-      while (true) {
-        let group = current
-        let generation: number
-        if (group !== undefined && group.next < groupSize) generation = group.next++
-        else {
-          const slot = yield* openGroup
-          if (Option.isNone(slot)) return
-          group = slot.value.group
-          generation = slot.value.generation
+    // Uninterruptible between episodes, so that an episode's scope is always closed; waiting for rows, the group
+    // bound, the stream's consumer and the episode itself are interruptible (`restore`).
+    const worker = Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function*() {
+        while (true) {
+          let group = current
+          let generation: number
+          if (group !== undefined && group.next < groupSize) generation = group.next++
+          else {
+            const slot = yield* restore(openGroup)
+            if (Option.isNone(slot)) return
+            group = slot.value.group
+            generation = slot.value.generation
+          }
+          group.episodes[generation] = yield* episode(restore, group, generation)
+          if (++group.done === groupSize) {
+            yield* groupSlots.release(1)
+            yield* restore(out.offer({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes }))
+          }
         }
-        group.episodes[generation] = yield* episode(group, generation)
-        if (++group.done === groupSize) {
-          yield* groupSlots.release(1)
-          yield* out.offer({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes })
-        }
-      }
-    })
+      })
+    )
     yield* Effect.forEach(Array.from({ length: workers }, () => worker), (w) => w, {
       concurrency: "unbounded",
       discard: true
