@@ -20,6 +20,23 @@ const piece = fc.oneof(
 const text = fc.array(piece, { maxLength: 12 }).map((p) => p.join(""))
 
 describe("fast codec", () => {
+  it.prop(
+    "cuts a stretch into lines where /[\\r\\n]+(?=[^\\s])/ does",
+    [fc.array(fc.constantFrom("a", "Z", " ", "\t", "\n", "\r", "\u00a0", "\u2028", "é", "😀", "\ufeff"), {
+      maxLength: 40
+    })],
+    ([chars]) => {
+      const s = chars.join("")
+      const expected: Array<number> = []
+      const re = /[\r\n]+(?=[^\s])/g
+      for (let m = re.exec(s); m !== null; m = re.exec(s)) expected.push(m.index + m[0].length)
+      const cuts: Array<number> = []
+      for (let c = FastCodec.nextLineCut(s, 0); c >= 0; c = FastCodec.nextLineCut(s, c)) cuts.push(c)
+      assert.deepStrictEqual(cuts, expected)
+    },
+    { fastCheck: { numRuns: 500 } }
+  )
+
   it.effect.prop(
     "encodes and decodes exactly as the tokenizer, after the verified warm-up too",
     [fc.array(text, { minLength: 60, maxLength: 60 })],

@@ -30,6 +30,32 @@ const byteLevelTable = (): Map<string, number> => {
   return table
 }
 
+// Whitespace as a regular expression's `\s` sees it (one UTF-16 unit).
+const isSpace = (c: number): boolean =>
+  c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 ||
+  c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff
+
+/**
+ * Where a stretch may be cut into separately encoded lines, from `from` on: after a run of `\r`/`\n` that is
+ * followed by a non-space character (the positions `/[\r\n]+(?=[^\s])/g` finds), or -1. No GPT-2/Qwen-style
+ * pre-token spans such a point and BPE merges never cross pre-tokens, so the ids are the same (and checked, see
+ * `encode`). A scan rather than that regular expression: its matches allocated on every tool step.
+ */
+export const nextLineCut = (s: string, from: number): number => {
+  const n = s.length
+  let i = from
+  while (i < n) {
+    const c = s.charCodeAt(i)
+    if (c === 10 || c === 13) {
+      let j = i + 1
+      while (j < n && (s.charCodeAt(j) === 10 || s.charCodeAt(j) === 13)) j++
+      if (j < n && !isSpace(s.charCodeAt(j))) return j
+      i = j
+    } else i++
+  }
+  return -1
+}
+
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
 
 export interface FastCodec {
@@ -82,24 +108,18 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
     }
     return ids
   }
-  // A new stretch (e.g. a tool output) is cut into lines, which repeat far more often than whole outputs. The cut
-  // goes after a run of newlines followed by a non-space character: no GPT-2/Qwen-style pre-token spans such a
-  // point, and BPE merges never cross pre-tokens, so the ids are the same (and checked, see `encode`).
-  const lineBreak = /[\r\n]+(?=[^\s])/g
   // The encoders below append to the caller's array (`out`): intermediate arrays per stretch were most of what the
   // rollout's hot path allocated.
   const append = (out: Array<number>, ids: ReadonlyArray<number>): void => {
     for (let i = 0; i < ids.length; i++) out.push(ids[i])
   }
+  // A new stretch (e.g. a tool output) is cut into lines (see `nextLineCut`), which repeat far more often than whole
+  // outputs; a stretch without a cut is memoised whole.
   const stretchInto = (out: Array<number>, s: string): void => {
-    const hit = memo.get(s)
-    if (hit !== undefined) return append(out, hit)
     let last = 0
-    lineBreak.lastIndex = 0
-    for (let m = lineBreak.exec(s); m !== null; m = lineBreak.exec(s)) {
-      const end = m.index + m[0].length
-      append(out, memoEncode(s.slice(last, end)))
-      last = end
+    for (let cut = nextLineCut(s, 0); cut >= 0; cut = nextLineCut(s, cut)) {
+      append(out, memoEncode(s.slice(last, cut)))
+      last = cut
     }
     append(out, memoEncode(last === 0 ? s : s.slice(last)))
   }
