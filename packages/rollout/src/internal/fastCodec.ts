@@ -190,9 +190,11 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
   // The text of an id whose bytes are whole UTF-8 characters on their own (null: they are not, e.g. half an
   // emoji). Ids like that concatenate to the same text as their bytes decoded together, so most turns decode as a
   // string join without touching bytes.
-  const textOf = new Map<number, string | null>()
+  // Indexed by id (a dense array: a Map lookup per id was most of a turn's decoding); ids past the vocabulary (a
+  // model's padded embedding rows) are not cached.
+  const textOf: Array<string | null | undefined> = new Array(tokenizer.vocabSize).fill(undefined)
   const idText = (id: number): string | null => {
-    let text = textOf.get(id)
+    let text = textOf[id]
     if (text !== undefined) return text
     const bytes = idBytes(id)
     text = null
@@ -203,7 +205,7 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
         // Part of a multi-byte character: such ids take the byte path.
       }
     }
-    textOf.set(id, text)
+    if (id >= 0 && id < textOf.length) textOf[id] = text
     return text
   }
   let decodeChecks = byteLevel ? CHECKS : -1
