@@ -229,11 +229,12 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
       yield* FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope))
       const exit = yield* Effect.exit(restore(spanned as Effect.Effect<EpisodeRecord<State>, Failure, never>))
       yield* FiberRef.set(FiberRef.currentContext, outer)
-      yield* Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit)
-      if (Exit.isSuccess(exit)) return exit.value
+      const closed = yield* Effect.exit(Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit))
+      if (Exit.isSuccess(exit) && Exit.isSuccess(closed)) return exit.value
       // A typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session was
-      // lost dies with it, see `Environment.Episode.call`), may end only this episode.
-      const cause = exit.cause
+      // lost dies with it, see `Environment.Episode.call`), may end only this episode; so may a session whose
+      // release died after the episode itself succeeded.
+      const cause = Exit.isFailure(exit) ? exit.cause : (closed as Exit.Failure<void, never>).cause
       const failure = Cause.failureOption(cause)
       const culprit = Option.isSome(failure)
         ? failure.value

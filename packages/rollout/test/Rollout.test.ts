@@ -137,6 +137,28 @@ describe("Rollout", () => {
       assert.strictEqual(ends[2], "success")
     }).pipe(Effect.provide(Live)))
 
+  it.effect("a session whose release dies with a lost connection after its episode makes that episode unscoreable", () =>
+    Effect.gen(function*() {
+      let opened = 0
+      const open = (row: Environment.Row) =>
+        Effect.gen(function*() {
+          if (opened++ === 0) {
+            yield* Effect.addFinalizer(() =>
+              Effect.die(new Client.SessionLostError({ url: "ws://test", reason: "socket closed (1006)" }))
+            )
+          }
+          return yield* openCatch(row)
+        })
+      const [g] = yield* Rollout.groups(rows(1), { groupSize: 2, concurrency: 1, config, open }).pipe(
+        Stream.runCollect,
+        Effect.map(Chunk.toArray)
+      )
+      assert.strictEqual(g.episodes[0].unscoreable?.tag, "SessionLostError")
+      // The episode itself ran to its end: what it did is kept.
+      assert.isAbove(g.episodes[0].toolCallCount, 0)
+      assert.isUndefined(g.episodes[1].unscoreable)
+    }).pipe(Effect.provide(Live)))
+
   it.effect("a remote-backed environment's lost session (a client-error defect from Environment) is unscoreable too", () =>
     Effect.gen(function*() {
       let opened = 0
