@@ -506,14 +506,14 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
   // This loop runs once per tool step, so it allocates little: it is the rollout's own cost per step (see
   // bench/rollout), next to an environment step over the wire of well under a millisecond.
   let iteration = 0
-  turns: while (true) {
+  while (true) {
     const maxTokens = budgetLeft()
     if (maxTokens <= 0) {
       // Nothing can be generated: before the first turn, or after a suffix that used the last of the budget
       // (TRL would append an empty turn).
       p.stopReason = outOfRoom()
       if (p.turns > 0) p.finishReason = "length"
-      break turns
+      break
     }
     // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
     const generated = policy.generate({
@@ -533,15 +533,15 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
     if (p.finishReason === "length") {
       // The turn was cut by the budget or the context window (inside its tool calls, if it made any).
       p.stopReason = outOfRoom()
-      break turns
+      break
     }
     if (!parsed.requestedTools) {
       p.stopReason = "no_tool_call"
-      break turns
+      break
     }
     if (config.maxToolCallingIterations !== undefined && iteration >= config.maxToolCallingIterations) {
       p.stopReason = "max_tool_calling_iterations"
-      break turns
+      break
     }
     // Execute every call of the turn in order; parse failures are answered in place. Each call is recorded as
     // soon as it ran (it counts even when its result ends up not fitting, or a later call loses the session).
@@ -580,7 +580,7 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
     if (p.completionLength + suffix.length > config.maxCompletionLength || suffix.length >= contextLeft()) {
       // The results do not fit: dropped, and the completion ends on the model's tool-call turn (TRL).
       p.stopReason = suffix.length >= contextLeft() ? "context_window" : "completion_budget"
-      break turns
+      break
     }
     for (const m of toolMessages) p.messages.push(m)
     p.appendTool(suffix)

@@ -1,9 +1,10 @@
 /**
  * A bounded hand-off of items from many producer fibers to one consumer (the rollout's workers to its stream).
  *
- * Two things V8's young-generation collector punishes are avoided here, both measured on the rollout's groups:
+ * Two things V8's young-generation collector punishes are avoided here:
  * - Effect's `Queue` keeps removed linked-list nodes pointing at their values and successors: once one node reached
- *   the old generation, every later item stayed alive through it.
+ *   the old generation, every later item stayed alive through it (a Queue hand-off between two fibers promoted
+ *   6.8 % of all allocations, this one 0 %).
  * - A function handed to `Effect.async` (the register callback) stays reachable for young collections after the
  *   call, and so does whatever its closure reaches: in a small test, a register per batch that could reach the
  *   batch's records got them promoted (3 % of all allocations instead of 0.7 %). Items are therefore never reachable
@@ -71,9 +72,9 @@ export const make = <A, E>(capacity: number): Handoff<A, E> => {
         wake()
         return Effect.void
       }
+      // Full: the consumer is not waiting (it only waits when nothing is ready and no producer waits).
       const waiting: Waiting<A> = { item, resume: undefined }
       writers.push(waiting)
-      wake()
       return waitForRoom(waiting)
     })
   const take: Effect.Effect<A, Option.Option<E>> = Effect.suspend(() => {
