@@ -29,7 +29,7 @@
  */
 import * as Environment from "@envtrain/env/Environment"
 import type { ChatMessage, ChatTemplateError, ToolCall, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
-import { Context, Effect, Exit, Option } from "effect"
+import { Context, Effect, Exit, Option, type Types } from "effect"
 import type { Renderer, TemplateNotPrefixStable } from "./ChatRenderer.js"
 import { ChatRenderer } from "./ChatRenderer.js"
 import type { FinishReason, PolicyError, SamplingParams } from "./Policy.js"
@@ -428,7 +428,13 @@ const appendObservation = (prompt: ReadonlyArray<ChatMessage>, observation: Opti
       : [...prompt, { role: "user", content: observation.value } as ChatMessage]
   }
   const last = prompt[prompt.length - 1]
-  return [...prompt.slice(0, -1), { ...last, content: last.content + observation.value }]
+  // Object.assign and a write rather than `{ ...last, content }`: a spread followed by a property is V8's slow path
+  // (~0.45 µs; Object.assign ~0.04 µs), and this runs once per episode.
+  const withObservation: Types.Mutable<ChatMessage> = Object.assign({}, last)
+  withObservation.content = last.content + observation.value
+  const messages = prompt.slice(0, -1)
+  messages.push(withObservation)
+  return messages
 }
 
 const UNNAMED = "(unnamed)"
@@ -501,7 +507,10 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
       : config.maxModelLength - p.promptIds.length - p.completionLength
   const budgetLeft = () => Math.min(config.maxCompletionLength - p.completionLength, contextLeft())
   const outOfRoom = (): StopReason => contextLeft() <= 0 ? "context_window" : "completion_budget"
-  const sampling = { ...config.sampling, stopTokenIds: config.sampling.stopTokenIds ?? renderer.eosTokenIds }
+  // Object.assign rather than spreads: `{ ...a, b }` is V8's slow path (~0.45 µs, against ~0.04), and the per-turn
+  // copy below runs once per tool step.
+  const sampling: Types.Mutable<EpisodeConfig["sampling"]> = Object.assign({}, config.sampling)
+  sampling.stopTokenIds = config.sampling.stopTokenIds ?? renderer.eosTokenIds
   const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
   // This loop runs once per tool step, so it allocates little: it is the rollout's own cost per step (see
   // bench/rollout), next to an environment step over the wire of well under a millisecond.
@@ -518,7 +527,7 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
     // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
     const generated = policy.generate({
       promptIds: p.contextView(),
-      sampling: { ...sampling, maxTokens }
+      sampling: turnSampling(sampling, maxTokens)
     })
     const out = succeeded(generated) ? generated.value : yield* generated
     // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).
@@ -594,6 +603,12 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
 // renderer answers that way on its hot paths, and a yield costs about as much as the rest of a step's bookkeeping.
 const succeeded = <A, E, R>(effect: Effect.Effect<A, E, R>): effect is Exit.Success<A, E> & Effect.Effect<A, E, R> =>
   Exit.isExit(effect) && Exit.isSuccess(effect)
+
+const turnSampling = (sampling: EpisodeConfig["sampling"], maxTokens: number): SamplingParams => {
+  const turn: Types.Mutable<SamplingParams> = Object.assign({ maxTokens }, sampling)
+  turn.maxTokens = maxTokens
+  return turn
+}
 
 const assistantMessage = (parsed: ToolCallParser.ParsedTurn): ChatMessage =>
   new LoopMessage(
