@@ -20,6 +20,7 @@
  * @since 0.0.0
  */
 import { pythonJson } from "@envtrain/env/Tool"
+import { isSpace } from "./internal/fastCodec.js"
 
 /** A well-formed tool call. */
 export interface Call {
@@ -130,20 +131,23 @@ export const parse = (text: string, options: ParseOptions): ParsedTurn => {
   return { reasoning, content: content.trim(), calls, failures, requestedTools: index > 0 || failures.length > 0 }
 }
 
+// Index arithmetic rather than trimming and slicing in a loop (each pass allocated a string, on every model turn).
 const stripStops = (text: string, stops: ReadonlyArray<string>): string => {
-  let out = text
+  let end = text.length
   let changed = true
   while (changed) {
     changed = false
-    const trimmed = out.trimEnd()
+    let trimmed = end
+    while (trimmed > 0 && isSpace(text.charCodeAt(trimmed - 1))) trimmed--
     for (const stop of stops) {
-      if (stop.length > 0 && trimmed.endsWith(stop)) {
-        out = trimmed.slice(0, trimmed.length - stop.length)
+      const at = trimmed - stop.length
+      if (stop.length > 0 && at >= 0 && text.startsWith(stop, at)) {
+        end = at
         changed = true
       }
     }
   }
-  return out
+  return end === text.length ? text : text.slice(0, end)
 }
 
 // A JSON string may itself contain "</tool_call>", so take the first closing tag whose inner text parses, falling
@@ -173,11 +177,21 @@ const findBlock = (
 
 const tryJson = (raw: string): { ok: true; value: unknown } | { ok: false; error: string } => {
   try {
-    return { ok: true, value: JSON.parse(raw.trim()) }
+    return { ok: true, value: JSON.parse(trimForJson(raw)) }
   } catch (e) {
     return { ok: false, error: e instanceof Error ? e.message : String(e) }
   }
 }
+
+// The text trimmed of whitespace (as `trim`), without a copy when JSON.parse would skip that whitespace itself
+// (space, tab, newline, carriage return): the usual call block is "\n{…}\n".
+const trimForJson = (raw: string): string => {
+  const n = raw.length
+  for (let i = 0; i < n && isSpace(raw.charCodeAt(i)); i++) if (!isJsonSpace(raw.charCodeAt(i))) return raw.trim()
+  for (let i = n - 1; i >= 0 && isSpace(raw.charCodeAt(i)); i--) if (!isJsonSpace(raw.charCodeAt(i))) return raw.trim()
+  return raw
+}
+const isJsonSpace = (c: number): boolean => c === 32 || c === 9 || c === 10 || c === 13
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 

@@ -153,4 +153,40 @@ describe("ToolCallParser", () => {
     assert.strictEqual(turn.failures[0].reason, "malformed_json")
     assert.strictEqual(turn.failures[0].name, "guess")
   })
+
+  it("a call's JSON may be surrounded by any whitespace trim removes, not only JSON's own", () => {
+    for (const space of ["\n", " \t\r\n", "\u00a0", "\u3000\n", "\ufeff"]) {
+      const turn = ToolCallParser.parse(
+        `<tool_call>${space}{"name": "guess", "arguments": {}}${space}</tool_call>`,
+        STOPS
+      )
+      assert.deepStrictEqual(
+        turn.calls,
+        [{ _tag: "Call", name: "guess", arguments: {}, index: 0 }],
+        JSON.stringify(space)
+      )
+    }
+  })
+
+  it.prop(
+    "stop strings: every trailing stop (with whitespace before it) is removed, other text is kept",
+    [plainText, fc.array(fc.constantFrom("<|im_end|>", "<|endoftext|>", " ", "\n"), { maxLength: 5 })],
+    ([text, tail]) => {
+      const stops = { thinking: false, stopStrings: ["<|im_end|>", "<|endoftext|>"] }
+      // Reference: strip whitespace + one stop at a time, as long as one matches.
+      let expected = text + tail.join("")
+      for (let again = true; again;) {
+        again = false
+        const trimmed = expected.trimEnd()
+        for (const stop of stops.stopStrings) {
+          if (trimmed.endsWith(stop)) {
+            expected = trimmed.slice(0, -stop.length)
+            again = true
+          }
+        }
+      }
+      assert.strictEqual(ToolCallParser.parse(text + tail.join(""), stops).content, expected.trim())
+      return true
+    }
+  )
 })

@@ -30,8 +30,8 @@ const byteLevelTable = (): Map<string, number> => {
   return table
 }
 
-// Whitespace as a regular expression's `\s` sees it (one UTF-16 unit).
-const isSpace = (c: number): boolean =>
+// Whitespace as a regular expression's `\s` and `String.prototype.trim` see it (one UTF-16 unit).
+export const isSpace = (c: number): boolean =>
   c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 ||
   c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff
 
@@ -108,35 +108,43 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
     }
     return ids
   }
-  // The encoders below append to the caller's array (`out`): intermediate arrays per stretch were most of what the
-  // rollout's hot path allocated.
-  const append = (out: Array<number>, ids: ReadonlyArray<number>): void => {
-    for (let i = 0; i < ids.length; i++) out.push(ids[i])
+  // The encoders below write into one scratch array that never shrinks (`put`), and each call returns an exact-size
+  // copy: growing a fresh array by `push` reallocated it several times per call, most of what suffix encoding
+  // allocated. Every encoding call starts with `written = 0`; none is re-entered.
+  const scratch: Array<number> = Array.from({ length: 1024 }, () => 0)
+  let written = 0
+  const put = (id: number): void => {
+    if (written < scratch.length) scratch[written] = id
+    else scratch.push(id)
+    written++
+  }
+  const append = (ids: ReadonlyArray<number>): void => {
+    for (let i = 0; i < ids.length; i++) put(ids[i])
   }
   // A new stretch (e.g. a tool output) is cut into lines (see `nextLineCut`), which repeat far more often than whole
   // outputs; a stretch without a cut is memoised whole.
-  const stretchInto = (out: Array<number>, s: string): void => {
+  const stretchInto = (s: string): void => {
     let last = 0
     for (let cut = nextLineCut(s, 0); cut >= 0; cut = nextLineCut(s, cut)) {
-      append(out, memoEncode(s.slice(last, cut)))
+      append(memoEncode(s.slice(last, cut)))
       last = cut
     }
-    append(out, memoEncode(last === 0 ? s : s.slice(last)))
+    append(memoEncode(last === 0 ? s : s.slice(last)))
   }
-  const splitEncodeInto = (out: Array<number>, text: string): void => {
+  const splitEncodeInto = (text: string): void => {
     let last = 0
     pattern.lastIndex = 0
     for (let m = pattern.exec(text); m !== null; m = pattern.exec(text)) {
-      if (m.index > last) stretchInto(out, text.slice(last, m.index))
-      out.push(addedIds.get(m[0])!)
+      if (m.index > last) stretchInto(text.slice(last, m.index))
+      put(addedIds.get(m[0])!)
       last = m.index + m[0].length
     }
-    if (last < text.length) stretchInto(out, text.slice(last))
+    if (last < text.length) stretchInto(text.slice(last))
   }
   const splitEncode = (text: string): Array<number> => {
-    const out: Array<number> = []
-    splitEncodeInto(out, text)
-    return out
+    written = 0
+    splitEncodeInto(text)
+    return scratch.slice(0, written)
   }
   const encode = (text: string): Array<number> => {
     if (encodeChecks < 0) return tokenizer.encode(text)
@@ -297,21 +305,22 @@ export const make = (tokenizer: Tokenizer): FastCodec => {
       if (usable === undefined || checks < 0 || encodeChecks < 0 || contents.length !== pieces.length - 1) {
         return encode(join(contents))
       }
-      const out: Array<number> = []
+      written = 0
       const first = usable[0]
-      if (first.head.length > 0) stretchInto(out, first.head)
-      append(out, first.ids)
+      if (first.head.length > 0) stretchInto(first.head)
+      append(first.ids)
       for (let i = 0; i < contents.length; i++) {
         const left = usable[i]
         const right = usable[i + 1]
         const middle = left.tail + contents[i] + right.head
         for (const a of left.after) if (middle.startsWith(a)) return encode(join(contents))
         for (const b of right.before) if (middle.endsWith(b)) return encode(join(contents))
-        if (middle.length > 0) splitEncodeInto(out, middle)
-        append(out, right.ids)
+        if (middle.length > 0) splitEncodeInto(middle)
+        append(right.ids)
       }
       const last = usable[usable.length - 1]
-      if (last.tail.length > 0) stretchInto(out, last.tail)
+      if (last.tail.length > 0) stretchInto(last.tail)
+      const out = scratch.slice(0, written)
       if (checks > 0) {
         checks--
         const slow = tokenizer.encode(join(contents))
