@@ -189,31 +189,23 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
 
     const services: Episode.Services = { renderer: yield* ChatRenderer, policy: yield* Policy }
 
-    // One episode, run by a worker in its uninterruptible region: `restore` makes the episode's own work
-    // interruptible, and its scope is closed whatever happens. The scope enters and leaves the context with two
-    // FiberRef sets (`Scope.extend` goes through `acquireUseRelease`, ~1.4 µs more per episode) and is closed with
-    // `Exit.void` after a success: a closed scope keeps the exit it was closed with, and once V8 had moved scopes to
-    // the old generation, every record in a success exit was kept through young collections and copied to the old
-    // generation (a tenth of all an episode allocated, ~3 µs per tool step). Finalizers still see a failure or an
-    // interruption as it was. One generator function for the run (see docs/architecture.md, hot paths).
-    const episode = function*(
-      restore: <A, E2, R2>(effect: Effect.Effect<A, E2, R2>) => Effect.Effect<A, E2, R2>,
-      group: OpenGroup,
-      generation: number
-    ) {
-      const { columns, prompt, promptIndex } = group
-      const envSeed = typeof columns.seed === "number"
-        ? columns.seed
-        : seedOf(options.baseSeed ?? 0, promptIndex, generation)
-      // Object.assign and a write: `{ ...columns, seed }` is V8's slow path for a spread (~0.45 µs, against ~0.04).
-      const resetRow: Record<string, unknown> = Object.assign({}, columns)
-      resetRow.seed = envSeed
-      const progress = new Episode.Progress<State>({ promptIndex, generation, row: resetRow, envSeed })
+    // What one episode runs (inside its worker's scope handling, below): open the session, run the loop, with the
+    // timeout and the span when asked for.
+    const episodeBody = (group: OpenGroup, generation: number, envSeed: number, progress: Episode.Progress<State>) => {
+      const row = progress.identity.row
+      const { promptIndex } = group
       const body = options.episode !== undefined
-        ? options.episode({ prompt, row: resetRow, promptIndex, generation, envSeed, progress })
+        ? options.episode({
+          prompt: group.prompt,
+          row,
+          promptIndex,
+          generation,
+          envSeed,
+          progress
+        })
         : Effect.flatMap(
-          options.open(resetRow),
-          (session) => Episode.runWith(services, { prompt, session, config: options.config, progress })
+          options.open(row),
+          (session) => Episode.runWith(services, { prompt: group.prompt, session, config: options.config, progress })
         )
       const limited = timeout === undefined ? body : Effect.timeoutFail(body, {
         duration: timeout,
@@ -226,16 +218,27 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
           captureStackTrace: false
         })
         : limited
-      const scope = yield* Scope.make()
-      const outer = yield* FiberRef.get(FiberRef.currentContext)
-      yield* FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope))
-      const exit = yield* Effect.exit(restore(spanned as Effect.Effect<EpisodeRecord<State>, Failure, never>))
-      yield* FiberRef.set(FiberRef.currentContext, outer)
-      const closed = yield* Effect.exit(Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit))
-      if (Exit.isSuccess(exit) && Exit.isSuccess(closed)) return exit.value
-      // A typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session was
-      // lost dies with it, see `Environment.Episode.call`), may end only this episode; so may a session whose
-      // release died after the episode itself succeeded.
+      return spanned as Effect.Effect<EpisodeRecord<State>, Failure, never>
+    }
+    const envSeedOf = (group: OpenGroup, generation: number): number =>
+      typeof group.columns.seed === "number"
+        ? group.columns.seed
+        : seedOf(options.baseSeed ?? 0, group.promptIndex, generation)
+    const newProgress = (group: OpenGroup, generation: number, envSeed: number) => {
+      const { columns, promptIndex } = group
+      // Object.assign and a write: `{ ...columns, seed }` is V8's slow path for a spread (~0.45 µs, against ~0.04).
+      const resetRow: Record<string, unknown> = Object.assign({}, columns)
+      resetRow.seed = envSeed
+      return new Episode.Progress<State>({ promptIndex, generation, row: resetRow, envSeed })
+    }
+    // Whether an episode that ended with `exit` (its scope closed with `closed`) becomes an unscoreable record: a
+    // typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session was lost
+    // dies with it, see `Environment.Episode.call`), may end only this episode; so may a session whose release died
+    // after the episode itself succeeded. Undefined: the failure ends the run.
+    const unscoreableOf = (
+      exit: Exit.Exit<EpisodeRecord<State>, Failure>,
+      closed: Exit.Exit<void>
+    ): { readonly cause: Cause.Cause<Failure>; readonly reason: ReturnType<typeof describeError> | undefined } => {
       const cause = Exit.isFailure(exit) ? exit.cause : (closed as Exit.Failure<void, never>).cause
       const failure = Cause.failureOption(cause)
       const culprit = Option.isSome(failure)
@@ -243,8 +246,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
         : Cause.isDie(cause) && !Cause.isInterrupted(cause)
         ? Cause.squash(cause)
         : undefined
-      if (culprit !== undefined && isUnscoreable(culprit)) return progress.finish(describeError(culprit))
-      return yield* Effect.failCause(cause)
+      return { cause, reason: culprit !== undefined && isUnscoreable(culprit) ? describeError(culprit) : undefined }
     }
 
     // A fixed pool of `concurrency` workers takes episodes in row order (all G of a row, then the next row), so
@@ -305,20 +307,54 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
     const out = Handoff.make<Group<State>, Failure>(workers + 1)
     // Uninterruptible between episodes, so that an episode's scope is always closed; waiting for rows, the group
     // bound, the stream's consumer and the episode itself are interruptible (`restore`).
+    //
+    // Each episode gets a scope of its own, put in the context with one FiberRef set (`Scope.extend` costs an
+    // `acquireUseRelease` more) and closed with `Exit.void` after a success: a closed scope keeps the exit it was
+    // closed with, and once V8 had moved scopes to the old generation, every record in a success exit was kept through
+    // young collections and copied to the old generation (a tenth of all an episode allocated, ~3 µs per tool step).
+    // Finalizers still see a failure or an interruption as it was. The worker's own context comes back only before it
+    // waits for anything else (the next group, the consumer): a FiberRef set of the context costs ~1 µs (it copies the
+    // fiber's refs and compares the contexts), and one per episode instead of two was ~0.5 µs per tool step. One
+    // generator for the whole worker (see docs/architecture.md, hot paths).
     const worker = Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
+        const outer = yield* FiberRef.get(FiberRef.currentContext)
+        // Whether the context holds an episode's (closed) scope instead of `outer`.
+        let inEpisodeContext = false
         while (true) {
           let group = current
           let generation: number
           if (group !== undefined && group.next < groupSize) generation = group.next++
           else {
+            if (inEpisodeContext) {
+              yield* FiberRef.set(FiberRef.currentContext, outer)
+              inEpisodeContext = false
+            }
             const slot = yield* restore(openGroup)
             if (Option.isNone(slot)) return
             group = slot.value.group
             generation = slot.value.generation
           }
-          group.episodes[generation] = yield* episode(restore, group, generation)
+          const envSeed = envSeedOf(group, generation)
+          const progress = newProgress(group, generation, envSeed)
+          const body = episodeBody(group, generation, envSeed, progress)
+          const scope = yield* Scope.make()
+          yield* FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope))
+          inEpisodeContext = true
+          const exit = yield* Effect.exit(restore(body))
+          const closed = yield* Effect.exit(Scope.close(scope, Exit.isSuccess(exit) ? Exit.void : exit))
+          if (Exit.isSuccess(exit) && Exit.isSuccess(closed)) group.episodes[generation] = exit.value
+          else {
+            const { cause, reason } = unscoreableOf(exit, closed)
+            if (reason === undefined) {
+              yield* FiberRef.set(FiberRef.currentContext, outer)
+              return yield* Effect.failCause(cause)
+            }
+            group.episodes[generation] = progress.finish(reason)
+          }
           if (++group.done === groupSize) {
+            yield* FiberRef.set(FiberRef.currentContext, outer)
+            inEpisodeContext = false
             yield* groupSlots.release(1)
             yield* restore(out.offer({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes }))
           }
