@@ -128,24 +128,24 @@ const main = Effect.gen(function*() {
   // array per episode that only grows (see Policy.GenerateRequest), so each turn scans only the new tokens and the
   // script's own cost stays far below the rollout's (rescanning the whole context each turn cost ~1 µs per step).
   const scanned = new WeakMap<ReadonlyArray<number>, { at: number; responses: number }>()
-  const scripted = (request: Policy.GenerateRequest) =>
-    Effect.sync(() => {
-      const ids = request.promptIds
-      let seen = scanned.get(ids)
-      if (seen === undefined) scanned.set(ids, seen = { at: 0, responses: 0 })
-      for (let i = ids.indexOf(responseId, seen.at); i >= 0; i = ids.indexOf(responseId, i + 1)) seen.responses++
-      seen.at = ids.length
-      const n = seen.responses
-      const k = Math.min(n, GUESSES.length)
-      const max = request.sampling.maxTokens
-      return replies[k].length <= max
-        ? { tokenIds: replies[k], logprobs: replyLogprobs[k], finishReason: "stop" as const }
-        : {
-          tokenIds: replies[k].slice(0, max),
-          logprobs: replyLogprobs[k].slice(0, max),
-          finishReason: "stop" as const
-        }
-    })
+  const scriptedReply = (request: Policy.GenerateRequest): Policy.Completion => {
+    const ids = request.promptIds
+    let seen = scanned.get(ids)
+    if (seen === undefined) scanned.set(ids, seen = { at: 0, responses: 0 })
+    for (let i = ids.indexOf(responseId, seen.at); i >= 0; i = ids.indexOf(responseId, i + 1)) seen.responses++
+    seen.at = ids.length
+    const n = seen.responses
+    const k = Math.min(n, GUESSES.length)
+    const max = request.sampling.maxTokens
+    return replies[k].length <= max
+      ? { tokenIds: replies[k], logprobs: replyLogprobs[k], finishReason: "stop" as const }
+      : {
+        tokenIds: replies[k].slice(0, max),
+        logprobs: replyLogprobs[k].slice(0, max),
+        finishReason: "stop" as const
+      }
+  }
+  const scripted = (request: Policy.GenerateRequest) => Effect.sync(() => scriptedReply(request))
   // Off while the rollout is measured directly (the timers would be charged to it).
   let timing = true
   const policy = Layer.succeed(Policy.Policy, {
@@ -449,6 +449,55 @@ const main = Effect.gen(function*() {
     wallMsPerStep: medianOf(textRuns.map((r) => r.wallMsPerStep)),
     cpuMsPerStep: medianOf(textRuns.map((r) => r.cpuMsPerStep))
   }
+  // A floor for the loop itself: the same episodes with the same records (Episode.Progress, its live context,
+  // messages, tool-call records, the joined token arrays), the same text work and the same scripted policy, as one
+  // plain synchronous loop with no Effect at all (no fibers, scopes, stream or hand-off). What the rollout costs above
+  // this is its scheduling: Effect operations per step and per episode, and the garbage they make.
+  const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
+  const plainLoop = () => {
+    const c0 = cpuMs()
+    const t0 = performance.now()
+    let steps = 0
+    let group: Array<Episode.EpisodeRecord<number>> = []
+    for (let e = 0; e < DIRECT_EPISODES; e++) {
+      const game = games[Rollout.seedOf(0, e >> 3, e & 7) % games.length]
+      const p = new Episode.Progress<number>({ promptIndex: e >> 3, generation: e & 7, row: { seed: e }, envSeed: e })
+      p.messages = [{ role: "user", content: `Game ${e >> 3}.` + game.observation }]
+      p.promptMessageCount = 1
+      p.promptIds = Effect.runSync(renderer.promptIds(p.messages, wordleTools))
+      let k = 0
+      while (true) {
+        const out = scriptedReply({ promptIds: p.contextView(), sampling: { maxTokens: 4096, temperature: 1 } })
+        p.appendModel(out.tokenIds, out.logprobs)
+        p.turns++
+        const parsed = ToolCallParser.parse(renderer.decode(out.tokenIds), parseOptions)
+        p.messages.push({ role: "assistant", content: parsed.content })
+        if (!parsed.requestedTools) break
+        const outcome = game.outcomes[Math.min(k++, game.outcomes.length - 1)]
+        p.toolCalls.push({
+          turn: p.turns - 1,
+          name: "guess",
+          arguments: parsed.calls[0].arguments,
+          status: "success",
+          text: outcome.text
+        })
+        const message: ChatTemplate.ChatMessage = { role: "tool", name: "guess", content: outcome.text }
+        p.appendTool(Effect.runSync(renderer.toolSuffixIds([message])))
+        p.messages.push(message)
+        steps++
+      }
+      p.state = k
+      group.push(p.finish())
+      if (group.length === GROUP) group = []
+    }
+    return { wallMsPerStep: (performance.now() - t0) / steps, cpuMsPerStep: (cpuMs() - c0) / steps }
+  }
+  plainLoop()
+  const plainRuns = Array.from({ length: REPEATS }, plainLoop)
+  const plainAlone = {
+    wallMsPerStep: medianOf(plainRuns.map((r) => r.wallMsPerStep)),
+    cpuMsPerStep: medianOf(plainRuns.map((r) => r.cpuMsPerStep))
+  }
   if (ONLY === "direct") {
     const quick = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 16 })
     const step = yield* servedStepAt(quick.url)
@@ -464,6 +513,7 @@ const main = Effect.gen(function*() {
         f(overheadDirect.cpuMsPerStep, 4)
       } ms CPU per tool step (every run: ${overheadDirect.allWallMsPerStep.map((x) => f(x, 4)).join(", ")})`,
       `- text work alone: ${f(textAlone.wallMsPerStep, 4)} ms per tool step`,
+      `- the same episodes as a plain synchronous loop (no Effect): ${f(plainAlone.wallMsPerStep, 4)} ms per tool step`,
       `- served Wordle step p50: ${f(step.p50Ms, 4)} ms (p99 ${f(step.p99Ms, 4)})`,
       `- **rollout / served step: ${(overheadDirect.wallMsPerStep / step.p50Ms * 100).toFixed(1)} % wall, ${
         (overheadDirect.cpuMsPerStep / step.p50Ms * 100).toFixed(1)
@@ -474,7 +524,11 @@ const main = Effect.gen(function*() {
     mkdirSync("bench/results", { recursive: true })
     writeFileSync(
       `bench/results/${OUT}.json`,
-      JSON.stringify({ date: new Date().toISOString(), direct: overheadDirect, textAlone, servedStep: step }, null, 2) +
+      JSON.stringify(
+        { date: new Date().toISOString(), direct: overheadDirect, textAlone, plainLoop: plainAlone, servedStep: step },
+        null,
+        2
+      ) +
         "\n"
     )
     writeFileSync(`bench/results/${OUT}.md`, lines)
@@ -667,6 +721,7 @@ const main = Effect.gen(function*() {
     overhead: {
       direct: overheadDirect,
       textWorkAlone: textAlone,
+      plainLoop: plainAlone,
       directVsBareWireStepP50: overheadDirect.wallMsPerStep / bare.p50Ms,
       directCpuVsBareWireStepCpuP50: overheadDirect.cpuMsPerStep / bare.cpuP50Ms,
       directCpuVsBareWireStepCpuMean: overheadDirect.cpuMsPerStep / bare.cpuMeanMs,
@@ -714,6 +769,9 @@ const main = Effect.gen(function*() {
     `| of which text work alone (prompt ids, decode, parse, suffix ids; a plain loop) | ${
       f(textAlone.wallMsPerStep, 4)
     } | ${f(textAlone.cpuMsPerStep, 4)} | | |`,
+    `| the same episodes as a plain synchronous loop (same records and text work, no Effect: a floor) | ${
+      f(plainAlone.wallMsPerStep, 4)
+    } | ${f(plainAlone.cpuMsPerStep, 4)} | | |`,
     `| bare Wordle step over the wire (client.step; client + server CPU), p50 | ${f(bare.p50Ms, 4)} | ${
       f(bare.cpuP50Ms, 4)
     } | | |`,
