@@ -449,55 +449,96 @@ const main = Effect.gen(function*() {
     wallMsPerStep: medianOf(textRuns.map((r) => r.wallMsPerStep)),
     cpuMsPerStep: medianOf(textRuns.map((r) => r.cpuMsPerStep))
   }
-  // A floor for the loop itself: the same episodes with the same records (Episode.Progress, its live context,
+  // Floors for the loop itself: the same episodes with the same records (Episode.Progress, its live context,
   // messages, tool-call records, the joined token arrays), the same text work and the same scripted policy, as one
-  // plain synchronous loop with no Effect at all (no fibers, scopes, stream or hand-off). What the rollout costs above
-  // this is its scheduling: Effect operations per step and per episode, and the garbage they make.
+  // plain synchronous loop with no Effect at all (no fibers, scopes, stream or hand-off); and the same loop shaped as
+  // the least an Effect-based loop does: one `Effect.gen` per episode whose policy call and tool call are effects (two
+  // yields per tool step), still without a scope, supervision or a stream. What the rollout costs above the first is
+  // its scheduling; above the second, what it needs besides the two yields.
   const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
-  const plainLoop = () => {
+  const floorSampling = { maxTokens: 4096, temperature: 1 }
+  const floorEpisode = (e: number) => {
+    const game = games[Rollout.seedOf(0, e >> 3, e & 7) % games.length]
+    const p = new Episode.Progress<number>({ promptIndex: e >> 3, generation: e & 7, row: { seed: e }, envSeed: e })
+    p.messages = [{ role: "user", content: `Game ${e >> 3}.` + game.observation }]
+    p.promptMessageCount = 1
+    p.promptIds = Effect.runSync(renderer.promptIds(p.messages, wordleTools))
+    return { game, p }
+  }
+  // After the policy's turn: its tool call, or undefined when it made none.
+  const floorTurn = (p: Episode.Progress<number>, out: Policy.Completion) => {
+    p.appendModel(out.tokenIds, out.logprobs)
+    p.turns++
+    const parsed = ToolCallParser.parse(renderer.decode(out.tokenIds), parseOptions)
+    p.messages.push({ role: "assistant", content: parsed.content })
+    return parsed.requestedTools ? parsed.calls[0] : undefined
+  }
+  const floorResult = (p: Episode.Progress<number>, call: ToolCallParser.Call, outcome: Environment.ToolOutcome) => {
+    p.toolCalls.push({
+      turn: p.turns - 1,
+      name: call.name,
+      arguments: call.arguments,
+      status: "success",
+      text: outcome.text
+    })
+    const message: ChatTemplate.ChatMessage = { role: "tool", name: call.name, content: outcome.text }
+    p.appendTool(Effect.runSync(renderer.toolSuffixIds([message])))
+    p.messages.push(message)
+  }
+  const floorRun = (episodes: (steps: { n: number }) => void) => () => {
     const c0 = cpuMs()
     const t0 = performance.now()
-    let steps = 0
+    const steps = { n: 0 }
+    episodes(steps)
+    return { wallMsPerStep: (performance.now() - t0) / steps.n, cpuMsPerStep: (cpuMs() - c0) / steps.n }
+  }
+  const plainLoop = floorRun((steps) => {
     let group: Array<Episode.EpisodeRecord<number>> = []
     for (let e = 0; e < DIRECT_EPISODES; e++) {
-      const game = games[Rollout.seedOf(0, e >> 3, e & 7) % games.length]
-      const p = new Episode.Progress<number>({ promptIndex: e >> 3, generation: e & 7, row: { seed: e }, envSeed: e })
-      p.messages = [{ role: "user", content: `Game ${e >> 3}.` + game.observation }]
-      p.promptMessageCount = 1
-      p.promptIds = Effect.runSync(renderer.promptIds(p.messages, wordleTools))
+      const { game, p } = floorEpisode(e)
       let k = 0
-      while (true) {
-        const out = scriptedReply({ promptIds: p.contextView(), sampling: { maxTokens: 4096, temperature: 1 } })
-        p.appendModel(out.tokenIds, out.logprobs)
-        p.turns++
-        const parsed = ToolCallParser.parse(renderer.decode(out.tokenIds), parseOptions)
-        p.messages.push({ role: "assistant", content: parsed.content })
-        if (!parsed.requestedTools) break
-        const outcome = game.outcomes[Math.min(k++, game.outcomes.length - 1)]
-        p.toolCalls.push({
-          turn: p.turns - 1,
-          name: "guess",
-          arguments: parsed.calls[0].arguments,
-          status: "success",
-          text: outcome.text
-        })
-        const message: ChatTemplate.ChatMessage = { role: "tool", name: "guess", content: outcome.text }
-        p.appendTool(Effect.runSync(renderer.toolSuffixIds([message])))
-        p.messages.push(message)
-        steps++
+      for (let call = floorTurn(p, scriptedReply({ promptIds: p.contextView(), sampling: floorSampling })); call;) {
+        floorResult(p, call, game.outcomes[Math.min(k++, game.outcomes.length - 1)])
+        steps.n++
+        call = floorTurn(p, scriptedReply({ promptIds: p.contextView(), sampling: floorSampling }))
       }
       p.state = k
       group.push(p.finish())
       if (group.length === GROUP) group = []
     }
-    return { wallMsPerStep: (performance.now() - t0) / steps, cpuMsPerStep: (cpuMs() - c0) / steps }
+  })
+  const effectLoop = floorRun((steps) =>
+    Effect.runSync(Effect.gen(function*() {
+      let group: Array<Episode.EpisodeRecord<number>> = []
+      for (let e = 0; e < DIRECT_EPISODES; e++) {
+        group.push(
+          yield* Effect.gen(function*() {
+            const { game, p } = floorEpisode(e)
+            let k = 0
+            const turn = () => Effect.sync(() => scriptedReply({ promptIds: p.contextView(), sampling: floorSampling }))
+            for (let call = floorTurn(p, yield* turn()); call;) {
+              floorResult(p, call, yield* Effect.sync(() => game.outcomes[Math.min(k++, game.outcomes.length - 1)]))
+              steps.n++
+              call = floorTurn(p, yield* turn())
+            }
+            p.state = k
+            return p.finish()
+          })
+        )
+        if (group.length === GROUP) group = []
+      }
+    }))
+  )
+  const floorOf = (loop: () => { wallMsPerStep: number; cpuMsPerStep: number }) => {
+    loop()
+    const runs = Array.from({ length: REPEATS }, loop)
+    return {
+      wallMsPerStep: medianOf(runs.map((r) => r.wallMsPerStep)),
+      cpuMsPerStep: medianOf(runs.map((r) => r.cpuMsPerStep))
+    }
   }
-  plainLoop()
-  const plainRuns = Array.from({ length: REPEATS }, plainLoop)
-  const plainAlone = {
-    wallMsPerStep: medianOf(plainRuns.map((r) => r.wallMsPerStep)),
-    cpuMsPerStep: medianOf(plainRuns.map((r) => r.cpuMsPerStep))
-  }
+  const plainAlone = floorOf(plainLoop)
+  const effectAlone = floorOf(effectLoop)
   if (ONLY === "direct") {
     const quick = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 16 })
     const step = yield* servedStepAt(quick.url)
@@ -514,6 +555,9 @@ const main = Effect.gen(function*() {
       } ms CPU per tool step (every run: ${overheadDirect.allWallMsPerStep.map((x) => f(x, 4)).join(", ")})`,
       `- text work alone: ${f(textAlone.wallMsPerStep, 4)} ms per tool step`,
       `- the same episodes as a plain synchronous loop (no Effect): ${f(plainAlone.wallMsPerStep, 4)} ms per tool step`,
+      `- the same loop with an Effect.gen per episode and two yields per step: ${
+        f(effectAlone.wallMsPerStep, 4)
+      } ms per tool step`,
       `- served Wordle step p50: ${f(step.p50Ms, 4)} ms (p99 ${f(step.p99Ms, 4)})`,
       `- **rollout / served step: ${(overheadDirect.wallMsPerStep / step.p50Ms * 100).toFixed(1)} % wall, ${
         (overheadDirect.cpuMsPerStep / step.p50Ms * 100).toFixed(1)
@@ -525,7 +569,14 @@ const main = Effect.gen(function*() {
     writeFileSync(
       `bench/results/${OUT}.json`,
       JSON.stringify(
-        { date: new Date().toISOString(), direct: overheadDirect, textAlone, plainLoop: plainAlone, servedStep: step },
+        {
+          date: new Date().toISOString(),
+          direct: overheadDirect,
+          textAlone,
+          plainLoop: plainAlone,
+          effectLoop: effectAlone,
+          servedStep: step
+        },
         null,
         2
       ) +
@@ -722,6 +773,7 @@ const main = Effect.gen(function*() {
       direct: overheadDirect,
       textWorkAlone: textAlone,
       plainLoop: plainAlone,
+      effectLoop: effectAlone,
       directVsBareWireStepP50: overheadDirect.wallMsPerStep / bare.p50Ms,
       directCpuVsBareWireStepCpuP50: overheadDirect.cpuMsPerStep / bare.cpuP50Ms,
       directCpuVsBareWireStepCpuMean: overheadDirect.cpuMsPerStep / bare.cpuMeanMs,
@@ -772,6 +824,9 @@ const main = Effect.gen(function*() {
     `| the same episodes as a plain synchronous loop (same records and text work, no Effect: a floor) | ${
       f(plainAlone.wallMsPerStep, 4)
     } | ${f(plainAlone.cpuMsPerStep, 4)} | | |`,
+    `| the same loop with the least an Effect loop does (an Effect.gen per episode, two yields per tool step; no scope) | ${
+      f(effectAlone.wallMsPerStep, 4)
+    } | ${f(effectAlone.cpuMsPerStep, 4)} | | |`,
     `| bare Wordle step over the wire (client.step; client + server CPU), p50 | ${f(bare.p50Ms, 4)} | ${
       f(bare.cpuP50Ms, 4)
     } | | |`,
