@@ -183,8 +183,11 @@ function* pooledSession<A, O, State, E>(
   const invalidateOnLoss = <X, Y>(effect: Effect.Effect<X, Y>) =>
     Effect.tapError(effect, (e) => isLost(e) ? Scope.extend(Pool.invalidate(pool, held), scope) : Effect.void)
   const s = yield* invalidateOnLoss(session(held, row))
+  // Written out rather than `{ ...s, call, state }` (a spread followed by properties is V8's slow path).
   const wrapped: Session<State, E> = {
-    ...s,
+    environment: s.environment,
+    observation: s.observation,
+    toolDefinitions: s.toolDefinitions,
     call: (name, args) => invalidateOnLoss(s.call(name, args)),
     state: invalidateOnLoss(s.state)
   }
