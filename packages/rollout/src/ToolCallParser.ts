@@ -176,12 +176,24 @@ const findBlock = (
 }
 
 const tryJson = (raw: string): { ok: true; value: unknown } | { ok: false; error: string } => {
+  const text = trimForJson(raw)
   try {
-    return { ok: true, value: JSON.parse(trimForJson(raw)) }
+    return { ok: true, value: JSON.parse(text) }
   } catch (e) {
-    return { ok: false, error: e instanceof Error ? e.message : String(e) }
+    // The error's position counts from the JSON's first character (what the model is told), so a text that was
+    // parsed with its surrounding newlines is parsed again trimmed for the message.
+    const trimmed = text === raw ? raw.trim() : text
+    if (trimmed !== text) {
+      try {
+        return { ok: true, value: JSON.parse(trimmed) }
+      } catch (e2) {
+        return { ok: false, error: errorMessage(e2) }
+      }
+    }
+    return { ok: false, error: errorMessage(e) }
   }
 }
+const errorMessage = (e: unknown): string => e instanceof Error ? e.message : String(e)
 
 // The text trimmed of whitespace (as `trim`), without a copy when JSON.parse would skip that whitespace itself
 // (space, tab, newline, carriage return): the usual call block is "\n{…}\n".

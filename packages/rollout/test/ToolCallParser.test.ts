@@ -189,4 +189,23 @@ describe("ToolCallParser", () => {
       return true
     }
   )
+
+  it.prop(
+    "a malformed call's message reports the JSON error of its trimmed text (positions from its first character)",
+    [plainText, fc.constantFrom("", "\n", " \n", "\u00a0"), fc.constantFrom("", "\n", "\t\n", "\u3000")],
+    ([s, before, after]) => {
+      const inner = before + s + after
+      let expected: string | undefined
+      try {
+        JSON.parse(inner.trim())
+      } catch (e) {
+        expected = (e as Error).message
+      }
+      const turn = ToolCallParser.parse(`<tool_call>${inner}</tool_call>`, STOPS)
+      const malformed = turn.failures.filter((f) => f.reason === "malformed_json")
+      if (expected === undefined) assert.strictEqual(malformed.length, 0)
+      else assert.include(malformed[0]?.message ?? "", `(${expected})`)
+      return true
+    }
+  )
 })
