@@ -17,7 +17,7 @@ import { Client, Environment, Launcher, Remote, Server, Wordle } from "@envtrain
 import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
 import * as Tokenizer from "@envtrain/gpu/Tokenizer"
 import { ChatRenderer, Episode, Policy, RemoteSession, Rollout, ToolCallParser } from "@envtrain/rollout"
-import { Context, Effect, Layer, Option, Stream } from "effect"
+import { Context, Effect, Layer, Option, type Scope, Stream } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import * as Os from "node:os"
 
@@ -260,7 +260,7 @@ const main = Effect.gen(function*() {
         groupSize: GROUP,
         concurrency,
         config,
-        open: open as any
+        open: open as (row: Environment.Row) => Effect.Effect<Episode.Session<unknown, E>, unknown, Scope.Scope>
       }).pipe(
         Stream.runFold(0, (count, g) => {
           for (const e of g.episodes) {
