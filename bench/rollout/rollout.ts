@@ -424,6 +424,7 @@ const main = Effect.gen(function*() {
   // The part of it no rollout can skip, alone: per episode the prompt's ids, per tool step decoding the model's
   // turn, parsing its tool call and tokenising the tool result, in a plain loop over the same replies and outcomes.
   const renderer = Context.get(Live, ChatRenderer.ChatRenderer)
+  const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
   const textWork = () => {
     const c0 = cpuMs()
     const t0 = performance.now()
@@ -432,10 +433,7 @@ const main = Effect.gen(function*() {
       const game = games[Rollout.seedOf(0, e >> 3, e & 7) % games.length]
       Effect.runSync(renderer.promptIds([{ role: "user", content: `Game ${e >> 3}.${game.observation}` }], wordleTools))
       for (let k = 0; k < GUESSES.length; k++) {
-        const parsed = ToolCallParser.parse(renderer.decode(replies[k]), {
-          thinking: renderer.enableThinking,
-          stopStrings: renderer.stopStrings
-        })
+        const parsed = ToolCallParser.parse(renderer.decode(replies[k]), parseOptions)
         if (!parsed.requestedTools) throw new Error("scripted reply did not parse as a tool call")
         Effect.runSync(renderer.toolSuffixIds([{ role: "tool", name: "guess", content: game.outcomes[k].text }]))
         steps++
@@ -455,7 +453,6 @@ const main = Effect.gen(function*() {
   // the least an Effect-based loop does: one `Effect.gen` per episode whose policy call and tool call are effects (two
   // yields per tool step), still without a scope, supervision or a stream. What the rollout costs above the first is
   // its scheduling; above the second, what it needs besides the two yields.
-  const parseOptions = { thinking: renderer.enableThinking, stopStrings: renderer.stopStrings }
   const floorSampling = { maxTokens: 4096, temperature: 1 }
   const floorEpisode = (e: number) => {
     const game = games[Rollout.seedOf(0, e >> 3, e & 7) % games.length]

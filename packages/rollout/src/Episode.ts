@@ -605,9 +605,9 @@ const succeeded = <A, E, R>(effect: Effect.Effect<A, E, R>): effect is Exit.Succ
   Exit.isExit(effect) && Exit.isSuccess(effect)
 
 const turnSampling = (sampling: EpisodeConfig["sampling"], maxTokens: number): SamplingParams => {
-  const turn: Types.Mutable<SamplingParams> = Object.assign({ maxTokens }, sampling)
+  const turn: Types.Mutable<Partial<SamplingParams>> = Object.assign({}, sampling)
   turn.maxTokens = maxTokens
-  return turn
+  return turn as SamplingParams
 }
 
 const assistantMessage = (parsed: ToolCallParser.ParsedTurn): ChatMessage =>

@@ -189,20 +189,19 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
 
     const services: Episode.Services = { renderer: yield* ChatRenderer, policy: yield* Policy }
 
-    // What one episode runs (inside its worker's scope handling, below): open the session, run the loop, with the
-    // timeout and the span when asked for.
-    const episodeBody = (group: OpenGroup, generation: number, envSeed: number, progress: Episode.Progress<State>) => {
-      const row = progress.identity.row
-      const { promptIndex } = group
+    // One episode of an open group: its record under construction, and what it runs (open the session, run the
+    // loop, with the timeout and the span when asked for) inside its worker's scope handling, below.
+    const startEpisode = (group: OpenGroup, generation: number) => {
+      const { columns, promptIndex } = group
+      const envSeed = typeof columns.seed === "number"
+        ? columns.seed
+        : seedOf(options.baseSeed ?? 0, promptIndex, generation)
+      // Object.assign and a write: `{ ...columns, seed }` is V8's slow path for a spread (~0.45 µs, against ~0.04).
+      const row: Record<string, unknown> = Object.assign({}, columns)
+      row.seed = envSeed
+      const progress = new Episode.Progress<State>({ promptIndex, generation, row, envSeed })
       const body = options.episode !== undefined
-        ? options.episode({
-          prompt: group.prompt,
-          row,
-          promptIndex,
-          generation,
-          envSeed,
-          progress
-        })
+        ? options.episode({ prompt: group.prompt, row, promptIndex, generation, envSeed, progress })
         : Effect.flatMap(
           options.open(row),
           (session) => Episode.runWith(services, { prompt: group.prompt, session, config: options.config, progress })
@@ -218,18 +217,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
           captureStackTrace: false
         })
         : limited
-      return spanned as Effect.Effect<EpisodeRecord<State>, Failure, never>
-    }
-    const envSeedOf = (group: OpenGroup, generation: number): number =>
-      typeof group.columns.seed === "number"
-        ? group.columns.seed
-        : seedOf(options.baseSeed ?? 0, group.promptIndex, generation)
-    const newProgress = (group: OpenGroup, generation: number, envSeed: number) => {
-      const { columns, promptIndex } = group
-      // Object.assign and a write: `{ ...columns, seed }` is V8's slow path for a spread (~0.45 µs, against ~0.04).
-      const resetRow: Record<string, unknown> = Object.assign({}, columns)
-      resetRow.seed = envSeed
-      return new Episode.Progress<State>({ promptIndex, generation, row: resetRow, envSeed })
+      return { progress, body: spanned as Effect.Effect<EpisodeRecord<State>, Failure, never> }
     }
     // Whether an episode that ended with `exit` (its scope closed with `closed`) becomes an unscoreable record: a
     // typed failure, or a defect carrying a client error (a remote-backed environment's tool whose session was lost
@@ -314,11 +302,12 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
     // young collections and copied to the old generation (a tenth of all an episode allocated, ~3 µs per tool step).
     // Finalizers still see a failure or an interruption as it was. The worker's own context comes back only before it
     // waits for anything else (the next group, the consumer): a FiberRef set of the context costs ~1 µs (it copies the
-    // fiber's refs and compares the contexts), and one per episode instead of two was ~0.5 µs per tool step. One
-    // generator for the whole worker (see docs/architecture.md, hot paths).
+    // fiber's refs and compares the contexts); one per episode instead of two, with the episode inlined here rather than
+    // in a generator of its own, was ~0.8 µs less per tool step (docs/architecture.md, hot paths).
     const worker = Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
         const outer = yield* FiberRef.get(FiberRef.currentContext)
+        const restoreContext = FiberRef.set(FiberRef.currentContext, outer)
         // Whether the context holds an episode's (closed) scope instead of `outer`.
         let inEpisodeContext = false
         while (true) {
@@ -327,7 +316,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
           if (group !== undefined && group.next < groupSize) generation = group.next++
           else {
             if (inEpisodeContext) {
-              yield* FiberRef.set(FiberRef.currentContext, outer)
+              yield* restoreContext
               inEpisodeContext = false
             }
             const slot = yield* restore(openGroup)
@@ -335,9 +324,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
             group = slot.value.group
             generation = slot.value.generation
           }
-          const envSeed = envSeedOf(group, generation)
-          const progress = newProgress(group, generation, envSeed)
-          const body = episodeBody(group, generation, envSeed, progress)
+          const { body, progress } = startEpisode(group, generation)
           const scope = yield* Scope.make()
           yield* FiberRef.set(FiberRef.currentContext, Context.add(outer, Scope.Scope, scope))
           inEpisodeContext = true
@@ -347,13 +334,13 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
           else {
             const { cause, reason } = unscoreableOf(exit, closed)
             if (reason === undefined) {
-              yield* FiberRef.set(FiberRef.currentContext, outer)
+              yield* restoreContext
               return yield* Effect.failCause(cause)
             }
             group.episodes[generation] = progress.finish(reason)
           }
           if (++group.done === groupSize) {
-            yield* FiberRef.set(FiberRef.currentContext, outer)
+            yield* restoreContext
             inEpisodeContext = false
             yield* groupSlots.release(1)
             yield* restore(out.offer({ promptIndex: group.promptIndex, row: group.row, episodes: group.episodes }))

@@ -175,35 +175,20 @@ const findBlock = (
   return { raw, json: tryJson(raw), end: first + CLOSE.length }
 }
 
+// JSON.parse skips JSON's own whitespace around the value, so the usual block ("\n{…}\n") parses without a trimmed
+// copy. Only when that fails is the text trimmed (of any whitespace) and parsed again: the error message then counts
+// positions from the JSON's first character, which is what the model is told.
 const tryJson = (raw: string): { ok: true; value: unknown } | { ok: false; error: string } => {
-  const text = trimForJson(raw)
   try {
-    return { ok: true, value: JSON.parse(text) }
-  } catch (e) {
-    // The error's position counts from the JSON's first character (what the model is told), so a text that was
-    // parsed with its surrounding newlines is parsed again trimmed for the message.
-    const trimmed = text === raw ? raw.trim() : text
-    if (trimmed !== text) {
-      try {
-        return { ok: true, value: JSON.parse(trimmed) }
-      } catch (e2) {
-        return { ok: false, error: errorMessage(e2) }
-      }
+    return { ok: true, value: JSON.parse(raw) }
+  } catch {
+    try {
+      return { ok: true, value: JSON.parse(raw.trim()) }
+    } catch (e) {
+      return { ok: false, error: e instanceof Error ? e.message : String(e) }
     }
-    return { ok: false, error: errorMessage(e) }
   }
 }
-const errorMessage = (e: unknown): string => e instanceof Error ? e.message : String(e)
-
-// The text trimmed of whitespace (as `trim`), without a copy when JSON.parse would skip that whitespace itself
-// (space, tab, newline, carriage return): the usual call block is "\n{…}\n".
-const trimForJson = (raw: string): string => {
-  const n = raw.length
-  for (let i = 0; i < n && isSpace(raw.charCodeAt(i)); i++) if (!isJsonSpace(raw.charCodeAt(i))) return raw.trim()
-  for (let i = n - 1; i >= 0 && isSpace(raw.charCodeAt(i)); i--) if (!isJsonSpace(raw.charCodeAt(i))) return raw.trim()
-  return raw
-}
-const isJsonSpace = (c: number): boolean => c === 32 || c === 9 || c === 10 || c === 13
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
