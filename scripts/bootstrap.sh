@@ -2,7 +2,8 @@
 # Set-up shared by `npm start` and `npm test`: safe to run every time, fast when nothing is to do.
 #  1. installs npm dependencies when node_modules is missing or older than the lock file;
 #  2. on Linux, when Dawn finds no WebGPU adapter, installs Mesa's software Vulkan driver (as root)
-#     or stops with the exact command to run.
+#     or stops with the exact command to run;
+#  3. on Linux, installs Debian's chromium when missing (the same way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ if [ "$major" -lt 20 ]; then
 fi
 
 stamp=node_modules/.envtrain-install-stamp
-want=$(cat package.json package-lock.json packages/*/package.json examples/package.json 2>/dev/null | sha256sum | cut -c1-16)
+want=$(cat package.json package-lock.json packages/*/package.json examples/package.json interop/package.json 2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "envtrain: installing npm dependencies (npm ci)…" >&2
   npm ci --no-audit --no-fund --loglevel=error >&2
@@ -29,3 +30,5 @@ if [ "$(uname -s)" = "Linux" ]; then
     fi
   fi
 fi
+
+bash scripts/ensure-chromium.sh

@@ -1,0 +1,84 @@
+"""Shared fixtures for the Python side of the interop suite.
+
+Every test here drives a real component: `envtrain serve` started as a child process on a loopback port, the real
+openenv / transformers / trl packages from the project's .venv. A skipped test fails the run (scripts/test-summary.mjs).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TSX = ROOT / "node_modules" / ".bin" / "tsx"
+BIN = ROOT / "packages" / "harness" / "src" / "bin.ts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+            raise RuntimeError(f"the server exited with {proc.returncode} before listening:\n{out}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise TimeoutError(f"nothing listened on port {port} within {timeout} s")
+
+
+class EnvtrainServer:
+    """`envtrain serve <env>` as a child process; `url` is its base URL."""
+
+    def __init__(self, env: str, *extra: str) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(TSX), str(BIN), "serve", env, "--port", str(self.port), *extra],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        wait_for_port(self.port, self.proc)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def envtrain_server():
+    """A factory: `envtrain_server("catch", "--max-concurrent-envs", "2")`; every server is stopped after the test."""
+    started: list[EnvtrainServer] = []
+
+    def start(env: str, *extra: str) -> EnvtrainServer:
+        server = EnvtrainServer(env, *extra)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
