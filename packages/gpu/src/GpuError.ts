@@ -11,10 +11,11 @@ export class GpuUnavailable extends Data.TaggedError("GpuUnavailable")<{
 }> {
   override get message() {
     return `No WebGPU adapter is available: ${this.reason}. ` +
-      `On Debian 12 install Mesa's software Vulkan driver as root: ` +
-      `echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list ` +
-      `&& apt-get update && apt-get install -y libvulkan1 && apt-get install -y -t bookworm-backports mesa-vulkan-drivers ` +
-      `(npm start and npm test do this for you when run as root). On a GPU machine, install the vendor's Vulkan driver.`
+      `On Debian 12 install Mesa's software Vulkan driver as root: run \`sudo bash scripts/ensure-vulkan.sh\` in the ` +
+      `envtrain checkout (npm start and npm test run it for you when run as root). It adds bookworm-backports from the ` +
+      `same mirror as your Debian sources (\`bash scripts/ensure-vulkan.sh --backports-line\` prints that line), then ` +
+      `runs apt-get update && apt-get install -y libvulkan1 && apt-get install -y -t bookworm-backports ` +
+      `mesa-vulkan-drivers. On a GPU machine, install the vendor's Vulkan driver.`
   }
 }
 
