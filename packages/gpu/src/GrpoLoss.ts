@@ -59,6 +59,8 @@ export interface Settings {
   /** Keep row i iff A_i ≥ 0 or mean_t(l^samp − l) ≤ threshold; null for no mask. */
   readonly offPolicyMaskThreshold: number | null
   readonly gradientAccumulationSteps: number
+  /** Default gradientAccumulationSteps (in training dapo / cispo scale their divisor by GA / stepsPerGeneration). */
+  readonly stepsPerGeneration?: number
   readonly maxCompletionLength: number
   /** Default "train" (eval divides by 1 instead of the accumulation steps). */
   readonly mode?: "train" | "eval"
@@ -259,7 +261,11 @@ export const pack = (
   prm[P.hasOld] = flag(inputs.old !== undefined)
   prm[P.rows] = inputs.rows
   prm[P.gaNorm] = (settings.mode ?? "train") === "train" ? settings.gradientAccumulationSteps : 1
-  prm[P.dapoNorm] = Math.max(1, inputs.numItemsInBatch ?? 0) / (settings.numProcesses ?? 1)
+  // TRL: the generation batch's tokens per process, scaled in training to one accumulation window.
+  prm[P.dapoNorm] = Math.max(1, inputs.numItemsInBatch ?? 0) / (settings.numProcesses ?? 1) *
+    ((settings.mode ?? "train") === "train"
+      ? settings.gradientAccumulationSteps / (settings.stepsPerGeneration ?? settings.gradientAccumulationSteps)
+      : 1)
   prm[P.maxLen] = settings.maxCompletionLength
   prm[P.hasOffPolicy] = flag(settings.offPolicyMaskThreshold !== null)
   prm[P.offPolicyThreshold] = settings.offPolicyMaskThreshold ?? 0

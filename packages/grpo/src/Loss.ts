@@ -17,7 +17,8 @@
  *
  * then `L = P × offPolicyMask × entropyMask × ρ_IS (not vespo) + β·KL_k3`, aggregated per loss type:
  * grpo/sapo sequence-mean then batch-mean / GA; bnpo token-mean / GA; dr_grpo sum / (B·maxCompletionLength) / GA;
- * dapo/cispo/vespo sum / (tokens of the whole generation batch / processes); luspo `mean(L_i·|o_i|)` / GA.
+ * dapo/cispo/vespo sum / (tokens of the whole generation batch / processes × GA / stepsPerGeneration in training);
+ * luspo `mean_i(Σ_t m·L)` / GA (with a sequence-level ratio and nothing per token, `L_i·|o_i|`).
  *
  * Gradients follow torch's conventions at the kinks: `clamp` passes the gradient on its closed interval, and
  * `min(a, b)` splits it evenly when `a == b` (so the on-policy case `w = 1` gets the full gradient).
@@ -63,6 +64,11 @@ export interface LossOptions {
   readonly topEntropyQuantile: number
   readonly offPolicyMaskThreshold: number | null
   readonly gradientAccumulationSteps: number
+  /**
+   * Micro-steps per generation batch; in training dapo/cispo/vespo divide by the generation batch's tokens scaled
+   * to one accumulation window (× GA / stepsPerGeneration), as TRL does. Default: gradientAccumulationSteps.
+   */
+  readonly stepsPerGeneration?: number
   readonly maxCompletionLength: number
   /** Eval mode divides by 1 instead of the gradient-accumulation steps. Default "train". */
   readonly mode?: "train" | "eval"
@@ -117,6 +123,7 @@ export const optionsFromConfig = (config: ResolvedGRPOConfig): LossOptions => ({
   topEntropyQuantile: config.topEntropyQuantile,
   offPolicyMaskThreshold: config.offPolicyMaskThreshold,
   gradientAccumulationSteps: config.gradientAccumulationSteps,
+  stepsPerGeneration: config.stepsPerGeneration,
   maxCompletionLength: config.maxCompletionLength,
   numProcesses: config.numProcesses
 })
@@ -315,8 +322,13 @@ export const compute = (batch: LossBatch, options: LossOptions): LossResult => {
   const m = batch.mask
   const beta = options.beta
   const sequenceLevel = options.importanceSamplingLevel === "sequence"
-  const gaNorm = (options.mode ?? "train") === "train" ? options.gradientAccumulationSteps : 1
+  const training = (options.mode ?? "train") === "train"
+  const gaNorm = training ? options.gradientAccumulationSteps : 1
   const P = options.numProcesses ?? 1
+  // dapo/cispo/vespo: the generation batch's tokens per process, scaled in training to one accumulation window.
+  const windowScale = training
+    ? options.gradientAccumulationSteps / (options.stepsPerGeneration ?? options.gradientAccumulationSteps)
+    : 1
   for (
     const [name, arr, n] of [["logprobs", l, size], ["mask", m, size], ["advantages", batch.advantages, B]] as const
   ) {
@@ -401,12 +413,9 @@ export const compute = (batch: LossBatch, options: LossOptions): LossResult => {
   }
 
   const isWeights = type !== "vespo" ? batch.importanceSampling : undefined
-  // luspo sums a (B,1) loss unless a (B,T) factor made it per token (then it averages over all B·T positions).
-  const perSequenceLoss = sequenceLevel && beta === 0 && entropyMask === undefined &&
-    (isWeights === undefined || isWeights.level === "sequence")
   let tokenTotal = 0
   for (let j = 0; j < size; j++) tokenTotal += m[j]
-  const coefficient = (i: number, t: number, j: number): number => {
+  const coefficient = (i: number, j: number): number => {
     switch (type) {
       case "grpo":
       case "sapo":
@@ -418,9 +427,10 @@ export const compute = (batch: LossBatch, options: LossOptions): LossResult => {
       case "dapo":
       case "cispo":
       case "vespo":
-        return m[j] / (Math.max(1, batch.numItemsInBatch ?? 0) / P)
+        return m[j] / (Math.max(1, batch.numItemsInBatch ?? 0) / P * windowScale)
       case "luspo":
-        return perSequenceLoss ? (t === 0 ? count[i] / B / gaNorm : 0) : count[i] / (B * T) / gaNorm
+        // TRL: (L·m).sum(-1).mean(); a per-sequence L_i gives L_i·|o_i|.
+        return m[j] / B / gaNorm
     }
   }
 
@@ -493,7 +503,7 @@ export const compute = (batch: LossBatch, options: LossOptions): LossResult => {
         klSum += kl * m[j]
       }
 
-      const c = coefficient(i, t, j)
+      const c = coefficient(i, j)
       loss += c * (policy * factor + beta * kl)
       gradient[j] += c * (factor * dPdl + beta * dKLdl)
       const viaW = c * (factor * dPdw + beta * dKLdw)

@@ -93,6 +93,11 @@ const cases: Array<Case> = [
   },
   { name: "dapo with delta 1.3", options: { delta: 1.3, epsilonHigh: 0.5 }, old: true },
   {
+    name: "cispo, four micro-steps per generation, GA 2",
+    options: { lossType: "cispo", epsilonHigh: 1.1, gradientAccumulationSteps: 2, stepsPerGeneration: 4 },
+    old: true
+  },
+  {
     name: "grpo with the off-policy sequence mask, eval mode",
     options: { lossType: "grpo", offPolicyMaskThreshold: 0.05, mode: "eval", gradientAccumulationSteps: 4 },
     old: true

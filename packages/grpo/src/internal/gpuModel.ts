@@ -93,6 +93,7 @@ const deviceSettings = (options: Loss.LossOptions, inputs: LossInputs): GrpoLoss
     sapoTemperatureNeg: options.sapoTemperatureNeg,
     offPolicyMaskThreshold: options.offPolicyMaskThreshold,
     gradientAccumulationSteps: options.gradientAccumulationSteps,
+    ...(options.stepsPerGeneration === undefined ? {} : { stepsPerGeneration: options.stepsPerGeneration }),
     maxCompletionLength: options.maxCompletionLength,
     mode: options.mode ?? "train",
     numProcesses: options.numProcesses ?? 1,
