@@ -12,8 +12,13 @@
  * built-in with its `secret` reset option or column. The differences that remain are documented in
  * docs/architecture.md ("Differences from the real OpenEnv servers") and asserted here exactly.
  */
+import { FileSystem } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Catch, Client, Echo, Environment, Remote, Wordle } from "@envtrain/env"
+import { Catch, Client, Echo, Environment, Remote, Server, Wordle } from "@envtrain/env"
+import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Config, Dataset, Metrics, Reward, Trainer } from "@envtrain/grpo"
+import { Episode } from "@envtrain/rollout"
 import { Duration, Effect, Option, Schema } from "effect"
 import * as Python from "../src/Python.js"
 
@@ -175,7 +180,9 @@ describe("envtrain against real OpenEnv servers", () => {
       Effect.gen(function*() {
         const server = yield* serve("textarena_wordle.py")
         const client = yield* rawClient(server.url)
-        const games: ReadonlyArray<{ readonly seed: number; readonly moves: (secret: string) => ReadonlyArray<string> }> = [
+        const games: ReadonlyArray<
+          { readonly seed: number; readonly moves: (secret: string) => ReadonlyArray<string> }
+        > = [
           // Every invalid kind between valid guesses (each invalid one forgiven once), a bare word, then the win.
           {
             seed: 1,
@@ -195,7 +202,10 @@ describe("envtrain against real OpenEnv servers", () => {
           // Two invalid moves in a row end the game (with the completion of the last valid guess).
           { seed: 2, moves: () => ["[crane]", "[zzzzz]", "[qqqqq]"] },
           // Six valid guesses that miss: the turn limit and the secret in the reason.
-          { seed: 3, moves: (secret) => ["crane", "moist", "pudgy", "bawls", "fjord", "vetch"].filter((w) => w !== secret) },
+          {
+            seed: 3,
+            moves: (secret) => ["crane", "moist", "pudgy", "bawls", "fjord", "vetch"].filter((w) => w !== secret)
+          },
           // Upper case and a guess with a repeated letter.
           { seed: 4, moves: (secret) => ["[LLAMA]", "[Eerie]", `[${secret.toUpperCase()}]`] }
         ]
@@ -270,5 +280,182 @@ describe("envtrain against real OpenEnv servers", () => {
         assert.strictEqual(yield* builtSecret({ seed: 1234, secret: "crane" }), "crane")
       }),
     { timeout: 240_000 }
+  )
+  it.scopedLive(
+    "MCP echo on FastMCP: tools listed and called over MCP and as steps exactly as the built-in MCP echo does",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* serve("mcp_echo.py")
+        const client = yield* rawClient(server.url)
+        const instance = yield* Echo.openEnvMcp.make
+        const tools = instance.tools!
+        const real = yield* client.reset()
+        const built = yield* instance.reset({})
+        assert.deepStrictEqual(real.observation, { ...built.observation as object, metadata: { status: "ready" } })
+        assert.deepStrictEqual([real.reward, real.done], [built.reward, built.done])
+        // MCP JSON-RPC (`{"type":"mcp"}` frames): the listing, then calls.
+        assert.deepStrictEqual(yield* client.listTools, yield* tools.list)
+        for (const message of ["Hi", "héllo 👋 wörld", "a\nb \"q\" \\ end"]) {
+          for (const name of ["echo_message", "echo_with_length"]) {
+            assert.deepStrictEqual(yield* client.callTool(name, { message }), yield* tools.call(name, { message }))
+          }
+        }
+        // Gym-style MCP actions as steps; every step (the listing too) counts.
+        const actions = [
+          { type: "list_tools" },
+          { type: "call_tool", tool_name: "echo_message", arguments: { message: "Hello!" } },
+          { type: "call_tool", tool_name: "echo_with_length", arguments: { message: "héllo 👋" } },
+          { type: "call_tool", tool_name: "no_such_tool", arguments: {} }
+        ]
+        for (const action of actions) {
+          const r = yield* client.step(action)
+          const b = yield* instance.step(Schema.decodeUnknownSync(Echo.McpAction)(action))
+          assert.deepStrictEqual(r.observation, { ...b.observation as object, metadata: {} }, JSON.stringify(action))
+          assert.deepStrictEqual([r.reward, r.done], [b.reward, b.done])
+        }
+        assert.deepStrictEqual({ ...(yield* client.state), episode_id: "" }, {
+          ...(yield* instance.state),
+          episode_id: ""
+        })
+      }),
+    { timeout: 240_000 }
+  )
+
+  it.scopedLive(
+    "MCP echo on FastMCP: the generic typed remote plays it as the built-in Echo environment; documented differences",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* serve("mcp_echo.py")
+        const remoteEcho = Remote.environment({
+          name: "echo",
+          url: server.url,
+          action: Echo.CallToolAction,
+          observation: Schema.Struct({
+            result: Schema.optional(Schema.NullOr(Schema.Struct({ data: Schema.Unknown })))
+          }),
+          columns: Environment.SeedColumns,
+          tools: [Echo.Echo],
+          actionFor: (_tool, params: { readonly message: string }) => ({
+            type: "call_tool" as const,
+            tool_name: "echo_message",
+            arguments: { message: params.message },
+            metadata: {}
+          }),
+          render: (o) => String(o.result?.data),
+          client: clientOptions
+        })
+        const play = (episode: Environment.Episode<unknown>) =>
+          Effect.forEach(["Hi", "héllo 👋", "a longer message"], (message) => episode.call("echo", { message }))
+        const remote = yield* Environment.run(remoteEcho, {}, play)
+        const local = yield* Environment.run(Echo.environment, {}, play)
+        assert.deepStrictEqual(remote.steps, local.steps)
+        assert.strictEqual(remote.state.steps, 3)
+        // Arguments FastMCP refuses: pydantic's validation text there, a short text of envtrain's own here.
+        const client = yield* rawClient(server.url)
+        yield* client.reset()
+        const missing = yield* client.step({ type: "call_tool", tool_name: "echo_message", arguments: {} })
+        const instance = yield* Echo.openEnvMcp.make
+        const builtMissing = yield* instance.step(
+          Schema.decodeUnknownSync(Echo.McpAction)({ type: "call_tool", tool_name: "echo_message", arguments: {} })
+        )
+        const realError = (missing.observation as { error: { error_type: string; message: string } }).error
+        const builtError = (builtMissing.observation as { error: { error_type: string; message: string } }).error
+        assert.strictEqual(realError.error_type, "invalid_args")
+        assert.strictEqual(builtError.error_type, "invalid_args")
+        assert.match(
+          realError.message,
+          /^1 validation error for call\[echo_message\]\nmessage\n {2}Missing required argument \[type=missing_argument/
+        )
+        assert.strictEqual(
+          builtError.message,
+          "Invalid arguments for tool 'echo_message': 'message' is required and must be a string"
+        )
+        // A wrongly typed argument: FastMCP calls it an execution error, and so does the built-in.
+        const typed = { type: "call_tool", tool_name: "echo_message", arguments: { message: 5 } }
+        const realTyped = (yield* client.step(typed)).observation as { error: { error_type: string; message: string } }
+        const builtTyped = (yield* instance.step(Schema.decodeUnknownSync(Echo.McpAction)(typed))).observation as {
+          error: { error_type: string }
+        }
+        assert.strictEqual(realTyped.error.error_type, "execution_error")
+        assert.strictEqual(builtTyped.error.error_type, "execution_error")
+        assert.match(realTyped.error.message, /Input should be a valid string \[type=string_type/)
+        // An unknown tool over JSON-RPC: the same text; -32603 from openenv, -32602 from envtrain's server.
+        const realUnknown = yield* Effect.flip(client.callTool("no_such_tool", {}))
+        const builtUnknown = yield* Effect.flip(instance.tools!.call("no_such_tool", {}))
+        assert.strictEqual(realUnknown._tag, "McpError")
+        if (realUnknown._tag === "McpError") {
+          assert.deepStrictEqual([realUnknown.code, realUnknown.serverMessage], [-32603, builtUnknown.message])
+        }
+        const envtrain = yield* Server.serve(Echo.openEnvMcp, { port: 0 })
+        const envtrainClient = yield* rawClient(envtrain.url)
+        const envtrainUnknown = yield* Effect.flip(envtrainClient.callTool("no_such_tool", {}))
+        assert.strictEqual(envtrainUnknown._tag, "McpError")
+        if (envtrainUnknown._tag === "McpError") {
+          assert.deepStrictEqual([envtrainUnknown.code, envtrainUnknown.serverMessage], [-32602, builtUnknown.message])
+        }
+      }),
+    { timeout: 240_000 }
+  )
+  it.scopedLive(
+    "GRPO trains a tiny model for 3 steps against the real OpenSpiel catch server (the examples' --env-url path)",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* serve("openspiel_catch.py")
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        // What `--env-url` gives the examples (examples/src/Recipe.ts: `remote: (url) => Remote.catchGame(url)`).
+        const environment = Remote.catchGame(server.url, clientOptions)
+        const open = (row: Readonly<Record<string, unknown>>) =>
+          Environment.episode(environment, row).pipe(Effect.orDie, Effect.map(Episode.fromEnvironment))
+        const scored: Array<Catch.State> = []
+        // TRL's Catch reward from the server's episode state, and a dense one so every group has an advantage.
+        const catchReward = Reward.perEpisode<Catch.State>("catch", (e) => {
+          scored.push(e.environment)
+          return Catch.reward(e.environment)
+        })
+        const evenTokens = Reward.perEpisode<Catch.State>("even_tokens", (e) => {
+          const ids = e.completionIds
+          return ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length
+        })
+        const config = yield* Config.fromSources({
+          outputDir: dir,
+          numGenerations: 4,
+          perDeviceTrainBatchSize: 4,
+          maxSteps: 3,
+          maxCompletionLength: 24,
+          learningRate: 1e-3,
+          lrSchedulerType: "constant",
+          loggingSteps: 1,
+          saveSteps: 1000,
+          logCompletions: true,
+          numCompletionsToPrint: 1,
+          seed: 3
+        })
+        const result = yield* Trainer.train({
+          config,
+          model: Trainer.referenceModel(yield* Checkpoint.makeModel("tiny", 3)),
+          dataset: Dataset.fromSeeds({
+            prompt: [{ role: "user", content: "Catch the ball with the tools move and stay.\n" }],
+            seeds: Dataset.range(0, 3)
+          }),
+          open,
+          rewardFunctions: [catchReward, evenTokens],
+          progress: false
+        })
+        assert.strictEqual(result.globalStep, 3)
+        assert.deepStrictEqual(result.steps.map((s) => s.step), [1, 2, 3])
+        for (const step of result.steps) {
+          assert.isTrue(Number.isFinite(step.loss), `loss ${step.loss}`)
+          assert.isAbove(step.values["grad_norm"], 0)
+          assert.isAbove(step.values["num_tokens"], 0)
+          assert.isTrue(Number.isFinite(step.values["reward"]))
+        }
+        // Every episode was reset on the server and scored from its state (none unscoreable).
+        assert.strictEqual(scored.length, 12)
+        const completions = yield* Metrics.read<Metrics.CompletionSample>(`${dir}/${Metrics.files.completions}`)
+        assert.strictEqual(completions.length, 12)
+        for (const c of completions) assert.match(c.prompt, /Ball: row 1\/10, column \d\/5\nPaddle: column 3\/5/)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    { timeout: 600_000 }
   )
 })

@@ -127,38 +127,55 @@ export const McpObservation = Schema.Union(
 ).annotations({ identifier: "CallToolObservation" })
 
 const messageSchema = {
-  type: "object",
-  properties: { message: { title: "Message", type: "string" } },
-  required: ["message"]
+  additionalProperties: false,
+  properties: { message: { type: "string", description: "The message to echo back" } },
+  required: ["message"],
+  type: "object"
 } as const
 
-/** FastMCP's listing of the two tools (descriptions are the Python docstrings). */
+/** FastMCP 3's listing of the two tools (the docstring's summary; its Args section describes the parameter). */
 export const mcpTools: ReadonlyArray<McpToolDescriptor> = [
   {
     name: "echo_message",
-    description:
-      "Echo back the provided message.\n\nArgs:\n    message: The message to echo back\n\nReturns:\n    The same message that was provided",
-    inputSchema: messageSchema
+    title: null,
+    description: "Echo back the provided message.",
+    inputSchema: messageSchema,
+    outputSchema: {
+      properties: { result: { type: "string" } },
+      required: ["result"],
+      type: "object",
+      "x-fastmcp-wrap-result": true
+    },
+    icons: null,
+    annotations: null,
+    meta: { fastmcp: { tags: [] } },
+    execution: null
   },
   {
     name: "echo_with_length",
-    description:
-      "Echo back the message with its length.\n\nArgs:\n    message: The message to echo back\n\nReturns:\n    Dictionary with the message and its length",
-    inputSchema: messageSchema
+    title: null,
+    description: "Echo back the message with its length.",
+    inputSchema: messageSchema,
+    outputSchema: { additionalProperties: true, type: "object" },
+    icons: null,
+    annotations: null,
+    meta: { fastmcp: { tags: [] } },
+    execution: null
   }
 ]
 
 const callMcp = (name: string, args: Readonly<Record<string, unknown>>) =>
   Effect.suspend((): Effect.Effect<McpCallToolResult, McpToolError> => {
     if (name !== "echo_message" && name !== "echo_with_length") {
-      return Effect.fail(new McpToolError({ kind: "tool_not_found", message: `Unknown tool: ${name}` }))
+      return Effect.fail(new McpToolError({ kind: "tool_not_found", message: `Unknown tool: '${name}'` }))
     }
     const extra = Object.keys(args).filter((k) => k !== "message")
     const message = args.message
     if (typeof message !== "string" || extra.length > 0) {
       return Effect.fail(
         new McpToolError({
-          kind: "invalid_args",
+          // FastMCP reports a missing or unexpected argument as invalid_args, a wrongly typed one as execution_error.
+          kind: message === undefined || extra.length > 0 ? "invalid_args" : "execution_error",
           message: typeof message !== "string"
             ? `Invalid arguments for tool '${name}': 'message' is required and must be a string`
             : `Invalid arguments for tool '${name}': unexpected argument(s) ${extra.join(", ")}`
@@ -167,16 +184,16 @@ const callMcp = (name: string, args: Readonly<Record<string, unknown>>) =>
     }
     if (name === "echo_message") {
       return Effect.succeed({
-        content: [{ type: "text", text: message }],
+        content: [{ type: "text", text: message, annotations: null, meta: null }],
         structured_content: { result: message },
-        meta: null,
+        meta: { fastmcp: { wrap_result: true } },
         data: message,
         is_error: false
       })
     }
     const value = { message, length: pyLen(message) }
     return Effect.succeed({
-      content: [{ type: "text", text: JSON.stringify(value) }],
+      content: [{ type: "text", text: JSON.stringify(value), annotations: null, meta: null }],
       structured_content: value,
       meta: null,
       data: value,

@@ -34,13 +34,23 @@ export interface McpToolDescriptor {
   readonly name: string
   readonly description: string
   readonly inputSchema: Readonly<Record<string, unknown>>
+  /** What FastMCP 3 lists besides (`mcp.types.Tool.model_dump()`), when the environment mirrors one. */
+  readonly title?: string | null
+  readonly outputSchema?: Readonly<Record<string, unknown>> | null
+  readonly icons?: null
+  readonly annotations?: null
+  readonly meta?: Readonly<Record<string, unknown>> | null
+  readonly execution?: null
 }
 
 /** The JSON-ified MCP `CallToolResult` (field names as OpenEnv sends them). */
 export interface McpCallToolResult {
-  readonly content: ReadonlyArray<{ readonly type: "text"; readonly text: string }>
+  readonly content: ReadonlyArray<
+    { readonly type: "text"; readonly text: string; readonly annotations?: null; readonly meta?: null }
+  >
   readonly structured_content: Readonly<Record<string, unknown>> | null
-  readonly meta: null
+  /** FastMCP 3 marks a result it wrapped as `{"result": …}`: `{"fastmcp": {"wrap_result": true}}`. */
+  readonly meta: Readonly<Record<string, unknown>> | null
   readonly data: unknown
   readonly is_error: boolean
 }

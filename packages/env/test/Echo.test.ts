@@ -47,9 +47,10 @@ describe("Echo (MCP OpenEnv)", () => {
         observation: {
           tool_name: "echo_message",
           result: {
-            content: [{ type: "text", text: "Hi" }],
+            content: [{ type: "text", text: "Hi", annotations: null, meta: null }],
             structured_content: { result: "Hi" },
-            meta: null,
+            // FastMCP 3 marks a result it wrapped (checked against the real FastMCP in interop/test/RealOpenEnv).
+            meta: { fastmcp: { wrap_result: true } },
             data: "Hi",
             is_error: false
           },

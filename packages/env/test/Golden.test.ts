@@ -104,7 +104,8 @@ describe("golden wire transcripts", () => {
           `{"content":[{"type":"text","text":"Hi"`
       ))
       assert.isTrue(stepText.endsWith(
-        `}],"structured_content":{"result":"Hi"},"meta":null,"data":"Hi","is_error":false},"error":null},` +
+        `}],"structured_content":{"result":"Hi"},"meta":{"fastmcp":{"wrap_result":true}},"data":"Hi","is_error":false},` +
+          `"error":null},` +
           `"reward":null,"done":false}}`
       ))
       assert.deepStrictEqual(JSON.parse(stepText).data.observation.result.content.length, 1)
