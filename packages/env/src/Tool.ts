@@ -150,11 +150,15 @@ const objectSchema = (ast: SchemaAST.AST): { properties: Record<string, JsonSche
   const properties: Record<string, JsonSchema> = {}
   const required: Array<string> = []
   if (!SchemaAST.isTypeLiteral(literal)) return { properties, required }
+  // `Schema.optionalWith(X, { default }).annotations(...)` annotates the decoded side's property.
+  const decoded = SchemaAST.isTransformation(ast) && SchemaAST.isTypeLiteral(ast.to) ? ast.to : undefined
   for (const ps of literal.propertySignatures) {
     const key = String(ps.name)
     const schema = { ...jsonSchemaOf(ps.type) }
     const own = SchemaAST.getDescriptionAnnotation(ps)
-    const description = own._tag === "Some" ? own : descriptionOf(ps.type)
+    const typeSide = decoded?.propertySignatures.find((p) => p.name === ps.name)
+    const onTypeSide = typeSide === undefined ? own : SchemaAST.getDescriptionAnnotation(typeSide)
+    const description = own._tag === "Some" ? own : onTypeSide._tag === "Some" ? onTypeSide : descriptionOf(ps.type)
     if (description._tag === "Some") schema.description = description.value
     properties[key] = schema
     if (!ps.isOptional) required.push(key)
@@ -210,6 +214,50 @@ const literalType = (value: unknown) =>
     ? "null"
     : "string"
 
+const isNull = (ast: SchemaAST.AST) => SchemaAST.isLiteral(ast) && ast.literal === null
+
+// Python's typing flattens nested unions; a union of literals stays one member (Python's `Literal[...]`).
+const unionMembers = (ast: SchemaAST.Union, out: Array<SchemaAST.AST> = []): Array<SchemaAST.AST> => {
+  for (const t of ast.types) {
+    if (SchemaAST.isUnion(t) && !t.types.every(SchemaAST.isLiteral)) unionMembers(t, out)
+    else out.push(t)
+  }
+  return out
+}
+
+const literalValues = (asts: ReadonlyArray<SchemaAST.AST>) => asts.map((t) => (t as SchemaAST.Literal).literal)
+
+// transformers' enum: the JSON types of the values, each once, in the order they first appear.
+const enumSchema = (values: ReadonlyArray<unknown>): JsonSchema => {
+  const types = [...new Set(values.map(literalType))]
+  return { type: types.length === 1 ? types[0] : types, enum: values }
+}
+
+/**
+ * A union as transformers' `get_json_schema` writes `Union[...]`: null members make it `nullable` (so
+ * `Schema.NullOr(X)` reads as `Optional[X]`); one other member is that member's schema; members that are plain
+ * types become a sorted list of type names; anything else `anyOf`. A union of literals alone is an enum.
+ */
+const unionSchema = (ast: SchemaAST.Union): JsonSchema => {
+  const members = unionMembers(ast)
+  const rest = members.filter((t) => !isNull(t))
+  if (rest.length === members.length && members.every(SchemaAST.isLiteral)) return enumSchema(literalValues(members))
+  if (rest.length === 0) return { type: "null" }
+  let schema: JsonSchema
+  if (rest.every(SchemaAST.isLiteral)) schema = enumSchema(literalValues(rest))
+  else {
+    const schemas = rest.map(jsonSchemaOf)
+    const plain = schemas.every((x) => Object.keys(x).length === 1 && typeof x.type === "string")
+    const names = plain ? [...new Set(schemas.map((x) => x.type as string))].sort() : []
+    schema = schemas.length === 1
+      ? schemas[0]
+      : plain
+      ? { type: names.length === 1 ? names[0] : names }
+      : { anyOf: schemas }
+  }
+  return rest.length < members.length ? { ...schema, nullable: true } : schema
+}
+
 const jsonSchemaOf = (input: SchemaAST.AST): JsonSchema => {
   const ast = withoutUndefined(input)
   switch (ast._tag) {
@@ -220,18 +268,14 @@ const jsonSchemaOf = (input: SchemaAST.AST): JsonSchema => {
       return { type: "number" }
     case "BooleanKeyword":
       return { type: "boolean" }
+    case "ObjectKeyword":
+      return { type: "object" }
     case "Literal":
-      return { type: literalType(ast.literal), enum: [ast.literal] }
+      return ast.literal === null ? { type: "null" } : enumSchema([ast.literal])
     case "Enums":
-      return { type: literalType(ast.enums[0]?.[1]), enum: ast.enums.map(([, v]) => v) }
-    case "Union": {
-      if (ast.types.every(SchemaAST.isLiteral)) {
-        const values = ast.types.map((t) => (t as SchemaAST.Literal).literal)
-        const types = [...new Set(values.map(literalType))]
-        return { type: types.length === 1 ? types[0] : types.sort(), enum: values }
-      }
-      return { anyOf: ast.types.map(jsonSchemaOf) }
-    }
+      return enumSchema(ast.enums.map(([, v]) => v))
+    case "Union":
+      return unionSchema(ast)
     case "Refinement": {
       const annotation = SchemaAST.getJSONSchemaAnnotation(ast)
       if (annotation._tag === "Some" && (annotation.value as JsonSchema).type === "integer") return { type: "integer" }
@@ -242,6 +286,10 @@ const jsonSchemaOf = (input: SchemaAST.AST): JsonSchema => {
     case "TupleType": {
       if (ast.elements.length === 0 && ast.rest.length === 1) {
         return { type: "array", items: jsonSchemaOf(ast.rest[0].type) }
+      }
+      // A fixed-length tuple (Python's `tuple[A, B]`).
+      if (ast.rest.length === 0 && ast.elements.length > 0) {
+        return { type: "array", prefixItems: ast.elements.map((e) => jsonSchemaOf(e.type)) }
       }
       return { type: "array" }
     }

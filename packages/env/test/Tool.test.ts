@@ -114,6 +114,33 @@ describe("Tool definitions", () => {
       required: ["query", "tags", "exact", "weight"]
     })
   })
+
+  // transformers' get_json_schema is the judge in interop/test/ToolSchema.test.ts; these are its rules.
+  it("unions, null, mixed literals and tuples map as transformers' get_json_schema maps their Python twins", () => {
+    const t = Tool.make("mixed", {
+      description: "Mixed.",
+      parameters: {
+        label: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null }).annotations({
+          description: "Optional[str] = None."
+        }),
+        code: Schema.Union(Schema.String, Schema.Int),
+        flag: Schema.NullOr(Schema.Union(Schema.Boolean, Schema.Int)),
+        many: Schema.Union(Schema.Array(Schema.Int), Schema.String),
+        choice: Schema.Literal("two", 1),
+        point: Schema.Tuple(Schema.Int, Schema.String),
+        mapping: Schema.Object
+      }
+    })
+    assert.deepStrictEqual(t.definition.function.parameters.properties, {
+      label: { type: "string", nullable: true, description: "Optional[str] = None." },
+      code: { type: ["integer", "string"] },
+      flag: { type: ["boolean", "integer"], nullable: true },
+      many: { anyOf: [{ type: "array", items: { type: "integer" } }, { type: "string" }] },
+      choice: { type: ["string", "integer"], enum: ["two", 1] },
+      point: { type: "array", prefixItems: [{ type: "integer" }, { type: "string" }] },
+      mapping: { type: "object" }
+    })
+  })
 })
 
 describe("Tool argument decoding", () => {
