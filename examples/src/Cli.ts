@@ -35,7 +35,9 @@ const flags = {
     Options.optional
   ),
   envUrl: Options.text("env-url").pipe(
-    Options.withDescription("an envtrain server or any OpenEnv server (default: in-process environments)"),
+    Options.withDescription(
+      "an envtrain server or any OpenEnv server serving the example's environment (default: in-process environments)"
+    ),
     Options.optional
   ),
   out: Options.text("out").pipe(Options.withDescription("output directory (default runs/<example>)"), Options.optional),
@@ -55,8 +57,40 @@ const flags = {
   evalEpisodes: int("eval-episodes", "held-out evaluation episodes")
 }
 
-type Parsed = {
-  readonly [K in keyof typeof flags]: (typeof flags)[K] extends Options.Options<infer A> ? A : never
+type Parsed =
+  & {
+    readonly [K in keyof typeof flags]: (typeof flags)[K] extends Options.Options<infer A> ? A : never
+  }
+  & {
+    /** `--rewards NAME` (recipes with several reward sets). */
+    readonly rewards: Option.Option<string>
+    /** `--<name>-url URL` per environment (recipes over several environments). */
+    readonly servers: Readonly<Record<string, Option.Option<string>>>
+  }
+
+/** The flags of one recipe: the shared ones, `--rewards` if it has reward sets, `--<name>-url` per environment. */
+const flagsOf = <State>(recipe: Recipe<State>) => {
+  const sets = Object.keys(recipe.rewardVariants ?? {})
+  const rewards: Options.Options<Option.Option<string>> = sets.length === 0
+    ? Options.map(Options.none, () => Option.none())
+    : Options.choice("rewards", sets as [string, ...Array<string>]).pipe(
+      Options.withDescription(`the reward set (default ${sets[0]})`),
+      Options.optional
+    )
+  const names = recipe.remotes?.names ?? []
+  // (`Options.all` of an empty record fails.)
+  const servers: Options.Options<Readonly<Record<string, Option.Option<string>>>> = names.length === 0
+    ? Options.map(Options.none, () => ({}))
+    : Options.all(Object.fromEntries(names.map((name) => [
+      name,
+      Options.text(`${name}-url`).pipe(
+        Options.withDescription(
+          `an envtrain server (\`envtrain serve ${name}\`) or any OpenEnv server serving ${name} (default: in-process)`
+        ),
+        Options.optional
+      )
+    ])))
+  return { ...flags, rewards, servers }
 }
 
 /** Applies parsed flags to defaults. */
@@ -65,11 +99,16 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
   const model = Option.getOrUndefined(f.model)
   const out = Option.getOrUndefined(f.out)
   const envUrl = Option.getOrUndefined(f.envUrl)
+  const rewards = Option.getOrUndefined(f.rewards)
+  const envUrls: Record<string, string> = {}
+  for (const [name, url] of Object.entries(f.servers)) if (Option.isSome(url)) envUrls[name] = url.value
   return {
     ...defaults,
     ...(model === undefined ? {} : { model }),
     ...(out === undefined ? {} : { out }),
     ...(envUrl === undefined ? {} : { envUrl }),
+    ...(Object.keys(envUrls).length === 0 ? {} : { envUrls }),
+    ...(rewards === undefined ? {} : { rewards }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
     backend: or(f.backend, model !== undefined ? "gpu" : defaults.backend) as "cpu" | "gpu",
     seed: or(f.seed, defaults.seed),
@@ -95,7 +134,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
 
 /** The example as a command: `tsx examples/src/<name>.ts [flags]`. */
 export const command = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>
-  Command.make(recipe.name, flags, (f) => Effect.asVoid(Pipeline.run(recipe, settingsOf(defaults, f)))).pipe(
+  Command.make(recipe.name, flagsOf(recipe), (f) => Effect.asVoid(Pipeline.run(recipe, settingsOf(defaults, f)))).pipe(
     Command.withDescription(description)
   )
 

@@ -20,7 +20,7 @@ import { Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtr
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"
 import { cachedCpuModel } from "./internal/cachedModel.js"
-import type { Recipe } from "./Recipe.js"
+import * as Recipe from "./Recipe.js"
 import * as SftData from "./sftData.js"
 
 /** Every knob of a run (the programs' flags). */
@@ -37,6 +37,13 @@ export interface Settings {
   readonly backend: "cpu" | "gpu"
   /** An envtrain or OpenEnv server; default in-process environments. */
   readonly envUrl?: string
+  /**
+   * One server per environment, by name, for a recipe over several environments (`--wordle-url`, `--catch-url`);
+   * an environment without one runs in-process.
+   */
+  readonly envUrls?: Readonly<Record<string, string>>
+  /** The recipe's reward set by name (`--rewards`, e.g. Wordle's `seed` or `shaped`); default its first. */
+  readonly rewards?: string
   readonly seed: number
   /**
    * Render the tool definitions into the system prompt (the chat template's tools block). Off for the tiny preset
@@ -112,7 +119,7 @@ export interface RunResult {
 const round = (x: number | null, d = 3) => (x === null ? null : Math.round(x * 10 ** d) / 10 ** d)
 
 /** Scores a scripted player on seeds (no model). */
-export const playerScore = <State>(recipe: Recipe<State>, seeds: ReadonlyArray<number>, errorRate: number) =>
+export const playerScore = <State>(recipe: Recipe.Recipe<State>, seeds: ReadonlyArray<number>, errorRate: number) =>
   Effect.gen(function*() {
     const started = Date.now()
     const states: Array<State> = []
@@ -184,8 +191,9 @@ export const formatTable = (result: Pick<RunResult, "before" | "after" | "solver
 /**
  * Runs the whole recipe. Needs FileSystem and Path (`Main.run` provides them).
  */
-export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
+export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
   Effect.gen(function*() {
+    const recipe = yield* Recipe.withRewards(chosen, settings.rewards)
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const started = Date.now()
@@ -194,11 +202,7 @@ export const run = <State>(recipe: Recipe<State>, settings: Settings) =>
     yield* fs.makeDirectory(outputDir, { recursive: true })
     const say = (text: string) => (settings.verbose ? Console.log(text) : Effect.void)
 
-    const environment = settings.envUrl === undefined
-      ? recipe.environment
-      : recipe.remote === undefined
-      ? yield* Effect.dieMessage(`${recipe.name}: --env-url is not supported for this example (no remote client).`)
-      : recipe.remote(settings.envUrl)
+    const environment = yield* Recipe.environmentOf(recipe, settings)
 
     // 1. The model: a CPU-reference tiny/small model, or a checkpoint.
     const checkpoint = settings.model === undefined

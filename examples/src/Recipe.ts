@@ -13,7 +13,7 @@
 import { Catch, Echo, Environment, MultiEnv, Remote, Sudoku, Wordle } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import { Reward } from "@envtrain/grpo"
-import { Effect, Option } from "effect"
+import { Data, Effect, Option } from "effect"
 
 /** A scripted player made from an error rate and a seed (the solvers' signature). */
 export type Player = (options: { readonly errorRate: number; readonly seed: number }) => (
@@ -26,11 +26,24 @@ export interface Recipe<State> {
   readonly environment: Environment.Environment<State, any>
   /** The same environment backed by a server (an envtrain server or any OpenEnv server), if supported. */
   readonly remote?: (url: string) => Environment.Environment<State, any>
+  /**
+   * For a recipe over several environments (a server serves one environment): their names, each taking its own
+   * server (`--<name>-url`), and the router with the given ones served (one without a URL stays in-process).
+   */
+  readonly remotes?: {
+    readonly names: ReadonlyArray<string>
+    readonly make: (urls: Readonly<Record<string, string>>) => Environment.Environment<State, any>
+  }
   /** The prompt messages of a row; the reset observation is appended to the last one. */
   readonly prompt: (row: Readonly<Record<string, unknown>>) => ReadonlyArray<ChatMessage>
   /** Extra dataset columns for a seed. */
   readonly columns?: (seed: number) => Readonly<Record<string, unknown>>
   readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>
+  /**
+   * Named reward sets to choose from (`--rewards NAME`); the first is the default and equals `rewardFunctions`.
+   * Absent when the recipe has one set.
+   */
+  readonly rewardVariants?: Readonly<Record<string, ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>>>
   readonly success: (state: State) => boolean
   /** Extra evaluation numbers from the final states (e.g. guesses per win), averaged over episodes. */
   readonly details?: (states: ReadonlyArray<State>) => Readonly<Record<string, number | null>>
@@ -78,25 +91,54 @@ export const catchRecipe: Recipe<Catch.State> = {
 }
 
 // -------------------------------------------------------------------------------------------------------------
-// Wordle (§7.2) — the seed's recipe: win with an early-win bonus, partial credit from greens, invalid penalty
+// Wordle (§7.2) — the seed's recipe: a win with an early-win bonus, greens on losses, an invalid-move penalty
 // -------------------------------------------------------------------------------------------------------------
 
 const WORDLE_USER = "You are an expert Wordle solver. Follow these rules: 1. the secret is a 5-letter English " +
   "word; 2. you have 6 attempts; 3. feedback per letter: G green, Y yellow, X absent; 4. guesses must be valid " +
   "words; 5. never reuse a guess; 6. use the tool `guess` to make a guess.\n"
 
-/** 1 for a win plus a bonus for each unused attempt (0.1 each); 0 otherwise. */
+// The seed's rewards (the defaults). A Wordle game ends in a win, or in a loss (six valid guesses without the word,
+// two invalid moves in a row, or an episode cut short by its budget); `num_guesses` counts valid guesses.
+
+/** A win pays 1 + 0.5·(1 − guesses/6): 1.417 at the first guess down to 1 at the sixth; 0 otherwise. */
 export const wordleWin = Reward.perEpisode<Wordle.State>(
   "wordle_win",
-  (e) => e.environment.won ? 1 + 0.1 * Math.max(0, 6 - e.environment.num_guesses) : 0
+  (e) => e.environment.won ? 1 + 0.5 * (1 - e.environment.num_guesses / 6) : 0
 )
-/** Partial credit: the most greens in any valid guess, as a fraction of 5. */
-export const wordleGreens = Reward.perEpisode<Wordle.State>("wordle_greens", (e) => e.environment.best_greens / 5)
-/** -0.5 per invalid move. */
+/** Only on a loss: 0.1 per green of the best valid guess (at most 0.5, below any win); 0 on a win. */
+export const wordleGreens = Reward.perEpisode<Wordle.State>(
+  "wordle_greens",
+  (e) => e.environment.won ? 0 : 0.1 * e.environment.best_greens
+)
+/** −0.1 per invalid move. */
 export const wordleInvalid = Reward.perEpisode<Wordle.State>(
   "wordle_invalid",
+  (e) => -0.1 * e.environment.invalid_moves
+)
+/** The seed's Wordle rewards, summed: {@link wordleWin}, {@link wordleGreens}, {@link wordleInvalid}. */
+export const wordleRewards = [wordleWin, wordleGreens, wordleInvalid]
+
+// The shaped variant (`--rewards shaped`), envtrain's earlier default: a larger win bonus per unused attempt,
+// greens paid on wins too, and a five times larger invalid-move penalty.
+
+/** 1 for a win plus 0.1 for each unused attempt; 0 otherwise. */
+export const wordleShapedWin = Reward.perEpisode<Wordle.State>(
+  "wordle_win_shaped",
+  (e) => e.environment.won ? 1 + 0.1 * Math.max(0, 6 - e.environment.num_guesses) : 0
+)
+/** The most greens in any valid guess, as a fraction of 5, win or loss. */
+export const wordleShapedGreens = Reward.perEpisode<Wordle.State>(
+  "wordle_greens_shaped",
+  (e) => e.environment.best_greens / 5
+)
+/** −0.5 per invalid move. */
+export const wordleShapedInvalid = Reward.perEpisode<Wordle.State>(
+  "wordle_invalid_shaped",
   (e) => -0.5 * e.environment.invalid_moves
 )
+/** The shaped Wordle rewards, summed. */
+export const wordleShapedRewards = [wordleShapedWin, wordleShapedGreens, wordleShapedInvalid]
 
 const repeats = (guesses: ReadonlyArray<string>) => guesses.length - new Set(guesses).size
 
@@ -105,7 +147,8 @@ export const wordleRecipe: Recipe<Wordle.State> = {
   environment: Wordle.environment,
   remote: (url) => Remote.wordle(url),
   prompt: () => [{ role: "user", content: WORDLE_USER }],
-  rewardFunctions: [wordleWin, wordleGreens, wordleInvalid],
+  rewardFunctions: wordleRewards,
+  rewardVariants: { seed: wordleRewards, shaped: wordleShapedRewards },
   success: (s) => s.won,
   details: (states) => {
     const wins = states.filter((s) => s.won)
@@ -219,11 +262,19 @@ const isCatchRow = (seed: number) => seed % 2 === 1
 export const multiRecipe: Recipe<MultiState> = {
   name: "multi-env",
   environment: multi({ wordle: Wordle.environment, catch: Catch.environment }),
-  remote: (url) =>
-    multi({
-      wordle: Remote.wordle(url) as unknown as typeof Wordle.environment,
-      catch: Remote.catchGame(url) as unknown as typeof Catch.environment
-    }),
+  // One server per environment (`--wordle-url`, `--catch-url`), as the seed's script takes them.
+  remotes: {
+    names: ["wordle", "catch"],
+    make: (urls) =>
+      multi({
+        wordle: urls.wordle === undefined
+          ? Wordle.environment
+          : Remote.wordle(urls.wordle) as unknown as typeof Wordle.environment,
+        catch: urls.catch === undefined
+          ? Catch.environment
+          : Remote.catchGame(urls.catch) as unknown as typeof Catch.environment
+      })
+  },
   columns: (seed) => ({ env: isCatchRow(seed) ? "catch" : "wordle" }),
   prompt: (row) => row.env === "catch" ? catchRecipe.prompt(row) : wordleRecipe.prompt(row),
   rewardFunctions: [
@@ -245,6 +296,86 @@ export const multiRecipe: Recipe<MultiState> = {
   reasoning: (seen, tool, args) =>
     tool === "guess" ? wordleRecipe.reasoning(seen, tool, args) : catchRecipe.reasoning(seen, tool, args),
   closing: (s) => s.active === "catch" ? "The ball has landed." : s.state.won ? "Solved." : "Out of guesses."
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Choosing the environment and the rewards of a run
+// -------------------------------------------------------------------------------------------------------------
+
+/** A run asks a recipe for something it does not have; the message says what to give instead. */
+export class RecipeError extends Data.TaggedError("RecipeError")<{ readonly message: string }> {}
+
+/** Where a run's environments are served: one server for the environment, or one per environment by name. */
+export interface Servers {
+  readonly envUrl?: string | undefined
+  readonly envUrls?: Readonly<Record<string, string>> | undefined
+}
+
+/** The recipe's environment, in process or served as `servers` says. */
+export const environmentOf = <State>(
+  recipe: Recipe<State>,
+  servers: Servers
+): Effect.Effect<Environment.Environment<State, any>, RecipeError> => {
+  const urls = servers.envUrls ?? {}
+  const named = Object.keys(urls)
+  const flags = (names: ReadonlyArray<string>) => names.map((n) => `--${n}-url`).join(" and ")
+  if (servers.envUrl !== undefined && named.length > 0) {
+    return Effect.fail(
+      new RecipeError({ message: `${recipe.name}: give either --env-url or ${flags(named)}, not both` })
+    )
+  }
+  if (servers.envUrl !== undefined) {
+    if (recipe.remote !== undefined) return Effect.succeed(recipe.remote(servers.envUrl))
+    return Effect.fail(
+      new RecipeError({
+        message: recipe.remotes === undefined
+          ? `${recipe.name}: --env-url is not supported for this example (no remote client)`
+          : `${recipe.name}: a server serves one environment, so this example takes one URL per environment: ` +
+            `${flags(recipe.remotes.names)} (e.g. servers started with ${
+              recipe.remotes.names.map((n) => `\`envtrain serve ${n}\``).join(" and ")
+            }) instead of --env-url`
+      })
+    )
+  }
+  if (named.length === 0) return Effect.succeed(recipe.environment)
+  if (recipe.remotes === undefined) {
+    return Effect.fail(
+      new RecipeError({
+        message: `${recipe.name}: ${flags(named)} name environments of a multi-environment example; this example ` +
+          `has one environment: give its server with --env-url`
+      })
+    )
+  }
+  const known = recipe.remotes.names
+  const unknown = named.filter((n) => !known.includes(n))
+  if (unknown.length > 0) {
+    return Effect.fail(
+      new RecipeError({
+        message: `${recipe.name}: no environment named ${unknown.join(", ")}: the served environments are given ` +
+          `with ${flags(known)}`
+      })
+    )
+  }
+  return Effect.succeed(recipe.remotes.make(urls))
+}
+
+/** The recipe with the named reward set (`--rewards NAME`); `undefined` keeps its default set. */
+export const withRewards = <State>(
+  recipe: Recipe<State>,
+  name: string | undefined
+): Effect.Effect<Recipe<State>, RecipeError> => {
+  if (name === undefined) return Effect.succeed(recipe)
+  const variants = recipe.rewardVariants ?? {}
+  const rewardFunctions = variants[name]
+  if (rewardFunctions !== undefined) return Effect.succeed({ ...recipe, rewardFunctions })
+  const names = Object.keys(variants)
+  return Effect.fail(
+    new RecipeError({
+      message: names.length === 0
+        ? `${recipe.name}: this example has one reward set; drop --rewards ${name}`
+        : `${recipe.name}: no reward set named "${name}": choose one of ${names.join(", ")}`
+    })
+  )
 }
 
 /** The reset observation of a row, for display. */
