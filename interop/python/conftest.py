@@ -7,6 +7,7 @@ openenv / transformers / trl packages from the project's .venv. A skipped test f
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -51,22 +52,31 @@ class EnvtrainServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, "NO_COLOR": "1"},
+            # tsx runs the server as a child node process: a group of its own lets kill() end both.
+            start_new_session=True,
         )
         wait_for_port(self.port, self.proc)
         self.url = f"http://127.0.0.1:{self.port}"
 
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        """SIGKILL to the whole process group (tsx and the node process serving): sockets drop, no close frames."""
+        self._signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self.kill()
 
 
 @pytest.fixture
