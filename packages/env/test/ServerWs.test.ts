@@ -275,6 +275,52 @@ describe("Server /ws", () => {
       yield* eventually(Effect.map(s.activeSessions, (n) => n === 1), "the binary-framed MCP session freed")
     }))
 
+  it.scopedLive("/ws?session_id= attaches to an HTTP-MCP session (MCPToolClient's production mode), at capacity too", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter(), { port: 0, maxConcurrentEnvs: 1 })
+      const rpc = (body: unknown) =>
+        Effect.map(http(`${s.url}/mcp`, { method: "POST", body: JSON.stringify(body) }), (r) => r.body)
+      const sid = (yield* rpc({ jsonrpc: "2.0", method: "openenv/session/create", id: 1 })).result.session_id
+      const call = (id: number) =>
+        rpc({ jsonrpc: "2.0", method: "tools/call", params: { name: "add", arguments: { x: 2 }, session_id: sid }, id })
+      assert.strictEqual((yield* call(2)).result.data, 2)
+      // The socket takes no slot of its own and drives the same instance as the HTTP calls.
+      const c = yield* raw(`${wsUrl(s)}?session_id=${sid}`)
+      yield* c.send({ type: "step", data: { delta: 1 } })
+      assert.strictEqual((yield* c.next).data.observation.total, 3)
+      assert.strictEqual((yield* call(3)).result.data, 5)
+      assert.strictEqual(yield* s.activeSessions, 1)
+      // One socket per session; unknown ids are refused with OpenEnv's texts, then the socket closes.
+      const second = yield* raw(`${wsUrl(s)}?session_id=${sid}`)
+      assert.deepStrictEqual((yield* second.next).data, {
+        message: `Session ${sid} already has an attached WebSocket`,
+        code: "SESSION_ERROR"
+      })
+      assert.strictEqual(yield* second.closed, 1000)
+      const unknown = yield* raw(`${wsUrl(s)}?session_id=nope`)
+      assert.strictEqual((yield* unknown.next).data.message, "Unknown session_id: nope")
+      // A close while attached is deferred to the detach; the socket's own close does not end the session.
+      assert.deepStrictEqual(
+        (yield* rpc({ jsonrpc: "2.0", method: "openenv/session/close", params: { session_id: sid }, id: 4 })).result,
+        { session_id: sid, closed: false, closing: true }
+      )
+      assert.strictEqual(yield* s.activeSessions, 1)
+      yield* c.send({ type: "close" })
+      assert.strictEqual(yield* c.closed, 1000)
+      yield* zeroSessions(s)
+      // Without a pending close the session outlives its socket.
+      const kept = (yield* rpc({ jsonrpc: "2.0", method: "openenv/session/create", id: 5 })).result.session_id
+      const d = yield* raw(`${wsUrl(s)}?session_id=${kept}`)
+      yield* d.send({ type: "close" })
+      assert.strictEqual(yield* d.closed, 1000)
+      assert.strictEqual(yield* s.activeSessions, 1)
+      assert.deepStrictEqual(
+        (yield* rpc({ jsonrpc: "2.0", method: "openenv/session/close", params: { session_id: kept }, id: 6 })).result,
+        { session_id: kept, closed: true }
+      )
+      assert.strictEqual(yield* s.activeSessions, 0)
+    }))
+
   it.scopedLive("keep-alive: a peer that stops answering pings is dropped and its slot freed", () =>
     Effect.gen(function*() {
       const s = yield* Server.serve(counter(), { port: 0, pingInterval: "100 millis" })

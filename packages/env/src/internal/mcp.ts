@@ -138,6 +138,11 @@ export const handle = (
     if (session === undefined) {
       return Effect.succeed(Wire.rpcError(id, Wire.JsonRpcErrorCode.INVALID_PARAMS, `Unknown session_id: ${target}`))
     }
+    if (session.attached) {
+      // OpenEnv's answer while a `/ws?session_id=` socket is attached: closed when that socket detaches.
+      session.closePending = true
+      return Effect.succeed(Wire.rpcResult(id, { session_id: target, closed: false, closing: true }))
+    }
     if (session.instance === null) {
       return Effect.succeed(
         Wire.rpcError(

@@ -169,7 +169,18 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
 
     const liveSockets = new Map<WebSocket, { alive: boolean }>()
 
-    const handleSocket = (ws: WebSocket, path: "/ws" | "/mcp") =>
+    /** The session a `/ws?session_id=` socket attaches to, or why it cannot (OpenEnv's texts). */
+    const attachable = (id: string): { session: Session; instance: OpenEnvInstance } | string => {
+      const session = table.get(id)
+      if (session === undefined) return `Unknown session_id: ${id}`
+      if (session.instance === null) return `Session ${id} is still initializing`
+      // A WS-managed session has its socket: only HTTP-MCP sessions (openenv/session/create) take one.
+      if (session.attached || session.kind !== "http-mcp") return `Session ${id} already has an attached WebSocket`
+      return { session, instance: session.instance }
+    }
+
+    /** Serves one socket: on a session of its own, or (`/ws?session_id=`) on an existing HTTP-MCP session. */
+    const handleSocket = (ws: WebSocket, path: "/ws" | "/mcp", attachTo: string | undefined) =>
       Effect.gen(function*() {
         const ended = yield* Deferred.make<void>()
         let finished = false
@@ -285,6 +296,28 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
             if (inFlight !== undefined) yield* Fiber.interrupt(inFlight)
           })
         )
+
+        if (attachTo !== undefined) {
+          // MCPToolClient's production mode: the socket drives the session its HTTP calls use; the session outlives
+          // the socket (it ends with openenv/session/close, or at the detach if that close came meanwhile).
+          const target = attachable(attachTo)
+          if (typeof target === "string") {
+            send(ws, Wire.errorFrame("SESSION_ERROR", target))
+            return
+          }
+          const attached = target.session
+          attached.attached = true
+          table.touch(attached.id)
+          yield* Effect.addFinalizer(() =>
+            Effect.sync(() => {
+              attached.attached = false
+              if (attached.closePending) attached.kill("closed by openenv/session/close")
+            })
+          )
+          live.ready = target
+          pump()
+          return yield* Deferred.await(ended)
+        }
 
         const reserved = table.reserve(path === "/ws" ? "ws" : "ws-mcp", (reason) => {
           table.release(sessionId)
@@ -524,13 +557,16 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
       fork(handleHttp(req, res))
     })
     server.on("upgrade", (req, socket, head) => {
-      const path = new URL(req.url ?? "/", "http://localhost").pathname
+      const url = new URL(req.url ?? "/", "http://localhost")
+      const path = url.pathname
       if (shuttingDown || (path !== "/ws" && path !== "/mcp")) {
         socket.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
         return
       }
+      // Only /ws attaches to an existing session (an empty id asks for a new one, as Python's truthiness).
+      const attachTo = path === "/ws" ? url.searchParams.get("session_id") || undefined : undefined
       wss.handleUpgrade(req, socket, head, (ws) => {
-        if (table.size >= table.max) {
+        if (attachTo === undefined && table.size >= table.max) {
           // Full: accept, send the error, close 1000 (OpenEnv's order), in the same write burst as the handshake so
           // a client sees the refusal at connect. A race with a session reserved meanwhile is caught in handleSocket.
           ws.on("error", () => {})
@@ -538,7 +574,7 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
           ws.close(1000)
           return
         }
-        fork(handleSocket(ws, path))
+        fork(handleSocket(ws, path, attachTo))
       })
     })
     server.on("clientError", (_err, socket) => socket.destroy())

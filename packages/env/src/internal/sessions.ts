@@ -10,6 +10,10 @@ export interface Session {
   lastActivity: number
   /** A request is being processed: never reaped mid-request. */
   busy: boolean
+  /** An HTTP-MCP session with a `/ws?session_id=` socket attached: never reaped, its close waits for the detach. */
+  attached: boolean
+  /** `openenv/session/close` came while attached: the session ends when the socket detaches. */
+  closePending: boolean
   /** Destroys the session (frees the slot at once) and closes its socket, if any. */
   readonly kill: (reason: string) => void
 }
@@ -28,7 +32,16 @@ export class SessionTable {
     kill: (reason: string) => void
   ): Session | { readonly active: number; readonly max: number } {
     if (this.sessions.size >= this.max) return { active: this.sessions.size, max: this.max }
-    const session: Session = { id: randomUUID(), kind, instance: null, lastActivity: Date.now(), busy: false, kill }
+    const session: Session = {
+      id: randomUUID(),
+      kind,
+      instance: null,
+      lastActivity: Date.now(),
+      busy: false,
+      attached: false,
+      closePending: false,
+      kill
+    }
     this.sessions.set(session.id, session)
     return session
   }
@@ -46,11 +59,11 @@ export class SessionTable {
     if (s !== undefined) s.lastActivity = Date.now()
   }
 
-  /** Sessions idle for longer than `timeoutMs` and not in a request. */
+  /** Sessions idle for longer than `timeoutMs`, not in a request and without an attached socket. */
   stale(timeoutMs: number, now: number): Array<Session> {
     const out: Array<Session> = []
     for (const s of this.sessions.values()) {
-      if (!s.busy && s.instance !== null && now - s.lastActivity > timeoutMs) out.push(s)
+      if (!s.busy && !s.attached && s.instance !== null && now - s.lastActivity > timeoutMs) out.push(s)
     }
     return out
   }
