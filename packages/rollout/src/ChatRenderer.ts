@@ -4,7 +4,8 @@
  * that follows a model turn with tool results, the way TRL's `_get_tool_suffix_ids` does: render a fixed
  * `[user, assistant(tool call)]` conversation, cut it right after its end-of-turn token, render it again with the
  * tool messages and the generation prompt, check the first is a prefix of the second, and keep the rest. Earlier
- * turns are never rendered or tokenised again.
+ * turns are never rendered or tokenised again. A model template that is not prefix-preserving (Qwen3's own) is
+ * replaced by its training template on first use, as TRL does (`TrainingTemplate`); `keepModelTemplate` keeps it.
  *
  * @example
  * ```ts
@@ -17,10 +18,17 @@
  *
  * @since 0.0.0
  */
-import type { ChatMessage, ChatTemplate, ChatTemplateError, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import type {
+  ChatMessage,
+  ChatTemplate,
+  ChatTemplateError,
+  RenderOptions,
+  ToolDefinition
+} from "@envtrain/gpu/ChatTemplate"
 import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
 import { Context, Data, Effect, Layer } from "effect"
 import * as FastCodec from "./internal/fastCodec.js"
+import * as TrainingTemplate from "./TrainingTemplate.js"
 
 /** The template renders a conversation differently once a turn follows it, so appended tokens would drift. */
 export class TemplateNotPrefixStable extends Data.TaggedError("TemplateNotPrefixStable")<{
@@ -33,7 +41,8 @@ export class TemplateNotPrefixStable extends Data.TaggedError("TemplateNotPrefix
     return `The chat template is not prefix-stable: rendering a tool-call turn followed by tool results changes the ` +
       `tool-call turn (first difference at character ${i}: ${JSON.stringify(this.prefix.slice(i, i + 40))} vs ` +
       `${JSON.stringify(this.rendered.slice(i, i + 40))}). Use a training template that renders every assistant turn ` +
-      `the same way wherever it stands (envtrain's QWEN3_STYLE_TEMPLATE, or TRL's qwen3_training.jinja).`
+      `the same way wherever it stands (envtrain's QWEN3_STYLE_TEMPLATE, or TRL's qwen3_training.jinja). envtrain ` +
+      `swaps one in by itself only for Qwen3-family templates, and not when keepModelTemplate is set.`
   }
 }
 
@@ -45,6 +54,12 @@ export interface ChatRendererOptions {
   readonly enableThinking?: boolean
   /** Other `chat_template_kwargs`. */
   readonly extra?: Readonly<Record<string, unknown>>
+  /**
+   * Render with the model's template even when it is not prefix-preserving (the first tool result then fails with
+   * {@link TemplateNotPrefixStable}). Default false: such a template is replaced by its training template, as TRL's
+   * `get_training_chat_template` does (Qwen3's own becomes Qwen3's training template).
+   */
+  readonly keepModelTemplate?: boolean
 }
 
 /** Rendering and tokenisation for the episode loop. */
@@ -141,7 +156,21 @@ export class ChatRenderer extends Context.Tag("@envtrain/rollout/ChatRenderer")<
 
 /** Makes a renderer from a loaded tokenizer and chat template. */
 export const make = (options: ChatRendererOptions): Renderer => {
-  const { template, tokenizer } = options
+  const { tokenizer } = options
+  // The template the run renders with, decided on the first render.
+  let chosen: ChatTemplate | undefined
+  const resolveTemplate = options.keepModelTemplate === true
+    ? Effect.succeed(options.template)
+    : TrainingTemplate.resolve(options.template, tokenizer)
+  const active = Effect.suspend(() =>
+    chosen !== undefined ? Effect.succeed(chosen) : Effect.map(resolveTemplate, (t) => {
+      chosen = t
+      return t
+    })
+  )
+  const template = {
+    render: (o: RenderOptions) => Effect.flatMap(active, (t) => t.render(o))
+  }
   const kwargs = {
     ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
     ...(options.extra === undefined ? {} : { extra: options.extra })

@@ -3,7 +3,10 @@
  * tools it renders what Qwen3's own template renders, with one deliberate difference that Qwen3's training variant
  * (used by TRL for tool-calling GRPO) also makes: every assistant turn carries its `<think>…</think>` block, even
  * an empty one in history, so a conversation rendered up to turn k is a prefix of the same conversation rendered
- * up to turn k+1 and earlier tokens never need re-tokenising.
+ * up to turn k+1 and earlier tokens never need re-tokenising. Its output is that of TRL's `qwen3_training.jinja`
+ * (checked by the interop suite), so it is also the training template envtrain swaps in for a Qwen3 model's own
+ * (rollout's `TrainingTemplate`). A `content` with `</think>` is split as Qwen3 splits it: the reasoning before
+ * (after any `<think>`), the content after, both without their joining newlines.
  *
  * Inputs: `messages` (role system|user|assistant|tool; assistant may have `reasoning_content` and `tool_calls`
  * whose `arguments` are an object or a JSON string), `tools` (JSON-schema function definitions),
@@ -31,9 +34,9 @@ export const QWEN3_STYLE_TEMPLATE = String.raw`{#- envtrain Qwen3-style chat tem
     {%- set reasoning = '' -%}
     {%- if message.reasoning_content is string -%}
       {%- set reasoning = message.reasoning_content -%}
-    {%- elif '<think>' in content and '</think>' in content -%}
-      {%- set reasoning = content.split('</think>')[0].split('<think>')[-1] -%}
-      {%- set content = content.split('</think>')[-1] -%}
+    {%- elif '</think>' in content -%}
+      {%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}
+      {%- set content = content.split('</think>')[-1].lstrip('\n') -%}
     {%- endif -%}
     {{- '<|im_start|>assistant\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') -}}
     {%- if message.tool_calls -%}
