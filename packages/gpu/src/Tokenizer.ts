@@ -206,7 +206,12 @@ export const train = (options: TrainOptions): Record<string, unknown> =>
     addedTokens: options.addedTokens ?? QWEN3_ADDED_TOKENS
   }).tokenizerJson
 
-/** tokenizer_config.json for a Qwen3-style tokenizer made by {@link train}, with the chat template. */
+/**
+ * tokenizer_config.json for a Qwen3-style tokenizer made by {@link train}, with the chat template. The class is the
+ * generic `PreTrainedTokenizerFast`, which transformers builds from tokenizer.json as it is: `Qwen2Tokenizer` would
+ * make transformers (5.x) put its own NFC normalizer in front, which {@link train}'s tokenizer.json leaves out (so
+ * that every string round-trips), and AutoTokenizer's ids would then differ from envtrain's on text that NFC changes.
+ */
 export const qwen3TokenizerConfig = (tokenizerJson: Record<string, unknown>, chatTemplate: string) => {
   const added = (tokenizerJson.added_tokens ?? []) as ReadonlyArray<
     { id: number; content: string; special: boolean }
@@ -235,7 +240,7 @@ export const qwen3TokenizerConfig = (tokenizerJson: Record<string, unknown>, cha
     model_max_length: 131072,
     pad_token: "<|endoftext|>",
     split_special_tokens: false,
-    tokenizer_class: "Qwen2Tokenizer",
+    tokenizer_class: "PreTrainedTokenizerFast",
     unk_token: null
   }
 }
