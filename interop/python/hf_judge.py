@@ -15,6 +15,9 @@ and compares envtrain's answers with the JSON this prints. Commands:
   checkpoint is upcast exactly): per sequence log p(tokens[i+1] | tokens[..i]), and per prompt the greedy
   continuation of model.generate (stopping at generation_config's EOS ids).
 
+Several commands in one process (torch and transformers take seconds to import): `hf_judge.py make score` reads
+`{"make": {...}, "score": {...}}` and prints the results keyed the same way, running the commands in order.
+
 Runs offline: no model hub is ever contacted.
 """
 
@@ -128,4 +131,9 @@ COMMANDS = {"tokenize": tokenize, "render": render, "make": make, "score": score
 
 if __name__ == "__main__":
     request = json.loads(sys.stdin.read())
-    json.dump(COMMANDS[sys.argv[1]](request), sys.stdout, ensure_ascii=False)
+    names = sys.argv[1:]
+    if len(names) == 1:
+        result = COMMANDS[names[0]](request)
+    else:
+        result = {name: COMMANDS[name](request[name]) for name in names}
+    json.dump(result, sys.stdout, ensure_ascii=False)
