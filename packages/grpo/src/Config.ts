@@ -3,6 +3,9 @@
  * TRL's defaults, as an Effect Schema. Load it from JSON or YAML, override it from `--key value` pairs (camelCase or
  * TRL's snake_case), then `resolve` it: invalid combinations are refused with a message saying what to change, and
  * derived values (generation batch size, steps per generation, ...) are computed the way TRL computes them.
+ * Every other key of TRL's GRPOConfig (and of the TrainingArguments it inherits) is known too: `use_vllm`,
+ * `vllm_*`, `bf16`, `report_to`, `generation_kwargs`, ... are accepted where they change nothing envtrain computes
+ * and refused otherwise with what envtrain does instead (`internal/trlKeys.ts`); never as an unknown key.
  *
  * @example
  * ```ts
@@ -19,6 +22,7 @@
 import { FileSystem } from "@effect/platform"
 import { Data, Effect, Either, Option, ParseResult, Schema, SchemaAST as AST } from "effect"
 import * as Yaml from "yaml"
+import * as TrlKeys from "./internal/trlKeys.js"
 
 // ---------------------------------------------------------------------------------------------------------------
 // Schema
@@ -230,7 +234,14 @@ export const GRPOConfig = Schema.Struct({
     null,
     "How many completions to print per logging step; null = all of the latest generation batch."
   ),
-  logUniquePrompts: withDefault(Schema.Boolean, false, "Deduplicate the completions table by prompt.")
+  logUniquePrompts: withDefault(Schema.Boolean, false, "Deduplicate the completions table by prompt."),
+  // --- rendering ---
+  chatTemplateKwargs: withDefault(
+    Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+    {},
+    "Variables passed to the chat template at every render (TRL chat_template_kwargs), e.g. {enable_thinking: " +
+      "false}; enable_thinking (a boolean) overrides the run's default (false). A JSON string is read as JSON."
+  )
 })
 
 /**
@@ -334,9 +345,46 @@ const normaliseKeys = (
   const value: Record<string, unknown> = {}
   const from: Record<string, string> = {}
   const problems: Array<string> = []
+  const get = (snake: string) => raw[snake] !== undefined ? raw[snake] : raw[camelCase(snake)]
+  const set = (canonical: string, key: string, v: unknown) => {
+    if (canonical in value) {
+      problems.push(`"${key}" and "${from[canonical]}" set the same field ${canonical}: keep only one`)
+      return
+    }
+    from[canonical] = key
+    value[canonical] = v
+  }
   for (const [key, v] of Object.entries(raw)) {
     const canonical = canonicalKey(key)
     if (canonical === undefined) {
+      // TRL keys without a field of their own: their envtrain meaning, or what envtrain does instead.
+      const snake = key.includes("_") ? key : snakeCase(key)
+      if (snake === "generation_kwargs") {
+        const kwargs = v === null ? {} : jsonObject(v)
+        if (kwargs === undefined) {
+          problems.push(`${key}: must be a mapping (or a JSON object string) of sampling settings`)
+          continue
+        }
+        for (const [k, x] of Object.entries(kwargs)) {
+          const field = TrlKeys.generationKwargFields[k]
+          if (field === undefined) problems.push(TrlKeys.generationKwargProblem(k))
+          else set(field, `${key}.${k}`, x)
+        }
+        continue
+      }
+      const check = TrlKeys.checks[snake]
+      if (check !== undefined) {
+        const problem = check(v, get)
+        if (problem !== undefined) problems.push(`${key}: ${problem}`)
+        continue
+      }
+      if (TrlKeys.trainingArguments.has(snake)) {
+        problems.push(
+          `${key}: a transformers TrainingArguments setting that envtrain does not implement: remove it ` +
+            "(see Config.describeFields() for the known keys)"
+        )
+        continue
+      }
       const hint = suggest(key)
       problems.push(
         `unknown key "${key}"` + (hint !== undefined ? `: did you mean "${hint}"?` : ": remove it") +
@@ -344,14 +392,31 @@ const normaliseKeys = (
       )
       continue
     }
-    if (canonical in value) {
-      problems.push(`"${key}" and "${from[canonical]}" set the same field ${canonical}: keep only one`)
+    if (canonical === "chatTemplateKwargs") {
+      const kwargs = v === null ? {} : jsonObject(v)
+      if (kwargs === undefined) {
+        problems.push(
+          `${key}: must be a mapping of template variables (or a JSON object string), e.g. {"enable_thinking": false}`
+        )
+      } else set(canonical, key, kwargs)
       continue
     }
-    from[canonical] = key
-    value[canonical] = canonical === "scaleRewards" && typeof v === "boolean" ? (v ? "group" : "none") : v
+    set(canonical, key, canonical === "scaleRewards" && typeof v === "boolean" ? (v ? "group" : "none") : v)
   }
   return { value, problems }
+}
+
+/** A mapping, or a string holding a JSON object (TRL's dict-or-str keys); `undefined` otherwise. */
+const jsonObject = (v: unknown): Record<string, unknown> | undefined => {
+  let x = v
+  if (typeof v === "string") {
+    try {
+      x = JSON.parse(v)
+    } catch {
+      return undefined
+    }
+  }
+  return typeof x === "object" && x !== null && !Array.isArray(x) ? x as Record<string, unknown> : undefined
 }
 
 const decodeStruct = Schema.decodeUnknownEither(GRPOConfig, { errors: "all", onExcessProperty: "error" })
@@ -544,6 +609,8 @@ export interface ResolveContext {
   readonly episodesInFlight?: number
   /** Number of user reward functions (to check `rewardWeights`). */
   readonly numRewardFunctions?: number
+  /** The run's own `enableThinking` option, if given (checked against `chatTemplateKwargs.enable_thinking`). */
+  readonly enableThinking?: boolean
 }
 
 const clippedLosses: ReadonlySet<LossType> = new Set(["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
@@ -668,6 +735,16 @@ export const resolve = (
       }
     }
 
+    const thinking = config.chatTemplateKwargs.enable_thinking
+    if (thinking !== undefined && typeof thinking !== "boolean") {
+      problems.push(`chatTemplateKwargs.enable_thinking must be true or false (it is ${JSON.stringify(thinking)})`)
+    } else if (thinking !== undefined && context.enableThinking !== undefined && thinking !== context.enableThinking) {
+      problems.push(
+        `chatTemplateKwargs.enable_thinking (${thinking}) and the run's enableThinking (${context.enableThinking}) ` +
+          "disagree: keep one of them"
+      )
+    }
+
     const episodesInFlight = context.episodesInFlight ?? generationBatchSize
     if (context.remoteMaxConcurrentSessions !== undefined && context.remoteMaxConcurrentSessions < episodesInFlight) {
       problems.push(
@@ -716,6 +793,20 @@ export const resolve = (
   })
 
 const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b))
+
+/**
+ * How a run renders its chat template: `enable_thinking` from `chatTemplateKwargs` when given, else the run's
+ * `enableThinking`, else false (as every TRL OpenEnv example); every other kwarg as a template variable.
+ *
+ * @since 0.0.0
+ */
+export const templateOptions = (
+  config: Pick<GRPOConfig, "chatTemplateKwargs">,
+  enableThinking?: boolean
+): { readonly enableThinking: boolean; readonly extra: Readonly<Record<string, unknown>> } => {
+  const { enable_thinking, ...extra } = config.chatTemplateKwargs
+  return { enableThinking: typeof enable_thinking === "boolean" ? enable_thinking : enableThinking ?? false, extra }
+}
 
 /**
  * Optimizer steps for a dataset of `datasetSize` prompts, as transformers computes `max_steps`: `maxSteps` when

@@ -78,6 +78,8 @@ export interface EvaluateOptions<State, E, R> {
   /** Episodes in flight; default all. */
   readonly concurrency?: number
   readonly enableThinking?: boolean
+  /** Other chat-template variables (the config's `chatTemplateKwargs` besides enable_thinking). */
+  readonly chatTemplateKwargs?: Readonly<Record<string, unknown>>
   readonly step: number
   readonly label?: string
   readonly seed?: number
@@ -151,7 +153,8 @@ export const evaluate = <State, E, R>(options: EvaluateOptions<State, E, R>) =>
       },
       seed: options.seed ?? 0,
       concurrency: options.concurrency ?? Math.max(1, options.dataset.rows.length * G),
-      enableThinking: options.enableThinking ?? false
+      enableThinking: options.enableThinking ?? false,
+      ...(options.chatTemplateKwargs === undefined ? {} : { chatTemplateKwargs: options.chatTemplateKwargs })
     })
     const table = yield* Reward.score(options.rewardFunctions, records.map(rewardEpisode), {
       weights: options.rewardWeights ?? null,

@@ -24,7 +24,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import type { ChatMessage, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
 import { Cause, Data, Effect, Exit, Option } from "effect"
-import type * as Config from "./Config.js"
+import * as Config from "./Config.js"
 import { epochOrder } from "./Dataset.js"
 import { batchOf, type TrainableModel } from "./internal/model.js"
 import * as LrSchedule from "./LrSchedule.js"
@@ -105,7 +105,12 @@ export interface Tokenized {
 export const tokenize = (
   model: Pick<TrainableModel, "tokenizer" | "chatTemplate">,
   transcript: Transcript,
-  options: { readonly enableThinking?: boolean; readonly source?: string } = {}
+  options: {
+    readonly enableThinking?: boolean
+    /** Other chat-template variables (`chat_template_kwargs`). */
+    readonly extra?: Readonly<Record<string, unknown>>
+    readonly source?: string
+  } = {}
 ): Effect.Effect<Tokenized, TranscriptError> =>
   Effect.gen(function*() {
     const source = options.source ?? "transcript"
@@ -116,7 +121,8 @@ export const tokenize = (
         messages,
         tools,
         addGenerationPrompt,
-        ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking })
+        ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
+        ...(options.extra === undefined ? {} : { extra: options.extra })
       }).pipe(Effect.mapError((e) => new TranscriptError({ source, problem: e.message })))
     const stops = tokenizer.eosTokenIds.map((id) => tokenizer.idToToken(id)).filter((s): s is string => s !== undefined)
     const full = yield* render(transcript.messages, false)
@@ -192,12 +198,13 @@ export const train = (options: SftOptions) =>
     const path = yield* Path.Path
     const config = options.config
     const model = options.model
+    const template = Config.templateOptions(config, options.enableThinking)
     const outputDir = config.outputDir
     yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(Effect.ignore)
     const data: Array<Tokenized> = []
     for (let i = 0; i < options.transcripts.length; i++) {
       const t = yield* tokenize(model, options.transcripts[i], {
-        enableThinking: options.enableThinking ?? false,
+        ...template,
         source: `transcript ${i}`
       })
       const cut = options.maxLength ?? Infinity

@@ -63,7 +63,8 @@ export const RunSpec = Schema.Struct({
   evalDataset: Schema.optional(DatasetSpec),
   sftData: Schema.optional(Schema.String),
   resume: Schema.optionalWith(Schema.Union(Schema.Boolean, Schema.String), { default: () => false }),
-  enableThinking: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  // Default false (or the GRPO key chat_template_kwargs: {enable_thinking: ...}).
+  enableThinking: Schema.optional(Schema.Boolean),
   title: Schema.optional(Schema.String)
 })
 /** @since 0.0.0 */
@@ -107,6 +108,15 @@ export const loadFile = Effect.fn("TrainCommands.loadFile")(function*(path: stri
   )
   const argv = overrides.map((o) => (o.startsWith("--") ? o : `--${o}`))
   const config = yield* Config.fromSources(grpo, argv, path)
+  const thinking = config.chatTemplateKwargs.enable_thinking
+  if (spec.enableThinking !== undefined && thinking !== undefined && thinking !== spec.enableThinking) {
+    return yield* new CommandFileError({
+      path,
+      problem: `enableThinking (${spec.enableThinking}) and chat_template_kwargs.enable_thinking (${
+        JSON.stringify(thinking)
+      }) disagree: keep one of them`
+    })
+  }
   return { spec, config }
 })
 
@@ -163,6 +173,11 @@ export const builtIns: Readonly<Record<NonNullable<RunSpec["environment"]>, Buil
   }
 }
 
+/** The run's enable_thinking: the run key, else the config's chat_template_kwargs, else false. */
+const thinkingOf = (spec: RunSpec, config: Config.GRPOConfig) => ({
+  enableThinking: spec.enableThinking ?? Config.templateOptions(config).enableThinking
+})
+
 const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
   Effect.gen(function*() {
     const checkpoint = yield* Checkpoint.load(spec.model)
@@ -205,7 +220,7 @@ export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string,
         open: env.open,
         rewardFunctions: env.rewards,
         evalSuccess: env.success,
-        enableThinking: spec.enableThinking,
+        ...thinkingOf(spec, config),
         resume: spec.resume,
         title: spec.title ?? p.basename(path),
         ...(evalDataset === undefined ? {} : { evalDataset })
@@ -229,7 +244,7 @@ export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, ove
         config,
         model,
         transcripts,
-        enableThinking: spec.enableThinking,
+        ...thinkingOf(spec, config),
         resume: spec.resume,
         title: spec.title ?? `${p.basename(path)} (SFT)`
       })
@@ -257,7 +272,8 @@ export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, o
         maxCompletionLength: config.maxCompletionLength,
         maxToolCallingIterations: config.maxToolCallingIterations,
         numGenerations: config.numGenerationsEval ?? 1,
-        enableThinking: spec.enableThinking,
+        ...thinkingOf(spec, config),
+        chatTemplateKwargs: Config.templateOptions(config).extra,
         success: env.success,
         step: 0,
         label: spec.model

@@ -128,7 +128,10 @@ export interface TrainOptions<State, E, R> {
   readonly evalSuccess?: (episode: EpisodeRecord<State>, reward: number) => boolean
   /** The KL reference when beta > 0; default a frozen copy of the model at the start. */
   readonly reference?: TrainableModel
-  /** Qwen3 `enable_thinking` for every render; default false (as every TRL OpenEnv example). */
+  /**
+   * Qwen3 `enable_thinking` for every render; default false (as every TRL OpenEnv example). The config's
+   * `chatTemplateKwargs.enable_thinking` sets it too (both given and different: refused).
+   */
   readonly enableThinking?: boolean
   /** Episodes in flight; default the whole generation batch (TRL's sync trainer). */
   readonly concurrency?: number
@@ -204,12 +207,14 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
     const userFunctions = options.rewardFunctions.filter((f) => !f.environmentOwned).length
     const config = yield* Config.resolve(options.config, {
       numRewardFunctions: userFunctions,
+      ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
       ...(options.concurrency === undefined ? {} : { episodesInFlight: options.concurrency }),
       ...(options.remoteMaxConcurrentSessions === undefined
         ? {}
         : { remoteMaxConcurrentSessions: options.remoteMaxConcurrentSessions })
     })
     const model = options.model
+    const template = Config.templateOptions(config, options.enableThinking)
     const outputDir = config.outputDir
     yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(
       Effect.mapError((e) =>
@@ -289,7 +294,8 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
           rewardWeights: config.rewardWeights,
           maxCompletionLength: config.maxCompletionLength,
           maxToolCallingIterations: config.maxToolCallingIterations,
-          enableThinking: options.enableThinking ?? false,
+          enableThinking: template.enableThinking,
+          chatTemplateKwargs: template.extra,
           step,
           seed: config.seed,
           ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
@@ -346,7 +352,8 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
               },
               seed: Dataset.mixSeed(config.seed, step, micro.length),
               concurrency: options.concurrency ?? config.episodesInFlight,
-              enableThinking: options.enableThinking ?? false,
+              enableThinking: template.enableThinking,
+              chatTemplateKwargs: template.extra,
               ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout })
             })
             const generation = yield* prepare({

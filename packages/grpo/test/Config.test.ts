@@ -121,6 +121,231 @@ describe("Config: keys and overrides", () => {
     }).pipe(Effect.provide(NodeContext.layer)))
 })
 
+/**
+ * Every key of TRL 1.16's GRPOConfig (grpo_config.py and base_config.py; not the TrainingArguments it inherits) at
+ * its default, as `GRPOConfig()` has them (the deprecated vllm_importance_sampling_cap left out: it sets the same
+ * field as vllm_importance_sampling_clip_max).
+ */
+const trlDefaults: Record<string, unknown> = {
+  learning_rate: 1e-6,
+  lr_scheduler_kwargs: null,
+  bf16: null,
+  gradient_checkpointing: true,
+  use_liger_kernel: false,
+  torch_empty_cache_steps: null,
+  logging_steps: 10,
+  remove_unused_columns: false,
+  model_init_kwargs: null,
+  trust_remote_code: false,
+  router_aux_loss_coef: null,
+  disable_dropout: false,
+  cast_lm_head_to_fp32: false,
+  num_generations: 8,
+  num_generations_eval: null,
+  max_completion_length: 512,
+  ds3_gather_for_generation: true,
+  shuffle_dataset: true,
+  pad_to_multiple_of: "auto",
+  generation_batch_size: null,
+  steps_per_generation: null,
+  temperature: 1.0,
+  top_p: 1.0,
+  top_k: 0,
+  min_p: null,
+  generation_kwargs: null,
+  chat_template_kwargs: null,
+  repetition_penalty: 1.0,
+  cache_implementation: null,
+  use_vllm: false,
+  vllm_mode: "colocate",
+  vllm_model_impl: "vllm",
+  vllm_enable_sleep_mode: false,
+  vllm_structured_outputs_regex: null,
+  vllm_server_base_url: null,
+  vllm_server_host: "0.0.0.0",
+  vllm_server_port: 8000,
+  vllm_server_timeout: 240.0,
+  vllm_group_port: 51216,
+  vllm_gpu_memory_utilization: 0.3,
+  vllm_max_model_length: null,
+  vllm_tensor_parallel_size: 1,
+  beta: 0.0,
+  num_iterations: 1,
+  epsilon: 0.2,
+  delta: null,
+  epsilon_high: null,
+  sapo_temperature_neg: 1.05,
+  sapo_temperature_pos: 1.0,
+  vespo_k_pos: 2.0,
+  vespo_lambda_pos: 3.0,
+  vespo_k_neg: 3.0,
+  vespo_lambda_neg: 2.0,
+  importance_sampling_level: "token",
+  reward_weights: null,
+  multi_objective_aggregation: "sum_then_normalize",
+  scale_rewards: "group",
+  loss_type: "dapo",
+  mask_truncated_completions: false,
+  sync_ref_model: false,
+  ref_model_mixup_alpha: 0.6,
+  ref_model_sync_steps: 512,
+  top_entropy_quantile: 1.0,
+  entropy_coef: 0.0,
+  use_adaptive_entropy: false,
+  entropy_coef_min: 0.0,
+  entropy_coef_max: 1.0,
+  entropy_coef_delta: 0.005,
+  entropy_target: 0.2,
+  max_tool_calling_iterations: null,
+  vllm_importance_sampling_correction: true,
+  vllm_importance_sampling_mode: "sequence_mask",
+  vllm_importance_sampling_clip_max: 3.0,
+  vllm_importance_sampling_clip_min: null,
+  off_policy_mask_threshold: null,
+  use_bias_correction_kl: true,
+  log_completions: false,
+  log_multimodal: true,
+  num_completions_to_print: null,
+  log_unique_prompts: false,
+  log_completions_hub_repo: null,
+  use_transformers_continuous_batching: false,
+  transformers_continuous_batching_config: null,
+  use_transformers_paged: false
+}
+
+describe("Config: TRL keys without an envtrain field", () => {
+  it.effect("a config with every TRL GRPOConfig key at TRL's default decodes to envtrain's defaults", () =>
+    Effect.gen(function*() {
+      const c = yield* Config.decode(trlDefaults)
+      // The one default that differs: TRL multiplies the KL term by the importance ratio by default.
+      assert.deepStrictEqual(c, { ...(yield* defaults()), useBiasCorrectionKl: true })
+    }))
+
+  it.effect("no TRL GRPOConfig key is ever an unknown key, whatever its value", () =>
+    Effect.gen(function*() {
+      for (const key of [...Object.keys(trlDefaults), "vllm_importance_sampling_cap"]) {
+        for (const value of ["__not_a_value__", 12345, true]) {
+          const result = yield* Effect.either(Config.decode({ [key]: value }))
+          if (result._tag === "Left") assert.notMatch(result.left.message, /unknown key/, `${key}: ${value}`)
+        }
+      }
+      // A transformers TrainingArguments key envtrain does not implement is refused by name.
+      const e = yield* Effect.flip(Config.decode({ deepspeed: "ds.json", fsdp: "full_shard" }))
+      assert.include(e.message, "deepspeed: a transformers TrainingArguments setting that envtrain does not implement")
+      assert.notMatch(e.message, /unknown key/)
+    }))
+
+  it.effect("chat_template_kwargs: any template variables, as a mapping or a JSON string; enable_thinking from it", () =>
+    Effect.gen(function*() {
+      const c = yield* Config.decode({ chat_template_kwargs: { enable_thinking: true, custom_flag: "x", n: 2 } })
+      assert.deepStrictEqual(c.chatTemplateKwargs, { enable_thinking: true, custom_flag: "x", n: 2 })
+      assert.deepStrictEqual(Config.templateOptions(c), { enableThinking: true, extra: { custom_flag: "x", n: 2 } })
+      // Without enable_thinking the run's option (default false) decides.
+      const other = yield* Config.decode({ chatTemplateKwargs: { reasoning_effort: "low" } })
+      assert.deepStrictEqual(Config.templateOptions(other), {
+        enableThinking: false,
+        extra: { reasoning_effort: "low" }
+      })
+      assert.deepStrictEqual(Config.templateOptions(other, true).enableThinking, true)
+      // TRL's dict-or-str: a JSON string from a command line.
+      const cli = yield* Config.fromSources({}, ["--chat_template_kwargs", `{"enable_thinking": false, "k": 1}`])
+      assert.deepStrictEqual(cli.chatTemplateKwargs, { enable_thinking: false, k: 1 })
+      const s = yield* Config.decode({ chat_template_kwargs: `{"enable_thinking": true}` })
+      assert.deepStrictEqual(s.chatTemplateKwargs, { enable_thinking: true })
+      const bad = yield* Effect.flip(Config.decode({ chat_template_kwargs: "enable_thinking" }))
+      assert.include(bad.message, "chat_template_kwargs: must be a mapping of template variables")
+      // enable_thinking must be a boolean, and must agree with the run's own option.
+      const notBool = yield* Effect.flip(
+        Config.resolve(yield* Config.decode({ chat_template_kwargs: { enable_thinking: "no" } }))
+      )
+      assert.include(notBool.message, "chatTemplateKwargs.enable_thinking must be true or false")
+      const disagree = yield* Effect.flip(Config.resolve(c, { enableThinking: false }))
+      assert.include(
+        disagree.message,
+        "chatTemplateKwargs.enable_thinking (true) and the run's enableThinking (false) disagree"
+      )
+    }))
+
+  it.effect("use_vllm: false is envtrain's own in-process generation; true is refused, naming what exists", () =>
+    Effect.gen(function*() {
+      // TRL ignores the vllm_* settings without use_vllm: true, and so does envtrain.
+      yield* Config.decode({ use_vllm: false, vllm_mode: "server", vllm_server_base_url: "http://127.0.0.1:8000" })
+      const server = yield* Effect.flip(
+        Config.decode({ use_vllm: true, vllm_mode: "server", vllm_server_host: "10.0.0.2", vllm_server_port: 8001 })
+      )
+      assert.include(server.message, "use_vllm: envtrain has no vLLM: envtrain generates with the model it trains")
+      assert.include(server.message, "`envtrain serve-policy`, which is not yet available")
+      assert.include(server.message, "Remove use_vllm and vllm_server_host, vllm_server_port to generate in-process")
+      const colocate = yield* Effect.flip(
+        Config.decode({ useVllm: true, vllm_gpu_memory_utilization: 0.2, vllm_tensor_parallel_size: 1 })
+      )
+      assert.include(colocate.message, "useVllm: envtrain has no vLLM")
+      assert.include(colocate.message, "which is what vllm_mode: colocate is for")
+      assert.include(colocate.message, "Remove use_vllm and vllm_gpu_memory_utilization, vllm_tensor_parallel_size")
+      const mode = yield* Effect.flip(Config.decode({ vllm_mode: "remote" }))
+      assert.include(mode.message, `vllm_mode: must be "server" or "colocate"`)
+      // The importance-sampling keys are envtrain's sampler correction.
+      const is = yield* Config.decode({
+        vllm_importance_sampling_correction: false,
+        vllm_importance_sampling_mode: "token_truncate",
+        vllm_importance_sampling_clip_max: 2,
+        vllm_importance_sampling_clip_min: 0.5
+      })
+      assert.deepStrictEqual(
+        [
+          is.importanceSamplingCorrection,
+          is.importanceSamplingMode,
+          is.importanceSamplingClipMax,
+          is.importanceSamplingClipMin
+        ],
+        [false, "token_truncate", 2, 0.5]
+      )
+    }))
+
+  it.effect("generation_kwargs: the sampler's settings map onto their keys; others and duplicates are refused", () =>
+    Effect.gen(function*() {
+      const c = yield* Config.decode({ generation_kwargs: { top_k: 10, min_p: 0.05, repetition_penalty: 1.1 } })
+      assert.deepStrictEqual([c.topK, c.minP, c.repetitionPenalty], [10, 0.05, 1.1])
+      const e = yield* Effect.flip(Config.decode({ top_k: 5, generation_kwargs: { top_k: 10, num_beams: 4 } }))
+      assert.include(e.message, "generation_kwargs.num_beams: envtrain's sampler takes temperature, top_p")
+      assert.include(e.message, `"generation_kwargs.top_k" and "top_k" set the same field topK: keep only one`)
+    }))
+
+  it.effect("other TRL keys: accepted where they change nothing, refused with what envtrain does instead", () =>
+    Effect.gen(function*() {
+      yield* Config.decode({
+        gradient_checkpointing: false,
+        disable_dropout: true,
+        pad_to_multiple_of: 64,
+        report_to: "none",
+        optim: "adamw_torch_fused",
+        bf16: false,
+        sync_ref_model: false,
+        ref_model_sync_steps: 64
+      })
+      const e = yield* Effect.flip(Config.decode({
+        bf16: true,
+        report_to: "wandb",
+        remove_unused_columns: true,
+        entropy_coef: 0.01,
+        sync_ref_model: true,
+        lr_scheduler_kwargs: { num_cycles: 2 },
+        optim: "sgd"
+      }))
+      for (
+        const expected of [
+          "bf16: envtrain trains with float32 weights, gradients and optimizer state",
+          "report_to: envtrain logs metrics to <outputDir>/metrics.jsonl",
+          "remove_unused_columns: envtrain passes every dataset column",
+          "entropy_coef: envtrain's loss has no entropy bonus",
+          "sync_ref_model: envtrain's KL reference (beta > 0) is the model as it was at the start",
+          "lr_scheduler_kwargs: envtrain's schedules",
+          "optim: envtrain's optimizer is AdamW"
+        ]
+      ) assert.include(e.message, expected)
+    }))
+})
+
 describe("Config.resolve: derived values and refused combinations", () => {
   it.effect("derives the generation batch from stepsPerGeneration and vice versa", () =>
     Effect.gen(function*() {

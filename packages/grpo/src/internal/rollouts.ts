@@ -30,14 +30,25 @@ export interface BatchOptions<State, E, R> {
   readonly seed: number
   readonly concurrency: number
   readonly enableThinking: boolean
+  /** Other chat-template variables (`chat_template_kwargs` besides enable_thinking). */
+  readonly chatTemplateKwargs?: Readonly<Record<string, unknown>>
   readonly episodeTimeout?: Rollout.RolloutOptions<State, E, R>["episodeTimeout"]
 }
 
 /** The policy and renderer layers of a model. */
-export const layers = (model: TrainableModel, enableThinking: boolean) =>
+export const layers = (
+  model: TrainableModel,
+  enableThinking: boolean,
+  extra: Readonly<Record<string, unknown>> = {}
+) =>
   Layer.merge(
     Policy.batching({ maxBatchSize: model.maxBatchSize, generateBatch: (requests) => model.generate(requests) }),
-    ChatRenderer.layer({ tokenizer: model.tokenizer, template: model.chatTemplate, enableThinking })
+    ChatRenderer.layer({
+      tokenizer: model.tokenizer,
+      template: model.chatTemplate,
+      enableThinking,
+      ...(Object.keys(extra).length === 0 ? {} : { extra })
+    })
   )
 
 export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
@@ -67,7 +78,7 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
     }).pipe(Stream.runCollect)
     const sorted = Chunk.toReadonlyArray(groups).slice().sort((a, b) => a.promptIndex - b.promptIndex)
     return sorted.flatMap((g) => g.episodes.slice().sort((a, b) => a.generation - b.generation))
-  }).pipe(Effect.provide(layers(options.model, options.enableThinking)))
+  }).pipe(Effect.provide(layers(options.model, options.enableThinking, options.chatTemplateKwargs)))
 
 /** A record as reward functions see it: prompt and completion messages, the environment's final state. */
 export const rewardEpisode = <State>(

@@ -1,0 +1,246 @@
+/**
+ * TRL's `GRPOConfig` keys (and the transformers `TrainingArguments` it inherits) that have no envtrain field of
+ * their own: each is accepted where its value asks for nothing envtrain does differently (TRL's default, or a
+ * setting TRL itself ignores in that configuration), and refused otherwise with what envtrain does instead.
+ * Never "unknown key" for a TRL key. (The keys with an envtrain field are in `Config.GRPOConfig`; the renamed
+ * `vllm_importance_sampling_*` ones are aliases there.)
+ *
+ * Checked against trl/trainer/grpo_config.py, trl/trainer/base_config.py and transformers' training_args.py.
+ */
+
+/** `undefined`: accepted (it changes nothing envtrain computes); else the problem, saying what to do instead. */
+export type Check = (value: unknown, get: (snakeKey: string) => unknown) => string | undefined
+
+const nullish = (v: unknown) => v === null || v === undefined
+const empty = (v: unknown) =>
+  nullish(v) || (typeof v === "object" && v !== null && Object.keys(v).length === 0) || v === "{}"
+const accept: Check = () => undefined
+const only = (ok: (v: unknown) => boolean, problem: string): Check => (v) => ok(v) ? undefined : problem
+const falseOr = (problem: string) => only((v) => v === false || nullish(v), problem)
+const nullOr = (problem: string) => only(nullish, problem)
+const emptyOr = (problem: string) => only(empty, problem)
+const zeroOr = (problem: string) => only((v) => v === 0 || nullish(v), problem)
+const boolean: Check = only((v) => typeof v === "boolean" || nullish(v), "must be true or false")
+
+const inProcess = "envtrain generates with the model it trains, in the training process (batched KV-cache " +
+  "decoding, the sampler's logprobs kept for the importance-sampling correction)"
+
+/** The vLLM keys that only matter with `use_vllm: true` (TRL ignores them otherwise, and so does envtrain). */
+const vllmSettings = [
+  "vllm_model_impl",
+  "vllm_enable_sleep_mode",
+  "vllm_structured_outputs_regex",
+  "vllm_server_base_url",
+  "vllm_server_host",
+  "vllm_server_port",
+  "vllm_server_timeout",
+  "vllm_group_port",
+  "vllm_gpu_memory_utilization",
+  "vllm_max_model_length",
+  "vllm_tensor_parallel_size"
+]
+
+const useVllm: Check = (v, get) => {
+  if (v === false || nullish(v)) return undefined
+  if (v !== true) return "must be true or false"
+  const set = vllmSettings.filter((k) => get(k) !== undefined)
+  const remove = `Remove use_vllm${set.length > 0 ? ` and ${set.join(", ")}` : ""} to generate in-process`
+  return get("vllm_mode") === "server"
+    ? `envtrain has no vLLM: ${inProcess}. Generation on a separate server that receives the trained weights after ` +
+      `each step (TRL's vllm_mode: server) arrives with the policy server, \`envtrain serve-policy\`, which is not ` +
+      `yet available. ${remove}.`
+    : `envtrain has no vLLM: ${inProcess}, which is what vllm_mode: colocate is for. ${remove} (the same as ` +
+      `TRL's use_vllm: false).`
+}
+
+const sampler = "envtrain's sampler takes temperature, top_p, top_k, min_p and repetition_penalty as keys of " +
+  "their own"
+
+/** Per TRL key: how envtrain reads it. */
+export const checks: Readonly<Record<string, Check>> = {
+  // --- generation: vLLM ---
+  use_vllm: useVllm,
+  vllm_mode: only(
+    (v) => v === "server" || v === "colocate" || nullish(v),
+    `must be "server" or "colocate" (TRL's values); it only matters with use_vllm: true`
+  ),
+  ...Object.fromEntries(vllmSettings.map((k) => [k, accept])),
+  // --- generation: transformers ---
+  cache_implementation: nullOr("envtrain's generation keeps its own KV cache: remove cache_implementation"),
+  use_transformers_continuous_batching: boolean, // envtrain's generation always batches continuously
+  use_transformers_paged: boolean,
+  transformers_continuous_batching_config: emptyOr(
+    "envtrain's generation always batches continuously and takes no settings for it: remove " +
+      "transformers_continuous_batching_config"
+  ),
+  // --- the model ---
+  model_init_kwargs: emptyOr(
+    "envtrain loads the model directory given as `model` (config.json and safetensors; bf16/f16 weights are " +
+      "widened to f32) and takes no loading arguments: remove model_init_kwargs"
+  ),
+  trust_remote_code: falseOr("envtrain runs its own Qwen3 implementation and never loads model code: remove it"),
+  router_aux_loss_coef: nullOr("envtrain's model is a dense Qwen3 (no mixture of experts): remove it"),
+  disable_dropout: boolean, // envtrain's model has no dropout: either value means the same
+  cast_lm_head_to_fp32: boolean, // envtrain's LM head and logits are float32 already
+  gradient_checkpointing: boolean, // memory only: it changes no result
+  gradient_checkpointing_kwargs: accept,
+  ds3_gather_for_generation: boolean, // DeepSpeed ZeRO-3 only
+  bf16: falseOr("envtrain trains with float32 weights, gradients and optimizer state: remove bf16 or set it false"),
+  fp16: falseOr("envtrain trains with float32 weights, gradients and optimizer state: remove fp16 or set it false"),
+  use_liger_kernel: falseOr("envtrain runs its own WGSL kernels (no Liger kernels): remove use_liger_kernel"),
+  torch_empty_cache_steps: accept, // no torch allocator
+  // --- data ---
+  remove_unused_columns: falseOr(
+    "envtrain passes every dataset column to reset and to the reward functions (TRL's remove_unused_columns: " +
+      "false): remove it"
+  ),
+  pad_to_multiple_of: accept, // padding changes no result; envtrain pads nothing
+  // --- the reference model ---
+  sync_ref_model: falseOr(
+    "envtrain's KL reference (beta > 0) is the model as it was at the start; syncing it (TR-DPO) is not " +
+      "implemented: remove sync_ref_model"
+  ),
+  ref_model_mixup_alpha: accept, // only with sync_ref_model
+  ref_model_sync_steps: accept,
+  // --- entropy ---
+  entropy_coef: zeroOr("envtrain's loss has no entropy bonus (its terms: the loss type and the k3 KL): remove it"),
+  use_adaptive_entropy: falseOr("envtrain's loss has no entropy bonus: remove use_adaptive_entropy"),
+  entropy_coef_min: accept, // only with use_adaptive_entropy
+  entropy_coef_max: accept,
+  entropy_coef_delta: accept,
+  entropy_target: accept,
+  // --- logging, saving ---
+  log_multimodal: boolean, // envtrain's completions are text
+  log_completions_hub_repo: nullOr(
+    "envtrain writes completions to <outputDir>/completions.jsonl (logCompletions) and uploads nothing: remove it"
+  ),
+  report_to: only(
+    (v) => nullish(v) || v === "none" || (Array.isArray(v) && v.length === 0),
+    "envtrain logs metrics to <outputDir>/metrics.jsonl (TRL's metric names) and draws report.html; it has no " +
+      "tracker integration: remove report_to or set it to \"none\""
+  ),
+  logging_strategy: only(
+    (v) => v === "steps" || nullish(v),
+    "envtrain logs every loggingSteps steps: use logging_steps"
+  ),
+  save_strategy: only((v) => v === "steps" || nullish(v), "envtrain saves every saveSteps steps: use save_steps"),
+  eval_strategy: only(
+    (v) => v === "steps" || v === "no" || nullish(v),
+    "envtrain evaluates the evalDataset every evalSteps steps: use eval_steps"
+  ),
+  save_total_limit: nullOr("envtrain keeps every checkpoint: remove save_total_limit"),
+  push_to_hub: falseOr("envtrain uploads nothing; checkpoints are Hugging Face directories under outputDir"),
+  lr_scheduler_kwargs: emptyOr(
+    "envtrain's schedules (lrSchedulerType: constant, constant_with_warmup, linear, cosine) take no extra " +
+      "arguments: remove lr_scheduler_kwargs"
+  ),
+  optim: only(
+    (v) => nullish(v) || v === "adamw_torch" || v === "adamw_torch_fused" || v === "adamw_hf",
+    "envtrain's optimizer is AdamW (adamBeta1, adamBeta2, adamEpsilon, weightDecay): set optim to adamw_torch or " +
+      "remove it"
+  ),
+  do_train: accept,
+  do_eval: accept,
+  run_name: accept // the report's title comes from the command file's `title`
+}
+
+/**
+ * `generation_kwargs` entries envtrain's sampler has, and their fields. TRL lets them override the top-level keys;
+ * here a value given both ways is refused (keep one).
+ */
+export const generationKwargFields: Readonly<Record<string, string>> = {
+  temperature: "temperature",
+  top_p: "topP",
+  top_k: "topK",
+  min_p: "minP",
+  repetition_penalty: "repetitionPenalty"
+}
+
+/** The problem of a `generation_kwargs` entry envtrain's sampler does not have. */
+export const generationKwargProblem = (key: string) =>
+  `generation_kwargs.${key}: ${sampler}; it has no ${key}: remove it`
+
+/**
+ * The other transformers `TrainingArguments` keys (distributed training, precision, the hub, dataloaders, ...):
+ * envtrain implements none of them, so each is refused by name, never as an unknown key.
+ */
+export const trainingArguments: ReadonlySet<string> = new Set([
+  "accelerator_config",
+  "activation_checkpointing",
+  "activation_checkpointing_kwargs",
+  "auto_find_batch_size",
+  "average_tokens_across_devices",
+  "batch_eval_metrics",
+  "bf16_full_eval",
+  "data_seed",
+  "dataloader_drop_last",
+  "dataloader_in_order",
+  "dataloader_multiprocessing_context",
+  "dataloader_num_workers",
+  "dataloader_persistent_workers",
+  "dataloader_pin_memory",
+  "dataloader_prefetch_factor",
+  "ddp_backend",
+  "ddp_broadcast_buffers",
+  "ddp_bucket_cap_mb",
+  "ddp_find_unused_parameters",
+  "ddp_static_graph",
+  "ddp_timeout",
+  "debug",
+  "deepspeed",
+  "disable_tqdm",
+  "do_predict",
+  "enable_jit_checkpoint",
+  "eval_accumulation_steps",
+  "eval_delay",
+  "eval_do_concat_batches",
+  "eval_on_start",
+  "eval_use_gather_object",
+  "fp16_full_eval",
+  "fsdp",
+  "fsdp_config",
+  "full_determinism",
+  "greater_is_better",
+  "hub_always_push",
+  "hub_model_id",
+  "hub_private_repo",
+  "hub_revision",
+  "hub_strategy",
+  "hub_token",
+  "ignore_data_skip",
+  "include_for_metrics",
+  "include_num_input_tokens_seen",
+  "label_names",
+  "label_smoothing_factor",
+  "length_column_name",
+  "liger_kernel_config",
+  "load_best_model_at_end",
+  "local_rank",
+  "log_level",
+  "log_level_replica",
+  "log_on_each_node",
+  "logging_first_step",
+  "logging_nan_inf_filter",
+  "metric_for_best_model",
+  "neftune_noise_alpha",
+  "optim_args",
+  "optim_target_modules",
+  "parallelism_config",
+  "prediction_loss_only",
+  "project",
+  "restore_callback_states_from_checkpoint",
+  "resume_from_checkpoint",
+  "save_on_each_node",
+  "save_only_model",
+  "skip_memory_metrics",
+  "tf32",
+  "torch_compile",
+  "torch_compile_backend",
+  "torch_compile_mode",
+  "trackio_bucket_id",
+  "trackio_space_id",
+  "trackio_static_space_id",
+  "train_sampling_strategy",
+  "use_cache",
+  "use_cpu"
+])
