@@ -4,9 +4,11 @@
  * them to the same text), and envtrain's `ChatTemplate` must render byte-identically to `apply_chat_template`,
  * whose ids the rendered text must then tokenize to. transformers' side is interop/python/hf_judge.py.
  *
- * Known difference, not covered here: a tool-call argument or tool schema holding a float is printed by Python's
- * json.dumps from a Python float (`1.0`, `1e-05`) but by the Jinja runtime from a JavaScript number (`1`,
- * `0.00001`); JavaScript has one number type, so envtrain cannot know that `1` was `1.0`. Arguments given as
+ * Known differences, not covered here, both from JavaScript's data model under `tojson` (tool schemas, and
+ * tool-call arguments given as objects): a float is printed by Python's json.dumps from a Python float (`1.0`,
+ * `1e-05`, `-0.0`) but by the Jinja runtime from a JavaScript number (`1`, `0.00001`, `0`), and JavaScript has one
+ * number type, so envtrain cannot know that `1` was `1.0`; and a JavaScript object lists integer-like keys first
+ * (`{"b": 1, "2": 2}` renders as `{"2": 2, "b": 1}`), where a Python dict keeps insertion order. Arguments given as
  * JSON text (as a model writes them) render verbatim in both.
  */
 import { NodeContext } from "@effect/platform-node"
