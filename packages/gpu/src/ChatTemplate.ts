@@ -4,6 +4,11 @@
  * transformers' `apply_chat_template` does. {@link QWEN3_STYLE_TEMPLATE} is envtrain's own Qwen3-style template,
  * used by the models `envtrain init-model` makes.
  *
+ * Renders are byte-identical to transformers' on Qwen3's own template (interop/test/Qwen3Tokenizer.test.ts), except
+ * where JavaScript values cannot say what Python's did: under `tojson`, an integer-valued float prints as an
+ * integer (`1`, not `1.0`), a float below 1e-4 in JavaScript's form (`0.00001` and `1e-7`, not `1e-05` and `1e-07`),
+ * and integer-like object keys come first. Tool-call `arguments` given as JSON text render verbatim.
+ *
  * @example
  * ```ts
  * import { Effect } from "effect"
