@@ -65,9 +65,19 @@ class EnvtrainServer:
             pass
 
     def kill(self) -> None:
-        """SIGKILL to the whole process group (tsx and the node process serving): sockets drop, no close frames."""
+        """SIGKILL to the whole process group (tsx and the node process serving): sockets drop, no close frames.
+
+        Returns once no process of the group is left, so the server's sockets are closed by then."""
         self._signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.01)
+        raise TimeoutError(f"the server's process group {self.proc.pid} outlived SIGKILL")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
