@@ -81,7 +81,7 @@ export const defaults: Settings = {
   epsilonHigh: 0.2,
   delta: null,
   beta: 0,
-  useBiasCorrectionKl: false,
+  useBiasCorrectionKl: true,
   importanceSamplingLevel: "token",
   sapoTemperaturePos: 1,
   sapoTemperatureNeg: 1.05,

@@ -172,7 +172,11 @@ export const GRPOConfig = Schema.Struct({
     "token",
     "Policy/old ratio per token, or one per sequence (GSPO: exp of the masked mean log-ratio)."
   ),
-  useBiasCorrectionKl: withDefault(Schema.Boolean, false, "Multiply the KL term by the importance ratio."),
+  useBiasCorrectionKl: withDefault(
+    Schema.Boolean,
+    true,
+    "Multiply the KL term by the importance ratio (TRL 1.16's default)."
+  ),
   scaleRewards: withDefault(ScaleRewards, "group", "Divide advantages by the group std, the batch std, or nothing."),
   multiObjectiveAggregation: withDefault(
     MultiObjectiveAggregation,

@@ -88,7 +88,7 @@ export const defaultOptions: LossOptions = {
   delta: null,
   beta: 0,
   importanceSamplingLevel: "token",
-  useBiasCorrectionKl: false,
+  useBiasCorrectionKl: true,
   sapoTemperaturePos: 1,
   sapoTemperatureNeg: 1.05,
   vespoKPos: 2,

@@ -217,8 +217,7 @@ describe("Config: TRL keys without an envtrain field", () => {
   it.effect("a config with every TRL GRPOConfig key at TRL's default decodes to envtrain's defaults", () =>
     Effect.gen(function*() {
       const c = yield* Config.decode(trlDefaults)
-      // The one default that differs: TRL multiplies the KL term by the importance ratio by default.
-      assert.deepStrictEqual(c, { ...(yield* defaults()), useBiasCorrectionKl: true })
+      assert.deepStrictEqual(c, yield* defaults())
     }))
 
   it.effect("no TRL GRPOConfig key is ever an unknown key, whatever its value", () =>
