@@ -108,6 +108,15 @@ def test_echo_typed_async(echo_server):
     asyncio.run(main())
 
 
+def test_echo_without_sync_wrapper_on_a_ws_url(echo_server):
+    # OpenEnv 0.10's clients also answer plain sync calls (no .sync()), and take a ws:// base URL.
+    with EchoEnv(base_url=echo_server.url.replace("http://", "ws://")) as env:
+        assert env.reset(episode_id="direct").observation.echoed_message == "Echo environment ready!"
+        result = env.step(EchoAction(message="direct"))
+        assert (result.observation.echoed_message, result.reward) == ("direct", len("direct") * 0.1)
+        assert (env.state().episode_id, env.state().step_count) == ("direct", 1)
+
+
 def test_echo_generic_and_errors(echo_server):
     with GenericEnvClient(base_url=echo_server.url).sync() as env:
         reset = env.reset()
@@ -348,3 +357,19 @@ def test_sudoku_async_and_generic(sudoku_server):
         assert set(reset.observation) == wire_fields(TextArenaObservation)
         # The same seed, the same puzzle, on another session.
         assert env.state()["raw_state"]["game_state"]["board"] == board
+
+
+# ---- openenv validate -----------------------------------------------------------------------------------------------
+
+
+def test_openenv_validate(echo_server, catch_server, wordle_server, sudoku_server):
+    # `openenv validate <url>`'s runtime check: OpenAPI version, health, metadata, schema, MCP, one mode's routes.
+    from openenv.cli._validation import validate_running_environment
+
+    for server in [echo_server, catch_server, wordle_server, sudoku_server]:
+        report = validate_running_environment(server.url)
+        failed = [c for c in report["criteria"] if not c["passed"]]
+        assert failed == [], failed
+        assert report["passed"] is True
+        assert (report["mode"], report["standard_profile"]) == ("simulation", "openenv-http/1.x")
+        assert len(report["criteria"]) >= 5

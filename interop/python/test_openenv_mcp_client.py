@@ -102,6 +102,14 @@ def test_generic_client_mcp_actions(mcp_server):
         assert env.state()["step_count"] == 2
 
 
+def test_openenv_validate_mcp(mcp_server):
+    from openenv.cli._validation import validate_running_environment
+
+    report = validate_running_environment(mcp_server.url)
+    assert [c for c in report["criteria"] if not c["passed"]] == []
+    assert (report["passed"], report["mode"]) == (True, "simulation")
+
+
 def test_mcp_client_at_capacity_one(envtrain_server):
     # One slot: the client's HTTP session and its WebSocket are one session, so reset/step work beside the tools.
     server = envtrain_server("echo-mcp", "--max-concurrent-envs", "1")
