@@ -347,6 +347,23 @@ describe("Server /ws", () => {
       yield* zeroSessions(s)
     }))
 
+  it.scopedLive("an HTTP-MCP session with an attached socket is not reaped; once detached it is", () =>
+    Effect.gen(function*() {
+      const s = yield* Server.serve(counter(), { port: 0, sessionTimeout: "200 millis" })
+      const created = yield* http(`${s.url}/mcp`, {
+        method: "POST",
+        body: JSON.stringify({ jsonrpc: "2.0", method: "openenv/session/create", id: 1 })
+      })
+      const c = yield* raw(`${wsUrl(s)}?session_id=${created.body.result.session_id}`)
+      yield* Effect.sleep("700 millis")
+      assert.strictEqual(yield* s.activeSessions, 1)
+      yield* c.send({ type: "step", data: { delta: 1 } })
+      assert.strictEqual((yield* c.next).data.observation.total, 1)
+      yield* c.send({ type: "close" })
+      assert.strictEqual(yield* c.closed, 1000)
+      yield* zeroSessions(s)
+    }))
+
   it.scopedLive("graceful shutdown closes every session", () =>
     Effect.gen(function*() {
       const live = { count: 0 }
