@@ -4,7 +4,17 @@ import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/build/**", "**/dist/**", "runs/**", "bench/results/**", ".device/**"] },
+  {
+    ignores: [
+      "**/node_modules/**",
+      "**/build/**",
+      "**/dist/**",
+      "runs/**",
+      "bench/results/**",
+      ".device/**",
+      ".venv/**"
+    ]
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   ...effect.configs.dprint,
