@@ -40,7 +40,8 @@ layer(Gpu.layer())("GrpoLoss kernel", (it) => {
       const old = logprobs.map((l, j) => l - Math.log([1.5, 0.6, 1, 1, 1, 0.5, 1.1, 1][j]))
       const ref = logprobs.map((l) => l + 0.3)
       const beta = 0.04
-      const settings: GrpoLoss.Settings = { ...GrpoLoss.defaults, lossType: "grpo", beta }
+      // the plain k3 term (no importance weight on the KL), which the formula below spells out
+      const settings: GrpoLoss.Settings = { ...GrpoLoss.defaults, lossType: "grpo", beta, useBiasCorrectionKl: false }
       const r = yield* kernel.evaluate(settings, { rows: 2, mask, advantages, old, ref }, logprobs)
       const w = [1.5, 0.6, 1, 1, 1, 0.5, 1.1, 1]
       const unclipped = [false, true, true, false, false, false, true, false]
