@@ -490,6 +490,16 @@ const markdown = (o: any): string => {
     "faster. The two sides sample different episodes (different random streams), so a step's work differs: " +
     "tokens per second is the like-for-like number, seconds per step the user-visible one.",
     "",
+    `Where the time goes: the update (forward, backward, AdamW) is ${
+      f(100 * e.updateSecondsPerStep / e.secondsPerStep, 0)
+    } % ` +
+    `of envtrain's step and ${
+      f(100 * t.updateSecondsPerStep / t.secondsPerStep, 0)
+    } % of TRL's. envtrain's update is ` +
+    "the plain-TypeScript model on one thread; torch's is vectorised kernels (bench/results/interop-pytorch.md " +
+    "measures the two models alone on the same weights). Both sides are seeded and deterministic here: the two " +
+    "rounds of each side give the same rewards.",
+    "",
     "## Reward per step",
     "",
     `| run | ${Array.from({ length: g.steps }, (_, i) => `step ${i + 1}`).join(" | ")} |`,
@@ -505,7 +515,10 @@ const markdown = (o: any): string => {
     `with ${o.startingModel.sft.errorRate * 100} % random moves, ${o.startingModel.sft.epochs} epochs, lr ` +
     `${o.startingModel.sft.learningRate}, batch ${o.startingModel.sft.batchSize}, sequences cut at ` +
     `${o.startingModel.sft.maxLength} tokens, tool definitions in the prompt), saved with envtrain's Checkpoint.save; ` +
-    "TRL loads it with AutoModelForCausalLM / AutoTokenizer.from_pretrained (float32).",
+    "TRL loads it with AutoModelForCausalLM / AutoTokenizer.from_pretrained (float32). Shorter warm-ups were " +
+    "tried first and left policies whose calls mostly did not parse (sequences cut at 640 tokens leave every turn " +
+    "after the first unlearnt, the prompt being ~555 tokens); those runs ended TRL's episodes after one turn and " +
+    "were not comparable.",
     `- Prompts: system ${JSON.stringify(o.prompt.system)}, user ${JSON.stringify(o.prompt.user)} + the reset ` +
     `observation, tools move/stay rendered by the chat template, enable_thinking false; rows = seeds ` +
     `${g.firstRowSeed}..${g.firstRowSeed + g.steps * g.prompts - 1} in order (no shuffle; the Python Catch uses ` +
