@@ -12,6 +12,7 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Echo, Environment, Sudoku, Wordle } from "@envtrain/env"
 import { ChatTemplate, Tokenizer } from "@envtrain/gpu"
+import { SftTrainer } from "@envtrain/grpo"
 import { ChatRenderer, Episode, Policy, TrainingTemplate } from "@envtrain/rollout"
 import { Duration, Effect, Layer } from "effect"
 import * as Python from "../src/Python.js"
@@ -253,6 +254,32 @@ describe("TRL's training-template swap, with the real Qwen3 tokenizer and templa
           tokenizer.decode(suffix),
           "\n<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
         )
+      }),
+    120_000
+  )
+  it.effect(
+    "SFT tokenises with the same swapped template: its ids and mask are the rollout's, where Qwen3's own is refused",
+    () =>
+      Effect.gen(function*() {
+        const { template, tokenizer } = yield* qwen3
+        const renderer = ChatRenderer.make({ tokenizer, template, enableThinking: false })
+        const record = yield* playCatch(renderer, tokenizer, 4)
+        const transcript = { messages: record.messages, tools: defs(...Catch.environment.tools) }
+        const options = { enableThinking: false }
+
+        const refused = yield* Effect.flip(
+          SftTrainer.tokenize({ tokenizer, chatTemplate: template }, transcript, options)
+        )
+        assert.include(refused.message, "not a prefix of the whole conversation")
+
+        const training = yield* TrainingTemplate.resolve(template, tokenizer)
+        const t = yield* SftTrainer.tokenize({ tokenizer, chatTemplate: training }, transcript, options)
+        const sampled = [...record.promptIds, ...record.completionIds]
+        assert.deepStrictEqual(t.ids.slice(0, sampled.length), sampled)
+        assert.strictEqual(tokenizer.decode(t.ids.slice(sampled.length)), "\n")
+        // SFT trains exactly the tokens GRPO would: the model's own turns, not the prompt or the tool results.
+        const rolloutMask: Array<0 | 1> = [...record.promptIds.map(() => 0 as const), ...record.mask, 0]
+        assert.deepStrictEqual(t.mask, rolloutMask)
       }),
     120_000
   )

@@ -23,6 +23,7 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import type { ChatMessage, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import * as TrainingTemplate from "@envtrain/rollout/TrainingTemplate"
 import { Cause, Data, Effect, Exit, Option } from "effect"
 import * as Config from "./Config.js"
 import { epochOrder } from "./Dataset.js"
@@ -183,6 +184,8 @@ export interface SftOptions {
   readonly resume?: boolean | string
   readonly progress?: Progress.Progress | false
   readonly stopAfter?: number
+  /** Render with the model's own chat template even when it is not prefix-preserving (then SFT refuses it). */
+  readonly keepModelTemplate?: boolean
   readonly title?: string
   readonly onStep?: (step: { readonly step: number; readonly loss: number }) => Effect.Effect<void>
 }
@@ -201,9 +204,17 @@ export const train = (options: SftOptions) =>
     const template = Config.templateOptions(config, options.enableThinking)
     const outputDir = config.outputDir
     yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(Effect.ignore)
+    // The template GRPO's rollouts render with (Qwen3's own is swapped for its training template, as TRL does), so
+    // SFT teaches the very tokens the rollouts will produce.
+    const rendering = options.keepModelTemplate === true ? model : {
+      tokenizer: model.tokenizer,
+      chatTemplate: yield* TrainingTemplate.resolve(model.chatTemplate, model.tokenizer).pipe(
+        Effect.mapError((e) => new TranscriptError({ source: "the model's chat template", problem: e.message }))
+      )
+    }
     const data: Array<Tokenized> = []
     for (let i = 0; i < options.transcripts.length; i++) {
-      const t = yield* tokenize(model, options.transcripts[i], {
+      const t = yield* tokenize(rendering, options.transcripts[i], {
         ...template,
         source: `transcript ${i}`
       })
