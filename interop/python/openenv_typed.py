@@ -8,12 +8,25 @@ Each is an `EnvClient[Action, Observation, State]` subclass with pydantic models
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
+from openenv_models import (  # noqa: E402  (the models the interop servers use too)
+    OpenSpielAction,
+    OpenSpielObservation,
+    OpenSpielState,
+    TextArenaAction,
+    TextArenaMessage,
+    TextArenaObservation,
+    TextArenaState,
+)
 
 # ---- echo_env (the legacy, non-MCP variant: `envtrain serve echo`) --------------------------------------------------
 
@@ -49,28 +62,6 @@ class EchoEnv(EnvClient[EchoAction, EchoObservation, State]):
 # ---- openspiel_env (`envtrain serve catch`) -------------------------------------------------------------------------
 
 
-class OpenSpielAction(Action):
-    action_id: int
-    game_name: str = "catch"
-    game_params: Dict[str, Any] = Field(default_factory=dict)
-
-
-class OpenSpielObservation(Observation):
-    info_state: List[float]
-    legal_actions: List[int]
-    game_phase: str = "playing"
-    current_player_id: int = 0
-    opponent_last_action: Optional[int] = None
-
-
-class OpenSpielState(State):
-    game_name: str = "catch"
-    agent_player: int = 0
-    opponent_policy: str = "random"
-    game_params: Dict[str, Any] = Field(default_factory=dict)
-    num_players: int = 1
-
-
 class OpenSpielEnv(EnvClient[OpenSpielAction, OpenSpielObservation, OpenSpielState]):
     def _step_payload(self, action: OpenSpielAction) -> Dict[str, Any]:
         return {"action_id": action.action_id, "game_name": action.game_name, "game_params": action.game_params}
@@ -102,34 +93,6 @@ class OpenSpielEnv(EnvClient[OpenSpielAction, OpenSpielObservation, OpenSpielSta
 
 
 # ---- textarena_env (`envtrain serve wordle`, `envtrain serve sudoku`) -----------------------------------------------
-
-
-class TextArenaMessage(BaseModel):
-    sender_id: int
-    content: str
-    category: str
-
-
-class TextArenaAction(Action):
-    message: str
-
-
-class TextArenaObservation(Observation):
-    prompt: str
-    messages: List[TextArenaMessage] = Field(default_factory=list)
-    current_player_id: int = 0
-    legal_players: List[int] = Field(default_factory=list)
-    info: Dict[str, Any] = Field(default_factory=dict)
-
-
-class TextArenaState(State):
-    env_id: str
-    num_players: int
-    max_turns: Optional[int] = None
-    turn: int = 0
-    last_reward: float = 0.0
-    last_info: Dict[str, Any] = Field(default_factory=dict)
-    raw_state: Dict[str, Any] = Field(default_factory=dict)
 
 
 class TextArenaEnv(EnvClient[TextArenaAction, TextArenaObservation, TextArenaState]):

@@ -14,42 +14,14 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from open_spiel.python import rl_environment
-from openenv.core.env_server import Action, Environment, Observation, State, create_app
-from pydantic import Field
+from openenv.core.env_server import Environment, create_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _serve import max_concurrent_envs, serve  # noqa: E402
-
-
-class OpenSpielAction(Action):
-    """The id of the agent's action (catch: 0 = LEFT, 1 = STAY, 2 = RIGHT)."""
-
-    action_id: int
-    game_name: str = "catch"
-    game_params: Dict[str, Any] = Field(default_factory=dict)
-
-
-class OpenSpielObservation(Observation):
-    """What player 0 sees after a time step."""
-
-    info_state: List[float]
-    legal_actions: List[int]
-    game_phase: str = "playing"
-    current_player_id: int = 0
-    opponent_last_action: Optional[int] = None
-
-
-class OpenSpielState(State):
-    """The game being served (fixed per server)."""
-
-    game_name: str = "catch"
-    agent_player: int = 0
-    opponent_policy: str = "random"
-    game_params: Dict[str, Any] = Field(default_factory=dict)
-    num_players: int = 1
+from openenv_models import OpenSpielAction, OpenSpielObservation, OpenSpielState  # noqa: E402
 
 
 class CatchEnvironment(Environment):

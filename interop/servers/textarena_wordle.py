@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _serve import max_concurrent_envs, serve  # noqa: E402
+from openenv_models import TextArenaAction, TextArenaMessage, TextArenaObservation, TextArenaState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORD_LISTS = ROOT / "packages" / "env" / "data"
@@ -74,36 +75,7 @@ def _offline_nltk() -> None:
 _offline_nltk()
 
 import textarena as ta  # noqa: E402
-from openenv.core.env_server import Action, Environment, Observation, State, create_app  # noqa: E402
-from pydantic import BaseModel, Field  # noqa: E402
-
-
-class TextArenaMessage(BaseModel):
-    sender_id: int
-    content: str
-    category: str
-
-
-class TextArenaAction(Action):
-    message: str
-
-
-class TextArenaObservation(Observation):
-    prompt: str
-    messages: List[TextArenaMessage] = Field(default_factory=list)
-    current_player_id: int = 0
-    legal_players: List[int] = Field(default_factory=list)
-    info: Dict[str, Any] = Field(default_factory=dict)
-
-
-class TextArenaState(State):
-    env_id: str
-    num_players: int
-    max_turns: Optional[int] = None
-    turn: int = 0
-    last_reward: float = 0.0
-    last_info: Dict[str, Any] = Field(default_factory=dict)
-    raw_state: Dict[str, Any] = Field(default_factory=dict)
+from openenv.core.env_server import Environment, create_app  # noqa: E402
 
 
 class WordleSignals:
