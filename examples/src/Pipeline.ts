@@ -16,7 +16,7 @@ import { Environment } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Gpu } from "@envtrain/gpu/Gpu"
-import { Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtrain/grpo"
+import { Advantage, Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"
 import { cachedCpuModel } from "./internal/cachedModel.js"
@@ -112,6 +112,8 @@ export interface RunResult {
   readonly sftPlayer: EvalSummary
   readonly settings: Settings
   readonly seconds: { readonly sft: number; readonly grpo: number; readonly total: number }
+  /** GRPO's flat steps (no advantage signal: every group had zero reward variance, or none was scoreable). */
+  readonly flatSteps: Advantage.FlatSteps
   readonly checkpoint: string | undefined
   readonly report: string
 }
@@ -348,6 +350,9 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       ...(settings.verbose ? {} : { progress: false as const })
     })
     const grpoSeconds = (Date.now() - grpoStarted) / 1000
+    const flatSteps = Advantage.flatSteps(
+      trained.steps.map((s) => ({ step: s.step, frac_reward_zero_std: s.values["frac_reward_zero_std"] }))
+    )
     const { result: afterResult, summary: after } = yield* evaluate("after GRPO", trained.globalStep)
     // Written now: the trainer starts its run by clearing eval.jsonl.
     yield* Evaluation.write(outputDir, beforeResult)
@@ -369,12 +374,18 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       sftPlayer,
       settings,
       seconds: { sft: sftSeconds, grpo: grpoSeconds, total: (Date.now() - started) / 1000 },
+      flatSteps,
       checkpoint: trained.checkpoint,
       report
     }
     // eval.json: before / after / ceiling in one file (Evaluation.write left only the latest evaluation there).
     yield* fs.writeFileString(path.join(outputDir, "eval.json"), JSON.stringify(result, null, 2) + "\n")
     yield* say(`\n${recipe.name}: before/after on held-out seeds\n\n${formatTable(result)}\n`)
+    yield* say(
+      `GRPO flat steps (every group had zero reward variance, or none was scoreable: nothing learnt): ` +
+        `${flatSteps.flat.length}/${flatSteps.steps}` +
+        (flatSteps.flat.length === 0 ? "" : ` (steps ${Report.formatSteps(flatSteps.flat)})`)
+    )
     yield* say(`report: ${report}\neval: ${path.join(outputDir, "eval.json")}\ncheckpoint: ${trained.checkpoint}`)
     yield* say(
       `time: SFT ${sftSeconds.toFixed(0)} s, GRPO ${grpoSeconds.toFixed(0)} s, total ${

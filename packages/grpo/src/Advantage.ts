@@ -160,3 +160,58 @@ export const compute = (matrix: RewardMatrix, options: AdvantageOptions): Advant
     metrics: { frac_reward_zero_std: n === 0 ? NaN : zeroStd / n }
   }
 }
+
+/**
+ * The flat steps of a run: steps with no advantage signal, so nothing was learnt. A step is flat when every group's
+ * rewards had zero variance (`frac_reward_zero_std` = 1) or when it had no scoreable group at all
+ * (`frac_reward_zero_std` NaN, logged as `null`): a step without a scoreable group must not count as learning, so it
+ * counts as flat and is listed in `unscoreable` too.
+ *
+ * @since 0.0.0
+ */
+export interface FlatSteps {
+  /** Steps the records cover. */
+  readonly steps: number
+  /** The flat steps, ascending. */
+  readonly flat: ReadonlyArray<number>
+  /** The flat steps with no scoreable group (the metric was NaN / `null`). */
+  readonly unscoreable: ReadonlyArray<number>
+}
+
+/**
+ * Counts the flat steps (see {@link FlatSteps}) over metric records in step order: each step's values (the trainer's
+ * progress line) or metrics.jsonl's records (the report; a resumed run's file holds every step once). A record
+ * covers the steps since the previous record (since `start`, default 0, for the first): with `loggingSteps` > 1 the
+ * logged value is the mean over those steps, so the window counts as flat only when all of them were. A record
+ * without the metric (`undefined`) covers its steps without counting them.
+ *
+ * @example
+ * ```ts
+ * import { Advantage } from "@envtrain/grpo"
+ * Advantage.flatSteps([{ step: 1, frac_reward_zero_std: 1 }, { step: 2, frac_reward_zero_std: 0.5 }])
+ * // { steps: 2, flat: [1], unscoreable: [] }
+ * ```
+ *
+ * @since 0.0.0
+ */
+export const flatSteps = (
+  records: ReadonlyArray<{ readonly step: number; readonly frac_reward_zero_std?: number | null | undefined }>,
+  options?: { readonly start?: number }
+): FlatSteps => {
+  const start = options?.start ?? 0
+  const flat: Array<number> = []
+  const unscoreable: Array<number> = []
+  let previous = start
+  for (const record of records) {
+    const v = record.frac_reward_zero_std
+    const none = v === null || (v !== undefined && Number.isNaN(v))
+    if (none || (v !== undefined && Math.abs(v - 1) <= 1e-9)) {
+      for (let s = previous + 1; s <= record.step; s++) {
+        flat.push(s)
+        if (none) unscoreable.push(s)
+      }
+    }
+    previous = Math.max(previous, record.step)
+  }
+  return { steps: previous - start, flat, unscoreable }
+}

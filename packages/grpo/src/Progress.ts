@@ -1,6 +1,6 @@
 /**
- * The terminal progress display of a training run: a bar with step/total, reward, loss, tokens per second and ETA,
- * redrawn in place on a TTY; one plain line per update when stdout is not a terminal (logs, CI, pipes).
+ * The terminal progress display of a training run: a bar with step/total, reward, flat steps so far, loss, tokens
+ * per second and ETA, redrawn in place on a TTY; one plain line per update when stdout is not a terminal (logs, CI, pipes).
  *
  * @example
  * ```ts
@@ -22,6 +22,11 @@ import { Effect } from "effect"
 export interface Update {
   readonly step: number
   readonly reward?: number | null | undefined
+  /**
+   * Flat steps so far (`Advantage.flatSteps`: every group had zero reward variance, or none was scoreable, so nothing
+   * was learnt) out of the steps so far; shown as `flat 3/12`.
+   */
+  readonly flat?: { readonly flat: number; readonly steps: number } | undefined
   readonly loss?: number | null | undefined
   readonly tokensPerSecond?: number | null | undefined
   /** Seconds since the run (or resumed run) started. */
@@ -59,7 +64,10 @@ export const format = (
   const filled = Math.round((done / total) * width)
   const bar = options.bar === true ? `[${"#".repeat(filled)}${"-".repeat(width - filled)}] ` : ""
   const label = options.label === undefined ? "" : `${options.label} `
-  return `${label}${bar}step ${done}/${total} | reward ${num(update.reward, 3)} | loss ${num(update.loss, 4)} | ` +
+  const flat = update.flat === undefined ? "" : ` | flat ${update.flat.flat}/${update.flat.steps}`
+  return `${label}${bar}step ${done}/${total} | reward ${num(update.reward, 3)}${flat} | loss ${
+    num(update.loss, 4)
+  } | ` +
     `${num(update.tokensPerSecond, 1)} tok/s | elapsed ${formatDuration(update.elapsedSeconds)} | ETA ${
       formatDuration(eta)
     }`

@@ -1,7 +1,8 @@
 /**
  * The training report: one self-contained HTML file (inline CSS, inline SVG charts, a few lines of inline JS; no
- * network) with curves for reward, per-function reward, loss, KL, completion length, tool-failure frequency and the
- * evaluation metrics, the before/after evaluation table and sample completions. The trainer rewrites it at every
+ * network) with curves for reward, per-function reward, the fraction of groups with zero reward variance, loss, KL,
+ * completion length, tool-failure frequency and the evaluation metrics, the flat steps (`Advantage.flatSteps`: no
+ * advantage signal, nothing learnt), the before/after evaluation table and sample completions. The trainer rewrites it at every
  * logging step and evaluation, so it can be reloaded in a browser while training runs.
  *
  * @example
@@ -15,6 +16,7 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { Effect } from "effect"
+import * as Advantage from "./Advantage.js"
 import type { EnvironmentRow, EvaluationResult } from "./Evaluation.js"
 import { escapeHtml, lineChart, type Series } from "./internal/svg.js"
 import * as Metrics from "./Metrics.js"
@@ -145,6 +147,35 @@ const completionsTable = (samples: ReadonlyArray<Metrics.CompletionSample>, max:
 }
 
 /**
+ * Ascending step numbers as ranges: `[1, 3, 4, 5, 8]` → `1, 3–5, 8`.
+ *
+ * @since 0.0.0
+ */
+export const formatSteps = (steps: ReadonlyArray<number>): string => {
+  const parts: Array<string> = []
+  for (let i = 0; i < steps.length; i++) {
+    let j = i
+    while (j + 1 < steps.length && steps[j + 1] === steps[j] + 1) j++
+    parts.push(j === i ? String(steps[i]) : `${steps[i]}–${steps[j]}`)
+    i = j
+  }
+  return parts.join(", ")
+}
+
+/**
+ * The flat-steps line: how many logged steps had no advantage signal, and which.
+ *
+ * @since 0.0.0
+ */
+export const flatStepsSummary = (metrics: ReadonlyArray<Metrics.MetricsRecord>): string => {
+  const { flat, steps, unscoreable } = Advantage.flatSteps(metrics)
+  const which = flat.length === 0 ? "" : `: step${flat.length === 1 ? "" : "s"} ${formatSteps(flat)}`
+  const none = unscoreable.length === 0 ? "" : ` (no scoreable group at ${formatSteps(unscoreable)})`
+  return `<p class="flat">Flat steps (every group had zero reward variance, or none was scoreable: nothing learnt): ` +
+    `${flat.length} of ${steps}${which}${none}.</p>`
+}
+
+/**
  * The report's HTML.
  *
  * @since 0.0.0
@@ -164,6 +195,9 @@ export const render = (input: ReportInput): string => {
       "reward per function",
       rewardFunctions.map((k) => seriesOf(m, k, k.slice("rewards/".length, -"/mean".length)))
     ),
+    lineChart("zero-std", "groups with zero reward variance (frac_reward_zero_std)", [
+      seriesOf(m, "frac_reward_zero_std")
+    ]),
     lineChart("loss", "loss", [seriesOf(m, "loss")]),
     lineChart("kl", "KL to the reference", [seriesOf(m, "kl")]),
     lineChart("completion-length", "completion length (model tokens)", [
@@ -197,7 +231,7 @@ export const render = (input: ReportInput): string => {
     ? ""
     : `<p>Last logged step ${last.step}: reward ${cell(last.reward)}, loss ${cell(last.loss, 4)}, ${
       cell(last.tokens_per_second, 1)
-    } tokens/s.</p>`
+    } tokens/s.</p>${flatStepsSummary(m)}`
   const config = input.config === undefined ?
     "" :
     `<details><summary>configuration</summary><table>${

@@ -49,6 +49,7 @@ import { FileSystem, Path } from "@effect/platform"
 import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import { Cause, Effect, Exit, Option } from "effect"
+import * as Advantage from "./Advantage.js"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
@@ -268,6 +269,11 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
       if (startStep === 0) yield* fs.remove(file(name)).pipe(Effect.ignore)
       else yield* Metrics.truncateAfter(file(name), startStep)
     }
+    // Flat steps so far (no advantage signal): the resumed run's from metrics.jsonl, this run's from each step.
+    const flatBefore = startStep === 0
+      ? Advantage.flatSteps([])
+      : Advantage.flatSteps(yield* Metrics.read<Metrics.MetricsRecord>(file(Metrics.files.metrics)))
+    const flatThisRun: Array<{ readonly step: number; readonly frac_reward_zero_std: number | undefined }> = []
     const reportOptions = (status: string) => ({ title, status, config: summaryOf(config) })
     let lastSaved = Option.isSome(resumeFrom) ? startStep : -1
     let lastCheckpoint: string | undefined = Option.getOrUndefined(resumeFrom)
@@ -429,9 +435,14 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
         acc.add(values)
         const result: StepResult = { step: globalStep, loss, values }
         steps.push(result)
+        flatThisRun.push({ step: globalStep, frac_reward_zero_std: values["frac_reward_zero_std"] })
         yield* progress.update({
           step: globalStep,
           reward: values["reward"],
+          flat: {
+            flat: flatBefore.flat.length + Advantage.flatSteps(flatThisRun, { start: startStep }).flat.length,
+            steps: globalStep
+          },
           loss,
           tokensPerSecond: values["tokens_per_second"],
           elapsedSeconds: (Date.now() - started) / 1000,

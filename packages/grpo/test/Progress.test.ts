@@ -1,6 +1,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as Advantage from "../src/Advantage.js"
 import * as Progress from "../src/Progress.js"
+
+// Made-up per-step metrics: steps 2, 3 and 5 flat (every group zero variance), 4 without a scoreable group (NaN).
+const perStep = [0.5, 1, 1, NaN, 1, 0, 0.75].map((frac, i) => ({ step: i + 1, frac_reward_zero_std: frac }))
 
 describe("Progress", () => {
   it("formats step, reward, loss, tokens/s and an ETA from this run's pace", () => {
@@ -15,6 +19,50 @@ describe("Progress", () => {
     assert.include(Progress.format({ step: 0, elapsedSeconds: 0 }, { total: 3 }), "reward - | loss - | - tok/s")
     assert.strictEqual(Progress.formatDuration(3725), "1h02m")
     assert.strictEqual(Progress.formatDuration(185), "3m05s")
+  })
+
+  it("counts flat steps: every group zero variance, or none scoreable (NaN counts: it is not learning)", () => {
+    assert.deepStrictEqual(Advantage.flatSteps(perStep), { steps: 7, flat: [2, 3, 4, 5], unscoreable: [4] })
+    // Nearly all groups flat is still a step that learnt something; no records, no steps.
+    assert.deepStrictEqual(Advantage.flatSteps([{ step: 1, frac_reward_zero_std: 0.999 }]).flat, [])
+    assert.deepStrictEqual(Advantage.flatSteps([]), { steps: 0, flat: [], unscoreable: [] })
+    // metrics.jsonl writes NaN as null; a record without the metric covers its steps without counting them.
+    assert.deepStrictEqual(
+      Advantage.flatSteps([{ step: 1, frac_reward_zero_std: null }, { step: 2 }, { step: 3, frac_reward_zero_std: 1 }]),
+      { steps: 3, flat: [1, 3], unscoreable: [1] }
+    )
+  })
+
+  it("counts a resumed run from where it starts, and logged windows only when all their steps were flat", () => {
+    // Resumed at step 4: this run's steps are 5..7; step 5 is flat.
+    assert.deepStrictEqual(Advantage.flatSteps(perStep.slice(4), { start: 4 }), {
+      steps: 3,
+      flat: [5],
+      unscoreable: []
+    })
+    // loggingSteps 2: a record is the mean over the two steps it covers.
+    assert.deepStrictEqual(
+      Advantage.flatSteps([
+        { step: 2, frac_reward_zero_std: 1 },
+        { step: 4, frac_reward_zero_std: 0.5 },
+        { step: 6, frac_reward_zero_std: 1 }
+      ]),
+      { steps: 6, flat: [1, 2, 5, 6], unscoreable: [] }
+    )
+  })
+
+  it("shows the running count of flat steps on the line", () => {
+    const line = Progress.format(
+      {
+        step: 7,
+        reward: 0.5,
+        flat: { flat: Advantage.flatSteps(perStep).flat.length, steps: 7 },
+        elapsedSeconds: 7
+      },
+      { total: 10 }
+    )
+    assert.include(line, "step 7/10 | reward 0.500 | flat 4/7 | loss -")
+    assert.notInclude(Progress.format({ step: 1, elapsedSeconds: 1 }, { total: 2 }), "flat")
   })
 
   it.effect("prints plain lines when not a TTY and redraws in place on a TTY", () =>

@@ -92,6 +92,41 @@ describe("Report", () => {
     }).pipe(Effect.provide(NodeContext.layer)))
 })
 
+describe("Report: flat steps", () => {
+  const record = (step: number, frac: number | null): Metrics.MetricsRecord => ({
+    step,
+    epoch: 0,
+    reward: 0.5,
+    frac_reward_zero_std: frac
+  })
+
+  it("counts and lists the flat steps, a step with no scoreable group among them, and charts the metric", () => {
+    const html = Report.render({
+      title: "flat",
+      metrics: [record(1, 1), record(2, 0.5), record(3, 1), record(4, 1), record(5, null), record(6, 0), record(7, 1)]
+    })
+    assert.include(html, "nothing learnt): 5 of 7: steps 1, 3–5, 7 (no scoreable group at 5).")
+    assert.include(html, `data-metric="zero-std"`)
+    assert.include(html, `data-series="frac_reward_zero_std"`)
+    assert.include(Report.render({ title: "t", metrics: [record(1, 0.25)] }), "nothing learnt): 0 of 1.</p>")
+  })
+
+  it.scoped("counts a resumed run once, from metrics.jsonl", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const file = path.join(dir, Metrics.files.metrics)
+      // The first run logged steps 1..4 (1 and 4 flat) and was interrupted; its checkpoint is at step 3.
+      yield* Metrics.append(file, [record(1, 1), record(2, 0.5), record(3, 0.25), record(4, 1)])
+      // The resumed run drops what follows the checkpoint (as the trainer does) and logs steps 4..6 again.
+      yield* Metrics.truncateAfter(file, 3)
+      yield* Metrics.append(file, [record(4, 0.5), record(5, 1), record(6, 1)])
+      const html = yield* fs.readFileString(yield* Report.write(dir, { title: "resumed" }))
+      assert.include(html, "nothing learnt): 3 of 6: steps 1, 5–6.")
+    }).pipe(Effect.provide(NodeContext.layer)))
+})
+
 describe("Report in a headless browser", () => {
   it.scoped(
     "renders in Chromium: the script runs, every chart is in the DOM, the screenshot is not blank (the set-up installs Debian's chromium)",
