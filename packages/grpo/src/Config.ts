@@ -245,6 +245,12 @@ export const GRPOConfig = Schema.Struct({
     {},
     "Variables passed to the chat template at every render (TRL chat_template_kwargs), e.g. {enable_thinking: " +
       "false}; enable_thinking (a boolean) overrides the run's default (false). A JSON string is read as JSON."
+  ),
+  keepModelTemplate: withDefault(
+    Schema.Boolean,
+    false,
+    "Render with the model's own chat template even when it is not prefix-preserving (by default Qwen3's is " +
+      "swapped for its training template, as TRL does); a multi-turn run then fails at its first tool result."
   )
 })
 

@@ -80,6 +80,8 @@ export interface EvaluateOptions<State, E, R> {
   readonly enableThinking?: boolean
   /** Other chat-template variables (the config's `chatTemplateKwargs` besides enable_thinking). */
   readonly chatTemplateKwargs?: Readonly<Record<string, unknown>>
+  /** Render with the model's own template even when it is not prefix-preserving (the config's keepModelTemplate). */
+  readonly keepModelTemplate?: boolean
   readonly step: number
   readonly label?: string
   readonly seed?: number
@@ -154,7 +156,8 @@ export const evaluate = <State, E, R>(options: EvaluateOptions<State, E, R>) =>
       seed: options.seed ?? 0,
       concurrency: options.concurrency ?? Math.max(1, options.dataset.rows.length * G),
       enableThinking: options.enableThinking ?? false,
-      ...(options.chatTemplateKwargs === undefined ? {} : { chatTemplateKwargs: options.chatTemplateKwargs })
+      ...(options.chatTemplateKwargs === undefined ? {} : { chatTemplateKwargs: options.chatTemplateKwargs }),
+      ...(options.keepModelTemplate === undefined ? {} : { keepModelTemplate: options.keepModelTemplate })
     })
     const table = yield* Reward.score(options.rewardFunctions, records.map(rewardEpisode), {
       weights: options.rewardWeights ?? null,

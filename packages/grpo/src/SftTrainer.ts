@@ -184,7 +184,8 @@ export interface SftOptions {
   readonly resume?: boolean | string
   readonly progress?: Progress.Progress | false
   readonly stopAfter?: number
-  /** Render with the model's own chat template even when it is not prefix-preserving (then SFT refuses it). */
+  /** Render with the model's own chat template even when it is not prefix-preserving (then SFT refuses it); the
+   * config's `keepModelTemplate` when not given. */
   readonly keepModelTemplate?: boolean
   readonly title?: string
   readonly onStep?: (step: { readonly step: number; readonly loss: number }) => Effect.Effect<void>
@@ -206,7 +207,7 @@ export const train = (options: SftOptions) =>
     yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(Effect.ignore)
     // The template GRPO's rollouts render with (Qwen3's own is swapped for its training template, as TRL does), so
     // SFT teaches the very tokens the rollouts will produce.
-    const rendering = options.keepModelTemplate === true ? model : {
+    const rendering = (options.keepModelTemplate ?? config.keepModelTemplate) ? model : {
       tokenizer: model.tokenizer,
       chatTemplate: yield* TrainingTemplate.resolve(model.chatTemplate, model.tokenizer).pipe(
         Effect.mapError((e) => new TranscriptError({ source: "the model's chat template", problem: e.message }))

@@ -274,6 +274,7 @@ export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, o
         numGenerations: config.numGenerationsEval ?? 1,
         ...thinkingOf(spec, config),
         chatTemplateKwargs: Config.templateOptions(config).extra,
+        keepModelTemplate: config.keepModelTemplate,
         success: env.success,
         step: 0,
         label: spec.model

@@ -302,6 +302,7 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
           maxToolCallingIterations: config.maxToolCallingIterations,
           enableThinking: template.enableThinking,
           chatTemplateKwargs: template.extra,
+          keepModelTemplate: config.keepModelTemplate,
           step,
           seed: config.seed,
           ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
@@ -360,6 +361,7 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
               concurrency: options.concurrency ?? config.episodesInFlight,
               enableThinking: template.enableThinking,
               chatTemplateKwargs: template.extra,
+              keepModelTemplate: config.keepModelTemplate,
               ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout })
             })
             const generation = yield* prepare({

@@ -234,6 +234,15 @@ describe("Config: TRL keys without an envtrain field", () => {
       assert.notMatch(e.message, /unknown key/)
     }))
 
+  it.effect("keep_model_template: envtrain's switch for the training-template swap, off by default", () =>
+    Effect.gen(function*() {
+      assert.isFalse((yield* defaults()).keepModelTemplate)
+      assert.isTrue((yield* Config.decode({ keep_model_template: true })).keepModelTemplate)
+      assert.isTrue((yield* Config.fromSources({}, ["--keepModelTemplate", "true"])).keepModelTemplate)
+      const bad = yield* Effect.flip(Config.decode({ keep_model_template: "yes" }))
+      assert.include(bad.message, "keepModelTemplate")
+    }))
+
   it.effect("chat_template_kwargs: any template variables, as a mapping or a JSON string; enable_thinking from it", () =>
     Effect.gen(function*() {
       const c = yield* Config.decode({ chat_template_kwargs: { enable_thinking: true, custom_flag: "x", n: 2 } })

@@ -32,6 +32,8 @@ export interface BatchOptions<State, E, R> {
   readonly enableThinking: boolean
   /** Other chat-template variables (`chat_template_kwargs` besides enable_thinking). */
   readonly chatTemplateKwargs?: Readonly<Record<string, unknown>>
+  /** Render with the model's own template even when it is not prefix-preserving (no training-template swap). */
+  readonly keepModelTemplate?: boolean
   readonly episodeTimeout?: Rollout.RolloutOptions<State, E, R>["episodeTimeout"]
 }
 
@@ -39,7 +41,8 @@ export interface BatchOptions<State, E, R> {
 export const layers = (
   model: TrainableModel,
   enableThinking: boolean,
-  extra: Readonly<Record<string, unknown>> = {}
+  extra: Readonly<Record<string, unknown>> = {},
+  keepModelTemplate = false
 ) =>
   Layer.merge(
     Policy.batching({ maxBatchSize: model.maxBatchSize, generateBatch: (requests) => model.generate(requests) }),
@@ -47,6 +50,7 @@ export const layers = (
       tokenizer: model.tokenizer,
       template: model.chatTemplate,
       enableThinking,
+      keepModelTemplate,
       ...(Object.keys(extra).length === 0 ? {} : { extra })
     })
   )
@@ -78,7 +82,9 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
     }).pipe(Stream.runCollect)
     const sorted = Chunk.toReadonlyArray(groups).slice().sort((a, b) => a.promptIndex - b.promptIndex)
     return sorted.flatMap((g) => g.episodes.slice().sort((a, b) => a.generation - b.generation))
-  }).pipe(Effect.provide(layers(options.model, options.enableThinking, options.chatTemplateKwargs)))
+  }).pipe(Effect.provide(
+    layers(options.model, options.enableThinking, options.chatTemplateKwargs, options.keepModelTemplate)
+  ))
 
 /** A record as reward functions see it: prompt and completion messages, the environment's final state. */
 export const rewardEpisode = <State>(
