@@ -35,7 +35,13 @@ try {
   process.exit(1)
 }
 passed += report.numPassedTests ?? 0
-failed += (report.numFailedTests ?? 0) + (report.numFailedTestSuites ?? 0)
+// A failed file counts once more only when none of its tests failed (it did not load, or a hook failed): counting
+// every failed file as well, as before, said "3 failed" for one failed test.
+const brokenFiles =
+  (report.testResults ?? []).filter((f) =>
+    f.status === "failed" && !(f.assertionResults ?? []).some((t) => t.status === "failed")
+  ).length
+failed += (report.numFailedTests ?? 0) + brokenFiles
 skipped += (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0)
 if (report.success === false || (report.numPassedTests ?? 0) === 0) ok = false
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`)
