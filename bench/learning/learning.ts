@@ -1,10 +1,16 @@
-// Learning evidence per example: evaluation before GRPO (the SFT start) and after, on held-out seeds, with the
-// solver's score as the ceiling. Saves bench/results/learning-<example>.{json,md}.
-// Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env ...] [--smoke]
-// (default: catch). `wordle` trains with the seed's rewards (the example's default), `wordle-shaped` with the shaped
-// set (`--rewards shaped`). `--smoke` runs each at a few steps' size to check the bench works: it prints the
-// table and saves nothing under bench/results.
-import { FileSystem } from "@effect/platform"
+// Learning evidence per example over several seeds: held-out evaluation before GRPO (the SFT start) and after, with
+// the solver's score as the ceiling, for each seed (model initialisation, SFT data, sampling and held-out set all
+// follow it), and per example the median, worst and best of the SFT start, the result after GRPO and the gain.
+// Saves bench/results/learning-<example>.{json,md}.
+//
+// Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env ...]
+//          [--seeds 0,1,2,3,4] [--jobs 2] [--set '{"grpo":{"steps":16}}'] [--tag NAME] [--smoke]
+// (default: catch, seeds 0-4, one job per core). Each seed runs as its own process (`--worker`), `--jobs` at a time.
+// `wordle` trains with the seed's rewards (the example's default), `wordle-shaped` with the shaped set. `--set`
+// merges settings into the example's sizes (an experiment: saved as learning-<example>-<tag>.* under
+// bench/results/experiments/, never over the example's own result). `--smoke` runs each seed at a few steps' size to
+// check the bench works: it prints the table and saves nothing under bench/results.
+import { Command as Process, FileSystem } from "@effect/platform"
 import { Main } from "@envtrain/harness"
 import { Effect } from "effect"
 import * as os from "node:os"
@@ -21,95 +27,335 @@ const examples: Record<string, { readonly recipe: Recipe.Recipe<any>; readonly s
   "multi-env": { recipe: Recipe.multiRecipe, settings: Sizes.multiEnv }
 }
 
-const pct = (x: number | null) => x === null ? "-" : `${(x * 100).toFixed(1)} %`
-const points = (x: number) => `${(x * 100).toFixed(1)} points`
+// ---------------------------------------------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------------------------------------------
 
-/** The issue's targets for the tiny preset, checked against the run (met, or missed by how much). */
-const targets = (name: string, r: Pipeline.RunResult): Array<string> => {
-  const before = r.before.successRate ?? 0
-  const after = r.after.successRate ?? 0
-  const verdict = (ok: boolean, what: string, by: string) => `${ok ? "MET" : "MISSED"}: ${what} (${by})`
-  switch (name) {
-    case "catch":
-      return [
-        verdict(after >= 0.95, "success after GRPO >= 95 %", `${pct(after)}`),
-        verdict(after - before >= 0.25, "at least 25 points above the SFT start", `${points(after - before)}`)
-      ]
-    case "wordle":
-    case "wordle-shaped": {
-      const inv = [r.before.details.invalid_per_game, r.after.details.invalid_per_game]
-      const rep = [r.before.details.repeated_per_game, r.after.details.repeated_per_game]
-      return [
-        verdict(after - before >= 0.1, "win rate at least 10 points above the SFT start", points(after - before)),
-        verdict((inv[1] ?? 0) < (inv[0] ?? 0), "fewer invalid guesses", `${inv[0]} -> ${inv[1]} per game`),
-        verdict((rep[1] ?? 0) < (rep[0] ?? 0), "fewer repeated guesses", `${rep[0]} -> ${rep[1]} per game`)
-      ]
-    }
-    case "sudoku": {
-      const fill = [r.before.details.fill_rate ?? 0, r.after.details.fill_rate ?? 0]
-      return [verdict(fill[1] > fill[0], "fill rate above the SFT start", `${fill[0]} -> ${fill[1]}`)]
-    }
-    default:
-      return [`no target in the issue; success ${pct(before)} -> ${pct(after)}`]
-  }
-}
-
-const args = process.argv.slice(2)
-const smoke = args.includes("--smoke")
-const unknown = args.filter((a) => a !== "--smoke" && !(a in examples))
-if (unknown.length > 0) {
-  console.error(`unknown argument(s) ${unknown.join(" ")}: give examples among ${Object.keys(examples).join(", ")}`)
+const usage = "usage: tsx bench/learning/learning.ts [example ...] [--seeds 0,1,2,3,4] [--jobs N] [--set JSON] " +
+  "[--tag NAME] [--smoke]"
+const fail = (message: string): never => {
+  console.error(`${message}\n${usage}\nexamples: ${Object.keys(examples).join(", ")}`)
   process.exit(2)
 }
-const names = args.filter((a) => a in examples)
+
+interface Args {
+  readonly names: ReadonlyArray<string>
+  readonly seeds: ReadonlyArray<number>
+  readonly jobs: number
+  readonly set: Record<string, unknown>
+  readonly tag: string | undefined
+  readonly smoke: boolean
+  readonly worker: { readonly resultFile: string } | undefined
+}
+
+const parseArgs = (argv: ReadonlyArray<string>): Args => {
+  const names: Array<string> = []
+  let seeds = [0, 1, 2, 3, 4]
+  let jobs = Math.max(1, Math.min(os.cpus().length, 4))
+  let set: Record<string, unknown> = {}
+  let tag: string | undefined
+  let smoke = false
+  let worker: { resultFile: string } | undefined
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]
+    const value = () => argv[++i] ?? fail(`${a} needs a value`)
+    if (a === "--smoke") smoke = true
+    else if (a === "--seeds") {
+      seeds = value().split(",").map((s) => Number(s))
+      if (seeds.length === 0 || seeds.some((s) => !Number.isInteger(s) || s < 0)) {
+        fail(`--seeds takes non-negative integers separated by commas, e.g. 0,1,2,3,4`)
+      }
+    } else if (a === "--jobs") {
+      jobs = Number(value())
+      if (!Number.isInteger(jobs) || jobs < 1) fail(`--jobs takes a positive integer`)
+    } else if (a === "--set") {
+      const text = value()
+      try {
+        const parsed: unknown = JSON.parse(text)
+        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("not an object")
+        set = parsed as Record<string, unknown>
+      } catch (e) {
+        fail(`--set takes a JSON object of settings (e.g. '{"grpo":{"steps":16}}'): ${String(e)}`)
+      }
+    } else if (a === "--tag") tag = value()
+    else if (a === "--worker") worker = { resultFile: value() }
+    else if (a in examples) names.push(a)
+    else fail(`unknown argument ${a}`)
+  }
+  if (Object.keys(set).length > 0 && tag === undefined && !smoke) {
+    fail(`--set changes the example's settings: name the experiment with --tag NAME`)
+  }
+  return { names: names.length === 0 ? ["catch"] : names, seeds, jobs, set, tag, smoke, worker }
+}
+
+/** Settings merged one level deep (`sft`, `grpo` are merged key by key). */
+const merge = (base: Pipeline.Settings, set: Record<string, unknown>): Pipeline.Settings => {
+  const out: Record<string, unknown> = { ...base }
+  for (const [k, v] of Object.entries(set)) {
+    const b = (base as unknown as Record<string, unknown>)[k]
+    out[k] = typeof v === "object" && v !== null && typeof b === "object" && b !== null ? { ...b, ...v } : v
+  }
+  return out as unknown as Pipeline.Settings
+}
 
 /** A few steps at tiny sizes: the bench's path, not its numbers. */
 const smokeSizes = (settings: Pipeline.Settings): Pipeline.Settings => ({
   ...settings,
-  verbose: false,
   sft: { ...settings.sft, episodes: 4, epochs: 1, batchSize: 2, maxLength: 200 },
   grpo: { ...settings.grpo, steps: 2, numGenerations: 2, prompts: 1, maxCompletionLength: 48 },
   evalEpisodes: 2
 })
 
-Main.run(Effect.gen(function*() {
+const settingsOf = (name: string, args: Args, seed: number): Pipeline.Settings => {
+  const merged = merge(examples[name].settings, args.set)
+  return { ...(args.smoke ? smokeSizes(merged) : merged), seed, verbose: false }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Summary over seeds
+// ---------------------------------------------------------------------------------------------------------------
+
+/** The numbers of one seed the summary is made of. */
+interface SeedRow {
+  readonly seed: number
+  readonly before: number
+  readonly after: number
+  readonly gain: number
+  readonly flat: number
+  readonly steps: number
+  readonly details: Readonly<Record<string, { readonly before: number | null; readonly after: number | null }>>
+  readonly seconds: number
+}
+
+/** What a higher number means for the example's headline metric. */
+const headline = (name: string) =>
+  name === "sudoku"
+    ? { key: "fill rate", of: (e: Pipeline.EvalSummary) => e.details.fill_rate ?? 0 }
+    : { key: "success", of: (e: Pipeline.EvalSummary) => e.successRate ?? 0 }
+
+const rowOf = (name: string, r: Pipeline.RunResult): SeedRow => {
+  const h = headline(name)
+  const details: Record<string, { before: number | null; after: number | null }> = {}
+  for (const k of Object.keys(r.before.details)) {
+    details[k] = { before: r.before.details[k] ?? null, after: r.after.details[k] ?? null }
+  }
+  details["mean reward"] = { before: r.before.meanReward, after: r.after.meanReward }
+  details["tool failures / call"] = { before: r.before.toolFailureFrequency, after: r.after.toolFailureFrequency }
+  return {
+    seed: r.settings.seed,
+    before: h.of(r.before),
+    after: h.of(r.after),
+    gain: h.of(r.after) - h.of(r.before),
+    flat: r.flatSteps.flat.length,
+    steps: r.flatSteps.steps,
+    details,
+    seconds: r.seconds.total
+  }
+}
+
+/** Median (the mean of the middle two for an even count), worst and best. */
+const stats = (xs: ReadonlyArray<number>) => {
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
+  return { median: m, worst: s[0], best: s[s.length - 1] }
+}
+
+const medianOf = (xs: ReadonlyArray<number | null>) => {
+  const v = xs.filter((x): x is number => x !== null && Number.isFinite(x))
+  return v.length === 0 ? null : stats(v).median
+}
+
+const pct = (x: number) => `${(x * 100).toFixed(1)} %`
+const pts = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}`
+const num = (x: number | null) => (x === null ? "-" : Number.isInteger(x) ? String(x) : x.toFixed(3))
+
+/** The issue's targets for the tiny preset, checked on the summary (met, or missed by how much). */
+const targets = (name: string, rows: ReadonlyArray<SeedRow>): Array<string> => {
+  const after = stats(rows.map((r) => r.after))
+  const gain = stats(rows.map((r) => r.gain))
+  const verdict = (ok: boolean, what: string, by: string) => `${ok ? "MET" : "MISSED"}: ${what} (${by})`
+  const detail = (k: string, w: "before" | "after") => medianOf(rows.map((r) => r.details[k]?.[w] ?? null))
+  const noLoss = verdict(
+    gain.worst >= -0.05,
+    "GRPO lowers no seed's held-out result by more than 5 points",
+    `worst gain ${pts(gain.worst)} points`
+  )
+  switch (name) {
+    case "catch":
+      return [
+        verdict(after.median >= 0.95, "median success after GRPO >= 95 %", pct(after.median)),
+        verdict(after.worst >= 0.85, "worst success after GRPO >= 85 %", pct(after.worst)),
+        verdict(gain.median >= 0.25, "GRPO adds >= 25 points at the median", `${pts(gain.median)} points`),
+        noLoss
+      ]
+    case "wordle":
+    case "wordle-shaped": {
+      const inv = [detail("invalid per game", "before"), detail("invalid per game", "after")]
+      const rep = [detail("repeated per game", "before"), detail("repeated per game", "after")]
+      return [
+        verdict(
+          gain.median >= 0.1,
+          "wins >= 10 points above the SFT start at the median",
+          `${pts(gain.median)} points`
+        ),
+        verdict((inv[1] ?? 0) < (inv[0] ?? 0), "fewer invalid guesses (median)", `${num(inv[0])} -> ${num(inv[1])}`),
+        verdict((rep[1] ?? 0) < (rep[0] ?? 0), "fewer repeated guesses (median)", `${num(rep[0])} -> ${num(rep[1])}`),
+        noLoss
+      ]
+    }
+    case "sudoku":
+      return [verdict(gain.median > 0, "fill rate above the SFT start at the median", `${pts(gain.median)} points`)]
+    default:
+      return [noLoss]
+  }
+}
+
+const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunResult>, seconds: number) => {
+  const rows = results.map((r) => rowOf(name, r))
+  const h = headline(name).key
+  const s = {
+    before: stats(rows.map((r) => r.before)),
+    after: stats(rows.map((r) => r.after)),
+    gain: stats(rows.map((r) => r.gain))
+  }
+  const detailKeys = Object.keys(rows[0]?.details ?? {})
+  const first = results[0]
+  const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), ${args.jobs} seeds at a time`
+  return [
+    `# Learning: ${name}${args.tag === undefined ? "" : ` (experiment ${args.tag})`} over ${rows.length} seeds ` +
+    `(tiny preset, CPU reference model)`,
+    "",
+    ...(first.settings.rewards === undefined ? [] : [`Rewards: ${first.settings.rewards}.`, ""]),
+    `Machine: ${machine}. Wall time ${(seconds / 60).toFixed(1)} min; one seed's pipeline ${
+      stats(rows.map((r) => r.seconds)).median.toFixed(0)
+    } s at the median. Held-out: ${first.before.episodes} episodes per seed (each seed draws its own episode seeds: Pipeline.episodeSeeds).`,
+    "",
+    `| held-out ${h} | median | worst | best |`,
+    "| --- | ---: | ---: | ---: |",
+    `| SFT start | ${pct(s.before.median)} | ${pct(s.before.worst)} | ${pct(s.before.best)} |`,
+    `| after GRPO | ${pct(s.after.median)} | ${pct(s.after.worst)} | ${pct(s.after.best)} |`,
+    `| GRPO gain (points) | ${pts(s.gain.median)} | ${pts(s.gain.worst)} | ${pts(s.gain.best)} |`,
+    "",
+    ...targets(name, rows).map((t) => `- ${t}`),
+    "",
+    "Every seed (before → after; flat steps: GRPO steps in which every group had zero reward variance):",
+    "",
+    `| seed | ${h} | gain | flat steps | ${detailKeys.join(" | ")} | time |`,
+    `| ---: | ---: | ---: | ---: | ${detailKeys.map(() => "---:").join(" | ")} | ---: |`,
+    ...rows.map((r) =>
+      `| ${r.seed} | ${pct(r.before)} → ${pct(r.after)} | ${pts(r.gain)} | ${r.flat}/${r.steps} | ${
+        detailKeys.map((k) => `${num(r.details[k].before)} → ${num(r.details[k].after)}`).join(" | ")
+      } | ${r.seconds.toFixed(0)} s |`
+    ),
+    `| median | ${pct(s.before.median)} → ${pct(s.after.median)} | ${pts(s.gain.median)} | ${
+      stats(rows.map((r) => r.flat)).median
+    } | ${
+      detailKeys.map((k) =>
+        `${num(medianOf(rows.map((r) => r.details[k].before)))} → ${num(medianOf(rows.map((r) => r.details[k].after)))}`
+      ).join(" | ")
+    } | |`,
+    "",
+    "Settings (besides the seed): `" + JSON.stringify({ sft: first.settings.sft, grpo: first.settings.grpo }) + "`",
+    "",
+    "Reproduce: `tsx bench/learning/learning.ts " +
+    [
+      name,
+      "--seeds",
+      args.seeds.join(","),
+      ...(args.tag === undefined ? [] : ["--set", `'${JSON.stringify(args.set)}'`, "--tag", args.tag])
+    ].join(" ") +
+    "`; one seed: `tsx examples/src/" +
+    (name.startsWith("wordle") ? "wordle" : name === "multi-env" ? "multiEnv" : name) +
+    ".ts --seed N" + (name === "wordle-shaped" ? " --rewards shaped" : "") + "`.",
+    ""
+  ].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Running
+// ---------------------------------------------------------------------------------------------------------------
+
+const args = parseArgs(process.argv.slice(2))
+
+/** One seed in this process: the pipeline, its result as JSON for the parent. */
+const worker = (resultFile: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const [name] = args.names
+    const seed = args.seeds[0]
+    const settings = settingsOf(name, args, seed)
+    const out = `runs/bench-${args.smoke ? "smoke-" : ""}${name}${
+      args.tag === undefined ? "" : `-${args.tag}`
+    }-s${seed}`
+    const result = yield* Pipeline.run(examples[name].recipe, { ...settings, out })
+    yield* fs.writeFileString(resultFile, JSON.stringify(result) + "\n")
+  })
+
+/** Every seed of one example, `jobs` processes at a time. */
+const runSeeds = (name: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const dir = yield* fs.makeTempDirectoryScoped({ prefix: "envtrain-learning-" })
+    const started = Date.now()
+    const results = yield* Effect.forEach(args.seeds, (seed) =>
+      Effect.gen(function*() {
+        const resultFile = `${dir}/seed-${seed}.json`
+        const argv = [
+          "tsx",
+          "bench/learning/learning.ts",
+          name,
+          "--seeds",
+          String(seed),
+          "--worker",
+          resultFile,
+          ...(Object.keys(args.set).length === 0 ? [] : ["--set", JSON.stringify(args.set)]),
+          ...(args.tag === undefined ? [] : ["--tag", args.tag]),
+          ...(args.smoke ? ["--smoke"] : [])
+        ]
+        yield* Effect.log(`${name} seed ${seed}: started`)
+        const code = yield* Process.make("npx", ...argv).pipe(
+          Process.stdout("inherit"),
+          Process.stderr("inherit"),
+          Process.exitCode
+        )
+        if (code !== 0) return yield* Effect.fail(new Error(`${name} seed ${seed}: the run exited with code ${code}`))
+        const result = JSON.parse(yield* fs.readFileString(resultFile)) as Pipeline.RunResult
+        const row = rowOf(name, result)
+        yield* Effect.log(
+          `${name} seed ${seed}: ${pct(row.before)} -> ${pct(row.after)} (flat ${row.flat}/${row.steps}, ${
+            row.seconds.toFixed(0)
+          } s)`
+        )
+        return result
+      }), { concurrency: args.jobs })
+    return { results, seconds: (Date.now() - started) / 1000 }
+  }).pipe(Effect.scoped)
+
+const main = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
-  yield* fs.makeDirectory("bench/results", { recursive: true })
-  for (const name of names.length === 0 ? ["catch"] : names) {
-    const { recipe, settings } = examples[name]
-    const run = smoke ? smokeSizes(settings) : settings
-    const result = yield* Pipeline.run(recipe, { ...run, out: `runs/bench-${smoke ? "smoke-" : ""}${name}` })
-    const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), load average ${
-      os.loadavg().map((x) => x.toFixed(1)).join(" ")
-    } at the end`
-    const md = [
-      `# Learning: ${name} (tiny preset, CPU reference model)`,
-      "",
-      ...(result.settings.rewards === undefined
-        ? []
-        : [
-          `Rewards: ${result.settings.rewards} (${
-            recipe.rewardVariants?.[result.settings.rewards]?.map((f) => f.name).join(" + ")
-          }).`,
-          ""
-        ]),
-      `Machine: ${machine}. Time: SFT ${result.seconds.sft.toFixed(0)} s, GRPO ${
-        result.seconds.grpo.toFixed(0)
-      } s, total ${result.seconds.total.toFixed(0)} s.`,
-      "",
-      Pipeline.formatTable(result),
-      "",
-      ...targets(name, result).map((t) => `- ${t}`),
-      "",
-      "Settings: `" + JSON.stringify({ sft: result.settings.sft, grpo: result.settings.grpo }) + "`",
-      ""
-    ].join("\n")
-    if (smoke) {
+  const dir = args.tag === undefined ? "bench/results" : "bench/results/experiments"
+  yield* fs.makeDirectory(dir, { recursive: true })
+  for (const name of args.names) {
+    const { results, seconds } = yield* runSeeds(name)
+    const md = markdown(name, args, results, seconds)
+    if (args.smoke) {
       yield* Effect.log(`smoke run (nothing saved):\n${md}`)
       continue
     }
-    yield* fs.writeFileString(`bench/results/learning-${name}.json`, JSON.stringify(result, null, 2) + "\n")
-    yield* fs.writeFileString(`bench/results/learning-${name}.md`, md)
-    yield* Effect.log(`saved bench/results/learning-${name}.{json,md}`)
+    const base = `${dir}/learning-${name}${args.tag === undefined ? "" : `-${args.tag}`}`
+    const summary = {
+      example: name,
+      tag: args.tag ?? null,
+      seeds: args.seeds,
+      set: args.set,
+      seconds,
+      rows: results.map((r) => rowOf(name, r)),
+      runs: results
+    }
+    yield* fs.writeFileString(`${base}.json`, JSON.stringify(summary, null, 2) + "\n")
+    yield* fs.writeFileString(`${base}.md`, md)
+    yield* Effect.log(`saved ${base}.{json,md}\n${md}`)
   }
-}))
+})
+
+Main.run(args.worker === undefined ? main : worker(args.worker.resultFile))
