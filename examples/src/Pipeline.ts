@@ -86,8 +86,23 @@ export const defaults: Settings = {
   verbose: true
 }
 
-/** Held-out seeds start here; SFT and GRPO seeds are below. */
+/** Within a run's block of episode seeds, held-out seeds start here; SFT and GRPO seeds are below. */
 export const EVAL_SEED_BASE = 1_000_000
+
+/**
+ * The episode seeds of a run: the run's seed picks a block of its own, so the SFT data, the GRPO prompts and the
+ * held-out set all change with it (seed 0's block starts at 0).
+ */
+export const episodeSeeds = (settings: Pick<Settings, "seed" | "sft" | "grpo" | "evalEpisodes">) => {
+  const block = settings.seed * 10_000_000
+  const sft = block + settings.sft.episodes
+  const grpo = settings.grpo.steps * settings.grpo.prompts
+  return {
+    sft: Dataset.range(block, sft),
+    grpo: { from: sft, to: sft + grpo },
+    heldOut: Dataset.range(block + EVAL_SEED_BASE, block + EVAL_SEED_BASE + settings.evalEpisodes)
+  }
+}
 
 /** One evaluation with the recipe's details. */
 export interface EvalSummary {
@@ -205,6 +220,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const say = (text: string) => (settings.verbose ? Console.log(text) : Effect.void)
 
     const environment = yield* Recipe.environmentOf(recipe, settings)
+    const seeds = episodeSeeds(settings)
 
     // 1. The model: a CPU-reference tiny/small model, or a checkpoint.
     const checkpoint = settings.model === undefined
@@ -224,7 +240,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
 
     // 2. SFT data from the imperfect player (seeds below the GRPO ones).
     const transcripts = (yield* SftData.collect({ ...recipe, environment }, {
-      seeds: Dataset.range(0, settings.sft.episodes),
+      seeds: seeds.sft,
       errorRate: settings.sft.errorRate,
       playerSeed: settings.seed
     })).map((t) => (settings.toolsInPrompt ? t : { messages: t.messages }))
@@ -276,16 +292,16 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
           return toolDefinitions ? session : { ...session, toolDefinitions: [] }
         })
       )
-    const rows = (from: number, to: number): Dataset.Dataset =>
+    const rows = (seedsOfRows: ReadonlyArray<number>): Dataset.Dataset =>
       Dataset.fromRows(
-        Dataset.range(from, to).map((seed) => {
+        seedsOfRows.map((seed) => {
           const columns = { seed, ...recipe.columns?.(seed) }
           return { prompt: recipe.prompt(columns) as ReadonlyArray<ChatMessage>, ...columns }
         }),
         recipe.name
       )
-    const evalRows = rows(EVAL_SEED_BASE, EVAL_SEED_BASE + settings.evalEpisodes)
-    const trainRows = rows(settings.sft.episodes, settings.sft.episodes + settings.grpo.steps * settings.grpo.prompts)
+    const evalRows = rows(seeds.heldOut)
+    const trainRows = rows(Dataset.range(seeds.grpo.from, seeds.grpo.to))
     const grpoConfig = yield* Config.fromSources({
       outputDir,
       numGenerations: settings.grpo.numGenerations,
@@ -357,9 +373,8 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     // Written now: the trainer starts its run by clearing eval.jsonl.
     yield* Evaluation.write(outputDir, beforeResult)
     yield* Evaluation.write(outputDir, afterResult)
-    const evalSeeds = Dataset.range(EVAL_SEED_BASE, EVAL_SEED_BASE + settings.evalEpisodes)
-    const solver = yield* playerScore({ ...recipe, environment }, evalSeeds, 0)
-    const sftPlayer = yield* playerScore({ ...recipe, environment }, evalSeeds, settings.sft.errorRate)
+    const solver = yield* playerScore({ ...recipe, environment }, seeds.heldOut, 0)
+    const sftPlayer = yield* playerScore({ ...recipe, environment }, seeds.heldOut, settings.sft.errorRate)
     const report = yield* Report.write(outputDir, {
       title: `${recipe.name}: SFT warm-up, then GRPO`,
       status: `finished: success ${before.successRate ?? "-"} -> ${after.successRate ?? "-"} on ${before.episodes} ` +
