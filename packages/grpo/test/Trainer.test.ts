@@ -86,6 +86,31 @@ describe("Trainer.train", () => {
     120_000
   )
 
+  // One seed can hide a trainer that learns by luck: two seeds of model, data and sampling, each judged on prompts the
+  // run never trained on, with greedy decoding before and after.
+  it.scoped.each([1, 2])(
+    "seed %i: a short run raises the held-out (greedy, unseen prompts) reward",
+    (seed) =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const result = yield* Trainer.train({
+          config: yield* F.config({ maxSteps: 8, evalSteps: 8, outputDir: dir, seed }),
+          model: yield* F.tinyModel(seed),
+          dataset: F.dataset(0, 64),
+          evalDataset: F.heldOut(1000, 1004),
+          open: F.open,
+          rewardFunctions: [F.thirdsReward],
+          progress: false
+        })
+        const [before, after] = [result.evaluations[0], result.evaluations[result.evaluations.length - 1]]
+        assert.deepStrictEqual([before.step, after.step], [0, 8])
+        const [b, a] = [before.overall.meanReward ?? NaN, after.overall.meanReward ?? NaN]
+        assert.isTrue(a > b + 0.5, `seed ${seed}: held-out reward ${b.toFixed(3)} -> ${a.toFixed(3)}`)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
   it.scoped("interrupted then resumed, the next steps equal an uninterrupted run's", () =>
     Effect.gen(function*() {
       const fs = yield* FileSystem.FileSystem

@@ -30,10 +30,29 @@ export const parityReward = Reward.perEpisode<ParityState>("even_tokens", (e) =>
   return ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length
 })
 
+/**
+ * Fraction of the completion's tokens whose id is a multiple of 3. Greedy decoding of a new tiny model repeats one
+ * token that is not (for the seeds the tests use), so a greedy evaluation starts at 0 and rises only if it learns.
+ */
+export const thirdsReward = Reward.perEpisode<ParityState>("thirds", (e) => {
+  const ids = e.completionIds
+  return ids.length === 0 ? 0 : ids.filter((id) => id % 3 === 0).length / ids.length
+})
+
 export const tinyModel = (seed = 1) => Effect.map(Checkpoint.makeModel("tiny", seed), (m) => Trainer.referenceModel(m))
 
 export const dataset = (from: number, to: number) =>
   Dataset.fromSeeds({ prompt: [{ role: "user", content: "Say a" }], seeds: Dataset.range(from, to) })
+
+/** Rows the training data never holds: other words to say (the reward is the same). */
+export const heldOut = (from: number, to: number) =>
+  Dataset.fromRows(
+    Dataset.range(from, to).map((seed, i) => ({
+      prompt: [{ role: "user", content: `Say ${"bcdefgh"[i % 7]}` }],
+      seed
+    })),
+    "held-out"
+  )
 
 export const config = (overrides: Record<string, unknown>) =>
   Config.fromSources({
