@@ -45,6 +45,12 @@ const flags = {
   toolsInPrompt: Options.boolean("tools-in-prompt").pipe(
     Options.withDescription("render the tool definitions into the system prompt (on for --model)")
   ),
+  sftFrom: Options.directory("sft-from").pipe(
+    Options.withDescription(
+      "skip the SFT data and warm-up: start GRPO from this checkpoint (e.g. an earlier run's runs/<example>/sft/checkpoint-N)"
+    ),
+    Options.optional
+  ),
   sftEpisodes: int("sft-episodes", "solver episodes of SFT data"),
   errorRate: float("error-rate", "the SFT player's mistake rate"),
   sftEpochs: float("sft-epochs", "SFT epochs"),
@@ -100,6 +106,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
   const out = Option.getOrUndefined(f.out)
   const envUrl = Option.getOrUndefined(f.envUrl)
   const rewards = Option.getOrUndefined(f.rewards)
+  const sftFrom = Option.getOrUndefined(f.sftFrom)
   const envUrls: Record<string, string> = {}
   for (const [name, url] of Object.entries(f.servers)) if (Option.isSome(url)) envUrls[name] = url.value
   return {
@@ -109,6 +116,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(envUrl === undefined ? {} : { envUrl }),
     ...(Object.keys(envUrls).length === 0 ? {} : { envUrls }),
     ...(rewards === undefined ? {} : { rewards }),
+    ...(sftFrom === undefined ? {} : { sftFrom }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
     backend: or(f.backend, model !== undefined ? "gpu" : defaults.backend) as "cpu" | "gpu",
     seed: or(f.seed, defaults.seed),

@@ -42,6 +42,12 @@ export interface Settings {
    * an environment without one runs in-process.
    */
   readonly envUrls?: Readonly<Record<string, string>>
+  /**
+   * Skip the SFT data and warm-up and start GRPO from this checkpoint directory (an earlier run's
+   * `runs/<example>/sft/checkpoint-N`, or any checkpoint of the same model): GRPO experiments without paying for the
+   * warm-up again.
+   */
+  readonly sftFrom?: string
   /** The recipe's reward set by name (`--rewards`, e.g. Wordle's `seed` or `shaped`); default its first. */
   readonly rewards?: string
   readonly seed: number
@@ -205,6 +211,59 @@ export const formatTable = (result: Pick<RunResult, "before" | "after" | "solver
   return lines.join("\n")
 }
 
+/** A model on the run's backend (the GPU ones live as long as the run's scope). */
+type Trainable = (
+  weights: Checkpoint.Model,
+  batch: number,
+  seq: number,
+  temperature: number
+) => Effect.Effect<Trainer.TrainableModel, unknown, any>
+
+/** SFT data from the recipe's imperfect player (the run's SFT seeds), then the warm-up; returns the weights. */
+const warmUp = <State>(
+  recipe: Recipe.Recipe<State>,
+  environment: Recipe.Recipe<State>["environment"],
+  checkpoint: Checkpoint.Model,
+  settings: Settings,
+  outputDir: string,
+  trainable: Trainable
+) =>
+  Effect.gen(function*() {
+    const path = yield* Path.Path
+    const say = (text: string) => (settings.verbose ? Console.log(text) : Effect.void)
+    const transcripts = (yield* SftData.collect({ ...recipe, environment }, {
+      seeds: episodeSeeds(settings).sft,
+      errorRate: settings.sft.errorRate,
+      playerSeed: settings.seed
+    })).map((t) => (settings.toolsInPrompt ? t : { messages: t.messages }))
+    const sftFile = path.join(outputDir, "sft.jsonl")
+    yield* SftData.writeJsonl(sftFile, transcripts)
+    yield* say(`sft data: ${transcripts.length} episodes (error rate ${settings.sft.errorRate}) -> ${sftFile}`)
+    const sftModel = yield* trainable(checkpoint, settings.sft.batchSize, settings.sft.maxLength, 1)
+    const batch = Math.min(settings.sft.batchSize, transcripts.length)
+    const sftConfig = yield* Config.fromSources({
+      outputDir: path.join(outputDir, "sft"),
+      perDeviceTrainBatchSize: batch,
+      gradientAccumulationSteps: 1,
+      numTrainEpochs: settings.sft.epochs,
+      learningRate: settings.sft.learningRate,
+      lrSchedulerType: "cosine",
+      warmupRatio: 0.1,
+      loggingSteps: 1,
+      saveSteps: 1_000_000,
+      seed: settings.seed
+    })
+    yield* SftTrainer.train({
+      config: sftConfig,
+      model: sftModel,
+      transcripts,
+      maxLength: settings.sft.maxLength,
+      title: `${recipe.name} (SFT warm-up)`,
+      ...(settings.verbose ? {} : { progress: false as const })
+    })
+    return { ...checkpoint, tensors: (yield* sftModel.exportState).weights } satisfies Checkpoint.Model
+  })
+
 /**
  * Runs the whole recipe. Needs FileSystem and Path (`Main.run` provides them).
  */
@@ -231,51 +290,23 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       settings.backend === "gpu"
         ? Trainer.gpuModel(weights, { batch, seq, temperature })
         : Effect.succeed(cachedCpuModel(weights))
-    const sftModel = yield* trainable(checkpoint, settings.sft.batchSize, settings.sft.maxLength, 1)
     yield* say(
       `${recipe.name}: model ${settings.model ?? `preset ${settings.preset}`} (${
         settings.backend === "gpu" ? "WebGPU" : "CPU reference"
       }, ${checkpoint.config.num_hidden_layers} layers, hidden ${checkpoint.config.hidden_size})`
     )
 
-    // 2. SFT data from the imperfect player (seeds below the GRPO ones).
-    const transcripts = (yield* SftData.collect({ ...recipe, environment }, {
-      seeds: seeds.sft,
-      errorRate: settings.sft.errorRate,
-      playerSeed: settings.seed
-    })).map((t) => (settings.toolsInPrompt ? t : { messages: t.messages }))
-    const sftFile = path.join(outputDir, "sft.jsonl")
-    yield* SftData.writeJsonl(sftFile, transcripts)
-    yield* say(`sft data: ${transcripts.length} episodes (error rate ${settings.sft.errorRate}) -> ${sftFile}`)
-
-    // 3. SFT warm-up.
+    // 2–3. SFT data and warm-up, or the warm-up of an earlier run.
     const sftStarted = Date.now()
-    const batch = Math.min(settings.sft.batchSize, transcripts.length)
-    const sftConfig = yield* Config.fromSources({
-      outputDir: path.join(outputDir, "sft"),
-      perDeviceTrainBatchSize: batch,
-      gradientAccumulationSteps: 1,
-      numTrainEpochs: settings.sft.epochs,
-      learningRate: settings.sft.learningRate,
-      lrSchedulerType: "cosine",
-      warmupRatio: 0.1,
-      loggingSteps: 1,
-      saveSteps: 1_000_000,
-      seed: settings.seed
-    })
-    yield* SftTrainer.train({
-      config: sftConfig,
-      model: sftModel,
-      transcripts,
-      maxLength: settings.sft.maxLength,
-      title: `${recipe.name} (SFT warm-up)`,
-      ...(settings.verbose ? {} : { progress: false as const })
-    })
+    const warm = settings.sftFrom === undefined
+      ? yield* warmUp(recipe, environment, checkpoint, settings, outputDir, trainable)
+      : yield* Checkpoint.load(settings.sftFrom)
+    if (settings.sftFrom !== undefined) yield* say(`sft: skipped, starting GRPO from ${settings.sftFrom}`)
     const sftSeconds = (Date.now() - sftStarted) / 1000
     // GRPO starts from the SFT weights with a fresh optimizer (as a new TRL trainer would): the SFT run's Adam
     // moments would otherwise keep moving the weights even on steps whose advantages are all zero.
     const model = yield* trainable(
-      { ...checkpoint, tensors: (yield* sftModel.exportState).weights },
+      warm,
       settings.grpo.numGenerations * settings.grpo.prompts,
       settings.grpo.maxCompletionLength + 256,
       settings.grpo.temperature
