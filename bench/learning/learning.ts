@@ -291,57 +291,48 @@ const worker = (resultFile: string) =>
     yield* fs.writeFileString(resultFile, JSON.stringify(result) + "\n")
   })
 
-/** Every seed of one example, `jobs` processes at a time. */
-const runSeeds = (name: string) =>
+/** One seed of one example in its own process; its result. */
+const runSeed = (dir: string, name: string, seed: number) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
-    const dir = yield* fs.makeTempDirectoryScoped({ prefix: "envtrain-learning-" })
-    const started = Date.now()
-    const results = yield* Effect.forEach(args.seeds, (seed) =>
-      Effect.gen(function*() {
-        const resultFile = `${dir}/seed-${seed}.json`
-        const argv = [
-          "tsx",
-          "bench/learning/learning.ts",
-          name,
-          "--seeds",
-          String(seed),
-          "--worker",
-          resultFile,
-          ...(Object.keys(args.set).length === 0 ? [] : ["--set", JSON.stringify(args.set)]),
-          ...(args.tag === undefined ? [] : ["--tag", args.tag]),
-          ...(args.smoke ? ["--smoke"] : [])
-        ]
-        yield* Effect.log(`${name} seed ${seed}: started`)
-        const code = yield* Process.make("npx", ...argv).pipe(
-          Process.stdout("inherit"),
-          Process.stderr("inherit"),
-          Process.exitCode
-        )
-        if (code !== 0) return yield* Effect.fail(new Error(`${name} seed ${seed}: the run exited with code ${code}`))
-        const result = JSON.parse(yield* fs.readFileString(resultFile)) as Pipeline.RunResult
-        const row = rowOf(name, result)
-        yield* Effect.log(
-          `${name} seed ${seed}: ${pct(row.before)} -> ${pct(row.after)} (flat ${row.flat}/${row.steps}, ${
-            row.seconds.toFixed(0)
-          } s)`
-        )
-        return result
-      }), { concurrency: args.jobs })
-    return { results, seconds: (Date.now() - started) / 1000 }
-  }).pipe(Effect.scoped)
+    const resultFile = `${dir}/${name}-seed-${seed}.json`
+    const argv = [
+      "tsx",
+      "bench/learning/learning.ts",
+      name,
+      "--seeds",
+      String(seed),
+      "--worker",
+      resultFile,
+      ...(Object.keys(args.set).length === 0 ? [] : ["--set", JSON.stringify(args.set)]),
+      ...(args.tag === undefined ? [] : ["--tag", args.tag]),
+      ...(args.smoke ? ["--smoke"] : [])
+    ]
+    yield* Effect.log(`${name} seed ${seed}: started`)
+    const code = yield* Process.make("npx", ...argv).pipe(
+      Process.stdout("inherit"),
+      Process.stderr("inherit"),
+      Process.exitCode
+    )
+    if (code !== 0) return yield* Effect.fail(new Error(`${name} seed ${seed}: the run exited with code ${code}`))
+    const result = JSON.parse(yield* fs.readFileString(resultFile)) as Pipeline.RunResult
+    const row = rowOf(name, result)
+    yield* Effect.log(
+      `${name} seed ${seed}: ${pct(row.before)} -> ${pct(row.after)} (flat ${row.flat}/${row.steps}, ${
+        row.seconds.toFixed(0)
+      } s)`
+    )
+    return result
+  })
 
-const main = Effect.gen(function*() {
-  const fs = yield* FileSystem.FileSystem
-  const dir = args.tag === undefined ? "bench/results" : "bench/results/experiments"
-  yield* fs.makeDirectory(dir, { recursive: true })
-  for (const name of args.names) {
-    const { results, seconds } = yield* runSeeds(name)
+/** Saves one example's summary over its seeds (or, for a smoke run, prints it). */
+const save = (name: string, results: ReadonlyArray<Pipeline.RunResult>, seconds: number) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const dir = args.tag === undefined ? "bench/results" : "bench/results/experiments"
+    yield* fs.makeDirectory(dir, { recursive: true })
     const md = markdown(name, args, results, seconds)
-    if (args.smoke) {
-      yield* Effect.log(`smoke run (nothing saved):\n${md}`)
-      continue
-    }
+    if (args.smoke) return yield* Effect.log(`smoke run (nothing saved):\n${md}`)
     const base = `${dir}/learning-${name}${args.tag === undefined ? "" : `-${args.tag}`}`
     const summary = {
       example: name,
@@ -355,7 +346,37 @@ const main = Effect.gen(function*() {
     yield* fs.writeFileString(`${base}.json`, JSON.stringify(summary, null, 2) + "\n")
     yield* fs.writeFileString(`${base}.md`, md)
     yield* Effect.log(`saved ${base}.{json,md}\n${md}`)
+  })
+
+/**
+ * Every (example, seed) pair through one queue, `jobs` processes at a time; an example is saved as soon as all its
+ * seeds are in. A seed that fails is reported (its example is not saved) and the others go on.
+ */
+const main = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const dir = yield* fs.makeTempDirectoryScoped({ prefix: "envtrain-learning-" })
+  const done = new Map<string, Array<Pipeline.RunResult>>()
+  const started = new Map<string, number>()
+  const failures: Array<string> = []
+  const pairs = args.names.flatMap((name) => args.seeds.map((seed) => ({ name, seed })))
+  yield* Effect.forEach(pairs, ({ name, seed }) =>
+    Effect.gen(function*() {
+      if (!started.has(name)) started.set(name, Date.now())
+      const outcome = yield* Effect.either(runSeed(dir, name, seed))
+      if (outcome._tag === "Left") {
+        failures.push(outcome.left.message)
+        return yield* Effect.logError(outcome.left.message)
+      }
+      const results = [...(done.get(name) ?? []), outcome.right]
+      done.set(name, results)
+      if (results.length === args.seeds.length) {
+        results.sort((a, b) => a.settings.seed - b.settings.seed)
+        yield* save(name, results, (Date.now() - started.get(name)!) / 1000)
+      }
+    }), { concurrency: args.jobs, discard: true })
+  if (failures.length > 0) {
+    return yield* Effect.fail(new Error(`${failures.length} run(s) failed:\n${failures.join("\n")}`))
   }
-})
+}).pipe(Effect.scoped)
 
 Main.run(args.worker === undefined ? main : worker(args.worker.resultFile))
