@@ -133,7 +133,7 @@ export interface RunResult {
   readonly sftPlayer: EvalSummary
   readonly settings: Settings
   readonly seconds: { readonly sft: number; readonly grpo: number; readonly total: number }
-  /** GRPO's flat steps (no advantage signal: every group had zero reward variance, or none was scoreable). */
+  /** GRPO's flat steps (no advantage signal: every advantage was 0). */
   readonly flatSteps: Advantage.FlatSteps
   readonly checkpoint: string | undefined
   readonly report: string
@@ -398,7 +398,12 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     })
     const grpoSeconds = (Date.now() - grpoStarted) / 1000
     const flatSteps = Advantage.flatSteps(
-      trained.steps.map((s) => ({ step: s.step, frac_reward_zero_std: s.values["frac_reward_zero_std"] }))
+      trained.steps.map((s) => ({
+        step: s.step,
+        frac_zero_advantage: s.values["frac_zero_advantage"],
+        frac_reward_zero_std: s.values["frac_reward_zero_std"],
+        unscoreable_frac: s.values["unscoreable_frac"]
+      }))
     )
     const { result: afterResult, summary: after } = yield* evaluate("after GRPO", trained.globalStep)
     // Written now: the trainer starts its run by clearing eval.jsonl.
@@ -428,7 +433,8 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     yield* fs.writeFileString(path.join(outputDir, "eval.json"), JSON.stringify(result, null, 2) + "\n")
     yield* say(`\n${recipe.name}: before/after on held-out seeds\n\n${formatTable(result)}\n`)
     yield* say(
-      `GRPO flat steps (every group had zero reward variance, or none was scoreable: nothing learnt): ` +
+      `GRPO flat steps (every advantage was 0: each group had zero reward variance or too few scoreable episodes ` +
+        `to have one; nothing learnt): ` +
         `${flatSteps.flat.length}/${flatSteps.steps}` +
         (flatSteps.flat.length === 0 ? "" : ` (steps ${Report.formatSteps(flatSteps.flat)})`)
     )

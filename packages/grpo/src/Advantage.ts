@@ -64,7 +64,12 @@ export interface Advantages {
   /** 1 for episodes in the loss, 0 for unscoreable ones. Multiply into the loss mask. */
   readonly rowMask: Float64Array
   readonly unscoreable: ReadonlyArray<boolean>
-  /** `frac_reward_zero_std`: fraction of episodes whose std is ~0 (torch.isclose). */
+  /**
+   * `frac_reward_zero_std`: fraction of episodes whose std is ~0 (torch.isclose; TRL's metric, so a group with fewer
+   * than two scoreable episodes, whose std is NaN, does not count). `frac_zero_advantage` (ours): fraction of
+   * episodes whose advantage is 0, for whatever reason (zero or undefined std, unscoreable): 1 means the step had
+   * nothing to learn from.
+   */
   readonly metrics: Record<string, number>
 }
 
@@ -145,11 +150,13 @@ export const compute = (matrix: RewardMatrix, options: AdvantageOptions): Advant
 
   const rowMask = new Float64Array(n)
   let zeroStd = 0
+  let zeroAdvantage = 0
   for (let i = 0; i < n; i++) {
     if (Number.isNaN(advantages[i])) advantages[i] = 0
     if (unscoreable[i]) advantages[i] = 0
     rowMask[i] = unscoreable[i] ? 0 : 1
     if (isCloseToZero(std[i])) zeroStd++
+    if (isCloseToZero(advantages[i])) zeroAdvantage++
   }
   return {
     advantages,
@@ -157,15 +164,19 @@ export const compute = (matrix: RewardMatrix, options: AdvantageOptions): Advant
     std,
     rowMask,
     unscoreable,
-    metrics: { frac_reward_zero_std: n === 0 ? NaN : zeroStd / n }
+    metrics: {
+      frac_reward_zero_std: n === 0 ? NaN : zeroStd / n,
+      frac_zero_advantage: n === 0 ? NaN : zeroAdvantage / n
+    }
   }
 }
 
 /**
- * The flat steps of a run: steps with no advantage signal, so nothing was learnt. A step is flat when every group's
- * rewards had zero variance (`frac_reward_zero_std` = 1) or when it had no scoreable group at all
- * (`frac_reward_zero_std` NaN, logged as `null`): a step without a scoreable group must not count as learning, so it
- * counts as flat and is listed in `unscoreable` too.
+ * The flat steps of a run: steps with no advantage signal, so nothing was learnt. A step is flat when every episode's
+ * advantage was 0 (`frac_zero_advantage` = 1: every group's rewards had zero variance, or too few scoreable
+ * episodes to have one, or none was scoreable). Records written before that metric existed fall back to
+ * `frac_reward_zero_std` = 1, or `null` / NaN. A step with no scoreable episode at all (`unscoreable_frac` = 1) is
+ * listed in `unscoreable` too.
  *
  * @since 0.0.0
  */
@@ -174,7 +185,7 @@ export interface FlatSteps {
   readonly steps: number
   /** The flat steps, ascending. */
   readonly flat: ReadonlyArray<number>
-  /** The flat steps with no scoreable group (the metric was NaN / `null`). */
+  /** The flat steps with no scoreable episode. */
   readonly unscoreable: ReadonlyArray<number>
 }
 
@@ -195,17 +206,29 @@ export interface FlatSteps {
  * @since 0.0.0
  */
 export const flatSteps = (
-  records: ReadonlyArray<{ readonly step: number; readonly frac_reward_zero_std?: number | null | undefined }>,
+  records: ReadonlyArray<{
+    readonly step: number
+    readonly frac_zero_advantage?: number | null | undefined
+    readonly frac_reward_zero_std?: number | null | undefined
+    readonly unscoreable_frac?: number | null | undefined
+  }>,
   options?: { readonly start?: number }
 ): FlatSteps => {
   const start = options?.start ?? 0
   const flat: Array<number> = []
   const unscoreable: Array<number> = []
+  const missing = (x: number | null | undefined) => x === null || (x !== undefined && Number.isNaN(x))
+  const one = (x: number | null | undefined) => x !== null && x !== undefined && Math.abs(x - 1) <= 1e-9
   let previous = start
   for (const record of records) {
-    const v = record.frac_reward_zero_std
-    const none = v === null || (v !== undefined && Number.isNaN(v))
-    if (none || (v !== undefined && Math.abs(v - 1) <= 1e-9)) {
+    const current = record.frac_zero_advantage
+    const legacy = record.frac_reward_zero_std
+    const none = one(record.unscoreable_frac) || (current === undefined && missing(legacy))
+    const isFlat = current !== undefined && !missing(current)
+      ? one(current)
+      : none || one(legacy)
+    const covered = current !== undefined || legacy !== undefined || record.unscoreable_frac !== undefined
+    if (covered && isFlat) {
       for (let s = previous + 1; s <= record.step; s++) {
         flat.push(s)
         if (none) unscoreable.push(s)

@@ -23,7 +23,7 @@ export interface Update {
   readonly step: number
   readonly reward?: number | null | undefined
   /**
-   * Flat steps so far (`Advantage.flatSteps`: every group had zero reward variance, or none was scoreable, so nothing
+   * Flat steps so far (`Advantage.flatSteps`: every advantage was 0, so nothing
    * was learnt) out of the steps so far; shown as `flat 3/12`.
    */
   readonly flat?: { readonly flat: number; readonly steps: number } | undefined

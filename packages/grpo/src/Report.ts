@@ -171,7 +171,8 @@ export const flatStepsSummary = (metrics: ReadonlyArray<Metrics.MetricsRecord>):
   const { flat, steps, unscoreable } = Advantage.flatSteps(metrics)
   const which = flat.length === 0 ? "" : `: step${flat.length === 1 ? "" : "s"} ${formatSteps(flat)}`
   const none = unscoreable.length === 0 ? "" : ` (no scoreable group at ${formatSteps(unscoreable)})`
-  return `<p class="flat">Flat steps (every group had zero reward variance, or none was scoreable: nothing learnt): ` +
+  return `<p class="flat">Flat steps (every advantage was 0: each group had zero reward variance or too few ` +
+    `scoreable episodes to have one; nothing learnt): ` +
     `${flat.length} of ${steps}${which}${none}.</p>`
 }
 

@@ -273,7 +273,7 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
     const flatBefore = startStep === 0
       ? Advantage.flatSteps([])
       : Advantage.flatSteps(yield* Metrics.read<Metrics.MetricsRecord>(file(Metrics.files.metrics)))
-    const flatThisRun: Array<{ readonly step: number; readonly frac_reward_zero_std: number | undefined }> = []
+    const flatThisRun: Array<Parameters<typeof Advantage.flatSteps>[0][number]> = []
     const reportOptions = (status: string) => ({ title, status, config: summaryOf(config) })
     let lastSaved = Option.isSome(resumeFrom) ? startStep : -1
     let lastCheckpoint: string | undefined = Option.getOrUndefined(resumeFrom)
@@ -437,7 +437,12 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
         acc.add(values)
         const result: StepResult = { step: globalStep, loss, values }
         steps.push(result)
-        flatThisRun.push({ step: globalStep, frac_reward_zero_std: values["frac_reward_zero_std"] })
+        flatThisRun.push({
+          step: globalStep,
+          frac_zero_advantage: values["frac_zero_advantage"],
+          frac_reward_zero_std: values["frac_reward_zero_std"],
+          unscoreable_frac: values["unscoreable_frac"]
+        })
         yield* progress.update({
           step: globalStep,
           reward: values["reward"],

@@ -59,6 +59,15 @@ describe("Advantage.compute", () => {
     const none = Advantage.compute(single([1, 4, 2, 2]), { numGenerations: 2, scaleRewards: "none" })
     assert.deepStrictEqual(Array.from(none.advantages), [-1.5, 1.5, 0, 0])
     closeTo(none.metrics.frac_reward_zero_std, 0.5) // group std still feeds the metric
+    // TRL's metric does not count the NaN std of a group with one scoreable member; frac_zero_advantage does: this
+    // generation batch has nothing to learn from.
+    assert.strictEqual(group.metrics.frac_reward_zero_std, 0)
+    assert.strictEqual(group.metrics.frac_zero_advantage, 1)
+    const unscoreable = Advantage.compute(single([1, 2, 3, 4], [true, true, true, true]), { numGenerations: 2 })
+    assert.deepStrictEqual([unscoreable.metrics.frac_reward_zero_std, unscoreable.metrics.frac_zero_advantage], [0, 1])
+    // One group with a signal: its members' advantages are not zero (a member at the group mean would be).
+    const mixed = Advantage.compute(single([0, 1, 5, 5]), { numGenerations: 2 })
+    assert.strictEqual(mixed.metrics.frac_zero_advantage, 0.5)
   })
 
   it("batch scaling divides by the std over the whole batch", () => {

@@ -33,6 +33,19 @@ describe("Progress", () => {
     )
   })
 
+  it("counts a step flat when every advantage was 0 (frac_zero_advantage), whatever TRL's zero-std metric says", () => {
+    // Step 1: one group with zero variance, one with a single scoreable member (NaN std): TRL's metric says 0.5, but
+    // nothing was learnt. Step 2: nothing scoreable. Step 3: a signal.
+    assert.deepStrictEqual(
+      Advantage.flatSteps([
+        { step: 1, frac_zero_advantage: 1, frac_reward_zero_std: 0.5, unscoreable_frac: 0.375 },
+        { step: 2, frac_zero_advantage: 1, frac_reward_zero_std: 0, unscoreable_frac: 1 },
+        { step: 3, frac_zero_advantage: 0.25, frac_reward_zero_std: 0.25, unscoreable_frac: 0 }
+      ]),
+      { steps: 3, flat: [1, 2], unscoreable: [2] }
+    )
+  })
+
   it("counts a resumed run from where it starts, and logged windows only when all their steps were flat", () => {
     // Resumed at step 4: this run's steps are 5..7; step 5 is flat.
     assert.deepStrictEqual(Advantage.flatSteps(perStep.slice(4), { start: 4 }), {
