@@ -5,6 +5,7 @@
 //
 // Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env ...]
 //          [--seeds 0,1,2,3,4] [--jobs 2] [--set '{"grpo":{"steps":16}}'] [--tag NAME] [--smoke]
+//        tsx bench/learning/learning.ts EXAMPLE --from-runs runs/a,runs/b [--tag NAME]   (summarise finished runs)
 // (default: catch, seeds 0-4, one job per core). Each seed runs as its own process (`--worker`), `--jobs` at a time.
 // `wordle` trains with the seed's rewards (the example's default), `wordle-shaped` with the shaped set. `--set`
 // merges settings into the example's sizes (an experiment: saved as learning-<example>-<tag>.* under
@@ -46,6 +47,8 @@ interface Args {
   readonly tag: string | undefined
   readonly smoke: boolean
   readonly worker: { readonly resultFile: string } | undefined
+  /** Summarise finished runs (their eval.json) instead of running. */
+  readonly fromRuns: ReadonlyArray<string> | undefined
 }
 
 const parseArgs = (argv: ReadonlyArray<string>): Args => {
@@ -56,6 +59,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Args => {
   let tag: string | undefined
   let smoke = false
   let worker: { resultFile: string } | undefined
+  let fromRuns: Array<string> | undefined
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]
     const value = () => argv[++i] ?? fail(`${a} needs a value`)
@@ -79,13 +83,15 @@ const parseArgs = (argv: ReadonlyArray<string>): Args => {
       }
     } else if (a === "--tag") tag = value()
     else if (a === "--worker") worker = { resultFile: value() }
+    else if (a === "--from-runs") fromRuns = value().split(",")
     else if (a in examples) names.push(a)
     else fail(`unknown argument ${a}`)
   }
   if (Object.keys(set).length > 0 && tag === undefined && !smoke) {
     fail(`--set changes the example's settings: name the experiment with --tag NAME`)
   }
-  return { names: names.length === 0 ? ["catch"] : names, seeds, jobs, set, tag, smoke, worker }
+  if (fromRuns !== undefined && names.length !== 1) fail(`--from-runs summarises runs of one example: name it`)
+  return { names: names.length === 0 ? ["catch"] : names, seeds, jobs, set, tag, smoke, worker, fromRuns }
 }
 
 /** Settings merged one level deep (`sft`, `grpo` are merged key by key). */
@@ -220,13 +226,17 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
   }
   const detailKeys = Object.keys(rows[0]?.details ?? {})
   const first = results[0]
-  const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), ${args.jobs} seeds at a time`
+  const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), ${
+    args.fromRuns === undefined ? `${args.jobs} seeds at a time` : "summarised from finished runs"
+  }`
   return [
     `# Learning: ${name}${args.tag === undefined ? "" : ` (experiment ${args.tag})`} over ${rows.length} seeds ` +
     `(tiny preset, CPU reference model)`,
     "",
     ...(first.settings.rewards === undefined ? [] : [`Rewards: ${first.settings.rewards}.`, ""]),
-    `Machine: ${machine}. Wall time ${(seconds / 60).toFixed(1)} min; one seed's pipeline ${
+    `Machine: ${machine}. ${args.fromRuns === undefined ? "Wall time" : "Time of the runs summed"} ${
+      (seconds / 60).toFixed(1)
+    } min; one seed's pipeline ${
       stats(rows.map((r) => r.seconds)).median.toFixed(0)
     } s at the median. Held-out: ${first.before.episodes} episodes per seed (each seed draws its own episode seeds: Pipeline.episodeSeeds).`,
     "",
@@ -238,7 +248,7 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
     "",
     ...targets(name, rows).map((t) => `- ${t}`),
     "",
-    "Every seed (before → after; flat steps: GRPO steps in which every group had zero reward variance):",
+    "Every seed (before → after; flat steps: GRPO steps in which every advantage was 0):",
     "",
     `| seed | ${h} | gain | flat steps | ${detailKeys.join(" | ")} | time |`,
     `| ---: | ---: | ---: | ---: | ${detailKeys.map(() => "---:").join(" | ")} | ---: |`,
@@ -255,14 +265,19 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
       ).join(" | ")
     } | |`,
     "",
-    "Settings (besides the seed): `" + JSON.stringify({ sft: first.settings.sft, grpo: first.settings.grpo }) + "`",
+    "Settings (besides the seed): `" + JSON.stringify({
+      ...(first.settings.sftFrom === undefined ? {} : { sftFrom: first.settings.sftFrom }),
+      sft: first.settings.sft,
+      grpo: first.settings.grpo
+    }) + "`",
     "",
     "Reproduce: `tsx bench/learning/learning.ts " +
     [
       name,
       "--seeds",
-      args.seeds.join(","),
-      ...(args.tag === undefined ? [] : ["--set", `'${JSON.stringify(args.set)}'`, "--tag", args.tag])
+      rows.map((r) => r.seed).join(","),
+      ...(Object.keys(args.set).length === 0 ? [] : ["--set", `'${JSON.stringify(args.set)}'`]),
+      ...(args.tag === undefined ? [] : ["--tag", args.tag])
     ].join(" ") +
     "`; one seed: `tsx examples/src/" +
     (name.startsWith("wordle") ? "wordle" : name === "multi-env" ? "multiEnv" : name) +
@@ -337,7 +352,7 @@ const save = (name: string, results: ReadonlyArray<Pipeline.RunResult>, seconds:
     const summary = {
       example: name,
       tag: args.tag ?? null,
-      seeds: args.seeds,
+      seeds: results.map((r) => r.settings.seed),
       set: args.set,
       seconds,
       rows: results.map((r) => rowOf(name, r)),
@@ -379,4 +394,22 @@ const main = Effect.gen(function*() {
   }
 }).pipe(Effect.scoped)
 
-Main.run(args.worker === undefined ? main : worker(args.worker.resultFile))
+/** The summary of finished runs (each directory's eval.json), e.g. seeds run one at a time. */
+const summarise = (dirs: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const results = yield* Effect.forEach(dirs, (dir) =>
+      Effect.map(fs.readFileString(`${dir}/eval.json`), (t) => JSON.parse(t) as Pipeline.RunResult))
+    results.sort((a, b) =>
+      a.settings.seed - b.settings.seed
+    )
+    yield* save(args.names[0], results, results.reduce((s, r) => s + r.seconds.total, 0))
+  })
+
+Main.run(
+  args.worker !== undefined
+    ? worker(args.worker.resultFile)
+    : args.fromRuns !== undefined
+    ? summarise(args.fromRuns)
+    : main
+)
