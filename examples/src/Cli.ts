@@ -57,6 +57,7 @@ const flags = {
   sftLr: float("sft-lr", "SFT learning rate"),
   steps: int("steps", "GRPO optimizer steps"),
   lr: float("lr", "GRPO learning rate"),
+  beta: float("beta", "GRPO KL coefficient to the SFT weights (default 0)"),
   numGenerations: int("num-generations", "GRPO group size G"),
   prompts: int("prompts", "prompts per GRPO step"),
   maxCompletionLength: int("max-completion-length", "completion budget per episode (model and tool tokens)"),
@@ -132,6 +133,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
       ...defaults.grpo,
       steps: or(f.steps, defaults.grpo.steps),
       learningRate: or(f.lr, defaults.grpo.learningRate),
+      ...(Option.isSome(f.beta) ? { beta: f.beta.value } : {}),
       numGenerations: or(f.numGenerations, defaults.grpo.numGenerations),
       prompts: or(f.prompts, defaults.grpo.prompts),
       maxCompletionLength: or(f.maxCompletionLength, defaults.grpo.maxCompletionLength)

@@ -65,6 +65,12 @@ export interface Settings {
     readonly batchSize: number
     /** Longest SFT sequence in tokens (the tail of longer transcripts is not learnt). */
     readonly maxLength: number
+    /**
+     * A second pass over the whole transcripts (cut only at the GRPO budget: prompt + maxCompletionLength), after
+     * the first: the first pass's short sequences buy many steps on the opening moves, this one teaches the late
+     * turns the rollouts reach. Absent: one pass.
+     */
+    readonly whole?: { readonly epochs: number; readonly batchSize: number }
   }
   readonly grpo: {
     readonly steps: number
@@ -74,6 +80,8 @@ export interface Settings {
     readonly prompts: number
     readonly maxCompletionLength: number
     readonly temperature: number
+    /** KL coefficient to the GRPO start (the SFT weights); default 0, TRL's default. */
+    readonly beta?: number
   }
   readonly evalEpisodes: number
   /** Print progress bars and tables. */
@@ -239,29 +247,43 @@ const warmUp = <State>(
     const sftFile = path.join(outputDir, "sft.jsonl")
     yield* SftData.writeJsonl(sftFile, transcripts)
     yield* say(`sft data: ${transcripts.length} episodes (error rate ${settings.sft.errorRate}) -> ${sftFile}`)
-    const sftModel = yield* trainable(checkpoint, settings.sft.batchSize, settings.sft.maxLength, 1)
-    const batch = Math.min(settings.sft.batchSize, transcripts.length)
-    const sftConfig = yield* Config.fromSources({
-      outputDir: path.join(outputDir, "sft"),
-      perDeviceTrainBatchSize: batch,
-      gradientAccumulationSteps: 1,
-      numTrainEpochs: settings.sft.epochs,
-      learningRate: settings.sft.learningRate,
-      lrSchedulerType: "cosine",
-      warmupRatio: 0.1,
-      loggingSteps: 1,
-      saveSteps: 1_000_000,
-      seed: settings.seed
+    const pass = (
+      weights: Checkpoint.Model,
+      stage: { readonly name: string; readonly epochs: number; readonly batchSize: number; readonly maxLength: number }
+    ) =>
+      Effect.gen(function*() {
+        const model = yield* trainable(weights, stage.batchSize, stage.maxLength, 1)
+        const config = yield* Config.fromSources({
+          outputDir: path.join(outputDir, stage.name),
+          perDeviceTrainBatchSize: Math.min(stage.batchSize, transcripts.length),
+          gradientAccumulationSteps: 1,
+          numTrainEpochs: stage.epochs,
+          learningRate: settings.sft.learningRate,
+          lrSchedulerType: "cosine",
+          warmupRatio: 0.1,
+          loggingSteps: 1,
+          saveSteps: 1_000_000,
+          seed: settings.seed
+        })
+        yield* SftTrainer.train({
+          config,
+          model,
+          transcripts,
+          maxLength: stage.maxLength,
+          title: `${recipe.name} (SFT warm-up${stage.name === "sft" ? "" : ", whole episodes"})`,
+          ...(settings.verbose ? {} : { progress: false as const })
+        })
+        return { ...weights, tensors: (yield* model.exportState).weights } satisfies Checkpoint.Model
+      })
+    const first = yield* pass(checkpoint, { name: "sft", ...settings.sft })
+    const whole = settings.sft.whole
+    if (whole === undefined) return first
+    return yield* pass(first, {
+      name: "sft-whole",
+      epochs: whole.epochs,
+      batchSize: whole.batchSize,
+      maxLength: settings.grpo.maxCompletionLength + 256
     })
-    yield* SftTrainer.train({
-      config: sftConfig,
-      model: sftModel,
-      transcripts,
-      maxLength: settings.sft.maxLength,
-      title: `${recipe.name} (SFT warm-up)`,
-      ...(settings.verbose ? {} : { progress: false as const })
-    })
-    return { ...checkpoint, tensors: (yield* sftModel.exportState).weights } satisfies Checkpoint.Model
   })
 
 /**
@@ -344,7 +366,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       maxCompletionLength: settings.grpo.maxCompletionLength,
       temperature: settings.grpo.temperature,
       lossType: "dapo",
-      beta: 0,
+      beta: settings.grpo.beta ?? 0,
       loggingSteps: 1,
       evalSteps: 1_000_000,
       saveSteps: 1_000_000,

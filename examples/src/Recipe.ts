@@ -86,7 +86,10 @@ export const catchRecipe: Recipe<Catch.State> = {
   success: (s) => s.caught,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,
-  reasoning: (seen) => catchRelation(seen),
+  // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the
+  // ball's side alone, the tiny model's call often ignored it (a ball two to the RIGHT answered with "left").
+  reasoning: (seen, tool, args) =>
+    `${catchRelation(seen)} Move: ${tool === "stay" ? "stay" : String(args.direction ?? "?")}.`,
   closing: () => "The ball has landed."
 }
 

@@ -95,6 +95,32 @@ describe("Pipeline.run with sftFrom", () => {
   )
 })
 
+describe("Pipeline.run with a whole-episode SFT pass", () => {
+  it.scoped(
+    "runs a second SFT pass over the whole transcripts after the first, from its weights",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const base = tinySettings(dir)
+        yield* Pipeline.run(Recipe.catchRecipe, { ...base, sft: { ...base.sft, whole: { epochs: 1, batchSize: 2 } } })
+        const steps = (name: string) =>
+          Effect.map(
+            fs.readFileString(path.join(dir, name, "metrics.jsonl")),
+            (t) => t.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as { num_tokens: number })
+          )
+        const [first, whole] = [yield* steps("sft"), yield* steps("sft-whole")]
+        assert.strictEqual(first.length, 1)
+        assert.strictEqual(whole.length, 1)
+        // The first pass cuts the transcripts at maxLength (160); the second takes them whole.
+        assert.isAtMost(first[0].num_tokens, 2 * 160)
+        assert.isAbove(whole[0].num_tokens, 2 * 160)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+})
+
 describe("SftData", () => {
   it.effect("a Catch transcript is the prompt with the observation, then reasoning + one call per move, then a closing line", () =>
     Effect.gen(function*() {
@@ -107,7 +133,11 @@ describe("SftData", () => {
       assert.strictEqual(tools.length, 9)
       assert.strictEqual(assistant.length, 10)
       for (const a of assistant.slice(0, -1)) {
-        assert.match(a.content, /^Ball: (LEFT \d|RIGHT \d|above)\.$/)
+        assert.match(a.content, /^Ball: (LEFT \d|RIGHT \d|above)\. Move: (left|right|stay)\.$/)
+        // The line names the move the call makes.
+        const call = a.tool_calls![0].function
+        const args = call.arguments as Readonly<Record<string, unknown>>
+        assert.include(a.content, `Move: ${call.name === "stay" ? "stay" : String(args.direction)}.`)
         assert.strictEqual(a.tool_calls?.length, 1)
       }
       assert.isUndefined(assistant[assistant.length - 1].tool_calls)
