@@ -74,6 +74,30 @@ const catchRelation = (text: string): string => {
 /** TRL's `reward_from_env`: `max(r, 0)` when the episode is done, else 0. */
 export const catchReward = Reward.perEpisode<Catch.State>("catch", (e) => Catch.reward(e.environment))
 
+/**
+ * Shaped, not the seed's (`--rewards shaped`): half a point times the fraction of moves whose reasoning line reads the
+ * board right (the relation it states is the one the last observation gave). The seed's reward sees only where the
+ * paddle ends, so GRPO also reinforces winning episodes whose lines misread the board.
+ */
+export const catchReadsBoard = Reward.perEpisode<Catch.State, ReadonlyArray<ChatMessage>, ReadonlyArray<ChatMessage>>(
+  "catch_reads_board",
+  (e) => {
+    const board = (text: string) => /The ball is \d+ column\(s\) to the|directly above/.test(text)
+    let seen = e.prompt[e.prompt.length - 1]?.content ?? ""
+    let moves = 0
+    let read = 0
+    for (const m of e.completion) {
+      if (m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0) {
+        moves++
+        if (m.content.includes(catchRelation(seen))) read++
+      }
+      // An error answer leaves the board as it was.
+      if (m.role === "tool" && board(m.content)) seen = m.content
+    }
+    return moves === 0 ? 0 : 0.5 * read / moves
+  }
+)
+
 export const catchRecipe: Recipe<Catch.State> = {
   name: "catch",
   environment: Catch.environment,
@@ -83,6 +107,7 @@ export const catchRecipe: Recipe<Catch.State> = {
     { role: "user", content: "Catch the ball.\n" }
   ],
   rewardFunctions: [catchReward],
+  rewardVariants: { seed: [catchReward], shaped: [catchReward, catchReadsBoard] },
   success: (s) => s.caught,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,

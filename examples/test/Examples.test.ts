@@ -1,6 +1,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import { Dataset, SftTrainer } from "@envtrain/grpo"
 import { Effect } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
@@ -146,6 +147,29 @@ describe("SftData", () => {
         m[1].content,
         assistant[0].content.includes("above") ? "directly above" : assistant[0].content.split(" ")[1]
       )
+    }))
+
+  it.effect("the shaped Catch reward pays for reasoning lines that read the board, and only for those", () =>
+    Effect.gen(function*() {
+      const [t] = yield* SftData.collect(Recipe.catchRecipe, { seeds: [3], errorRate: 0.3, playerSeed: 2 })
+      const k = t.messages.findIndex((m) => m.role === "assistant")
+      const score = (messages: ReadonlyArray<ChatMessage>) =>
+        Effect.map(
+          Recipe.catchReadsBoard.score({
+            prompts: [messages.slice(0, k)],
+            completions: [messages.slice(k)],
+            completionIds: [[]],
+            environments: [{ done: true, reward: 1, caught: true, steps: 9, seed: 3 }],
+            columns: [{}],
+            trainerState: { globalStep: 0, maxSteps: 1, epoch: 0 }
+          }),
+          (v) => v[0]
+        )
+      // The player's lines read the board even where its move is a mistake.
+      assert.strictEqual(yield* score(t.messages), 0.5)
+      const misread = t.messages.map((m, i) => i === k ? { ...m, content: "Ball: RIGHT 4. Move: left." } : m)
+      assert.closeTo((yield* score(misread)) ?? NaN, 0.5 * 8 / 9, 1e-12)
+      assert.deepStrictEqual(Object.keys(Recipe.catchRecipe.rewardVariants ?? {}), ["seed", "shaped"])
     }))
 
   it.effect("the imperfect player loses where the solver wins (room for GRPO)", () =>
