@@ -113,8 +113,10 @@ describe("choosing a reward set", () => {
       assert.strictEqual(shaped.rewardFunctions, Recipe.wordleShapedRewards)
       const bad = yield* Effect.flip(Recipe.withRewards(Recipe.wordleRecipe, "dense"))
       assert.strictEqual(bad.message, `wordle: no reward set named "dense": choose one of seed, shaped`)
-      const one = yield* Effect.flip(Recipe.withRewards(Recipe.catchRecipe, "shaped"))
-      assert.strictEqual(one.message, "catch: this example has one reward set; drop --rewards shaped")
+      const one = yield* Effect.flip(Recipe.withRewards(Recipe.sudokuRecipe, "shaped"))
+      assert.strictEqual(one.message, "sudoku: this example has one reward set; drop --rewards shaped")
+      const catchShaped = yield* Recipe.withRewards(Recipe.catchRecipe, "shaped")
+      assert.deepStrictEqual(catchShaped.rewardFunctions.map((f) => f.name), ["catch", "catch_reads_board"])
     }))
 
   it.effect("a run's players are scored with the chosen set (the solver wins every game)", () =>
