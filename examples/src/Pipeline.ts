@@ -219,6 +219,9 @@ export const formatTable = (result: Pick<RunResult, "before" | "after" | "solver
   return lines.join("\n")
 }
 
+/** The longest sequence GRPO trains on: the prompt's allowance plus the completion budget (model and tool tokens). */
+const grpoSequence = (settings: Settings) => settings.grpo.maxCompletionLength + 256
+
 /** A model on the run's backend (the GPU ones live as long as the run's scope). */
 type Trainable = (
   weights: Checkpoint.Model,
@@ -233,14 +236,15 @@ const warmUp = <State>(
   environment: Recipe.Recipe<State>["environment"],
   checkpoint: Checkpoint.Model,
   settings: Settings,
+  seeds: ReadonlyArray<number>,
   outputDir: string,
-  trainable: Trainable
+  trainable: Trainable,
+  say: (text: string) => Effect.Effect<void>
 ) =>
   Effect.gen(function*() {
     const path = yield* Path.Path
-    const say = (text: string) => (settings.verbose ? Console.log(text) : Effect.void)
     const transcripts = (yield* SftData.collect({ ...recipe, environment }, {
-      seeds: episodeSeeds(settings).sft,
+      seeds,
       errorRate: settings.sft.errorRate,
       playerSeed: settings.seed
     })).map((t) => (settings.toolsInPrompt ? t : { messages: t.messages }))
@@ -282,7 +286,7 @@ const warmUp = <State>(
       name: "sft-whole",
       epochs: whole.epochs,
       batchSize: whole.batchSize,
-      maxLength: settings.grpo.maxCompletionLength + 256
+      maxLength: grpoSequence(settings)
     })
   })
 
@@ -321,7 +325,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     // 2–3. SFT data and warm-up, or the warm-up of an earlier run.
     const sftStarted = Date.now()
     const warm = settings.sftFrom === undefined
-      ? yield* warmUp(recipe, environment, checkpoint, settings, outputDir, trainable)
+      ? yield* warmUp(recipe, environment, checkpoint, settings, seeds.sft, outputDir, trainable, say)
       : yield* Checkpoint.load(settings.sftFrom)
     if (settings.sftFrom !== undefined) yield* say(`sft: skipped, starting GRPO from ${settings.sftFrom}`)
     const sftSeconds = (Date.now() - sftStarted) / 1000
@@ -330,7 +334,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const model = yield* trainable(
       warm,
       settings.grpo.numGenerations * settings.grpo.prompts,
-      settings.grpo.maxCompletionLength + 256,
+      grpoSequence(settings),
       settings.grpo.temperature
     )
 
@@ -420,12 +424,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     })
     const grpoSeconds = (Date.now() - grpoStarted) / 1000
     const flatSteps = Advantage.flatSteps(
-      trained.steps.map((s) => ({
-        step: s.step,
-        frac_zero_advantage: s.values["frac_zero_advantage"],
-        frac_reward_zero_std: s.values["frac_reward_zero_std"],
-        unscoreable_frac: s.values["unscoreable_frac"]
-      }))
+      trained.steps.map((s) => ({ ...s.values, step: s.step }))
     )
     const { result: afterResult, summary: after } = yield* evaluate("after GRPO", trained.globalStep)
     // Written now: the trainer starts its run by clearing eval.jsonl.

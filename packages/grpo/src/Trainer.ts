@@ -437,12 +437,7 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
         acc.add(values)
         const result: StepResult = { step: globalStep, loss, values }
         steps.push(result)
-        flatThisRun.push({
-          step: globalStep,
-          frac_zero_advantage: values["frac_zero_advantage"],
-          frac_reward_zero_std: values["frac_reward_zero_std"],
-          unscoreable_frac: values["unscoreable_frac"]
-        })
+        flatThisRun.push({ ...values, step: globalStep })
         yield* progress.update({
           step: globalStep,
           reward: values["reward"],
