@@ -21,7 +21,7 @@ import { Context, Effect, Layer, Option, Schema } from "effect"
 import * as Environment from "./Environment.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom } from "./internal/openEnvSupport.js"
 import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, StepResult } from "./OpenEnv.js"
-import { McpToolError } from "./OpenEnv.js"
+import { McpAction, McpObservation, McpToolError } from "./OpenEnv.js"
 import * as Tool from "./Tool.js"
 
 /** Python's `len(str)`: code points, not UTF-16 units. */
@@ -106,25 +106,8 @@ export const openEnv: OpenEnvDefinition<Action> = {
 // MCP OpenEnv echo
 // ---------------------------------------------------------------------------------------------------------------
 
-/** `ListToolsAction`. */
-export const ListToolsAction = actionStruct({ type: Schema.Literal("list_tools") }, "ListToolsAction")
-/** `CallToolAction`. */
-export const CallToolAction = actionStruct({
-  type: Schema.Literal("call_tool"),
-  tool_name: Schema.String,
-  arguments: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), {
-    default: () => ({})
-  })
-}, "CallToolAction")
-/** The MCP echo's action: a tool listing or a tool call. */
-export const McpAction = Schema.Union(ListToolsAction, CallToolAction)
-export type McpAction = typeof McpAction.Type
-
-/** `CallToolObservation` / `ListToolsObservation` (only for `/schema`). */
-export const McpObservation = Schema.Union(
-  Schema.Struct({ tool_name: Schema.String, result: Schema.Unknown, error: Schema.NullOr(Schema.Unknown) }),
-  Schema.Struct({ tools: Schema.Array(Schema.Unknown) })
-).annotations({ identifier: "CallToolObservation" })
+// OpenEnv's MCP actions and observation (they live in OpenEnv.ts; kept here under their old names).
+export { CallToolAction, ListToolsAction, McpAction, McpObservation } from "./OpenEnv.js"
 
 const messageSchema = {
   additionalProperties: false,

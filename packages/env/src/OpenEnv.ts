@@ -9,8 +9,9 @@
  *
  * @since 0.0.0
  */
-import type { Effect, Schema, Scope } from "effect"
-import { Data } from "effect"
+import type { Effect, Scope } from "effect"
+import { Data, Schema } from "effect"
+import { actionStruct } from "./internal/openEnvSupport.js"
 
 /** The observation envelope `{observation, reward, done}` sent for reset and step (metadata is never sent). */
 export interface StepResult {
@@ -120,3 +121,23 @@ export interface OpenEnvDefinition<Action = any> {
   /** Creates a fresh instance; it is closed when the scope closes. */
   readonly make: Effect.Effect<OpenEnvInstance<Action>, OpenEnvFactoryError, Scope.Scope>
 }
+
+/** `ListToolsAction`. */
+export const ListToolsAction = actionStruct({ type: Schema.Literal("list_tools") }, "ListToolsAction")
+/** `CallToolAction`. */
+export const CallToolAction = actionStruct({
+  type: Schema.Literal("call_tool"),
+  tool_name: Schema.String,
+  arguments: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), {
+    default: () => ({})
+  })
+}, "CallToolAction")
+/** The MCP echo's action: a tool listing or a tool call. */
+export const McpAction = Schema.Union(ListToolsAction, CallToolAction)
+export type McpAction = typeof McpAction.Type
+
+/** `CallToolObservation` / `ListToolsObservation` (only for `/schema`). */
+export const McpObservation = Schema.Union(
+  Schema.Struct({ tool_name: Schema.String, result: Schema.Unknown, error: Schema.NullOr(Schema.Unknown) }),
+  Schema.Struct({ tools: Schema.Array(Schema.Unknown) })
+).annotations({ identifier: "CallToolObservation" })

@@ -1,6 +1,7 @@
 /**
- * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout]`: serves a built-in environment over
- * OpenEnv's protocol until SIGINT/SIGTERM, then closes every session. The `envtrain` binary mounts this command.
+ * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout]`: serves a built-in environment, or a
+ * module's definition (`Definition.make`) (`envtrain serve ./my-env.ts`), over OpenEnv's protocol until SIGINT/SIGTERM, then
+ * closes every session. The `envtrain` binary mounts this command.
  *
  * @example
  * ```ts
@@ -15,24 +16,13 @@
  */
 import { Args, Command, Options } from "@effect/cli"
 import { Duration, Effect, Option } from "effect"
-import * as Catch from "./Catch.js"
-import * as Echo from "./Echo.js"
-import type { OpenEnvDefinition } from "./OpenEnv.js"
+import * as Registry from "./Registry.js"
 import * as Server from "./Server.js"
-import * as Sudoku from "./Sudoku.js"
-import * as Wordle from "./Wordle.js"
 
-/** The built-in environments by CLI name. */
-export const builtins: Readonly<Record<string, OpenEnvDefinition>> = {
-  echo: Echo.openEnv,
-  "echo-mcp": Echo.openEnvMcp,
-  catch: Catch.openEnv,
-  sudoku: Sudoku.openEnv,
-  wordle: Wordle.openEnv
-}
-
-const environment = Args.choice(Object.keys(builtins).map((name) => [name, name] as const), { name: "env" }).pipe(
-  Args.withDescription("the built-in environment to serve")
+const environment = Args.text({ name: "env" }).pipe(
+  Args.withDescription(
+    `a built-in (${Object.keys(Registry.builtins).join(", ")}) or a module exporting Definition.make({...})`
+  )
 )
 const host = Options.text("host").pipe(Options.withDefault("127.0.0.1"), Options.withDescription("interface to bind"))
 const port = Options.integer("port").pipe(
@@ -54,7 +44,8 @@ export const command = Command.make(
   { environment, host, port, maxConcurrentEnvs, sessionTimeout },
   (args) =>
     Effect.gen(function*() {
-      const definition = builtins[args.environment]
+      const entry = yield* Registry.load(args.environment)
+      const definition = entry.openEnv
       const server = yield* Server.serve(definition, {
         host: args.host,
         port: args.port,
@@ -69,4 +60,6 @@ export const command = Command.make(
       )
       return yield* Effect.never
     }).pipe(Effect.scoped)
-).pipe(Command.withDescription("Serve a built-in environment over OpenEnv's HTTP/WebSocket protocol."))
+).pipe(
+  Command.withDescription("Serve an environment (a built-in or ./my-env.ts) over OpenEnv's HTTP/WebSocket protocol.")
+)

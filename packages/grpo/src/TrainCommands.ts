@@ -5,7 +5,8 @@
  * ```yaml
  * model: models/tiny-sft        # a Hugging Face model directory
  * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact)
- * environment: catch            # catch | echo | wordle | sudoku (in-process)
+ * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
+ * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
  * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}
@@ -29,7 +30,7 @@
  */
 import { Args, Command } from "@effect/cli"
 import { FileSystem, Path } from "@effect/platform"
-import { Catch, Echo, Environment, Sudoku, Wordle } from "@envtrain/env"
+import { Environment, Registry } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Gpu } from "@envtrain/gpu/Gpu"
 import * as Episode from "@envtrain/rollout/Episode"
@@ -58,7 +59,8 @@ const DatasetSpec = Schema.Union(
 export const RunSpec = Schema.Struct({
   model: Schema.String,
   backend: Schema.optionalWith(Schema.Literal("gpu", "cpu"), { default: () => "gpu" as const }),
-  environment: Schema.optional(Schema.Literal("catch", "echo", "wordle", "sudoku")),
+  environment: Schema.optional(Schema.String),
+  envUrl: Schema.optional(Schema.String),
   dataset: Schema.optional(DatasetSpec),
   evalDataset: Schema.optional(DatasetSpec),
   sftData: Schema.optional(Schema.String),
@@ -130,7 +132,8 @@ const datasetOf = (spec: typeof DatasetSpec.Type, label: string) =>
       name: label
     }))
 
-interface BuiltIn {
+interface Trainable {
+  readonly name: string
   readonly open: Trainer.OpenSession<any, never, never>
   readonly rewards: ReadonlyArray<Reward.RewardFunction<any, any, any, any, any>>
   readonly success: (episode: Episode.EpisodeRecord<any>, reward: number) => boolean
@@ -140,38 +143,34 @@ const native = <S, C>(env: Environment.Environment<S, C>): Trainer.OpenSession<S
   Effect.map(Effect.orDie(Environment.episode(env, row)), Episode.fromEnvironment)
 
 /**
- * The built-in in-process environments, with their environment-owned rewards and success rules.
+ * What `train` and `eval` run: the registry's environment (a built-in or a module's definition), in process or on
+ * the server at `envUrl`, scored by the environment's own reward and success rule.
  *
  * @since 0.0.0
  */
-export const builtIns: Readonly<Record<NonNullable<RunSpec["environment"]>, BuiltIn>> = {
-  catch: {
-    open: native(Catch.environment),
-    rewards: [Reward.fromEnvironment("catch", (_s: unknown): _s is Catch.State => true, Catch.reward)],
-    success: (e) => (e.state as Catch.State | undefined)?.caught === true
-  },
-  echo: {
-    open: native(Echo.environment),
-    rewards: [Reward.fromEnvironment("echo", (_s: unknown): _s is Echo.State => true, (s) => s.reward)],
-    success: (_e, reward) => reward > 0
-  },
-  wordle: {
-    open: native(Wordle.environment),
-    rewards: [Reward.fromEnvironment("wordle", (_s: unknown): _s is Wordle.State => true, (s) => s.reward)],
-    success: (e) => (e.state as Wordle.State | undefined)?.won === true
-  },
-  sudoku: {
-    open: native(Sudoku.environment),
-    rewards: [
-      Reward.fromEnvironment(
-        "sudoku",
-        (_s: unknown): _s is Sudoku.State => true,
-        (s) => s.correct_reward + s.valid_move_reward + s.empty_cell_reward + s.repetition_reward + s.progress_reward
-      )
-    ],
-    success: (e) => (e.state as Sudoku.State | undefined)?.won === true
-  }
-}
+export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
+  Effect.gen(function*() {
+    if (spec.environment === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `set environment: a built-in (${Object.keys(Registry.builtins).join(", ")}) or ./my-env.ts`
+      })
+    }
+    const problem = (e: Registry.UnknownEnvironment) => new CommandFileError({ path, problem: e.message })
+    const entry = yield* Effect.mapError(Registry.load(spec.environment), problem)
+    const env = yield* Effect.mapError(Registry.environmentOf(entry, spec.envUrl), problem)
+    const reward = entry.reward
+    if (reward === undefined) {
+      return yield* new CommandFileError({ path, problem: `environment '${entry.name}' defines no reward` })
+    }
+    const success = entry.success ?? ((_s: unknown, r: number) => r > 0)
+    return {
+      name: entry.name,
+      open: native(env),
+      rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
+      success: (e, r) => e.state !== undefined && success(e.state, r)
+    }
+  })
 
 /** The run's enable_thinking: the run key, else the config's chat_template_kwargs, else false. */
 const thinkingOf = (spec: RunSpec, config: Config.GRPOConfig) => ({
@@ -190,11 +189,6 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
     })
   })
 
-const needEnvironment = (path: string, spec: RunSpec) =>
-  spec.environment === undefined
-    ? Effect.fail(new CommandFileError({ path, problem: "set environment: catch | echo | wordle | sudoku" }))
-    : Effect.succeed(builtIns[spec.environment])
-
 const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) =>
   spec.backend === "gpu" ? Effect.provide(Effect.scoped(effect), Gpu.layer()) : Effect.scoped(effect)
 
@@ -204,7 +198,7 @@ const sequenceLength = (config: Config.GRPOConfig) => Math.min(4096, config.maxC
 /** `train CONFIG [key=value ...]` */
 export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string, overrides: ReadonlyArray<string>) {
   const { config, spec } = yield* loadFile(path, overrides)
-  const env = yield* needEnvironment(path, spec)
+  const env = yield* trainable(path, spec)
   if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
   const dataset = yield* datasetOf(spec.dataset, "dataset")
   const evalDataset = spec.evalDataset === undefined ? undefined : yield* datasetOf(spec.evalDataset, "evalDataset")
@@ -256,7 +250,7 @@ export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, ove
 /** `eval CONFIG [key=value ...]` */
 export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, overrides: ReadonlyArray<string>) {
   const { config, spec } = yield* loadFile(path, overrides)
-  const env = yield* needEnvironment(path, spec)
+  const env = yield* trainable(path, spec)
   const source = spec.evalDataset ?? spec.dataset
   if (source === undefined) return yield* new CommandFileError({ path, problem: "set evalDataset" })
   const dataset = yield* datasetOf(source, "evalDataset")

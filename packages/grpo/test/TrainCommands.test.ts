@@ -3,7 +3,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Effect, Exit } from "effect"
+import { Cause, Effect, Exit } from "effect"
 import * as Metrics from "../src/Metrics.js"
 import * as TrainCommands from "../src/TrainCommands.js"
 
@@ -53,6 +53,57 @@ describe("TrainCommands", () => {
         const bad = yield* Effect.exit(TrainCommands.runTrain(file, ["learning_rat=1"]))
         assert.isTrue(Exit.isFailure(bad))
         if (Exit.isFailure(bad)) assert.include(String(bad.cause), "learning_rate")
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
+  it.scoped(
+    "envtrain train / eval a user's environment by module path (the README's Definition form), and name bad ones",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = path.join(dir, "model")
+        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const envModule = path.resolve(__dirname, "../../../examples/src/environments/echo.ts")
+        const file = path.join(dir, "echo.yaml")
+        const lines = (environment: string) =>
+          [
+            `model: ${model}`,
+            "backend: cpu",
+            `environment: ${environment}`,
+            "dataset: { seeds: [0, 4], prompt: \"Say something.\" }",
+            `output_dir: ${path.join(dir, "out")}`,
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 2",
+            "maxCompletionLength: 8",
+            "maxSteps: 1",
+            "loggingSteps: 1"
+          ].join("\n") + "\n"
+        yield* fs.writeFileString(file, lines(envModule))
+        yield* TrainCommands.runTrain(file, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
+        assert.deepStrictEqual(metrics.map((m) => m.step), [1])
+        assert.isTrue("rewards/echo-defined/mean" in metrics[0])
+        yield* TrainCommands.runEval(file, [])
+        const evaluation = JSON.parse(yield* fs.readFileString(path.join(dir, "out", "eval.json")))
+        assert.strictEqual(evaluation.rows[0].environment, "echo-defined")
+
+        const problemWith = (environment: string) =>
+          Effect.gen(function*() {
+            yield* fs.writeFileString(file, lines(environment))
+            const exit = yield* Effect.exit(TrainCommands.runTrain(file, []))
+            assert.isTrue(Exit.isFailure(exit))
+            return Exit.isFailure(exit) ? String(Cause.squash(exit.cause)) : ""
+          })
+        assert.include(yield* problemWith("chess"), "environment 'chess': no built-in has that name")
+        assert.include(yield* problemWith("./no-such-env.ts"), "no such file")
+        assert.include(
+          yield* problemWith(path.resolve(__dirname, "../src/Loss.ts")),
+          "exports no environment definition"
+        )
+        assert.include(yield* problemWith("echo-mcp"), "no in-process environment to train")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )

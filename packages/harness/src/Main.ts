@@ -15,14 +15,51 @@
  *
  * @since 0.0.0
  */
+import { ValidationError } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import { Cause, Effect, Exit } from "effect"
+import { Cause, Console, Effect, Exit, Option } from "effect"
 
-/** Runs `program` as the process's main fiber and exits with 0 on success, 1 on failure, 130 on interruption. */
+const usageHint = "Run `envtrain --help` (or `envtrain COMMAND --help`) for the usage."
+
+/** A typed failure's own message (tagged errors name the problem and the fix), else nothing. */
+const messageOf = (error: unknown): string | undefined => {
+  if (typeof error !== "object" || error === null) return undefined
+  const message = (error as { message?: unknown }).message
+  return typeof message === "string" && message.length > 0 ? message : undefined
+}
+
+/**
+ * What the user reads when the program fails: a bad command line is one line and the usage hint (the parser has
+ * already printed what was wrong); a typed failure is its message; a defect keeps its full cause and stack.
+ */
+const report = (cause: Cause.Cause<unknown>): Effect.Effect<void> => {
+  if (Cause.isInterruptedOnly(cause)) return Effect.void
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure) && ValidationError.isValidationError(failure.value)) return Console.error(usageHint)
+  const message = Option.isSome(failure) ? messageOf(failure.value) : undefined
+  if (message !== undefined) {
+    const tag = (failure as Option.Some<{ _tag?: unknown }>).value._tag
+    return Console.error(`envtrain: ${typeof tag === "string" ? `${tag}: ` : ""}${message}`)
+  }
+  return Console.error(Cause.pretty(cause))
+}
+
+const exitCode = (exit: Exit.Exit<unknown, unknown>): number => {
+  if (Exit.isSuccess(exit)) return 0
+  if (Cause.isInterruptedOnly(exit.cause)) return 130
+  const failure = Cause.failureOption(exit.cause)
+  return Option.isSome(failure) && ValidationError.isValidationError(failure.value) ? 2 : 1
+}
+
+/**
+ * Runs `program` as the process's main fiber and exits with 0 on success, 1 on failure, 2 on a bad command line,
+ * 130 on interruption.
+ */
 export const run = <E>(program: Effect.Effect<void, E, NodeContext.NodeContext>): void =>
-  NodeRuntime.runMain(Effect.provide(program, NodeContext.layer), {
+  NodeRuntime.runMain(Effect.provide(Effect.tapErrorCause(program, report), NodeContext.layer), {
+    disableErrorReporting: true,
     teardown: (exit, _onExit) => {
-      const code = Exit.isSuccess(exit) ? 0 : Cause.isInterruptedOnly(exit.cause) ? 130 : 1
+      const code = exitCode(exit)
       // Let stdout/stderr drain before exiting.
       setImmediate(() => process.exit(code))
     }

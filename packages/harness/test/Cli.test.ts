@@ -26,10 +26,26 @@ describe("envtrain CLI", () => {
       assert.match(stdout, /episode catch \(seed 7\): 9 tool calls .* caught, reward 1, 0 tool failures/)
     }))
 
-  it.live("an unknown command fails with a non-zero exit and says what is available", () =>
+  it.live("a bad command line exits 2 with a readable line and the usage hint, never the parser's JSON", () =>
     Effect.gen(function*() {
-      const { code, stdout, stderr } = yield* runCli(["no-such-command"])
-      assert.notStrictEqual(code, 0)
-      assert.match(stdout + stderr, /doctor/)
+      for (const args of [["no-such-command"], ["serve", "catch", "--port", "abc"]]) {
+        const { code, stderr, stdout } = yield* runCli(args)
+        assert.strictEqual(code, 2, stdout + stderr)
+        assert.include(stderr, "Run `envtrain --help`")
+        assert.notInclude(stdout + stderr, "_tag")
+      }
+      const unknown = yield* runCli(["no-such-command"])
+      assert.match(unknown.stdout + unknown.stderr, /use one of 'doctor', 'serve'/)
+    }))
+
+  it.live("a typed failure prints its message (what is wrong and the fix) and exits 1", () =>
+    Effect.gen(function*() {
+      const { code, stderr } = yield* runCli(["serve", "chess"])
+      assert.strictEqual(code, 1)
+      assert.match(
+        stderr,
+        /^envtrain: UnknownEnvironment: environment 'chess': no built-in has that name: give a built-in \(catch, echo/
+      )
+      assert.include(stderr, "./my-env.ts")
     }))
 })

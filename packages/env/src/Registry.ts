@@ -1,0 +1,196 @@
+/**
+ * The one registry of environments that `envtrain serve`, `train`, `eval` and the examples read: the built-ins by
+ * name, a user's {@link Definition} by module path (`./my-env.ts`, default export or the module's one definition),
+ * and either played on a server by URL.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { Registry } from "@envtrain/env"
+ *
+ * const program = Effect.gen(function*() {
+ *   const catchGame = yield* Registry.load("catch")
+ *   const mine = yield* Registry.load("./my-env.ts")          // a module exporting Definition.make({...})
+ *   const remote = yield* Registry.environmentOf(mine, "http://127.0.0.1:8000")
+ * })
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Data, Effect } from "effect"
+import * as nodePath from "node:path"
+import { pathToFileURL } from "node:url"
+import * as Catch from "./Catch.js"
+import * as Definition from "./Definition.js"
+import * as Echo from "./Echo.js"
+import type * as Environment from "./Environment.js"
+import type { OpenEnvDefinition } from "./OpenEnv.js"
+import * as Remote from "./Remote.js"
+import * as Sudoku from "./Sudoku.js"
+import * as Wordle from "./Wordle.js"
+
+/** One registered environment: what each command needs of it. */
+export interface Entry {
+  readonly name: string
+  readonly description: string
+  /** The in-process environment (absent for a wire-only entry such as `echo-mcp`). */
+  readonly environment?: Environment.Environment<any, any> | undefined
+  /** What `envtrain serve` serves. */
+  readonly openEnv: OpenEnvDefinition
+  /** The same tools played on a server at `url` (absent when there is no typed client). */
+  readonly remote?: ((url: string) => Environment.Environment<any, any>) | undefined
+  /** The environment's own reward of a finished episode's state (`null` = unscoreable). */
+  readonly reward?: ((state: any) => number | null) | undefined
+  /** Held-out success of a finished episode. */
+  readonly success?: ((state: any, reward: number) => boolean) | undefined
+  /** Where it came from: `built-in`, or the module path. */
+  readonly source: string
+}
+
+/** The environment named cannot be found or loaded; the message names the fix. */
+export class UnknownEnvironment extends Data.TaggedError("UnknownEnvironment")<{
+  readonly spec: string
+  readonly problem: string
+}> {
+  override get message() {
+    return `environment '${this.spec}': ${this.problem}`
+  }
+}
+
+const sudokuReward = (s: Sudoku.State) =>
+  s.correct_reward + s.valid_move_reward + s.empty_cell_reward + s.repetition_reward + s.progress_reward
+
+/** The built-in environments by name. */
+export const builtins: Readonly<Record<string, Entry>> = {
+  catch: {
+    name: "catch",
+    description: Catch.environment.description,
+    environment: Catch.environment,
+    openEnv: Catch.openEnv,
+    remote: (url) => Remote.catchGame(url),
+    reward: Catch.reward,
+    success: (s: Catch.State) => s.caught,
+    source: "built-in"
+  },
+  echo: {
+    name: "echo",
+    description: Echo.environment.description,
+    environment: Echo.environment,
+    openEnv: Echo.openEnv,
+    remote: (url) => Remote.echo(url),
+    reward: (s: Echo.State) => s.reward,
+    success: (_s, reward) => reward > 0,
+    source: "built-in"
+  },
+  "echo-mcp": {
+    name: "echo-mcp",
+    description: "OpenEnv's current echo_env (pure MCP: echo_message, echo_with_length); served only",
+    openEnv: Echo.openEnvMcp,
+    source: "built-in"
+  },
+  sudoku: {
+    name: "sudoku",
+    description: Sudoku.environment.description,
+    environment: Sudoku.environment,
+    openEnv: Sudoku.openEnv,
+    remote: (url) => Remote.sudoku(url),
+    reward: sudokuReward,
+    success: (s: Sudoku.State) => s.won,
+    source: "built-in"
+  },
+  wordle: {
+    name: "wordle",
+    description: Wordle.environment.description,
+    environment: Wordle.environment,
+    openEnv: Wordle.openEnv,
+    remote: (url) => Remote.wordle(url),
+    reward: (s: Wordle.State) => s.reward,
+    success: (s: Wordle.State) => s.won,
+    source: "built-in"
+  }
+}
+
+/** A definition as a registry entry. */
+export const fromDefinition = (definition: Definition.Definition, source: string): Entry => ({
+  name: definition.name,
+  description: definition.description,
+  environment: definition.environment,
+  openEnv: definition.openEnv,
+  remote: (url) => definition.remote(url),
+  reward: definition.reward,
+  success: definition.success,
+  source
+})
+
+/** Does `spec` name a module rather than a built-in? */
+export const isModulePath = (spec: string): boolean =>
+  spec.startsWith(".") || spec.startsWith("/") || /\.(m|c)?(t|j)s$/.test(spec)
+
+const usage = () =>
+  `give a built-in (${Object.keys(builtins).join(", ")}) or the path of a module whose default export is ` +
+  `Definition.make({...}) (e.g. ./my-env.ts)`
+
+/** The definition a module exports: its default export, else its only exported definition. */
+const definitionIn = (spec: string, module: Readonly<Record<string, unknown>>) => {
+  if (Definition.isDefinition(module.default)) return Effect.succeed(module.default)
+  const found = Object.values(module).filter(Definition.isDefinition)
+  if (found.length === 1) return Effect.succeed(found[0])
+  return Effect.fail(
+    new UnknownEnvironment({
+      spec,
+      problem: found.length === 0
+        ? "the module exports no environment definition: `export default Definition.make({...})`"
+        : `the module exports ${found.length} definitions (${
+          found.map((d) => d.name).join(", ")
+        }): make the one to use its default export`
+    })
+  )
+}
+
+/**
+ * A built-in by name, or the definition a module exports (a path relative to the working directory). TypeScript
+ * modules load when the process runs under tsx (as the `envtrain` binary does).
+ */
+export const load = (spec: string): Effect.Effect<Entry, UnknownEnvironment> => {
+  const builtin = builtins[spec]
+  if (builtin !== undefined) return Effect.succeed(builtin)
+  if (!isModulePath(spec)) {
+    return Effect.fail(new UnknownEnvironment({ spec, problem: `no built-in has that name: ${usage()}` }))
+  }
+  const file = nodePath.resolve(spec)
+  return Effect.tryPromise({
+    try: () => import(pathToFileURL(file).href) as Promise<Record<string, unknown>>,
+    catch: (e) => {
+      const text = e instanceof Error ? e.message : String(e)
+      const missing = typeof e === "object" && e !== null && "code" in e && e.code === "ERR_MODULE_NOT_FOUND" &&
+        text.includes(file)
+      return new UnknownEnvironment({
+        spec,
+        problem: missing ? `no such file (${file}): ${usage()}` : `the module failed to load: ${text}`
+      })
+    }
+  }).pipe(
+    Effect.flatMap((module) => definitionIn(spec, module)),
+    Effect.map((definition) => fromDefinition(definition, spec))
+  )
+}
+
+/** The entry's environment, in process or (with `url`) played on a server; fails naming what is missing. */
+export const environmentOf = (
+  entry: Entry,
+  url?: string
+): Effect.Effect<Environment.Environment<any, any>, UnknownEnvironment> => {
+  if (url !== undefined) {
+    return entry.remote === undefined
+      ? Effect.fail(new UnknownEnvironment({ spec: entry.name, problem: "has no client to play it on a server" }))
+      : Effect.succeed(entry.remote(url))
+  }
+  return entry.environment === undefined
+    ? Effect.fail(
+      new UnknownEnvironment({
+        spec: entry.name,
+        problem: `${entry.description}: it has no in-process environment to train`
+      })
+    )
+    : Effect.succeed(entry.environment)
+}
