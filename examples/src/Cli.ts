@@ -9,7 +9,7 @@
  * ```
  */
 import { Command, Options } from "@effect/cli"
-import { Effect, Option } from "effect"
+import { Data, Effect, Option } from "effect"
 import * as Pipeline from "./Pipeline.js"
 import type { Recipe } from "./Recipe.js"
 
@@ -142,11 +142,70 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
   }
 }
 
+/** A flag's value cannot run: the message names the flag and the fix. */
+export class FlagError extends Data.TaggedError("FlagError")<{ readonly flag: string; readonly problem: string }> {
+  override get message() {
+    return `--${this.flag}: ${this.problem}`
+  }
+}
+
+/** Checks the settings the flags produced; the first problem found is reported by its flag. */
+export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<Pipeline.Settings, FlagError> => {
+  const { grpo, sft } = settings
+  const problems: Array<readonly [flag: string, ok: boolean, problem: string]> = [
+    ["seed", Number.isInteger(settings.seed) && settings.seed >= 0, `${settings.seed} is not a whole number >= 0`],
+    [
+      "sft-episodes",
+      settings.sftFrom !== undefined || sft.episodes >= sft.batchSize,
+      `${sft.episodes} episodes cannot fill one SFT batch of ${sft.batchSize}: give at least ${sft.batchSize}, or ` +
+      "skip the warm-up by starting from a checkpoint with --sft-from DIR"
+    ],
+    ["error-rate", sft.errorRate >= 0 && sft.errorRate <= 1, `${sft.errorRate} is not a rate between 0 and 1`],
+    ["sft-epochs", sft.epochs > 0, `${sft.epochs}: give a number of epochs > 0 (e.g. 0.5, 2)`],
+    ["sft-lr", sft.learningRate > 0, `${sft.learningRate}: give a learning rate > 0 (e.g. 1e-2)`],
+    ["steps", grpo.steps >= 1, `${grpo.steps}: give at least 1 GRPO step`],
+    ["lr", grpo.learningRate > 0, `${grpo.learningRate}: give a learning rate > 0 (e.g. 1e-4)`],
+    ["beta", (grpo.beta ?? 0) >= 0, `${grpo.beta}: the KL coefficient is >= 0 (0 = no KL term)`],
+    [
+      "num-generations",
+      grpo.numGenerations >= 2,
+      `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
+    ],
+    ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    [
+      "max-completion-length",
+      grpo.maxCompletionLength >= 16,
+      `${grpo.maxCompletionLength}: an episode needs room for at least one tool call (give >= 16 tokens)`
+    ],
+    ["eval-episodes", settings.evalEpisodes >= 1, `${settings.evalEpisodes}: give at least 1 held-out episode`]
+  ]
+  const bad = problems.find(([, ok]) => !ok)
+  if (bad !== undefined) return Effect.fail(new FlagError({ flag: bad[0], problem: bad[2] }))
+  if (settings.sftFrom !== undefined) {
+    const unused = (["sftEpisodes", "errorRate", "sftEpochs", "sftLr"] as const).filter((k) => Option.isSome(f[k]))
+    if (unused.length > 0) {
+      const names = unused.map((k) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(", ")
+      return Effect.fail(
+        new FlagError({
+          flag: "sft-from",
+          problem: `skips the SFT warm-up, so ${names} would change nothing: drop ${
+            unused.length === 1 ? "it" : "them"
+          } or drop --sft-from`
+        })
+      )
+    }
+  }
+  return Effect.succeed(settings)
+}
+
 /** The example as a command: `tsx examples/src/<name>.ts [flags]`. */
 export const command = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>
-  Command.make(recipe.name, flagsOf(recipe), (f) => Effect.asVoid(Pipeline.run(recipe, settingsOf(defaults, f)))).pipe(
-    Command.withDescription(description)
-  )
+  Command.make(
+    recipe.name,
+    flagsOf(recipe),
+    (f) =>
+      Effect.flatMap(validate(settingsOf(defaults, f), f), (settings) => Effect.asVoid(Pipeline.run(recipe, settings)))
+  ).pipe(Command.withDescription(description))
 
 /** Parses `process.argv` and runs the example. */
 export const main = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>

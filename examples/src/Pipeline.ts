@@ -256,7 +256,11 @@ const warmUp = <State>(
       stage: { readonly name: string; readonly epochs: number; readonly batchSize: number; readonly maxLength: number }
     ) =>
       Effect.gen(function*() {
-        const model = yield* trainable(weights, stage.batchSize, stage.maxLength, 1)
+        // Tool schemas rendered into the system prompt push every assistant turn later by their length: the cut
+        // moves with them, so the same turns are learnt with and without --tools-in-prompt.
+        const schemaTokens = settings.toolsInPrompt ? yield* toolSchemaTokens(weights, transcripts) : 0
+        const maxLength = stage.maxLength + schemaTokens
+        const model = yield* trainable(weights, stage.batchSize, maxLength, 1)
         const config = yield* Config.fromSources({
           outputDir: path.join(outputDir, stage.name),
           perDeviceTrainBatchSize: Math.min(stage.batchSize, transcripts.length),
@@ -273,7 +277,7 @@ const warmUp = <State>(
           config,
           model,
           transcripts,
-          maxLength: stage.maxLength,
+          maxLength,
           title: `${recipe.name} (SFT warm-up${stage.name === "sft" ? "" : ", whole episodes"})`,
           ...(settings.verbose ? {} : { progress: false as const })
         })
@@ -288,6 +292,17 @@ const warmUp = <State>(
       batchSize: whole.batchSize,
       maxLength: grpoSequence(settings)
     })
+  })
+
+/** How many tokens the tool schemas add to a rendered transcript (0 without tools). */
+const toolSchemaTokens = (checkpoint: Checkpoint.Model, transcripts: ReadonlyArray<SftTrainer.Transcript>) =>
+  Effect.gen(function*() {
+    const first = transcripts[0]
+    if (first?.tools === undefined || first.tools.length === 0) return 0
+    const rendering = { tokenizer: checkpoint.tokenizer, chatTemplate: checkpoint.chatTemplate }
+    const withTools = yield* SftTrainer.tokenize(rendering, first)
+    const without = yield* SftTrainer.tokenize(rendering, { messages: first.messages })
+    return Math.max(0, withTools.ids.length - without.ids.length)
   })
 
 /**

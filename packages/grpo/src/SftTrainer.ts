@@ -181,6 +181,11 @@ export interface SftOptions {
   readonly enableThinking?: boolean
   /** Longest sequence kept (tokens); longer transcripts are cut (their tail is not learnt). Default none. */
   readonly maxLength?: number
+  /**
+   * A transcript whose first assistant token lies past `maxLength` teaches nothing: by default SFT refuses to start
+   * (naming how many and where their assistant turns begin); `true` drops them with a warning instead.
+   */
+  readonly dropUntrainable?: boolean
   readonly resume?: boolean | string
   readonly progress?: Progress.Progress | false
   readonly stopAfter?: number
@@ -189,6 +194,25 @@ export interface SftOptions {
   readonly keepModelTemplate?: boolean
   readonly title?: string
   readonly onStep?: (step: { readonly step: number; readonly loss: number }) => Effect.Effect<void>
+}
+
+/** Says how many transcripts teach nothing, where their assistant turns begin, and the fixes. */
+const untrainableProblem = (
+  untrainable: ReadonlyArray<{ readonly index: number; readonly firstAssistant: number }>,
+  total: number,
+  maxLength: number | undefined
+) => {
+  const starts = untrainable.map((u) => u.firstAssistant).filter((p) => p >= 0).sort((a, b) => a - b)
+  const noTurn = untrainable.length - starts.length
+  const where = starts.length === 0
+    ? ""
+    : ` their first assistant token is at position ${starts[0]}` +
+      (starts.length > 1 ? `-${starts[starts.length - 1]}` : "") +
+      ` of the rendered sequence, past maxLength ${maxLength ?? "(none)"}`
+  return `${untrainable.length} of ${total} transcripts have no assistant token to train on:${where}${
+    noTurn > 0 ? `${where === "" ? "" : ";"} ${noTurn} have no assistant turn at all` : ""
+  } (e.g. transcript ${untrainable[0].index}). Raise maxLength above the prompt (the system prompt and the tool ` +
+    `schemas rendered into it count), shorten the prompt, or drop these transcripts explicitly (dropUntrainable)`
 }
 
 /**
@@ -214,13 +238,22 @@ export const train = (options: SftOptions) =>
       )
     }
     const data: Array<Tokenized> = []
+    const untrainable: Array<{ readonly index: number; readonly firstAssistant: number }> = []
     for (let i = 0; i < options.transcripts.length; i++) {
       const t = yield* tokenize(rendering, options.transcripts[i], {
         ...template,
         source: `transcript ${i}`
       })
       const cut = options.maxLength ?? Infinity
-      data.push(t.ids.length > cut ? { ids: t.ids.slice(0, cut), mask: t.mask.slice(0, cut) } : t)
+      const kept = t.ids.length > cut ? { ids: t.ids.slice(0, cut), mask: t.mask.slice(0, cut) } : t
+      // Position 0 has no prediction, so a trainable token is a 1 at position >= 1.
+      if (kept.mask.indexOf(1, 1) === -1) untrainable.push({ index: i, firstAssistant: t.mask.indexOf(1, 1) })
+      else data.push(kept)
+    }
+    if (untrainable.length > 0) {
+      const problem = untrainableProblem(untrainable, options.transcripts.length, options.maxLength)
+      if (options.dropUntrainable !== true) return yield* new TranscriptError({ source: "transcripts", problem })
+      yield* Effect.logWarning(`SFT drops ${problem.split(":")[0]}`)
     }
     const B = config.perDeviceTrainBatchSize
     const GA = config.gradientAccumulationSteps

@@ -104,4 +104,43 @@ describe("SftTrainer", () => {
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
+
+  it.scoped(
+    "refuses transcripts with no assistant token inside maxLength (how many, where, the fix), or drops them when told",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = yield* F.tinyModel()
+        const long = (i: number): SftTrainer.Transcript => ({
+          messages: [{ role: "user", content: `${"word ".repeat(60)}${i}` }, { role: "assistant", content: "ok" }]
+        })
+        const short = (i: number): SftTrainer.Transcript => ({
+          messages: [{ role: "user", content: `Say ${i}` }, { role: "assistant", content: `ok ${i}` }]
+        })
+        const transcripts = [long(0), short(1), long(2), short(3), short(4)]
+        const firstAssistant = (yield* SftTrainer.tokenize(model, long(0))).mask.indexOf(1)
+        const maxLength = 40
+        assert.isAbove(firstAssistant, maxLength)
+        const config = yield* F.config({ outputDir: path.join(dir, "out"), perDeviceTrainBatchSize: 2, maxSteps: 1 })
+        const refused = yield* Effect.flip(SftTrainer.train({ config, model, transcripts, maxLength, progress: false }))
+        assert.strictEqual(refused._tag, "TranscriptError")
+        assert.include(refused.message, "2 of 5 transcripts have no assistant token to train on")
+        assert.include(refused.message, `past maxLength ${maxLength}`)
+        assert.include(refused.message, "Raise maxLength")
+        assert.isFalse(yield* fs.exists(path.join(dir, "out", "checkpoint-1")))
+        const dropped = yield* SftTrainer.train({
+          config,
+          model,
+          transcripts,
+          maxLength,
+          dropUntrainable: true,
+          progress: false
+        })
+        assert.strictEqual(dropped.losses.length, 1)
+        assert.isAbove(dropped.losses[0].loss, 0)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
 })

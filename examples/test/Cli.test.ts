@@ -1,0 +1,39 @@
+import { Command } from "@effect/cli"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Cli from "../src/Cli.js"
+import * as Pipeline from "../src/Pipeline.js"
+import * as Recipe from "../src/Recipe.js"
+
+// Each bad flag is refused before anything runs (no model, no data): the message names the flag and the fix.
+const refusal = (args: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const command = Cli.command(Recipe.catchRecipe, { ...Pipeline.defaults, verbose: false }, "catch")
+    const error = yield* Effect.flip(
+      Command.run(command, { name: "catch", version: "0.0.0" })(["node", "catch.ts", ...args])
+    )
+    assert.strictEqual((error as { _tag: string })._tag, "FlagError", String(error))
+    return (error as Cli.FlagError).message
+  }).pipe(Effect.provide(NodeContext.layer))
+
+describe("example flags", () => {
+  it.effect("every bad value names its flag and the fix", () =>
+    Effect.gen(function*() {
+      assert.strictEqual(
+        yield* refusal(["--sft-episodes", "0"]),
+        "--sft-episodes: 0 episodes cannot fill one SFT batch of 4: give at least 4, or skip the warm-up by starting " +
+          "from a checkpoint with --sft-from DIR"
+      )
+      assert.match(yield* refusal(["--error-rate", "1.5"]), /^--error-rate: 1.5 is not a rate between 0 and 1/)
+      assert.match(yield* refusal(["--num-generations", "1"]), /^--num-generations: 1: a GRPO group needs at least 2/)
+      assert.match(yield* refusal(["--steps", "0"]), /^--steps: 0: give at least 1 GRPO step/)
+      assert.match(yield* refusal(["--lr", "-1"]), /^--lr: -1: give a learning rate > 0/)
+      assert.match(yield* refusal(["--eval-episodes", "0"]), /^--eval-episodes: 0/)
+      assert.match(yield* refusal(["--seed", "-3"]), /^--seed: -3 is not a whole number/)
+      assert.strictEqual(
+        yield* refusal(["--sft-from", "/tmp", "--sft-lr", "0.1", "--error-rate", "0.1"]),
+        "--sft-from: skips the SFT warm-up, so --error-rate, --sft-lr would change nothing: drop them or drop --sft-from"
+      )
+    }))
+})
