@@ -12,7 +12,7 @@
  * ```
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Environment } from "@envtrain/env"
+import { Environment, Registry } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Gpu } from "@envtrain/gpu/Gpu"
@@ -145,6 +145,8 @@ export interface RunResult {
   readonly flatSteps: Advantage.FlatSteps
   readonly checkpoint: string | undefined
   readonly report: string
+  /** The CLI command that re-evaluates the checkpoint on the same held-out rows (absent when the CLI cannot). */
+  readonly evalCommand: string | undefined
 }
 
 const round = (x: number | null, d = 3) => (x === null ? null : Math.round(x * 10 ** d) / 10 ** d)
@@ -305,6 +307,53 @@ const toolSchemaTokens = (checkpoint: Checkpoint.Model, transcripts: ReadonlyArr
     return Math.max(0, withTools.ids.length - without.ids.length)
   })
 
+/** The dataset rows of a recipe for some episode seeds: its prompt and columns per seed. */
+export const rowsOf = <State>(recipe: Recipe.Recipe<State>, seeds: ReadonlyArray<number>): Dataset.Dataset =>
+  Dataset.fromRows(
+    seeds.map((seed) => {
+      const columns = { seed, ...recipe.columns?.(seed) }
+      return { prompt: recipe.prompt(columns) as ReadonlyArray<ChatMessage>, ...columns }
+    }),
+    recipe.name
+  )
+
+/**
+ * Writes `reeval.yaml` and its held-out rows (`eval-rows.jsonl`, the very prompts and columns the run evaluated) and
+ * returns the `envtrain eval` command that re-evaluates the checkpoint with them. Recipes whose environment is not
+ * in the registry (the multi-environment router) have none yet.
+ */
+export const writeEvalConfig = (
+  name: string,
+  settings: Settings,
+  outputDir: string,
+  checkpoint: string,
+  evalRows: Dataset.Dataset
+) =>
+  Effect.gen(function*() {
+    if (Registry.builtins[name]?.environment === undefined) return undefined
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    // Absolute paths: the command works from any directory.
+    const dir = path.resolve(outputDir)
+    const rowsFile = path.join(dir, "eval-rows.jsonl")
+    yield* fs.writeFileString(rowsFile, evalRows.rows.map((row) => JSON.stringify(row)).join("\n") + "\n")
+    const file = path.join(dir, "reeval.yaml")
+    const lines = [
+      `# Written by the ${name} example: \`envtrain eval\` of its checkpoint on the same held-out rows.`,
+      `model: ${JSON.stringify(path.resolve(checkpoint))}`,
+      `backend: ${settings.backend}`,
+      `environment: ${name}`,
+      ...(settings.envUrl === undefined ? [] : [`envUrl: ${JSON.stringify(settings.envUrl)}`]),
+      `toolsInPrompt: ${settings.toolsInPrompt}`,
+      `evalDataset: ${JSON.stringify(rowsFile)}`,
+      `max_completion_length: ${settings.grpo.maxCompletionLength}`,
+      `seed: ${settings.seed}`,
+      `output_dir: ${JSON.stringify(path.join(dir, "reeval"))}`
+    ]
+    yield* fs.writeFileString(file, lines.join("\n") + "\n")
+    return `npm run envtrain -- eval ${file}`
+  })
+
 /**
  * Runs the whole recipe. Needs FileSystem and Path (`Main.run` provides them).
  */
@@ -364,14 +413,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
           return toolDefinitions ? session : { ...session, toolDefinitions: [] }
         })
       )
-    const rows = (seedsOfRows: ReadonlyArray<number>): Dataset.Dataset =>
-      Dataset.fromRows(
-        seedsOfRows.map((seed) => {
-          const columns = { seed, ...recipe.columns?.(seed) }
-          return { prompt: recipe.prompt(columns) as ReadonlyArray<ChatMessage>, ...columns }
-        }),
-        recipe.name
-      )
+    const rows = (seedsOfRows: ReadonlyArray<number>) => rowsOf(recipe, seedsOfRows)
     const evalRows = rows(seeds.heldOut)
     const trainRows = rows(Dataset.range(seeds.grpo.from, seeds.grpo.to))
     const grpoConfig = yield* Config.fromSources({
@@ -452,6 +494,13 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       status: `finished: success ${before.successRate ?? "-"} -> ${after.successRate ?? "-"} on ${before.episodes} ` +
         `held-out episodes (solver ${solver.successRate})`
     })
+    // The CLI scores with the environment's own reward and success rule: only a recipe scored the same way gets a
+    // command that reproduces its numbers.
+    const scoredAsCli = recipe.successIsEnvironments === true &&
+      recipe.rewardFunctions.map((r) => r.name).join() === recipe.name
+    const evalCommand = trained.checkpoint === undefined || !scoredAsCli
+      ? undefined
+      : yield* writeEvalConfig(recipe.name, settings, outputDir, trained.checkpoint, evalRows)
     const result: RunResult = {
       example: recipe.name,
       outputDir,
@@ -463,7 +512,8 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       seconds: { sft: sftSeconds, grpo: grpoSeconds, total: (Date.now() - started) / 1000 },
       flatSteps,
       checkpoint: trained.checkpoint,
-      report
+      report,
+      evalCommand
     }
     // eval.json: before / after / ceiling in one file (Evaluation.write left only the latest evaluation there).
     yield* fs.writeFileString(path.join(outputDir, "eval.json"), JSON.stringify(result, null, 2) + "\n")
@@ -475,6 +525,11 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
         (flatSteps.flat.length === 0 ? "" : ` (steps ${Report.formatSteps(flatSteps.flat)})`)
     )
     yield* say(`report: ${report}\neval: ${path.join(outputDir, "eval.json")}\ncheckpoint: ${trained.checkpoint}`)
+    yield* say(
+      evalCommand === undefined
+        ? `no envtrain eval command: the ${recipe.name} recipe's rewards or success rule are its own, not the environment's`
+        : `re-evaluate the checkpoint from the CLI: ${evalCommand}`
+    )
     yield* say(
       `time: SFT ${sftSeconds.toFixed(0)} s, GRPO ${grpoSeconds.toFixed(0)} s, total ${
         result.seconds.total.toFixed(0)

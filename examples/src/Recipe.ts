@@ -45,6 +45,11 @@ export interface Recipe<State> {
    */
   readonly rewardVariants?: Readonly<Record<string, ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>>>
   readonly success: (state: State) => boolean
+  /**
+   * True when `success` is the registry's success rule for this environment (`Registry.builtins[name].success`), so
+   * `envtrain eval` of a checkpoint scores it as the example does (with the environment's own reward).
+   */
+  readonly successIsEnvironments?: boolean
   /** Extra evaluation numbers from the final states (e.g. guesses per win), averaged over episodes. */
   readonly details?: (states: ReadonlyArray<State>) => Readonly<Record<string, number | null>>
   readonly player: Player
@@ -109,6 +114,7 @@ export const catchRecipe: Recipe<Catch.State> = {
   rewardFunctions: [catchReward],
   rewardVariants: { seed: [catchReward], shaped: [catchReward, catchReadsBoard] },
   success: (s) => s.caught,
+  successIsEnvironments: true,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,
   // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the

@@ -2,7 +2,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
-import { Dataset, SftTrainer } from "@envtrain/grpo"
+import { Dataset, type Evaluation, SftTrainer, TrainCommands } from "@envtrain/grpo"
 import { Effect } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
 import * as Recipe from "../src/Recipe.js"
@@ -48,6 +48,38 @@ const checkOutputs = (dir: string, result: Pipeline.RunResult) =>
     assert.include(Pipeline.formatTable(saved), "after GRPO")
   })
 
+/** The printed `envtrain eval` command re-evaluates the checkpoint and gets the table's "after GRPO" numbers. */
+const checkEvalCommand = (result: Pipeline.RunResult) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const command = result.evalCommand
+    assert.isDefined(command)
+    const match = /^npm run envtrain -- eval (\S+)$/.exec(command ?? "")
+    assert.isNotNull(match, command)
+    const file = match![1]
+    yield* TrainCommands.runEval(file, [])
+    const again = JSON.parse(yield* fs.readFileString(path.join(result.outputDir, "reeval", "eval.json")))
+    const row = again.rows[0] as Evaluation.EnvironmentRow
+    const round = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 1000)
+    assert.deepStrictEqual(
+      {
+        episodes: row.episodes,
+        successRate: round(row.successRate),
+        meanReward: round(row.meanReward),
+        toolCallsPerEpisode: round(row.toolCallsPerEpisode),
+        toolFailureFrequency: round(row.toolFailureFrequency)
+      },
+      {
+        episodes: result.after.episodes,
+        successRate: result.after.successRate,
+        meanReward: result.after.meanReward,
+        toolCallsPerEpisode: result.after.toolCallsPerEpisode,
+        toolFailureFrequency: result.after.toolFailureFrequency
+      }
+    )
+  })
+
 describe("examples", () => {
   for (
     const recipe of [
@@ -68,6 +100,9 @@ describe("examples", () => {
           yield* checkOutputs(dir, result)
           // The solver is the ceiling: it wins every held-out Catch and Echo episode.
           if (recipe.name === "catch" || recipe.name === "echo") assert.strictEqual(result.solver.successRate, 1)
+          // Only Catch is scored by its environment's own reward and success rule (what `envtrain eval` uses).
+          if (recipe.name === "catch") yield* checkEvalCommand(result)
+          else assert.isUndefined(result.evalCommand)
         }).pipe(Effect.provide(NodeContext.layer)),
       180_000
     )

@@ -7,6 +7,7 @@
  * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
+ * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
  * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}
@@ -61,6 +62,8 @@ export const RunSpec = Schema.Struct({
   backend: Schema.optionalWith(Schema.Literal("gpu", "cpu"), { default: () => "gpu" as const }),
   environment: Schema.optional(Schema.String),
   envUrl: Schema.optional(Schema.String),
+  // Render the tool schemas into the system prompt (TRL does); false for a model trained without them.
+  toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
   evalDataset: Schema.optional(DatasetSpec),
   sftData: Schema.optional(Schema.String),
@@ -139,8 +142,15 @@ interface Trainable {
   readonly success: (episode: Episode.EpisodeRecord<any>, reward: number) => boolean
 }
 
-const native = <S, C>(env: Environment.Environment<S, C>): Trainer.OpenSession<S, never, never> => (row) =>
-  Effect.map(Effect.orDie(Environment.episode(env, row)), Episode.fromEnvironment)
+const native = <S, C>(
+  env: Environment.Environment<S, C>,
+  toolsInPrompt: boolean
+): Trainer.OpenSession<S, never, never> =>
+(row) =>
+  Effect.map(Effect.orDie(Environment.episode(env, row)), (e) => {
+    const session = Episode.fromEnvironment(e)
+    return toolsInPrompt ? session : { ...session, toolDefinitions: [] }
+  })
 
 /**
  * What `train` and `eval` run: the registry's environment (a built-in or a module's definition), in process or on
@@ -166,7 +176,7 @@ export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable,
     const success = entry.success ?? ((_s: unknown, r: number) => r > 0)
     return {
       name: entry.name,
-      open: native(env),
+      open: native(env, spec.toolsInPrompt),
       rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
       success: (e, r) => e.state !== undefined && success(e.state, r)
     }
