@@ -65,11 +65,11 @@ export interface EvaluationResult {
  *
  * @since 0.0.0
  */
-export interface EvaluateOptions<State, E, R> {
+export interface EvaluateOptions<State, E, R, RE = never, RR = never> {
   readonly model: TrainableModel
   readonly dataset: Dataset
   readonly open: OpenSession<State, E, R>
-  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>
+  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, RE, RR>>
   readonly rewardWeights?: ReadonlyArray<number> | null
   readonly maxCompletionLength: number
   readonly maxToolCallingIterations?: number | null
@@ -139,7 +139,7 @@ const flatten = (prefix: string, row: EnvironmentRow): Record<string, number | n
  *
  * @since 0.0.0
  */
-export const evaluate = <State, E, R>(options: EvaluateOptions<State, E, R>) =>
+export const evaluate = <State, E, R, RE = never, RR = never>(options: EvaluateOptions<State, E, R, RE, RR>) =>
   Effect.gen(function*() {
     const started = Date.now()
     const G = options.numGenerations ?? 1

@@ -65,7 +65,13 @@ import type {
   TokenScores,
   TrainableModel
 } from "./internal/model.js"
-import { type OpenSession, runBatch } from "./internal/rollouts.js"
+import {
+  type OpenSession,
+  type RolloutFunc,
+  type RolloutInput,
+  runBatch,
+  type TrainerHandle
+} from "./internal/rollouts.js"
 import * as Loss from "./Loss.js"
 import * as LrSchedule from "./LrSchedule.js"
 import * as Metrics from "./Metrics.js"
@@ -81,9 +87,12 @@ export type {
   OptimizerState,
   OptimizerStateMismatch,
   OptimizerStep,
+  RolloutFunc,
+  RolloutInput,
   SequenceBatch,
   TokenScores,
-  TrainableModel
+  TrainableModel,
+  TrainerHandle
 }
 
 /**
@@ -115,14 +124,21 @@ export const gpuModel = makeGpuModel
  *
  * @since 0.0.0
  */
-export interface TrainOptions<State, E, R> {
+export interface TrainOptions<State, E, R, RE = never, RR = never> {
   /** The GRPO configuration (decoded; it is validated with `Config.resolve` before anything runs). */
   readonly config: Config.GRPOConfig
   readonly model: TrainableModel
   readonly dataset: Dataset.Dataset
   /** Opens a fresh environment session for a row (TRL's environment_factory + reset). */
   readonly open: OpenSession<State, E, R>
-  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>
+  /** Reward functions; their failures (`RE`) and requirements (`RR`) are the run's. */
+  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, RE, RR>>
+  /**
+   * TRL's `rollout_func`: the user's own episode code in place of the built-in multi-turn loop for training episodes
+   * (evaluation keeps the built-in loop). It gets the row, its prompt, `open` for the row's session, the seeded
+   * episode settings and the trainer handle, with the policy and chat renderer in context, and returns the record.
+   */
+  readonly rolloutFunc?: RolloutFunc<State, E, R>
   /** Held-out rows, evaluated with greedy decoding before training, every evalSteps and at the end. */
   readonly evalDataset?: Dataset.Dataset
   /** Whether an evaluated episode is a success (default reward > 0). */
@@ -201,7 +217,7 @@ const summaryOf = (config: Config.ResolvedGRPOConfig): Record<string, unknown> =
  *
  * @since 0.0.0
  */
-export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
+export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions<State, E, R, RE, RR>) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
@@ -362,7 +378,9 @@ export const train = <State, E, R>(options: TrainOptions<State, E, R>) =>
               enableThinking: template.enableThinking,
               chatTemplateKwargs: template.extra,
               keepModelTemplate: config.keepModelTemplate,
-              ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout })
+              ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
+              rolloutFunc: options.rolloutFunc,
+              trainer: { globalStep: step, tokenizer: model.tokenizer }
             })
             const generation = yield* prepare({
               config,

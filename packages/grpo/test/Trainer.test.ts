@@ -1,6 +1,8 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { ChatRenderer } from "@envtrain/rollout/ChatRenderer"
+import { Policy } from "@envtrain/rollout/Policy"
 import { Deferred, Effect, Fiber } from "effect"
 import * as Metrics from "../src/Metrics.js"
 import * as Trainer from "../src/Trainer.js"
@@ -107,6 +109,67 @@ describe("Trainer.train", () => {
         assert.deepStrictEqual([before.step, after.step], [0, 8])
         const [b, a] = [before.overall.meanReward ?? NaN, after.overall.meanReward ?? NaN]
         assert.isTrue(a > b + 0.5, `seed ${seed}: held-out reward ${b.toFixed(3)} -> ${a.toFixed(3)}`)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
+  // TRL's rollout_func: the user's own episode code (two model turns with a nudge between them that is context, never
+  // trained) produces the token ids, mask and logprobs; the trainer trains on them and the held-out reward rises.
+  it.scoped(
+    "a rolloutFunc's episodes train: its tokens, mask and logprobs are what GRPO learns from",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        let calls = 0
+        const twoTurns: Trainer.RolloutFunc<F.ParityState, never, never> = (input) =>
+          Effect.gen(function*() {
+            calls++
+            const renderer = yield* ChatRenderer
+            const policy = yield* Policy
+            const session = yield* input.open
+            const p = input.progress
+            p.environment = session.environment
+            p.promptIds = yield* renderer.promptIds(input.prompt, [])
+            p.messages = [...input.prompt]
+            p.promptMessageCount = input.prompt.length
+            const first = yield* policy.generate({
+              promptIds: p.promptIds,
+              sampling: { ...input.config.sampling, maxTokens: 3 }
+            })
+            p.appendModel(first.tokenIds, first.logprobs)
+            p.appendTool(renderer.tokenizer.encode(" more:"))
+            const second = yield* policy.generate({
+              promptIds: p.context(),
+              sampling: { ...input.config.sampling, maxTokens: 3, seed: (input.config.sampling.seed ?? 0) + 1 }
+            })
+            p.appendModel(second.tokenIds, second.logprobs)
+            p.turns = 2
+            p.finishReason = second.finishReason
+            p.stopReason = "no_tool_call"
+            p.state = yield* session.state
+            return p.finish()
+          })
+        const result = yield* Trainer.train({
+          config: yield* F.config({ maxSteps: 8, evalSteps: 8, outputDir: dir, seed: 1 }),
+          model: yield* F.tinyModel(1),
+          dataset: F.dataset(0, 64),
+          evalDataset: F.heldOut(1000, 1004),
+          open: F.open,
+          rolloutFunc: twoTurns,
+          rewardFunctions: [F.thirdsReward],
+          progress: false
+        })
+        // 8 steps x 8 episodes, each played by the user's function (evaluation keeps the built-in loop).
+        assert.strictEqual(calls, 64)
+        const completions = yield* fs.readFileString(path.join(dir, Metrics.files.completions))
+        assert.include(completions, " more:")
+        const [before, after] = [result.evaluations[0], result.evaluations[result.evaluations.length - 1]]
+        const [b, a] = [before.overall.meanReward ?? NaN, after.overall.meanReward ?? NaN]
+        assert.isTrue(a > b + 0.5, `held-out reward ${b.toFixed(3)} -> ${a.toFixed(3)}`)
+        const rewards = result.steps.map((s) => s.values["reward"])
+        assert.isTrue(rewards[7] > rewards[0], `training reward ${rewards.map((r) => r.toFixed(2)).join(", ")}`)
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )

@@ -68,10 +68,10 @@ const scoreRows = (
     return out
   })
 
-export const prepare = <State>(options: {
+export const prepare = <State, RE = never, RR = never>(options: {
   readonly config: ResolvedGRPOConfig
   readonly records: ReadonlyArray<EpisodeRecord<State>>
-  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>
+  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, RE, RR>>
   readonly trainerState: Reward.TrainerState
   readonly model: TrainableModel
   readonly reference: TrainableModel | undefined

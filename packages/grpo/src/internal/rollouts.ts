@@ -35,7 +35,41 @@ export interface BatchOptions<State, E, R> {
   /** Render with the model's own template even when it is not prefix-preserving (no training-template swap). */
   readonly keepModelTemplate?: boolean
   readonly episodeTimeout?: Rollout.RolloutOptions<State, E, R>["episodeTimeout"]
+  /** The user's episode code in place of the built-in loop (TRL's rollout_func). */
+  readonly rolloutFunc?: RolloutFunc<State, E, R> | undefined
+  /** What the user's episode code may read of the trainer. */
+  readonly trainer?: TrainerHandle | undefined
 }
+
+/** What a rollout function may read of the trainer. */
+export interface TrainerHandle {
+  /** The optimizer step these episodes will train (0-based: the number of steps already taken). */
+  readonly globalStep: number
+  /** The tokenizer of the model being trained. */
+  readonly tokenizer: TrainableModel["tokenizer"]
+}
+
+/** What a rollout function receives per episode. */
+export interface RolloutInput<State, E, R> extends Rollout.EpisodeInput<State> {
+  /** Opens the row's environment session (the same `open` the built-in loop uses), in the episode's Scope. */
+  readonly open: Effect.Effect<Episode.Session<State, E>, E, Scope.Scope | R>
+  /** The episode settings with this episode's seeded sampling (what the built-in loop would use). */
+  readonly config: Episode.EpisodeConfig
+  readonly trainer: TrainerHandle
+}
+
+/**
+ * TRL's `rollout_func`: the user's own episode code, run per episode instead of the built-in loop, with the trainer's
+ * policy (`Policy`) and chat renderer (`ChatRenderer`) in its context. It returns the episode's record: prompt and
+ * completion token ids, the loss mask and the sampler's logprobs (`input.progress.finish()` after filling it in).
+ */
+export type RolloutFunc<State, E, R> = (
+  input: RolloutInput<State, E, R>
+) => Effect.Effect<
+  Episode.EpisodeRecord<State>,
+  E | Episode.RunError,
+  Scope.Scope | R | Policy.Policy | ChatRenderer
+>
 
 /** The policy and renderer layers of a model. */
 export const layers = (
@@ -65,20 +99,25 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
       open: options.open,
       ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
       // Not a `function*` per episode (see docs/architecture.md, "Hot paths and the young generation").
-      episode: (input) =>
-        Effect.flatMap(options.open(input.row), (session) =>
-          Episode.run({
-            prompt: input.prompt,
-            session,
-            config: {
-              ...options.episode,
-              sampling: {
-                ...options.episode.sampling,
-                seed: mixSeed(options.seed, input.promptIndex, input.generation)
-              }
-            },
-            progress: input.progress
-          }))
+      episode: (input) => {
+        const config: Episode.EpisodeConfig = {
+          ...options.episode,
+          sampling: { ...options.episode.sampling, seed: mixSeed(options.seed, input.promptIndex, input.generation) }
+        }
+        const rolloutFunc = options.rolloutFunc
+        if (rolloutFunc !== undefined) {
+          return rolloutFunc({
+            ...input,
+            open: options.open(input.row),
+            config,
+            trainer: options.trainer ?? { globalStep: 0, tokenizer: options.model.tokenizer }
+          })
+        }
+        return Effect.flatMap(
+          options.open(input.row),
+          (session) => Episode.run({ prompt: input.prompt, session, config, progress: input.progress })
+        )
+      }
     }).pipe(Stream.runCollect)
     const sorted = Chunk.toReadonlyArray(groups).slice().sort((a, b) => a.promptIndex - b.promptIndex)
     return sorted.flatMap((g) => g.episodes.slice().sort((a, b) => a.generation - b.generation))
