@@ -30,7 +30,6 @@ import { createHash } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
-import { cachedCpuModel } from "../../examples/src/internal/cachedModel.js"
 import * as Recipe from "../../examples/src/Recipe.js"
 import * as SftData from "../../examples/src/sftData.js"
 
@@ -119,7 +118,7 @@ const startingModel = Effect.gen(function*() {
   }
   const started = Date.now()
   const base = yield* Checkpoint.makeModel(settings.preset, settings.initSeed)
-  const model = cachedCpuModel(base)
+  const model = Trainer.referenceModel(base)
   // The recipe's environment is typed loosely (any requirements); the in-process Catch needs none.
   const transcripts = yield* (SftData.collect(Recipe.catchRecipe, {
     seeds: Dataset.range(0, settings.sft.episodes),
@@ -164,7 +163,7 @@ const firstTurns = (prompts: ReadonlyArray<ReadonlyArray<number>>) => {
 const runEnvtrain = (modelDir: string, round: number) =>
   Effect.gen(function*() {
     const checkpoint = yield* Checkpoint.load(modelDir)
-    const base = cachedCpuModel(checkpoint)
+    const base = Trainer.referenceModel(checkpoint)
     const counters = { decodeSeconds: 0, trainedTokens: 0, prompts: [] as Array<Array<number>> }
     const model: Trainer.TrainableModel = {
       ...base,
@@ -257,7 +256,10 @@ const runEnvtrain = (modelDir: string, round: number) =>
       round,
       wallSeconds: (Date.now() - started) / 1000,
       steps,
-      extra: { backend: "CPU reference model (Qwen3Reference, cachedCpuModel as npm start uses), one thread" }
+      extra: {
+        backend:
+          "CPU reference model (Qwen3Reference, Trainer.referenceModel with its KV-cache reuse, as npm start uses), one thread"
+      }
     } satisfies SideRun
   })
 

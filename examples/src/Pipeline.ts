@@ -19,7 +19,6 @@ import { Gpu } from "@envtrain/gpu/Gpu"
 import { Advantage, Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"
-import { cachedCpuModel } from "./internal/cachedModel.js"
 import * as Recipe from "./Recipe.js"
 import * as SftData from "./sftData.js"
 
@@ -379,7 +378,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const trainable = (weights: Checkpoint.Model, batch: number, seq: number, temperature: number) =>
       settings.backend === "gpu"
         ? Trainer.gpuModel(weights, { batch, seq, temperature })
-        : Effect.succeed(cachedCpuModel(weights))
+        : Effect.succeed(Trainer.referenceModel(weights))
     yield* say(
       `${recipe.name}: model ${settings.model ?? `preset ${settings.preset}`} (${
         settings.backend === "gpu" ? "WebGPU" : "CPU reference"

@@ -53,9 +53,9 @@ import * as Advantage from "./Advantage.js"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
+import { cachedCpuModel } from "./internal/cachedModel.js"
 import { type MicroBatch, prepare, trainMicroBatch } from "./internal/generation.js"
 import { gpuModel as makeGpuModel, type GpuModelOptions } from "./internal/gpuModel.js"
-import { cpuModel } from "./internal/model.js"
 import type {
   ModelState,
   OptimizerState,
@@ -97,12 +97,13 @@ export type {
 
 /**
  * The plain-TypeScript Qwen3 model (`Qwen3Reference`) as a {@link TrainableModel}: exact and slow (tests, tiny
- * models on a CPU). The GPU model implements the same interface.
+ * models on a CPU). Multi-turn episodes reuse each turn's KV cache for the next (the tokens are those a fresh prefill
+ * would draw). The GPU model implements the same interface.
  *
  * @since 0.0.0
  */
 export const referenceModel: (model: Checkpoint.Model, options?: { readonly maxBatchSize?: number }) => TrainableModel =
-  cpuModel
+  cachedCpuModel
 
 /**
  * The Qwen3 model on the GPU (WebGPU/Dawn) as a {@link TrainableModel}, scoped to the device. `batch` should be

@@ -1,29 +1,35 @@
 /**
- * Glue (not in @envtrain/grpo yet): the CPU reference model with multi-turn KV-cache reuse. The episode loop asks
- * for one completion per turn with the whole conversation as the prompt; `Trainer.referenceModel` prefills that
- * prompt from scratch every turn, which makes a 10-turn Catch episode cost ~10 full prefills. Here each finished
- * generation keeps its cache, and the next request whose prompt extends it only runs the new tokens (the tool
- * result and the next turn's header). Sampling is the reference's own (`sampleToken` with
- * `samplingUniform(seed, promptLength, step)`), so the tokens are those `Qwen3Reference.generate` would draw.
+ * The CPU reference model's generation with multi-turn KV-cache reuse. The episode loop asks for one completion per
+ * turn with the whole conversation as the prompt; prefilling that prompt from scratch every turn makes a 10-turn
+ * Catch episode cost ~10 full prefills. Here each finished generation keeps its cache, and the next request whose
+ * prompt extends it only runs the new tokens (the tool result and the next turn's header). Sampling is the
+ * reference's own (`sampleToken` with `samplingUniform(seed, promptLength, step)`), so the tokens are those
+ * `Qwen3Reference.generate` would draw.
  */
 import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
-import { Trainer } from "@envtrain/grpo"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect } from "effect"
+import { cpuModel, type TrainableModel } from "./model.js"
 
 interface Entry {
   readonly tokens: Array<number>
   readonly cache: Qwen3Reference.KvCache
 }
 
-/** Most caches kept between turns (each ~1 MB for the tiny preset at 2048 positions). */
+/** Most caches kept between turns, and the memory they may hold together (a cache is ~1 MB for the tiny preset). */
 const POOL = 160
+const POOL_BYTES = 1024 ** 3
 
-export const cachedCpuModel = (model: Checkpoint.Model): Trainer.TrainableModel => {
-  const base = Trainer.referenceModel(model)
+export const cachedCpuModel = (
+  model: Checkpoint.Model,
+  options: { readonly maxBatchSize?: number } = {}
+): TrainableModel => {
+  const base = cpuModel(model, options)
   const config = model.config
   const capacity = Math.min(config.max_position_embeddings, 4096)
+  const cacheBytes = 2 * config.num_hidden_layers * config.num_key_value_heads * capacity * config.head_dim * 4
+  const poolSize = Math.max(1, Math.min(POOL, Math.floor(POOL_BYTES / cacheBytes)))
   let weights: Qwen3Reference.Weights | undefined
   let pool: Array<Entry> = []
   const stale = () => {
@@ -136,7 +142,7 @@ export const cachedCpuModel = (model: Checkpoint.Model): Trainer.TrainableModel 
     return states.map((a) => {
       // What the cache holds: the prompt and every sampled token but the last.
       pool.push({ tokens: a.context.slice(0, a.entry.cache.length), cache: a.entry.cache })
-      if (pool.length > POOL) pool.shift()
+      if (pool.length > poolSize) pool.shift()
       return { tokenIds: a.tokens, logprobs: a.logprobs, finishReason: a.finishReason }
     })
   }
