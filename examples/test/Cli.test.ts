@@ -2,6 +2,8 @@ import { Command } from "@effect/cli"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
 import * as Cli from "../src/Cli.js"
 import * as Pipeline from "../src/Pipeline.js"
 import * as Recipe from "../src/Recipe.js"
@@ -36,4 +38,14 @@ describe("example flags", () => {
         "--sft-from: skips the SFT warm-up, so --error-rate, --sft-lr would change nothing: drop them or drop --sft-from"
       )
     }))
+})
+
+describe("README", () => {
+  it("teaches the environment of examples/src/environments/echo.ts verbatim (a block that compiles and is trained)", () => {
+    const root = path.resolve(__dirname, "../..")
+    const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
+    const file = fs.readFileSync(path.join(root, "examples/src/environments/echo.ts"), "utf8")
+    assert.include(readme, "```ts\n" + file + "```\n")
+    assert.isAtMost(file.trimEnd().split("\n").length, 30)
+  })
 })

@@ -486,7 +486,14 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
         if (globalStep % config.saveSteps === 0 || last) yield* save
         if (options.onStep !== undefined) yield* options.onStep(result)
       }
-      yield* progress.done(`grpo: ${committed.globalStep}/${totalSteps} steps, output in ${outputDir}`)
+      const flatRun = Advantage.flatSteps(flatThisRun, { start: startStep })
+      const flatNote = flatRun.steps > 0 && flatRun.flat.length === flatRun.steps
+        ? ` (every step was flat: each group's rewards had zero variance, so nothing was learnt; a policy that never ` +
+          `earns a reward needs an SFT warm-up or a shaped reward, one that always does a harder task)`
+        : flatRun.flat.length > 0
+        ? ` (${flatRun.flat.length} of ${flatRun.steps} steps flat)`
+        : ""
+      yield* progress.done(`grpo: ${committed.globalStep}/${totalSteps} steps, output in ${outputDir}${flatNote}`)
       const report = yield* Report.write(
         outputDir,
         reportOptions(committed.globalStep === totalSteps ? "finished" : `stopped at step ${committed.globalStep}`)

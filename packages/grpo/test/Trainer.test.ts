@@ -5,6 +5,8 @@ import { ChatRenderer } from "@envtrain/rollout/ChatRenderer"
 import { Policy } from "@envtrain/rollout/Policy"
 import { Deferred, Effect, Fiber } from "effect"
 import * as Metrics from "../src/Metrics.js"
+import * as Progress from "../src/Progress.js"
+import * as Reward from "../src/Reward.js"
 import * as Trainer from "../src/Trainer.js"
 import * as TrainerState from "../src/TrainerState.js"
 import * as F from "./fixtures.js"
@@ -170,6 +172,28 @@ describe("Trainer.train", () => {
         assert.isTrue(a > b + 0.5, `held-out reward ${b.toFixed(3)} -> ${a.toFixed(3)}`)
         const rewards = result.steps.map((s) => s.values["reward"])
         assert.isTrue(rewards[7] > rewards[0], `training reward ${rewards.map((r) => r.toFixed(2)).join(", ")}`)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
+  it.scoped(
+    "a run in which every step was flat says so when it ends (nothing was learnt), not only in the bar",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const lines: Array<string> = []
+        yield* Trainer.train({
+          config: yield* F.config({ maxSteps: 2, outputDir: dir }),
+          model: yield* F.tinyModel(1),
+          dataset: F.dataset(0, 16),
+          open: F.open,
+          rewardFunctions: [Reward.perEpisode<F.ParityState>("zero", () => 0)],
+          progress: Progress.make({ total: 2, stream: { write: (t) => lines.push(t) } })
+        })
+        const last = lines.at(-1) ?? ""
+        assert.include(last, "grpo: 2/2 steps")
+        assert.include(last, "every step was flat: each group's rewards had zero variance, so nothing was learnt")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
