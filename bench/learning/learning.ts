@@ -196,16 +196,22 @@ const targets = (name: string, rows: ReadonlyArray<SeedRow>): Array<string> => {
       ]
     case "wordle":
     case "wordle-shaped": {
-      const inv = [detail("invalid per game", "before"), detail("invalid per game", "after")]
-      const rep = [detail("repeated per game", "before"), detail("repeated per game", "after")]
+      // The recipe's detail keys (Recipe.wordleRecipe.details).
+      const inv = [detail("invalid_per_game", "before"), detail("invalid_per_game", "after")]
+      const rep = [detail("repeated_per_game", "before"), detail("repeated_per_game", "after")]
+      // "Fewer" from none is impossible: none before and none after is reported as met, with that said.
+      const fewer = (pair: ReadonlyArray<number | null>) =>
+        (pair[1] ?? 0) < (pair[0] ?? 0) || (pair[0] === 0 && pair[1] === 0)
+      const shown = (pair: ReadonlyArray<number | null>) =>
+        `${num(pair[0])} -> ${num(pair[1])}${pair[0] === 0 && pair[1] === 0 ? ", none at the start" : ""}`
       return [
         verdict(
           gain.median >= 0.1,
           "wins >= 10 points above the SFT start at the median",
           `${pts(gain.median)} points`
         ),
-        verdict((inv[1] ?? 0) < (inv[0] ?? 0), "fewer invalid guesses (median)", `${num(inv[0])} -> ${num(inv[1])}`),
-        verdict((rep[1] ?? 0) < (rep[0] ?? 0), "fewer repeated guesses (median)", `${num(rep[0])} -> ${num(rep[1])}`),
+        verdict(fewer(inv), "fewer invalid guesses per game (median)", shown(inv)),
+        verdict(fewer(rep), "fewer repeated guesses per game (median)", shown(rep)),
         noLoss
       ]
     }

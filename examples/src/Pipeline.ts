@@ -329,7 +329,7 @@ export const writeEvalConfig = (
   evalRows: Dataset.Dataset
 ) =>
   Effect.gen(function*() {
-    if (Registry.builtins[name]?.environment === undefined) return undefined
+    if (Registry.builtin(name)?.environment === undefined) return undefined
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     // Absolute paths: the command works from any directory.

@@ -10,7 +10,8 @@
  * const remote = Recipe.catchRecipe.remote?.("http://localhost:8000") // the same tools, served
  * ```
  */
-import { Catch, Echo, Environment, MultiEnv, Remote, Sudoku, Wordle } from "@envtrain/env"
+import type { Echo } from "@envtrain/env"
+import { Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import { Reward } from "@envtrain/grpo"
 import { Data, Effect, Option } from "effect"
@@ -105,15 +106,15 @@ export const catchReadsBoard = Reward.perEpisode<Catch.State, ReadonlyArray<Chat
 
 export const catchRecipe: Recipe<Catch.State> = {
   name: "catch",
-  environment: Catch.environment,
-  remote: (url) => Remote.catchGame(url),
+  environment: Registry.builtins.catch.environment,
+  remote: Registry.builtins.catch.remote,
   prompt: () => [
     { role: "system", content: CATCH_SYSTEM },
     { role: "user", content: "Catch the ball.\n" }
   ],
   rewardFunctions: [catchReward],
   rewardVariants: { seed: [catchReward], shaped: [catchReward, catchReadsBoard] },
-  success: (s) => s.caught,
+  success: (s) => Registry.builtins.catch.success(s),
   successIsEnvironments: true,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,
@@ -178,8 +179,8 @@ const repeats = (guesses: ReadonlyArray<string>) => guesses.length - new Set(gue
 
 export const wordleRecipe: Recipe<Wordle.State> = {
   name: "wordle",
-  environment: Wordle.environment,
-  remote: (url) => Remote.wordle(url),
+  environment: Registry.builtins.wordle.environment,
+  remote: Registry.builtins.wordle.remote,
   prompt: () => [{ role: "user", content: WORDLE_USER }],
   rewardFunctions: wordleRewards,
   rewardVariants: { seed: wordleRewards, shaped: wordleShapedRewards },
@@ -224,8 +225,8 @@ export const sudokuRewards = [
 
 export const sudokuRecipe: Recipe<Sudoku.State> = {
   name: "sudoku",
-  environment: Sudoku.environment,
-  remote: (url) => Remote.sudoku(url),
+  environment: Registry.builtins.sudoku.environment,
+  remote: Registry.builtins.sudoku.remote,
   prompt: () => [
     { role: "system", content: SUDOKU_SYSTEM },
     { role: "user", content: "Play Sudoku like an expert.\n" }
@@ -270,8 +271,8 @@ const echoPlayer: Player = ({ errorRate, seed }) => (episode) =>
 
 export const echoRecipe: Recipe<Echo.State> = {
   name: "echo",
-  environment: Echo.environment,
-  remote: (url) => Remote.echo(url),
+  environment: Registry.builtins.echo.environment,
+  remote: Registry.builtins.echo.remote,
   prompt: (row) => [{ role: "user", content: ECHO_PROMPTS[Number(row.seed ?? 0) % ECHO_PROMPTS.length] }],
   rewardFunctions: [echoReward],
   // A success echoes the whole requested phrase (the reward is its length).
@@ -295,7 +296,7 @@ const isCatchRow = (seed: number) => seed % 2 === 1
 
 export const multiRecipe: Recipe<MultiState> = {
   name: "multi-env",
-  environment: multi({ wordle: Wordle.environment, catch: Catch.environment }),
+  environment: multi({ wordle: Registry.builtins.wordle.environment, catch: Registry.builtins.catch.environment }),
   // One server per environment (`--wordle-url`, `--catch-url`), as the seed's script takes them.
   remotes: {
     names: ["wordle", "catch"],
@@ -303,10 +304,10 @@ export const multiRecipe: Recipe<MultiState> = {
       multi({
         wordle: urls.wordle === undefined
           ? Wordle.environment
-          : Remote.wordle(urls.wordle) as unknown as typeof Wordle.environment,
+          : Registry.builtins.wordle.remote(urls.wordle) as unknown as typeof Wordle.environment,
         catch: urls.catch === undefined
           ? Catch.environment
-          : Remote.catchGame(urls.catch) as unknown as typeof Catch.environment
+          : Registry.builtins.catch.remote(urls.catch) as unknown as typeof Catch.environment
       })
   },
   columns: (seed) => ({ env: isCatchRow(seed) ? "catch" : "wordle" }),

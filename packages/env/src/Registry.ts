@@ -30,19 +30,19 @@ import * as Sudoku from "./Sudoku.js"
 import * as Wordle from "./Wordle.js"
 
 /** One registered environment: what each command needs of it. */
-export interface Entry {
+export interface Entry<State = any> {
   readonly name: string
   readonly description: string
   /** The in-process environment (absent for a wire-only entry such as `echo-mcp`). */
-  readonly environment?: Environment.Environment<any, any> | undefined
+  readonly environment?: Environment.Environment<State, any> | undefined
   /** What `envtrain serve` serves. */
   readonly openEnv: OpenEnvDefinition
   /** The same tools played on a server at `url` (absent when there is no typed client). */
-  readonly remote?: ((url: string) => Environment.Environment<any, any>) | undefined
+  readonly remote?: ((url: string) => Environment.Environment<State, any>) | undefined
   /** The environment's own reward of a finished episode's state (`null` = unscoreable). */
-  readonly reward?: ((state: any) => number | null) | undefined
+  readonly reward?: ((state: State) => number | null) | undefined
   /** Held-out success of a finished episode. */
-  readonly success?: ((state: any, reward: number) => boolean) | undefined
+  readonly success?: ((state: State, reward: number) => boolean) | undefined
   /** Where it came from: `built-in`, or the module path. */
   readonly source: string
 }
@@ -61,7 +61,7 @@ const sudokuReward = (s: Sudoku.State) =>
   s.correct_reward + s.valid_move_reward + s.empty_cell_reward + s.repetition_reward + s.progress_reward
 
 /** The built-in environments by name. */
-export const builtins: Readonly<Record<string, Entry>> = {
+export const builtins = {
   catch: {
     name: "catch",
     description: Catch.environment.description,
@@ -71,7 +71,7 @@ export const builtins: Readonly<Record<string, Entry>> = {
     reward: Catch.reward,
     success: (s: Catch.State) => s.caught,
     source: "built-in"
-  },
+  } satisfies Entry<Catch.State>,
   echo: {
     name: "echo",
     description: Echo.environment.description,
@@ -81,13 +81,13 @@ export const builtins: Readonly<Record<string, Entry>> = {
     reward: (s: Echo.State) => s.reward,
     success: (_s, reward) => reward > 0,
     source: "built-in"
-  },
+  } satisfies Entry<Echo.State>,
   "echo-mcp": {
     name: "echo-mcp",
     description: "OpenEnv's current echo_env (pure MCP: echo_message, echo_with_length); served only",
     openEnv: Echo.openEnvMcp,
     source: "built-in"
-  },
+  } satisfies Entry<unknown>,
   sudoku: {
     name: "sudoku",
     description: Sudoku.environment.description,
@@ -97,7 +97,7 @@ export const builtins: Readonly<Record<string, Entry>> = {
     reward: sudokuReward,
     success: (s: Sudoku.State) => s.won,
     source: "built-in"
-  },
+  } satisfies Entry<Sudoku.State>,
   wordle: {
     name: "wordle",
     description: Wordle.environment.description,
@@ -107,8 +107,11 @@ export const builtins: Readonly<Record<string, Entry>> = {
     reward: (s: Wordle.State) => s.reward,
     success: (s: Wordle.State) => s.won,
     source: "built-in"
-  }
-}
+  } satisfies Entry<Wordle.State>
+} as const satisfies Readonly<Record<string, Entry>>
+
+/** The built-in of that name, if there is one. */
+export const builtin = (name: string): Entry | undefined => (builtins as Readonly<Record<string, Entry>>)[name]
 
 /** A definition as a registry entry. */
 export const fromDefinition = (definition: Definition.Definition, source: string): Entry => ({
@@ -152,8 +155,8 @@ const definitionIn = (spec: string, module: Readonly<Record<string, unknown>>) =
  * modules load when the process runs under tsx (as the `envtrain` binary does).
  */
 export const load = (spec: string): Effect.Effect<Entry, UnknownEnvironment> => {
-  const builtin = builtins[spec]
-  if (builtin !== undefined) return Effect.succeed(builtin)
+  const known = builtin(spec)
+  if (known !== undefined) return Effect.succeed(known)
   if (!isModulePath(spec)) {
     return Effect.fail(new UnknownEnvironment({ spec, problem: `no built-in has that name: ${usage()}` }))
   }

@@ -7,6 +7,8 @@
  * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
+ * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
+ * #   environment: { wordle: wordle, catch: catch }   envUrl: { catch: http://127.0.0.1:8001 }
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
@@ -31,7 +33,7 @@
  */
 import { Args, Command } from "@effect/cli"
 import { FileSystem, Path } from "@effect/platform"
-import { Environment, Registry } from "@envtrain/env"
+import { Environment, MultiEnv, Registry } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Gpu } from "@envtrain/gpu/Gpu"
 import * as Episode from "@envtrain/rollout/Episode"
@@ -60,8 +62,11 @@ const DatasetSpec = Schema.Union(
 export const RunSpec = Schema.Struct({
   model: Schema.String,
   backend: Schema.optionalWith(Schema.Literal("gpu", "cpu"), { default: () => "gpu" as const }),
-  environment: Schema.optional(Schema.String),
-  envUrl: Schema.optional(Schema.String),
+  environment: Schema.optional(
+    Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))
+  ),
+  envUrl: Schema.optional(Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))),
+  routeColumn: Schema.optionalWith(Schema.String, { default: () => "env" }),
   // Render the tool schemas into the system prompt (TRL does); false for a model trained without them.
   toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
@@ -160,25 +165,96 @@ const native = <S, C>(
  */
 export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
-    if (spec.environment === undefined) {
+    const environment = spec.environment
+    if (environment === undefined) {
       return yield* new CommandFileError({
         path,
         problem: `set environment: a built-in (${Object.keys(Registry.builtins).join(", ")}) or ./my-env.ts`
       })
     }
     const problem = (e: Registry.UnknownEnvironment) => new CommandFileError({ path, problem: e.message })
-    const entry = yield* Effect.mapError(Registry.load(spec.environment), problem)
-    const env = yield* Effect.mapError(Registry.environmentOf(entry, spec.envUrl), problem)
-    const reward = entry.reward
-    if (reward === undefined) {
-      return yield* new CommandFileError({ path, problem: `environment '${entry.name}' defines no reward` })
+    const scored = (entry: Registry.Entry) =>
+      entry.reward === undefined
+        ? Effect.fail(new CommandFileError({ path, problem: `environment '${entry.name}' defines no reward` }))
+        : Effect.succeed({ reward: entry.reward, success: entry.success ?? ((_s: unknown, r: number) => r > 0) })
+    if (typeof environment === "string") {
+      if (spec.envUrl !== undefined && typeof spec.envUrl !== "string") {
+        return yield* new CommandFileError({
+          path,
+          problem: "envUrl is a mapping, but environment is one name: give envUrl as one URL, or environment as a " +
+            "mapping of names to environments"
+        })
+      }
+      const entry = yield* Effect.mapError(Registry.load(environment), problem)
+      const env = yield* Effect.mapError(Registry.environmentOf(entry, spec.envUrl), problem)
+      const { reward, success } = yield* scored(entry)
+      return {
+        name: entry.name,
+        open: native(env, spec.toolsInPrompt),
+        rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
+        success: (e, r) => e.state !== undefined && success(e.state, r)
+      }
     }
-    const success = entry.success ?? ((_s: unknown, r: number) => r > 0)
+    return yield* routed(path, spec, environment, problem, scored)
+  })
+
+/** Several environments routed per row by a dataset column, each scored by its own reward (null elsewhere). */
+const routed = (
+  path: string,
+  spec: RunSpec,
+  environments: Readonly<Record<string, string>>,
+  problem: (e: Registry.UnknownEnvironment) => CommandFileError,
+  scored: (entry: Registry.Entry) => Effect.Effect<
+    { readonly reward: (s: any) => number | null; readonly success: (s: any, r: number) => boolean },
+    CommandFileError
+  >
+): Effect.Effect<Trainable, CommandFileError> =>
+  Effect.gen(function*() {
+    const names = Object.keys(environments)
+    if (names.length === 0) {
+      return yield* new CommandFileError({ path, problem: "environment is an empty mapping: name at least one" })
+    }
+    const urls = typeof spec.envUrl === "string" ? undefined : spec.envUrl ?? {}
+    if (urls === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: "environment is a mapping but envUrl is one URL: a server serves one environment, so give envUrl " +
+          `as a mapping of the names (${names.join(", ")}) to URLs`
+      })
+    }
+    const unknownUrls = Object.keys(urls).filter((k) => !names.includes(k))
+    if (unknownUrls.length > 0) {
+      return yield* new CommandFileError({
+        path,
+        problem: `envUrl names ${unknownUrls.join(", ")}, which environment does not (it has ${names.join(", ")})`
+      })
+    }
+    const envs: Record<string, Environment.Environment<any, any>> = {}
+    const scoring: Record<string, { reward: (s: any) => number | null; success: (s: any, r: number) => boolean }> = {}
+    for (const name of names) {
+      const entry = yield* Effect.mapError(Registry.load(environments[name]), problem)
+      envs[name] = yield* Effect.mapError(Registry.environmentOf(entry, urls[name]), problem)
+      scoring[name] = yield* scored(entry)
+    }
+    const router = yield* Effect.try({
+      try: () => MultiEnv.make({ name: "multi-env", column: spec.routeColumn, default: names[0], environments: envs }),
+      catch: (e) => new CommandFileError({ path, problem: e instanceof Error ? e.message : String(e) })
+    })
+    type Routed = { readonly active: string; readonly state: unknown }
     return {
-      name: entry.name,
-      open: native(env, spec.toolsInPrompt),
-      rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
-      success: (e, r) => e.state !== undefined && success(e.state, r)
+      name: "multi-env",
+      open: native(router, spec.toolsInPrompt),
+      rewards: names.map((name) =>
+        Reward.fromEnvironment(
+          name,
+          (s: unknown): s is Routed => (s as Routed).active === name,
+          (s: Routed) => scoring[name].reward(s.state)
+        )
+      ),
+      success: (e, r) => {
+        const s = e.state as Routed | undefined
+        return s !== undefined && scoring[s.active] !== undefined && scoring[s.active].success(s.state, r)
+      }
     }
   })
 

@@ -2,6 +2,7 @@ import { Command } from "@effect/cli"
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { Registry, Server } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Cause, Effect, Exit } from "effect"
 import * as Metrics from "../src/Metrics.js"
@@ -104,6 +105,66 @@ describe("TrainCommands", () => {
           "exports no environment definition"
         )
         assert.include(yield* problemWith("echo-mcp"), "no in-process environment to train")
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
+  it.scoped(
+    "several environments routed by a dataset column, one served by URL: each scored by its own reward",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = path.join(dir, "model")
+        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const envModule = path.resolve(__dirname, "../../../examples/src/environments/echo.ts")
+        const served = yield* Registry.load(envModule)
+        let made = 0
+        const server = yield* Server.serve({
+          ...served.openEnv,
+          make: Effect.tap(served.openEnv.make, () => Effect.sync(() => made++))
+        }, { port: 0 })
+        const rows = Array.from({ length: 4 }, (_, i) =>
+          JSON.stringify({
+            prompt: [{ role: "user", content: i % 2 === 0 ? "Catch the ball." : "Say something." }],
+            game: i % 2 === 0 ? "catch" : "echo",
+            seed: i
+          }))
+        yield* fs.writeFileString(path.join(dir, "rows.jsonl"), rows.join("\n") + "\n")
+        const file = path.join(dir, "multi.yaml")
+        const config = (extra: ReadonlyArray<string>) =>
+          fs.writeFileString(
+            file,
+            [
+              `model: ${model}`,
+              "backend: cpu",
+              `environment: { catch: catch, echo: ${JSON.stringify(envModule)} }`,
+              "routeColumn: game",
+              `dataset: ${JSON.stringify(path.join(dir, "rows.jsonl"))}`,
+              `output_dir: ${path.join(dir, "out")}`,
+              "num_generations: 2",
+              "perDeviceTrainBatchSize: 4",
+              "maxCompletionLength: 8",
+              "maxSteps: 1",
+              "loggingSteps: 1",
+              "shuffle_dataset: false",
+              ...extra
+            ].join("\n") + "\n"
+          )
+        yield* config([`envUrl: { echo: ${server.url} }`])
+        yield* TrainCommands.runTrain(file, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
+        assert.isTrue("rewards/catch/mean" in metrics[0], Object.keys(metrics[0]).join())
+        assert.isTrue("rewards/echo/mean" in metrics[0], Object.keys(metrics[0]).join())
+        // The echo episodes were played on the server: it made their sessions.
+        assert.isAtLeast(made, 2)
+        yield* config(["envUrl: http://127.0.0.1:1"])
+        const wrong = yield* Effect.flip(TrainCommands.runTrain(file, []))
+        assert.include(wrong.message, "a server serves one environment")
+        yield* config(["envUrl: { wordle: http://127.0.0.1:1 }"])
+        const unknown = yield* Effect.flip(TrainCommands.runTrain(file, []))
+        assert.include(unknown.message, "envUrl names wordle, which environment does not")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
