@@ -22,7 +22,7 @@ import { NodeContext } from "@effect/platform-node"
 import { Catch, Environment } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Config, Dataset, SftTrainer, Trainer } from "@envtrain/grpo"
+import { Config, Dataset, Recipe, SftData, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Effect } from "effect"
 import { spawnSync } from "node:child_process"
@@ -30,8 +30,6 @@ import { createHash } from "node:crypto"
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
-import * as Recipe from "../../examples/src/Recipe.js"
-import * as SftData from "../../examples/src/sftData.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))

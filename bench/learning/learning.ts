@@ -12,11 +12,11 @@
 // bench/results/experiments/, never over the example's own result). `--smoke` runs each seed at a few steps' size to
 // check the bench works: it prints the table and saves nothing under bench/results.
 import { Command as Process, FileSystem } from "@effect/platform"
+import { Recipe } from "@envtrain/grpo"
 import { Main } from "@envtrain/harness"
 import { Effect } from "effect"
 import * as os from "node:os"
 import * as Pipeline from "../../examples/src/Pipeline.js"
-import * as Recipe from "../../examples/src/Recipe.js"
 import * as Sizes from "../../examples/src/Sizes.js"
 
 const examples: Record<string, { readonly recipe: Recipe.Recipe<any>; readonly settings: Pipeline.Settings }> = {

@@ -9,9 +9,9 @@
  * ```
  */
 import { Command, Options } from "@effect/cli"
+import type { Recipe } from "@envtrain/grpo"
 import { Data, Effect, Option } from "effect"
 import * as Pipeline from "./Pipeline.js"
-import type { Recipe } from "./Recipe.js"
 
 const int = (name: string, description: string) =>
   Options.integer(name).pipe(Options.withDescription(description), Options.optional)
@@ -76,7 +76,7 @@ type Parsed =
   }
 
 /** The flags of one recipe: the shared ones, `--rewards` if it has reward sets, `--<name>-url` per environment. */
-const flagsOf = <State>(recipe: Recipe<State>) => {
+const flagsOf = <State>(recipe: Recipe.Recipe<State>) => {
   const sets = Object.keys(recipe.rewardVariants ?? {})
   const rewards: Options.Options<Option.Option<string>> = sets.length === 0
     ? Options.map(Options.none, () => Option.none())
@@ -199,7 +199,7 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
 }
 
 /** The example as a command: `tsx examples/src/<name>.ts [flags]`. */
-export const command = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>
+export const command = <State>(recipe: Recipe.Recipe<State>, defaults: Pipeline.Settings, description: string) =>
   Command.make(
     recipe.name,
     flagsOf(recipe),
@@ -208,7 +208,7 @@ export const command = <State>(recipe: Recipe<State>, defaults: Pipeline.Setting
   ).pipe(Command.withDescription(description))
 
 /** Parses `process.argv` and runs the example. */
-export const main = <State>(recipe: Recipe<State>, defaults: Pipeline.Settings, description: string) =>
+export const main = <State>(recipe: Recipe.Recipe<State>, defaults: Pipeline.Settings, description: string) =>
   Effect.suspend(() =>
     Command.run(command(recipe, defaults, description), { name: recipe.name, version: "0.0.0" })(process.argv)
   )

@@ -12,15 +12,12 @@
  * ```
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Environment, Registry } from "@envtrain/env"
-import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
+import { Environment } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Gpu } from "@envtrain/gpu/Gpu"
-import { Advantage, Config, Dataset, Evaluation, Report, SftTrainer, Trainer } from "@envtrain/grpo"
+import { Advantage, Config, Dataset, Evaluation, Recipe, Report, SftData, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"
-import * as Recipe from "./Recipe.js"
-import * as SftData from "./sftData.js"
 
 /** Every knob of a run (the programs' flags). */
 export interface Settings {
@@ -306,45 +303,39 @@ const toolSchemaTokens = (checkpoint: Checkpoint.Model, transcripts: ReadonlyArr
     return Math.max(0, withTools.ids.length - without.ids.length)
   })
 
-/** The dataset rows of a recipe for some episode seeds: its prompt and columns per seed. */
-export const rowsOf = <State>(recipe: Recipe.Recipe<State>, seeds: ReadonlyArray<number>): Dataset.Dataset =>
-  Dataset.fromRows(
-    seeds.map((seed) => {
-      const columns = { seed, ...recipe.columns?.(seed) }
-      return { prompt: recipe.prompt(columns) as ReadonlyArray<ChatMessage>, ...columns }
-    }),
-    recipe.name
-  )
-
 /**
- * Writes `reeval.yaml` and its held-out rows (`eval-rows.jsonl`, the very prompts and columns the run evaluated) and
- * returns the `envtrain eval` command that re-evaluates the checkpoint with them. Recipes whose environment is not
- * in the registry (the multi-environment router) have none yet.
+ * Writes `reeval.yaml` and returns the `envtrain eval` command that re-evaluates the checkpoint as the run did: the
+ * same recipe and reward set (so the same prompts, rewards and success rule), the same held-out seeds, served
+ * environments and budget.
  */
 export const writeEvalConfig = (
-  name: string,
+  recipeName: string,
   settings: Settings,
   outputDir: string,
   checkpoint: string,
-  evalRows: Dataset.Dataset
+  heldOut: ReadonlyArray<number>
 ) =>
   Effect.gen(function*() {
-    if (Registry.builtin(name)?.environment === undefined) return undefined
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     // Absolute paths: the command works from any directory.
     const dir = path.resolve(outputDir)
-    const rowsFile = path.join(dir, "eval-rows.jsonl")
-    yield* fs.writeFileString(rowsFile, evalRows.rows.map((row) => JSON.stringify(row)).join("\n") + "\n")
     const file = path.join(dir, "reeval.yaml")
+    const first = heldOut[0] ?? 0
+    const servers = settings.envUrl !== undefined
+      ? [`envUrl: ${JSON.stringify(settings.envUrl)}`]
+      : settings.envUrls !== undefined
+      ? [`envUrl: ${JSON.stringify(settings.envUrls)}`]
+      : []
     const lines = [
-      `# Written by the ${name} example: \`envtrain eval\` of its checkpoint on the same held-out rows.`,
+      `# Written by the ${recipeName} example: \`envtrain eval\` of its checkpoint on the same held-out seeds.`,
       `model: ${JSON.stringify(path.resolve(checkpoint))}`,
       `backend: ${settings.backend}`,
-      `environment: ${name}`,
-      ...(settings.envUrl === undefined ? [] : [`envUrl: ${JSON.stringify(settings.envUrl)}`]),
+      `recipe: ${recipeName}`,
+      ...(settings.rewards === undefined ? [] : [`rewards: ${settings.rewards}`]),
+      ...servers,
       `toolsInPrompt: ${settings.toolsInPrompt}`,
-      `evalDataset: ${JSON.stringify(rowsFile)}`,
+      `evalDataset: { seeds: [${first}, ${first + heldOut.length}] }`,
       `max_completion_length: ${settings.grpo.maxCompletionLength}`,
       `seed: ${settings.seed}`,
       `output_dir: ${JSON.stringify(path.join(dir, "reeval"))}`
@@ -412,7 +403,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
           return toolDefinitions ? session : { ...session, toolDefinitions: [] }
         })
       )
-    const rows = (seedsOfRows: ReadonlyArray<number>) => rowsOf(recipe, seedsOfRows)
+    const rows = (seedsOfRows: ReadonlyArray<number>) => Recipe.rows(recipe, seedsOfRows)
     const evalRows = rows(seeds.heldOut)
     const trainRows = rows(Dataset.range(seeds.grpo.from, seeds.grpo.to))
     const grpoConfig = yield* Config.fromSources({
@@ -493,13 +484,9 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       status: `finished: success ${before.successRate ?? "-"} -> ${after.successRate ?? "-"} on ${before.episodes} ` +
         `held-out episodes (solver ${solver.successRate})`
     })
-    // The CLI scores with the environment's own reward and success rule: only a recipe scored the same way gets a
-    // command that reproduces its numbers.
-    const scoredAsCli = recipe.successIsEnvironments === true &&
-      recipe.rewardFunctions.map((r) => r.name).join() === recipe.name
-    const evalCommand = trained.checkpoint === undefined || !scoredAsCli
+    const evalCommand = trained.checkpoint === undefined
       ? undefined
-      : yield* writeEvalConfig(recipe.name, settings, outputDir, trained.checkpoint, evalRows)
+      : yield* writeEvalConfig(recipe.name, settings, outputDir, trained.checkpoint, seeds.heldOut)
     const result: RunResult = {
       example: recipe.name,
       outputDir,
@@ -524,11 +511,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
         (flatSteps.flat.length === 0 ? "" : ` (steps ${Report.formatSteps(flatSteps.flat)})`)
     )
     yield* say(`report: ${report}\neval: ${path.join(outputDir, "eval.json")}\ncheckpoint: ${trained.checkpoint}`)
-    yield* say(
-      evalCommand === undefined
-        ? `no envtrain eval command: the ${recipe.name} recipe's rewards or success rule are its own, not the environment's`
-        : `re-evaluate the checkpoint from the CLI: ${evalCommand}`
-    )
+    if (evalCommand !== undefined) yield* say(`re-evaluate the checkpoint from the CLI: ${evalCommand}`)
     yield* say(
       `time: SFT ${sftSeconds.toFixed(0)} s, GRPO ${grpoSeconds.toFixed(0)} s, total ${
         result.seconds.total.toFixed(0)

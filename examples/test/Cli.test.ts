@@ -1,12 +1,12 @@
 import { Command } from "@effect/cli"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { Recipe } from "@envtrain/grpo"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import * as Cli from "../src/Cli.js"
 import * as Pipeline from "../src/Pipeline.js"
-import * as Recipe from "../src/Recipe.js"
 
 // Each bad flag is refused before anything runs (no model, no data): the message names the flag and the fix.
 const refusal = (args: ReadonlyArray<string>) =>

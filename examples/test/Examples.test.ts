@@ -2,18 +2,17 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
-import { Dataset, type Evaluation, SftTrainer, TrainCommands } from "@envtrain/grpo"
+import { Dataset, type Evaluation, Recipe, SftData, SftTrainer, TrainCommands } from "@envtrain/grpo"
 import { Effect } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
-import * as Recipe from "../src/Recipe.js"
-import * as SftData from "../src/sftData.js"
 
 /** A few steps at tiny sizes: the point is that every stage runs and writes what it should. */
 const tinySettings = (out: string): Pipeline.Settings => ({
   ...Pipeline.defaults,
   out,
   verbose: false,
-  sft: { episodes: 2, errorRate: 0.2, epochs: 1, learningRate: 1e-2, batchSize: 2, maxLength: 160 },
+  // Long enough for every recipe's first assistant turn (Sudoku's prompt holds the whole grid: ~550 tokens).
+  sft: { episodes: 2, errorRate: 0.2, epochs: 1, learningRate: 1e-2, batchSize: 2, maxLength: 640 },
   grpo: { steps: 1, learningRate: 1e-3, numGenerations: 2, prompts: 1, maxCompletionLength: 24, temperature: 1 },
   evalEpisodes: 2
 })
@@ -100,9 +99,7 @@ describe("examples", () => {
           yield* checkOutputs(dir, result)
           // The solver is the ceiling: it wins every held-out Catch and Echo episode.
           if (recipe.name === "catch" || recipe.name === "echo") assert.strictEqual(result.solver.successRate, 1)
-          // Only Catch is scored by its environment's own reward and success rule (what `envtrain eval` uses).
-          if (recipe.name === "catch") yield* checkEvalCommand(result)
-          else assert.isUndefined(result.evalCommand)
+          yield* checkEvalCommand(result)
         }).pipe(Effect.provide(NodeContext.layer)),
       180_000
     )
@@ -140,7 +137,11 @@ describe("Pipeline.run with a whole-episode SFT pass", () => {
         const path = yield* Path.Path
         const dir = yield* fs.makeTempDirectoryScoped()
         const base = tinySettings(dir)
-        yield* Pipeline.run(Recipe.catchRecipe, { ...base, sft: { ...base.sft, whole: { epochs: 1, batchSize: 2 } } })
+        // Catch's first assistant turn starts ~80 tokens in: a 160-token cut keeps it and drops the later turns.
+        yield* Pipeline.run(Recipe.catchRecipe, {
+          ...base,
+          sft: { ...base.sft, maxLength: 160, whole: { epochs: 1, batchSize: 2 } }
+        })
         const steps = (name: string) =>
           Effect.map(
             fs.readFileString(path.join(dir, name, "metrics.jsonl")),

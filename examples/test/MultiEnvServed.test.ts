@@ -6,10 +6,10 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Environment, Server, Wordle } from "@envtrain/env"
 import type { OpenEnv } from "@envtrain/env"
+import { Recipe } from "@envtrain/grpo"
 import { Effect } from "effect"
 import * as Cli from "../src/Cli.js"
 import * as Pipeline from "../src/Pipeline.js"
-import * as Recipe from "../src/Recipe.js"
 
 /** A definition that counts the instances its server makes (one per session). */
 const counted = (definition: OpenEnv.OpenEnvDefinition) => {

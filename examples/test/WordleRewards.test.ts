@@ -1,10 +1,9 @@
 // The Wordle example's rewards, on real games (the secret pinned): the seed's set by default, the shaped set by name.
 import { assert, describe, it } from "@effect/vitest"
 import { Environment, Wordle } from "@envtrain/env"
-import type { Reward } from "@envtrain/grpo"
+import { Recipe, type Reward } from "@envtrain/grpo"
 import { Effect } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
-import * as Recipe from "../src/Recipe.js"
 
 /** Plays the guesses (each wrapped as `[word]`) against the secret "jewel" and returns the final reward state. */
 const play = (...guesses: ReadonlyArray<string>) =>

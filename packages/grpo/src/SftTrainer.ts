@@ -207,7 +207,7 @@ const untrainableProblem = (
   const where = starts.length === 0
     ? ""
     : ` their first assistant token is at position ${starts[0]}` +
-      (starts.length > 1 ? `-${starts[starts.length - 1]}` : "") +
+      (starts[starts.length - 1] > starts[0] ? `-${starts[starts.length - 1]}` : "") +
       ` of the rendered sequence, past maxLength ${maxLength ?? "(none)"}`
   return `${untrainable.length} of ${total} transcripts have no assistant token to train on:${where}${
     noTurn > 0 ? `${where === "" ? "" : ";"} ${noTurn} have no assistant turn at all` : ""

@@ -7,6 +7,8 @@
  * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
+ * recipe: wordle                # instead of environment: a built-in recipe (environment, prompts, rewards, success)
+ * rewards: shaped               # the recipe's named reward set
  * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
  * #   environment: { wordle: wordle, catch: catch }   envUrl: { catch: http://127.0.0.1:8001 }
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
@@ -41,6 +43,7 @@ import { Console, Data, Effect, Schema } from "effect"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
+import * as Recipe from "./Recipe.js"
 import * as Reward from "./Reward.js"
 import * as SftTrainer from "./SftTrainer.js"
 import * as Trainer from "./Trainer.js"
@@ -49,7 +52,8 @@ const DatasetSpec = Schema.Union(
   Schema.String,
   Schema.Struct({
     seeds: Schema.Tuple(Schema.Int, Schema.Int),
-    prompt: Schema.String,
+    // Optional with a recipe, which gives each seed's prompt and columns.
+    prompt: Schema.optional(Schema.String),
     columns: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
   })
 )
@@ -67,6 +71,10 @@ export const RunSpec = Schema.Struct({
   ),
   envUrl: Schema.optional(Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))),
   routeColumn: Schema.optionalWith(Schema.String, { default: () => "env" }),
+  // A built-in recipe (catch | wordle | sudoku | echo | multi-env): its environment, prompts, rewards and success.
+  recipe: Schema.optional(Schema.String),
+  // The recipe's named reward set (e.g. wordle's seed | shaped).
+  rewards: Schema.optional(Schema.String),
   // Render the tool schemas into the system prompt (TRL does); false for a model trained without them.
   toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
@@ -130,15 +138,30 @@ export const loadFile = Effect.fn("TrainCommands.loadFile")(function*(path: stri
   return { spec, config }
 })
 
-const datasetOf = (spec: typeof DatasetSpec.Type, label: string) =>
-  typeof spec === "string"
-    ? Dataset.fromJsonl(spec)
-    : Effect.succeed(Dataset.fromSeeds({
+const datasetOf = (path: string, run: RunSpec, spec: typeof DatasetSpec.Type, label: string) =>
+  Effect.gen(function*() {
+    if (typeof spec === "string") return yield* Dataset.fromJsonl(spec)
+    const seeds = Dataset.range(spec.seeds[0], spec.seeds[1])
+    const recipe = run.recipe === undefined ? undefined : Recipe.builtins[run.recipe]
+    if (recipe !== undefined) {
+      if (spec.prompt !== undefined || spec.columns !== undefined) {
+        return yield* new CommandFileError({
+          path,
+          problem: `${label}: the recipe ${recipe.name} gives each seed's prompt and columns: drop prompt and columns`
+        })
+      }
+      return Recipe.rows(recipe, seeds)
+    }
+    if (spec.prompt === undefined) {
+      return yield* new CommandFileError({ path, problem: `${label}: give prompt (or a recipe, which gives it)` })
+    }
+    return Dataset.fromSeeds({
       prompt: [{ role: "user", content: spec.prompt }],
-      seeds: Dataset.range(spec.seeds[0], spec.seeds[1]),
+      seeds,
       ...(spec.columns === undefined ? {} : { columns: spec.columns }),
       name: label
-    }))
+    })
+  })
 
 interface Trainable {
   readonly name: string
@@ -165,6 +188,10 @@ const native = <S, C>(
  */
 export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
+    if (spec.recipe !== undefined) return yield* fromRecipe(path, spec, spec.recipe)
+    if (spec.rewards !== undefined) {
+      return yield* new CommandFileError({ path, problem: "rewards names a recipe's reward set: set recipe too" })
+    }
     const environment = spec.environment
     if (environment === undefined) {
       return yield* new CommandFileError({
@@ -196,6 +223,47 @@ export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable,
       }
     }
     return yield* routed(path, spec, environment, problem, scored)
+  })
+
+/** A built-in recipe: its environment (or its remote at envUrl), reward set and success rule. */
+const fromRecipe = (path: string, spec: RunSpec, name: string): Effect.Effect<Trainable, CommandFileError> =>
+  Effect.gen(function*() {
+    const chosen = Recipe.builtins[name]
+    if (chosen === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `no recipe named '${name}': choose one of ${Object.keys(Recipe.builtins).join(", ")}`
+      })
+    }
+    if (spec.environment !== undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `the recipe ${name} gives the environment: drop environment (envUrl plays the recipe's on a server)`
+      })
+    }
+    const problem = (e: Recipe.RecipeError) =>
+      new CommandFileError({
+        path,
+        problem: e.message.replace(/--(\w+)-url/g, "envUrl.$1").replace("--env-url", "envUrl")
+      })
+    const recipe = yield* Effect.mapError(Recipe.withRewards(chosen, spec.rewards), problem)
+    const env = yield* Effect.mapError(
+      Recipe.environmentOf(
+        recipe,
+        spec.envUrl === undefined
+          ? {}
+          : typeof spec.envUrl === "string"
+          ? { envUrl: spec.envUrl }
+          : { envUrls: spec.envUrl }
+      ),
+      problem
+    )
+    return {
+      name: recipe.name,
+      open: native(env, spec.toolsInPrompt),
+      rewards: recipe.rewardFunctions,
+      success: (e, _r) => e.state !== undefined && recipe.success(e.state)
+    }
   })
 
 /** Several environments routed per row by a dataset column, each scored by its own reward (null elsewhere). */
@@ -286,8 +354,10 @@ export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string,
   const { config, spec } = yield* loadFile(path, overrides)
   const env = yield* trainable(path, spec)
   if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
-  const dataset = yield* datasetOf(spec.dataset, "dataset")
-  const evalDataset = spec.evalDataset === undefined ? undefined : yield* datasetOf(spec.evalDataset, "evalDataset")
+  const dataset = yield* datasetOf(path, spec, spec.dataset, "dataset")
+  const evalDataset = spec.evalDataset === undefined
+    ? undefined
+    : yield* datasetOf(path, spec, spec.evalDataset, "evalDataset")
   const p = yield* Path.Path
   return yield* withDevice(
     spec,
@@ -339,7 +409,7 @@ export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, o
   const env = yield* trainable(path, spec)
   const source = spec.evalDataset ?? spec.dataset
   if (source === undefined) return yield* new CommandFileError({ path, problem: "set evalDataset" })
-  const dataset = yield* datasetOf(source, "evalDataset")
+  const dataset = yield* datasetOf(path, spec, source, "evalDataset")
   return yield* withDevice(
     spec,
     Effect.gen(function*() {

@@ -168,4 +168,71 @@ describe("TrainCommands", () => {
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
+
+  it.scoped(
+    "recipe: a built-in recipe gives the environment, prompts, reward set and success; misuse is named",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = path.join(dir, "model")
+        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const file = path.join(dir, "wordle.yaml")
+        const write = (lines: ReadonlyArray<string>) =>
+          fs.writeFileString(
+            file,
+            [
+              `model: ${model}`,
+              "backend: cpu",
+              `output_dir: ${path.join(dir, "out")}`,
+              "num_generations: 2",
+              "perDeviceTrainBatchSize: 2",
+              "maxCompletionLength: 8",
+              "maxSteps: 1",
+              "loggingSteps: 1",
+              ...lines
+            ].join("\n") + "\n"
+          )
+        yield* write([
+          "recipe: wordle",
+          "rewards: shaped",
+          "dataset: { seeds: [0, 4] }",
+          "evalDataset: { seeds: [9, 11] }"
+        ])
+        yield* TrainCommands.runTrain(file, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
+        // The shaped set's three functions, by name.
+        for (const name of ["wordle_win_shaped", "wordle_greens_shaped", "wordle_invalid_shaped"]) {
+          assert.isTrue(`rewards/${name}/mean` in metrics[0], name)
+        }
+        const failure = (lines: ReadonlyArray<string>) =>
+          Effect.gen(function*() {
+            yield* write(lines)
+            return (yield* Effect.flip(TrainCommands.runTrain(file, []))).message
+          })
+        assert.include(yield* failure(["recipe: chess", "dataset: { seeds: [0, 4] }"]), "no recipe named 'chess'")
+        assert.include(
+          yield* failure(["recipe: wordle", "rewards: fancy", "dataset: { seeds: [0, 4] }"]),
+          "no reward set named \"fancy\""
+        )
+        assert.include(
+          yield* failure(["recipe: wordle", "environment: catch", "dataset: { seeds: [0, 4] }"]),
+          "the recipe wordle gives the environment"
+        )
+        assert.include(
+          yield* failure(["recipe: wordle", "dataset: { seeds: [0, 4], prompt: \"hi\" }"]),
+          "gives each seed's prompt and columns: drop prompt"
+        )
+        assert.include(
+          yield* failure(["environment: catch", "rewards: shaped", "dataset: { seeds: [0, 4], prompt: \"hi\" }"]),
+          "rewards names a recipe's reward set: set recipe too"
+        )
+        assert.include(
+          yield* failure(["recipe: multi-env", "envUrl: http://127.0.0.1:1", "dataset: { seeds: [0, 4] }"]),
+          "envUrl.wordle and envUrl.catch"
+        )
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
 })

@@ -5,7 +5,7 @@
  *
  * @example
  * ```ts
- * import { Recipe } from "@envtrain/examples"
+ * import { Recipe } from "@envtrain/grpo"
  * const env = Recipe.catchRecipe.environment // in-process Catch
  * const remote = Recipe.catchRecipe.remote?.("http://localhost:8000") // the same tools, served
  * ```
@@ -13,8 +13,9 @@
 import type { Echo } from "@envtrain/env"
 import { Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
-import { Reward } from "@envtrain/grpo"
 import { Data, Effect, Option } from "effect"
+import * as Dataset from "./Dataset.js"
+import * as Reward from "./Reward.js"
 
 /** A scripted player made from an error rate and a seed (the solvers' signature). */
 export type Player = (options: { readonly errorRate: number; readonly seed: number }) => (
@@ -46,11 +47,6 @@ export interface Recipe<State> {
    */
   readonly rewardVariants?: Readonly<Record<string, ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>>>
   readonly success: (state: State) => boolean
-  /**
-   * True when `success` is the registry's success rule for this environment (`Registry.builtins[name].success`), so
-   * `envtrain eval` of a checkpoint scores it as the example does (with the environment's own reward).
-   */
-  readonly successIsEnvironments?: boolean
   /** Extra evaluation numbers from the final states (e.g. guesses per win), averaged over episodes. */
   readonly details?: (states: ReadonlyArray<State>) => Readonly<Record<string, number | null>>
   readonly player: Player
@@ -115,7 +111,6 @@ export const catchRecipe: Recipe<Catch.State> = {
   rewardFunctions: [catchReward],
   rewardVariants: { seed: [catchReward], shaped: [catchReward, catchReadsBoard] },
   success: (s) => Registry.builtins.catch.success(s),
-  successIsEnvironments: true,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,
   // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the
@@ -412,6 +407,25 @@ export const withRewards = <State>(
     })
   )
 }
+
+/** The built-in recipes by name (`recipe: catch` in a train / eval config, the examples, the bench). */
+export const builtins: Readonly<Record<string, Recipe<any>>> = {
+  catch: catchRecipe,
+  wordle: wordleRecipe,
+  sudoku: sudokuRecipe,
+  echo: echoRecipe,
+  "multi-env": multiRecipe
+}
+
+/** The dataset rows of a recipe for some episode seeds: its prompt and columns per seed. */
+export const rows = <State>(recipe: Recipe<State>, seeds: ReadonlyArray<number>): Dataset.Dataset =>
+  Dataset.fromRows(
+    seeds.map((seed) => {
+      const columns = { seed, ...recipe.columns?.(seed) }
+      return { prompt: recipe.prompt(columns) as ReadonlyArray<ChatMessage>, ...columns }
+    }),
+    recipe.name
+  )
 
 /** The reset observation of a row, for display. */
 export const observationOf = <State>(recipe: Recipe<State>, row: Readonly<Record<string, unknown>>) =>

@@ -9,17 +9,17 @@
  *
  * @example
  * ```ts
- * import { SftData, Recipes } from "@envtrain/examples"
- * const transcripts = yield* SftData.collect(Recipes.catchRecipe, { seeds: Dataset.range(0, 200), errorRate: 0.2 })
+ * import { Recipe, SftData } from "@envtrain/grpo"
+ * const transcripts = yield* SftData.collect(Recipe.catchRecipe, { seeds: Dataset.range(0, 200), errorRate: 0.2 })
  * yield* SftData.writeJsonl("runs/catch/sft.jsonl", transcripts)
  * ```
  */
 import { FileSystem } from "@effect/platform"
 import { Environment } from "@envtrain/env"
 import type { ChatMessage, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
-import type { SftTrainer } from "@envtrain/grpo"
 import { Data, Effect, Option } from "effect"
-import type { Recipe } from "./Recipe.js"
+import type * as Recipe from "./Recipe.js"
+import type * as SftTrainer from "./SftTrainer.js"
 
 /** Writing the transcripts failed. */
 export class SftDataError
@@ -45,7 +45,7 @@ export interface CollectOptions {
 /**
  * Plays one episode per seed with the recipe's imperfect player and returns the transcripts.
  */
-export const collect = <State>(recipe: Recipe<State>, options: CollectOptions) =>
+export const collect = <State>(recipe: Recipe.Recipe<State>, options: CollectOptions) =>
   Effect.gen(function*() {
     const tools = Environment.toolDefinitions(recipe.environment) as unknown as ReadonlyArray<ToolDefinition>
     const out: Array<SftTrainer.Transcript> = []
@@ -60,7 +60,7 @@ export const collect = <State>(recipe: Recipe<State>, options: CollectOptions) =
 
 /** Turns a played episode into chat messages (prompt, then assistant / tool turns, then a closing line). */
 export const transcriptOf = <State>(
-  recipe: Recipe<State>,
+  recipe: Recipe.Recipe<State>,
   row: Readonly<Record<string, unknown>>,
   result: Environment.EpisodeResult<State>
 ): Array<ChatMessage> => {
