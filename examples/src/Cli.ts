@@ -156,9 +156,9 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
     ["seed", Number.isInteger(settings.seed) && settings.seed >= 0, `${settings.seed} is not a whole number >= 0`],
     [
       "sft-episodes",
-      settings.sftFrom !== undefined || sft.episodes >= sft.batchSize,
-      `${sft.episodes} episodes cannot fill one SFT batch of ${sft.batchSize}: give at least ${sft.batchSize}, or ` +
-      "skip the warm-up by starting from a checkpoint with --sft-from DIR"
+      settings.sftFrom !== undefined || (Number.isInteger(sft.episodes) && sft.episodes >= 1),
+      `${sft.episodes}: the SFT warm-up needs at least 1 solver episode (${sft.batchSize} fill a batch); to skip ` +
+      "the warm-up, start from a checkpoint with --sft-from DIR"
     ],
     ["error-rate", sft.errorRate >= 0 && sft.errorRate <= 1, `${sft.errorRate} is not a rate between 0 and 1`],
     ["sft-epochs", sft.epochs > 0, `${sft.epochs}: give a number of epochs > 0 (e.g. 0.5, 2)`],

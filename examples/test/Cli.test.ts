@@ -24,8 +24,8 @@ describe("example flags", () => {
     Effect.gen(function*() {
       assert.strictEqual(
         yield* refusal(["--sft-episodes", "0"]),
-        "--sft-episodes: 0 episodes cannot fill one SFT batch of 4: give at least 4, or skip the warm-up by starting " +
-          "from a checkpoint with --sft-from DIR"
+        "--sft-episodes: 0: the SFT warm-up needs at least 1 solver episode (4 fill a batch); to skip the warm-up, " +
+          "start from a checkpoint with --sft-from DIR"
       )
       assert.match(yield* refusal(["--error-rate", "1.5"]), /^--error-rate: 1.5 is not a rate between 0 and 1/)
       assert.match(yield* refusal(["--num-generations", "1"]), /^--num-generations: 1: a GRPO group needs at least 2/)
