@@ -7,6 +7,7 @@
 //          [--seeds 0,1,2,3,4] [--jobs 2] [--set '{"grpo":{"steps":16}}'] [--tag NAME] [--smoke]
 //        tsx bench/learning/learning.ts EXAMPLE --from-runs runs/a,runs/b [--tag NAME]   (summarise finished runs)
 // (default: catch, seeds 0-4, one job per core). Each seed runs as its own process (`--worker`), `--jobs` at a time.
+// In `--set`, `"sftFrom"` may hold `{seed}`: GRPO only, from each seed's own SFT checkpoint.
 // `wordle` trains with the seed's rewards (the example's default), `wordle-shaped` with the shaped set. `--set`
 // merges settings into the example's sizes (an experiment: saved as learning-<example>-<tag>.* under
 // bench/results/experiments/, never over the example's own result). `--smoke` runs each seed at a few steps' size to
@@ -114,7 +115,14 @@ const smokeSizes = (settings: Pipeline.Settings): Pipeline.Settings => ({
 
 const settingsOf = (name: string, args: Args, seed: number): Pipeline.Settings => {
   const merged = merge(examples[name].settings, args.set)
-  return { ...(args.smoke ? smokeSizes(merged) : merged), seed, verbose: false }
+  // `"sftFrom": "runs/bench-catch-s{seed}/sft-whole/checkpoint-100"`: each seed's own SFT checkpoint (GRPO only).
+  const sftFrom = merged.sftFrom?.replaceAll("{seed}", String(seed))
+  return {
+    ...(args.smoke ? smokeSizes(merged) : merged),
+    ...(sftFrom === undefined ? {} : { sftFrom }),
+    seed,
+    verbose: false
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
