@@ -36,8 +36,9 @@
  * @since 0.0.0
  */
 import { Effect, Option, Schema } from "effect"
-import * as Client from "./Client.js"
+import type * as Client from "./Client.js"
 import * as Environment from "./Environment.js"
+import { mcpRemote } from "./internal/mcpRemote.js"
 import { BaseState, episodeIdFrom } from "./internal/openEnvSupport.js"
 import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, OpenEnvInstance, StepResult } from "./OpenEnv.js"
 import { McpAction, McpObservation, McpToolError, OpenEnvExecutionError } from "./OpenEnv.js"
@@ -220,7 +221,7 @@ export const make = <
     environment,
     openEnv: served({ ...options, description, done, reward, columns, specs, tools, play }),
     remote: (url, clientOptions = {}) =>
-      remote({ name: options.name, description, tools, columns, url, clientOptions }),
+      mcpRemote<ServedState<State>, Columns>({ name: options.name, description, tools, columns, url, clientOptions }),
     reward,
     success
   }
@@ -369,72 +370,6 @@ const columnsOf = (kwargs: Readonly<Record<string, unknown>>) => {
 // ---------------------------------------------------------------------------------------------------------------
 // Remote: the definition's tools played on a server that serves it
 // ---------------------------------------------------------------------------------------------------------------
-
-const CallObservation = Schema.Struct({
-  tool_name: Schema.optional(Schema.String),
-  result: Schema.optional(Schema.Unknown),
-  error: Schema.optional(Schema.NullOr(Schema.Struct({ error_type: Schema.String, message: Schema.String }))),
-  text: Schema.optional(Schema.String)
-})
-
-const resultText = (result: unknown): string => {
-  const data = typeof result === "object" && result !== null && "data" in result ? result.data : result
-  return typeof data === "string" ? data : JSON.stringify(data)
-}
-
-const remote = <State extends object, Columns>(o: {
-  readonly name: string
-  readonly description: string
-  readonly tools: ReadonlyArray<Tool.Any>
-  readonly columns: Schema.Schema<Columns, any>
-  readonly url: string
-  readonly clientOptions: RemoteOptions
-}): Environment.Environment<ServedState<State>, Columns> => ({
-  name: o.name,
-  description: o.description,
-  tools: o.tools,
-  columns: o.columns,
-  supportsConcurrentSessions: true,
-  instance: Effect.gen(function*() {
-    const client = yield* Client.make({
-      ...o.clientOptions,
-      url: o.url,
-      action: McpAction,
-      observation: CallObservation
-    })
-    const encode = Schema.encode(o.columns)
-    let over = false
-    const instance: Environment.Instance<ServedState<State>> = {
-      reset: (columns) =>
-        encode(columns as Columns).pipe(
-          Effect.orDie,
-          Effect.flatMap((kwargs) => Effect.orDie(client.reset(kwargs as Record<string, unknown>))),
-          Effect.map((r) => {
-            over = r.done
-            return Option.fromNullable(r.observation.text)
-          })
-        ),
-      invoke: (tool, params) =>
-        over
-          ? Effect.fail(new Tool.GameOver({ message: DONE }))
-          : client.step({ type: "call_tool", tool_name: tool, arguments: params as Record<string, unknown> }).pipe(
-            // Transport failures are not the model's fault: defects carrying the typed client error.
-            Effect.orDie,
-            Effect.flatMap((r) => {
-              over = r.done
-              const error = r.observation.error
-              return error === undefined || error === null
-                ? Effect.succeed(resultText(r.observation.result))
-                : error.error_type === "execution_error"
-                ? Effect.fail(new ToolError({ message: error.message }))
-                : Effect.die(new Error(`${o.name} at ${o.url}: ${error.error_type}: ${error.message}`))
-            })
-          ),
-      state: Effect.map(Effect.orDie(client.state), (s) => s as ServedState<State>)
-    }
-    return instance
-  })
-})
 
 /**
  * Runs a definition's environment on one row and returns what the trainer's reward would see (a quick check of a

@@ -17,16 +17,19 @@
  *
  * @since 0.0.0
  */
-import { Data, Effect } from "effect"
+import { Data, Effect, Schema } from "effect"
 import * as nodePath from "node:path"
 import { pathToFileURL } from "node:url"
 import * as Catch from "./Catch.js"
+import * as Client from "./Client.js"
 import * as Definition from "./Definition.js"
 import * as Echo from "./Echo.js"
 import type * as Environment from "./Environment.js"
-import type { OpenEnvDefinition } from "./OpenEnv.js"
+import { mcpRemote } from "./internal/mcpRemote.js"
+import type { McpToolDescriptor, OpenEnvDefinition } from "./OpenEnv.js"
 import * as Remote from "./Remote.js"
 import * as Sudoku from "./Sudoku.js"
+import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
 
 /** One registered environment: what each command needs of it. */
@@ -35,8 +38,8 @@ export interface Entry<State = any> {
   readonly description: string
   /** The in-process environment (absent for a wire-only entry such as `echo-mcp`). */
   readonly environment?: Environment.Environment<State, any> | undefined
-  /** What `envtrain serve` serves. */
-  readonly openEnv: OpenEnvDefinition
+  /** What `envtrain serve` serves (absent for a server found by URL: it is served already). */
+  readonly openEnv?: OpenEnvDefinition | undefined
   /** The same tools played on a server at `url` (absent when there is no typed client). */
   readonly remote?: ((url: string) => Environment.Environment<State, any>) | undefined
   /** The environment's own reward of a finished episode's state (`null` = unscoreable). */
@@ -125,6 +128,9 @@ export const fromDefinition = (definition: Definition.Definition, source: string
   source
 })
 
+/** Does `spec` name a server (`http://…`, `https://…`, `ws://…`)? */
+export const isUrl = (spec: string): boolean => /^(https?|wss?):\/\//.test(spec)
+
 /** Does `spec` name a module rather than a built-in? */
 export const isModulePath = (spec: string): boolean =>
   spec.startsWith(".") || spec.startsWith("/") || /\.(m|c)?(t|j)s$/.test(spec)
@@ -151,12 +157,13 @@ const definitionIn = (spec: string, module: Readonly<Record<string, unknown>>) =
 }
 
 /**
- * A built-in by name, or the definition a module exports (a path relative to the working directory). TypeScript
- * modules load when the process runs under tsx (as the `envtrain` binary does).
+ * A built-in by name, the definition a module exports (a path relative to the working directory; TypeScript modules
+ * load when the process runs under tsx, as the `envtrain` binary does), or a server by URL ({@link discover}).
  */
 export const load = (spec: string): Effect.Effect<Entry, UnknownEnvironment> => {
   const known = builtin(spec)
   if (known !== undefined) return Effect.succeed(known)
+  if (isUrl(spec)) return discover(spec)
   if (!isModulePath(spec)) {
     return Effect.fail(new UnknownEnvironment({ spec, problem: `no built-in has that name: ${usage()}` }))
   }
@@ -197,3 +204,95 @@ export const environmentOf = (
     )
     : Effect.succeed(entry.environment)
 }
+
+const anyArguments = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+
+/** A tool as a server lists it: its JSON schema is shown to the model as is; the server checks the arguments. */
+const listedTool = (d: McpToolDescriptor): Tool.Any => {
+  const schema = d.inputSchema as {
+    readonly properties?: Record<string, Tool.JsonSchema>
+    readonly required?: Array<string>
+  }
+  return {
+    name: d.name,
+    description: d.description,
+    parameters: anyArguments,
+    success: Schema.String,
+    definition: {
+      type: "function",
+      function: {
+        name: d.name,
+        description: d.description,
+        parameters: {
+          type: "object",
+          properties: schema.properties ?? {},
+          ...(schema.required === undefined ? {} : { required: schema.required })
+        }
+      }
+    }
+  }
+}
+
+/** The state of an environment played on a server of unknown kind: its `/state` and the last step's envelope. */
+export interface DiscoveredState {
+  readonly [key: string]: unknown
+  readonly envelope: { readonly reward: number | boolean | null; readonly done: boolean }
+}
+
+/**
+ * A server whose kind is not known, by URL: its MCP tools are listed once (each episode then plays them with
+ * `call_tool` steps, the row's columns as reset kwargs), and the reward is the last step's envelope reward (`null`,
+ * as MCP servers that do not score send, leaves the episode unscoreable).
+ */
+export const discover = (
+  url: string,
+  options: Omit<Client.ClientOptions, "url" | "action" | "observation"> = {}
+): Effect.Effect<Entry<DiscoveredState>, UnknownEnvironment> =>
+  Effect.scoped(
+    Effect.gen(function*() {
+      const client = yield* Client.connect({ ...options, url })
+      return yield* client.listTools
+    })
+  ).pipe(
+    Effect.mapError((e) =>
+      new UnknownEnvironment({
+        spec: url,
+        problem: `cannot list the server's tools (${e.message}); a server of unknown kind is played through its MCP ` +
+          `tools: start it, or name its kind (a built-in, or the module that defines it) with envUrl`
+      })
+    ),
+    Effect.flatMap((listed) =>
+      listed.length === 0
+        ? Effect.fail(
+          new UnknownEnvironment({
+            spec: url,
+            problem: "the server lists no MCP tools, so a model has nothing to call"
+          })
+        )
+        : Effect.succeed(listed)
+    ),
+    Effect.map((listed): Entry<DiscoveredState> => {
+      const tools = listed.map(listedTool)
+      const environment = mcpRemote<DiscoveredState, Readonly<Record<string, unknown>>>({
+        name: "remote",
+        description: `the environment served at ${url}`,
+        tools,
+        columns: anyArguments,
+        url,
+        clientOptions: options,
+        envelope: true
+      })
+      const reward = (s: DiscoveredState) => {
+        const r = s.envelope.reward
+        return typeof r === "boolean" ? (r ? 1 : 0) : r
+      }
+      return {
+        name: "remote",
+        description: environment.description,
+        environment,
+        reward,
+        success: (_s, r) => r > 0,
+        source: url
+      }
+    })
+  )

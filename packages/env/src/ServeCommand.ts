@@ -44,8 +44,19 @@ export const command = Command.make(
   { environment, host, port, maxConcurrentEnvs, sessionTimeout },
   (args) =>
     Effect.gen(function*() {
-      const entry = yield* Registry.load(args.environment)
+      const entry = Registry.isUrl(args.environment)
+        ? yield* new Registry.UnknownEnvironment({
+          spec: args.environment,
+          problem: "is a server already; serve a built-in or a module that defines the environment"
+        })
+        : yield* Registry.load(args.environment)
       const definition = entry.openEnv
+      if (definition === undefined) {
+        return yield* new Registry.UnknownEnvironment({
+          spec: args.environment,
+          problem: "is a server already; serve a built-in or a module that defines the environment"
+        })
+      }
       const server = yield* Server.serve(definition, {
         host: args.host,
         port: args.port,

@@ -2,7 +2,9 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option, Schema } from "effect"
 import * as Client from "../src/Client.js"
 import * as Definition from "../src/Definition.js"
+import * as Echo from "../src/Echo.js"
 import * as Environment from "../src/Environment.js"
+import * as Registry from "../src/Registry.js"
 import * as Server from "../src/Server.js"
 import guessNumber, { bisect } from "./fixtures/GuessNumber.js"
 
@@ -106,4 +108,36 @@ describe("Definition", () => {
     assert.isFalse(Definition.isDefinition({ name: "x" }))
     assert.isTrue(Schema.is(Environment.SeedColumns)({ seed: 1 }))
   })
+
+  it.scopedLive(
+    "a server of unknown kind, by URL: its MCP tools are listed and played, its envelope reward scored",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* Server.serve(guessNumber.openEnv, { port: 0 })
+        const entry = yield* Registry.load(server.url)
+        assert.strictEqual(entry.source, server.url)
+        const env = entry.environment!
+        assert.deepStrictEqual(env.tools.map((t) => t.definition), guessNumber.tools.map((t) => t.definition))
+        for (const seed of [0, 6]) {
+          const local = yield* Environment.run(guessNumber.environment, { seed }, player)
+          const remote = yield* Environment.run(env, { seed }, player)
+          // Arguments are checked by the server here, so a bad call's text is the server's; these calls are all good.
+          assert.deepStrictEqual(remote.steps.map((s) => s.outcome.text), local.steps.map((s) => s.outcome.text))
+          assert.strictEqual(entry.reward!(remote.state), guessNumber.reward(local.state))
+        }
+        const echo = yield* Server.serve(Echo.openEnvMcp, { port: 0 })
+        const unscored = yield* Registry.load(echo.url)
+        const played = yield* Environment.run(
+          unscored.environment!,
+          {},
+          (ep) => Effect.asVoid(ep.call("echo_message", { message: "hi" }))
+        )
+        assert.strictEqual(played.steps[0].outcome.text, "hi")
+        // OpenEnv's MCP echo sends no reward: unscoreable, never a zero.
+        assert.isNull(unscored.reward!(played.state))
+        const refused = yield* Effect.flip(Registry.load("http://127.0.0.1:1"))
+        assert.include(refused.message, "cannot list the server's tools")
+      }),
+    { timeout: 60_000 }
+  )
 })

@@ -121,9 +121,10 @@ describe("TrainCommands", () => {
         const envModule = path.resolve(__dirname, "../../../examples/src/environments/echo.ts")
         const served = yield* Registry.load(envModule)
         let made = 0
+        const wire = served.openEnv!
         const server = yield* Server.serve({
-          ...served.openEnv,
-          make: Effect.tap(served.openEnv.make, () => Effect.sync(() => made++))
+          ...wire,
+          make: Effect.tap(wire.make, () => Effect.sync(() => made++))
         }, { port: 0 })
         const rows = Array.from({ length: 4 }, (_, i) =>
           JSON.stringify({
