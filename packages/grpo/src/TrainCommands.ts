@@ -14,7 +14,9 @@
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
- * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}
+ * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or with a recipe its solver's
+ *                                   # transcripts: { seeds: [0, 400], errorRate: 0.2 }
+ * maxLength: 300                # `sft` only: longest sequence kept (tokens)
  * resume: true                  # continue from the newest checkpoint in outputDir
  * outputDir: runs/catch
  * maxSteps: 200
@@ -45,6 +47,7 @@ import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
 import * as Recipe from "./Recipe.js"
 import * as Reward from "./Reward.js"
+import * as SftData from "./SftData.js"
 import * as SftTrainer from "./SftTrainer.js"
 import * as Trainer from "./Trainer.js"
 
@@ -79,7 +82,17 @@ export const RunSpec = Schema.Struct({
   toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
   evalDataset: Schema.optional(DatasetSpec),
-  sftData: Schema.optional(Schema.String),
+  sftData: Schema.optional(
+    Schema.Union(
+      Schema.String,
+      Schema.Struct({
+        seeds: Schema.Tuple(Schema.Int, Schema.Int),
+        errorRate: Schema.Number.pipe(Schema.between(0, 1)),
+        playerSeed: Schema.optional(Schema.Int)
+      })
+    )
+  ),
+  maxLength: Schema.optional(Schema.Int.pipe(Schema.positive())),
   resume: Schema.optionalWith(Schema.Union(Schema.Boolean, Schema.String), { default: () => false }),
   // Default false (or the GRPO key chat_template_kwargs: {enable_thinking: ...}).
   enableThinking: Schema.optional(Schema.Boolean),
@@ -380,11 +393,39 @@ export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string,
   )
 })
 
+/** The SFT transcripts: a JSONL file, or a recipe's solver playing the given seeds (as the examples make them). */
+const sftTranscripts = (path: string, spec: RunSpec) =>
+  Effect.gen(function*() {
+    const data = spec.sftData
+    if (data === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: "set sftData: a JSONL path, or with a recipe { seeds: [a, b], errorRate: 0.2 } for its solver's games"
+      })
+    }
+    if (typeof data === "string") return yield* SftTrainer.fromJsonl(data)
+    const recipe = spec.recipe === undefined ? undefined : Recipe.builtins[spec.recipe]
+    if (recipe === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: spec.recipe === undefined
+          ? "sftData { seeds, errorRate } plays a recipe's solver: set recipe (catch | wordle | sudoku | echo | multi-env)"
+          : `no recipe named '${spec.recipe}': choose one of ${Object.keys(Recipe.builtins).join(", ")}`
+      })
+    }
+    const transcripts = yield* SftData.collect(recipe, {
+      seeds: Dataset.range(data.seeds[0], data.seeds[1]),
+      errorRate: data.errorRate,
+      playerSeed: data.playerSeed ?? 0
+    })
+    // As the examples train: without tool schemas in the prompt unless toolsInPrompt.
+    return spec.toolsInPrompt ? transcripts : transcripts.map((t) => ({ messages: t.messages }))
+  })
+
 /** `sft CONFIG [key=value ...]` */
 export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, overrides: ReadonlyArray<string>) {
   const { config, spec } = yield* loadFile(path, overrides)
-  if (spec.sftData === undefined) return yield* new CommandFileError({ path, problem: "set sftData: a JSONL path" })
-  const transcripts = yield* SftTrainer.fromJsonl(spec.sftData)
+  const transcripts = yield* sftTranscripts(path, spec)
   const p = yield* Path.Path
   return yield* withDevice(
     spec,
@@ -394,6 +435,7 @@ export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, ove
         config,
         model,
         transcripts,
+        ...(spec.maxLength === undefined ? {} : { maxLength: spec.maxLength }),
         ...thinkingOf(spec, config),
         resume: spec.resume,
         title: spec.title ?? `${p.basename(path)} (SFT)`

@@ -207,6 +207,17 @@ describe("TrainCommands", () => {
         for (const name of ["wordle_win_shaped", "wordle_greens_shaped", "wordle_invalid_shaped"]) {
           assert.isTrue(`rewards/${name}/mean` in metrics[0], name)
         }
+        // SFT on the recipe's solver games, as the examples make them (no tool schemas in the prompt).
+        yield* write([
+          "recipe: catch",
+          "toolsInPrompt: false",
+          "sftData: { seeds: [0, 4], errorRate: 0.2 }",
+          "maxLength: 200"
+        ])
+        yield* TrainCommands.runSft(file, [])
+        const sft = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
+        assert.deepStrictEqual(sft.map((m) => m.step), [1])
+        assert.isAbove(sft[0]["num_tokens"] as number, 0)
         const failure = (lines: ReadonlyArray<string>) =>
           Effect.gen(function*() {
             yield* write(lines)
@@ -233,6 +244,9 @@ describe("TrainCommands", () => {
           yield* failure(["recipe: multi-env", "envUrl: http://127.0.0.1:1", "dataset: { seeds: [0, 4] }"]),
           "envUrl.wordle and envUrl.catch"
         )
+        yield* write(["sftData: { seeds: [0, 4], errorRate: 0.2 }"])
+        const noRecipe = yield* Effect.flip(TrainCommands.runSft(file, []))
+        assert.include(noRecipe.message, "plays a recipe's solver: set recipe")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
