@@ -13,7 +13,7 @@
  * Results: bench/results/<out>.{json,md} (default out: rollout-wordle).
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Client, Environment, Launcher, Remote, Server, Wordle } from "@envtrain/env"
+import { Client, Environment, Launcher, Server, Wordle } from "@envtrain/env"
 import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
 import * as Tokenizer from "@envtrain/gpu/Tokenizer"
 import { ChatRenderer, Episode, Policy, RemoteSession, Rollout, ToolCallParser } from "@envtrain/rollout"
@@ -185,7 +185,7 @@ const main = Effect.gen(function*() {
   const transcriptOf = (observation: WordleObservation) => observation.messages?.[0]?.content ?? ""
   const wordleTools = Wordle.environment.tools.map((t) => t.definition as unknown as ChatTemplate.ToolDefinition)
   // One episode's Wordle session on a client: TextArena sends the whole transcript with every step, so each guess
-  // answers the model with the transcript's new part, as `Remote.wordle` and the in-process Wordle do.
+  // answers the model with the transcript's new part, as `Wordle.remote` and the in-process Wordle do.
   const wordleOn = (client: WordleClient, row: Readonly<Record<string, unknown>>) => {
     let last = ""
     return RemoteSession.fromClientOn(client, {
@@ -629,9 +629,9 @@ const main = Effect.gen(function*() {
   // `Rollout.groups` with the scripted policy, in alternating rounds; the rollout's overhead per tool step is how much
   // longer a tool step takes through the rollout than bare.
   const served = yield* Launcher.envtrain("wordle", { maxConcurrentEnvs: 1100 })
-  // One socket per episode: the remote Wordle environment a user trains against (`Remote.wordle`), the same object
+  // One socket per episode: the remote Wordle environment a user trains against (`Wordle.remote`), the same object
   // for both sides: bare, its episode's tool is called directly; through the rollout, the episode loop calls it.
-  const remoteWordle = Remote.wordle(served.url)
+  const remoteWordle = Wordle.remote(served.url)
   const openServed = (row: Environment.Row) =>
     Effect.map(Environment.episode(remoteWordle, row), (e) => Episode.fromEnvironment(e))
   const bareRemoteEpisode = (i: number) =>
@@ -848,7 +848,7 @@ const main = Effect.gen(function*() {
       (overheadDirect.cpuMsPerStep / servedStep.p50Ms * 100).toFixed(1)
     } % in CPU time (target: below 5 %).`,
     "",
-    `Side by side: the same episodes bare (the environment traffic of a rollout episode without the rollout: with one socket per episode, a \`Remote.wordle\` episode whose tool is called directly; with pooled sockets, a pooled client doing reset, the guesses and state) and through \`Rollout.groups\` with the scripted policy, in ${SERVED_ROUNDS} alternating rounds per row. Overhead per tool step = (rollout time per tool step) / (bare time per tool step) − 1, median over the rounds. Client CPU is this process's CPU per tool step (the server's is not in it).`,
+    `Side by side: the same episodes bare (the environment traffic of a rollout episode without the rollout: with one socket per episode, a \`Wordle.remote\` episode whose tool is called directly; with pooled sockets, a pooled client doing reset, the guesses and state) and through \`Rollout.groups\` with the scripted policy, in ${SERVED_ROUNDS} alternating rounds per row. Overhead per tool step = (rollout time per tool step) / (bare time per tool step) − 1, median over the rounds. Client CPU is this process's CPU per tool step (the server's is not in it).`,
     "",
     "| concurrency | sockets | episodes per round | bare tool steps/s | rollout tool steps/s | bare client CPU ms/step | rollout client CPU ms/step | **overhead per tool step** | every round | unscoreable |",
     "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",

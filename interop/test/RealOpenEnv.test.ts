@@ -152,13 +152,13 @@ describe("envtrain against real OpenEnv servers", () => {
   )
 
   it.scopedLive(
-    "OpenSpiel catch: Remote.catchGame on the real server gives Catch.environment's texts and state",
+    "OpenSpiel catch: Catch.remote on the real server gives Catch.environment's texts and state",
     () =>
       Effect.gen(function*() {
         const server = yield* serve("openspiel_catch.py")
         for (const [k, errorRate] of [[1, 0], [2, 0.4], [3, 0.4], [4, 1]] as const) {
           const player = () => Catch.solver({ errorRate, seed: k })
-          const remote = yield* Environment.run(Remote.catchGame(server.url, clientOptions), { seed: k }, player())
+          const remote = yield* Environment.run(Catch.remote(server.url, clientOptions), { seed: k }, player())
           const text = Option.getOrThrow(remote.observation)
           const column = Number(/column (\d)\/5/.exec(text)?.[1]) - 1
           const { seed } = yield* catchWithBall(column, k * 1000)
@@ -236,7 +236,7 @@ describe("envtrain against real OpenEnv servers", () => {
   )
 
   it.scopedLive(
-    "TextArena Wordle-v0: Remote.wordle on the real server gives Wordle.environment's texts and state",
+    "TextArena Wordle-v0: Wordle.remote on the real server gives Wordle.environment's texts and state",
     () =>
       Effect.gen(function*() {
         const server = yield* serve("textarena_wordle.py")
@@ -246,7 +246,7 @@ describe("envtrain against real OpenEnv servers", () => {
           yield* client.reset({ seed })
           const secret = yield* secretOf(client)
           const player = () => Wordle.solver({ errorRate, seed })
-          const remote = yield* Environment.run(Remote.wordle(server.url, clientOptions), { seed }, player())
+          const remote = yield* Environment.run(Wordle.remote(server.url, clientOptions), { seed }, player())
           const local = yield* Environment.run(Wordle.environment, { seed, secret }, player())
           assert.deepStrictEqual(remote.observation, local.observation)
           assert.deepStrictEqual(remote.steps, local.steps, `seed ${seed} (${secret})`)
@@ -403,8 +403,8 @@ describe("envtrain against real OpenEnv servers", () => {
         const server = yield* serve("openspiel_catch.py")
         const fs = yield* FileSystem.FileSystem
         const dir = yield* fs.makeTempDirectoryScoped()
-        // What `--env-url` gives the examples (examples/src/Recipe.ts: `remote: (url) => Remote.catchGame(url)`).
-        const environment = Remote.catchGame(server.url, clientOptions)
+        // What `--env-url` gives the examples (examples/src/Recipe.ts: `remote: (url) => Catch.remote(url)`).
+        const environment = Catch.remote(server.url, clientOptions)
         const open = (row: Readonly<Record<string, unknown>>) =>
           Environment.episode(environment, row).pipe(Effect.orDie, Effect.map(Episode.fromEnvironment))
         const scored: Array<Catch.State> = []

@@ -20,12 +20,14 @@
  * @since 0.0.0
  */
 import { Context, Effect, Layer, Option, Schema } from "effect"
+import * as Client from "./Client.js"
 import * as Environment from "./Environment.js"
 import { CatchGame, formatObservation, TERMINAL_PLAYER_ID } from "./internal/catchGame.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./internal/openEnvSupport.js"
 import * as Prng from "./internal/prng.js"
 import type { OpenEnvDefinition, StepResult } from "./OpenEnv.js"
 import { OpenEnvExecutionError } from "./OpenEnv.js"
+import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -255,3 +257,73 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
       }
     })
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Remote: the same tools on a served openspiel_env (catch) (an envtrain server, or OpenEnv's own)
+// ---------------------------------------------------------------------------------------------------------------
+
+const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
+
+// Catch (openspiel_env)
+
+const OpenSpielObservation = Schema.Struct({ info_state: Schema.Array(Schema.Number) })
+
+/** `CatchTools` backed by a remote `openspiel_env` (catch) session. */
+export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
+  Layer.scoped(
+    CatchTools,
+    Effect.gen(function*() {
+      const client = yield* Client.make({
+        ...options,
+        url,
+        action: Schema.Struct({ action_id: Schema.Int }),
+        observation: OpenSpielObservation
+      })
+      let seed = 0
+      let reward = 0
+      let done = false
+      let steps = 0
+      // Combinators, not a `function*` per call (see `wordleReset`).
+      const act = (actionId: number) =>
+        Effect.suspend(() =>
+          done
+            ? Effect.fail(new Tool.GameOver({ message: "Episode is done." }))
+            : Effect.map(orDie(client.step({ action_id: actionId })), (r) => {
+              steps += 1
+              reward = typeof r.reward === "number" ? r.reward : 0
+              done = r.done
+              return formatObservation(r.observation.info_state)
+            })
+        )
+      return CatchTools.of({
+        reset: (columns) =>
+          Effect.flatMap(Environment.seedOf(columns.seed), (s) => {
+            seed = s
+            return Effect.map(orDie(client.reset({ seed })), (r) => {
+              reward = 0
+              done = false
+              steps = 0
+              return Option.some(formatObservation(r.observation.info_state))
+            })
+          }),
+        move: ({ direction }) => act(direction === "left" ? 0 : 2),
+        stay: () => act(1),
+        state: Effect.sync(() => ({ done, reward, caught: done && reward > 0, steps, seed }))
+      })
+    })
+  )
+
+/** Catch as an environment whose tools run on a remote server. */
+export const remote = (url: string, options: RemoteOptions = {}) =>
+  Environment.make({
+    name: "catch",
+    description: environment.description,
+    tag: CatchTools,
+    layer: remoteLayer(url, options),
+    columns: Environment.SeedColumns,
+    tools: [Move, Stay],
+    handlers: (service) => ({ move: service.move, stay: () => service.stay() }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv: openEnv
+  })

@@ -18,10 +18,12 @@
  * @since 0.0.0
  */
 import { Context, Effect, Layer, Option, Schema } from "effect"
+import * as Client from "./Client.js"
 import * as Environment from "./Environment.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom } from "./internal/openEnvSupport.js"
 import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, StepResult } from "./OpenEnv.js"
 import { McpAction, McpObservation, McpToolError } from "./OpenEnv.js"
+import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
 
 /** Python's `len(str)`: code points, not UTF-16 units. */
@@ -284,3 +286,60 @@ export const environment = Environment.make({
   state: (service) => service.state,
   openEnv
 })
+
+// ---------------------------------------------------------------------------------------------------------------
+// Remote: the same tools on a served legacy echo_env (an envtrain server, or OpenEnv's own)
+// ---------------------------------------------------------------------------------------------------------------
+
+const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
+
+// Echo (legacy echo_env)
+
+/** `EchoTools` backed by a remote legacy `echo_env` session (`EchoAction{message}`). */
+export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
+  Layer.scoped(
+    EchoTools,
+    Effect.gen(function*() {
+      const client = yield* Client.make({
+        ...options,
+        url,
+        action: Schema.Struct({ message: Schema.String }),
+        observation: Schema.Struct({ echoed_message: Schema.String, message_length: Schema.Number })
+      })
+      yield* orDie(client.reset())
+      let reward = 0
+      let echoes = 0
+      return EchoTools.of({
+        // Combinators, not a `function*` per call (see `wordleReset`).
+        echo: ({ message }) =>
+          client.step({ message }).pipe(
+            Effect.catchTag("ServerError", (e) =>
+              e.code === "VALIDATION_ERROR"
+                ? Effect.fail(new Tool.InvalidMove({ message: "message: String should have at least 1 character" }))
+                : Effect.die(e)),
+            Effect.catchIf((e) => e._tag !== "InvalidMove", (e) => Effect.die(e)),
+            Effect.map((r) => {
+              reward = typeof r.reward === "number" ? r.reward : 0
+              echoes += 1
+              return r.observation.echoed_message
+            })
+          ),
+        state: Effect.sync(() => ({ reward, echoes }))
+      })
+    })
+  )
+
+/** Echo as an environment whose tool runs on a remote (legacy echo) server. */
+export const remote = (url: string, options: RemoteOptions = {}) =>
+  Environment.make({
+    name: "echo",
+    description: environment.description,
+    tag: EchoTools,
+    layer: remoteLayer(url, options),
+    columns: Environment.SeedColumns,
+    tools: [Echo],
+    handlers: (service) => ({ echo: service.echo }),
+    reset: () => Effect.succeed(Option.none()),
+    state: (service) => service.state,
+    openEnv: openEnv
+  })

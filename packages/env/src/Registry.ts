@@ -27,7 +27,6 @@ import * as Echo from "./Echo.js"
 import type * as Environment from "./Environment.js"
 import { mcpRemote } from "./internal/mcpRemote.js"
 import type { McpToolDescriptor, OpenEnvDefinition } from "./OpenEnv.js"
-import * as Remote from "./Remote.js"
 import * as Sudoku from "./Sudoku.js"
 import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
@@ -70,7 +69,7 @@ export const builtins = {
     description: Catch.environment.description,
     environment: Catch.environment,
     openEnv: Catch.openEnv,
-    remote: (url) => Remote.catchGame(url),
+    remote: (url) => Catch.remote(url),
     reward: Catch.reward,
     success: (s: Catch.State) => s.caught,
     source: "built-in"
@@ -80,7 +79,7 @@ export const builtins = {
     description: Echo.environment.description,
     environment: Echo.environment,
     openEnv: Echo.openEnv,
-    remote: (url) => Remote.echo(url),
+    remote: (url) => Echo.remote(url),
     reward: (s: Echo.State) => s.reward,
     success: (_s, reward) => reward > 0,
     source: "built-in"
@@ -96,7 +95,7 @@ export const builtins = {
     description: Sudoku.environment.description,
     environment: Sudoku.environment,
     openEnv: Sudoku.openEnv,
-    remote: (url) => Remote.sudoku(url),
+    remote: (url) => Sudoku.remote(url),
     reward: sudokuReward,
     success: (s: Sudoku.State) => s.won,
     source: "built-in"
@@ -106,7 +105,7 @@ export const builtins = {
     description: Wordle.environment.description,
     environment: Wordle.environment,
     openEnv: Wordle.openEnv,
-    remote: (url) => Remote.wordle(url),
+    remote: (url) => Wordle.remote(url),
     reward: (s: Wordle.State) => s.reward,
     success: (s: Wordle.State) => s.won,
     source: "built-in"

@@ -27,7 +27,9 @@ import { makeSudokuTools, parseBoard, type SudokuToolsState } from "./internal/s
 import type { Action } from "./internal/textArenaOpenEnv.js"
 import { textArenaDefinition } from "./internal/textArenaOpenEnv.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
+import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
+import { textArenaClient, transcriptOf } from "./internal/textArenaClient.js"
 
 export { countSolutions, generate, render, solve } from "./internal/sudokuGame.js"
 export type { Grid } from "./internal/sudokuGame.js"
@@ -74,7 +76,7 @@ export class SudokuTools extends Context.Tag("@envtrain/env/Sudoku/SudokuTools")
   ) => Effect.Effect<string, Tool.GameOver>
   readonly state: Effect.Effect<State>
 }>() {
-  // The wrapper logic is shared with the remote tool service (`Remote.sudokuLayer`); here its session is an
+  // The wrapper logic is shared with the remote tool service (`Sudoku.remoteLayer`); here its session is an
   // in-process Sudoku-v0 game.
   static readonly layer = Layer.sync(SudokuTools, () => {
     let game: SudokuGame | undefined
@@ -145,3 +147,55 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
 
 /** Whether a puzzle has exactly one solution (for tests and data checks). */
 export const isUnique = (puzzle: Grid): boolean => countSolutions(puzzle.map((r) => [...r])) === 1
+
+// ---------------------------------------------------------------------------------------------------------------
+// Remote: the same tools on a served textarena_env (Sudoku-v0) (an envtrain server, or OpenEnv's own)
+// ---------------------------------------------------------------------------------------------------------------
+
+const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
+
+// Sudoku (textarena_env with Sudoku-v0)
+
+const isRecord = (u: unknown): u is Readonly<Record<string, unknown>> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** `SudokuTools` backed by a remote `textarena_env` (Sudoku-v0) session: TRL's `SudokuEnv` logic over it. */
+export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
+  Layer.scoped(
+    SudokuTools,
+    Effect.gen(function*() {
+      const client = yield* textArenaClient(url, options)
+      const tools = makeSudokuTools({
+        reset: (seed) => Effect.map(orDie(client.reset({ seed })), (r) => transcriptOf(r.observation)),
+        step: (move) =>
+          Effect.map(orDie(client.step({ message: move })), (r) => ({
+            transcript: transcriptOf(r.observation),
+            reward: typeof r.reward === "number" ? r.reward : 0,
+            done: r.done
+          })),
+        // How the game ended is only in the state (`raw_state.game_info` and `raw_state.game_state`).
+        ending: Effect.map(orDie(client.state), (state) => {
+          const raw = isRecord(state.raw_state) ? state.raw_state : {}
+          const info = isRecord(raw.game_info) && isRecord(raw.game_info["0"]) ? raw.game_info["0"] : {}
+          const game = isRecord(raw.game_state) ? raw.game_state : {}
+          return { invalidMove: info.invalid_move === true, completed: game.completed === true }
+        })
+      }, Environment.seedOf)
+      return SudokuTools.of(tools)
+    })
+  )
+
+/** Sudoku as an environment whose tools run on a remote server (same tools, columns and state as `environment`). */
+export const remote = (url: string, options: RemoteOptions = {}) =>
+  Environment.make({
+    name: "sudoku",
+    description: environment.description,
+    tag: SudokuTools,
+    layer: remoteLayer(url, options),
+    columns: Columns,
+    tools: [Place],
+    handlers: (service) => ({ place: service.place }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv: openEnv
+  })

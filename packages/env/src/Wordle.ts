@@ -29,7 +29,9 @@ import type { Mark } from "./internal/wordleGame.js"
 import { feedback, WordleGame } from "./internal/wordleGame.js"
 import { secretWords, validGuesses, validGuessList } from "./internal/wordLists.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
+import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
+import { textArenaClient, transcriptOf } from "./internal/textArenaClient.js"
 
 export { feedback, PROMPT } from "./internal/wordleGame.js"
 export type { Mark } from "./internal/wordleGame.js"
@@ -245,3 +247,119 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
       }
     })
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Remote: the same tools on a served textarena_env (Wordle-v0) (an envtrain server, or OpenEnv's own)
+// ---------------------------------------------------------------------------------------------------------------
+
+const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
+
+// Wordle (textarena_env)
+
+/** `WordleTools` backed by a remote `textarena_env` (Wordle-v0) session. */
+export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
+  Layer.scoped(
+    WordleTools,
+    Effect.map(textArenaClient(url, options), (client) => {
+      const session: RemoteWordle = {
+        client,
+        last: "",
+        reward: 0,
+        done: false,
+        invalid: 0,
+        seed: 0,
+        won: false,
+        guesses: [],
+        bestGreens: 0
+      }
+      return WordleTools.of({
+        reset: (columns) => Effect.gen(() => wordleReset(session, columns)),
+        guess: ({ guess }) => Effect.gen(() => wordleGuess(session, guess)),
+        state: Effect.sync(() => ({
+          done: session.done,
+          reward: session.reward,
+          won: session.won,
+          num_guesses: session.guesses.length,
+          best_greens: session.bestGreens,
+          invalid_moves: session.invalid,
+          guesses: [...session.guesses],
+          seed: session.seed
+        }))
+      })
+    })
+  )
+
+/** One remote Wordle episode's client and what it has seen. */
+interface RemoteWordle {
+  readonly client: Effect.Effect.Success<ReturnType<typeof textArenaClient>>
+  last: string
+  reward: number
+  done: boolean
+  invalid: number
+  seed: number
+  won: boolean
+  readonly guesses: Array<string>
+  bestGreens: number
+}
+
+// Module-level generator functions, not a `function*` per call (see docs/architecture.md, "Hot paths and the young generation").
+function* wordleReset(s: RemoteWordle, columns: typeof Columns.Type) {
+  // Always send a seed, so a remote episode is reproducible and its seed known.
+  s.seed = yield* Environment.seedOf(columns.seed)
+  const r = yield* orDie(
+    s.client.reset({ seed: s.seed, ...(columns.secret !== undefined ? { secret: columns.secret } : {}) })
+  )
+  s.last = transcriptOf(r.observation)
+  s.reward = 0
+  s.done = false
+  s.invalid = 0
+  s.won = false
+  s.guesses.length = 0
+  s.bestGreens = 0
+  return Option.some(s.last)
+}
+
+function* wordleGuess(s: RemoteWordle, guess: string) {
+  if (s.done) return yield* new Tool.GameOver({ message: "Game over." })
+  const r = yield* orDie(s.client.step({ message: guess }))
+  const full = transcriptOf(r.observation)
+  const text = full.slice(s.last.length)
+  s.last = full
+  s.done = r.done
+  if (text.includes("You attempted an invalid move")) {
+    s.reward = 0
+    s.invalid += 1
+  } else {
+    s.reward = typeof r.reward === "number" ? r.reward : 0
+    const feedback = /You submitted \[(\w+)\]\.\nFeedback:\n[^\n]*\n([GYX ]+)/.exec(text)
+    if (feedback !== null) {
+      s.guesses.push(feedback[1])
+      s.bestGreens = Math.max(s.bestGreens, feedback[2].split(" ").filter((m) => m === "G").length)
+    } else if (s.done && s.reward === 1) {
+      // A win appends only the action line `[GAME] [word]`.
+      const word = /\[(\w+)\]\s*$/.exec(text)
+      if (word !== null) s.guesses.push(word[1].toLowerCase())
+      s.won = true
+      s.bestGreens = 5
+    } else if (s.done) {
+      // The second consecutive invalid move ends the game without appending text.
+      s.invalid += 1
+    }
+  }
+  return text
+}
+
+/** Wordle as an environment whose tools run on a remote server (same tools, columns and state as `environment`). */
+export const remote = (url: string, options: RemoteOptions = {}) =>
+  Environment.make({
+    name: "wordle",
+    description: environment.description,
+    tag: WordleTools,
+    layer: remoteLayer(url, options),
+    columns: Columns,
+    tools: [Guess],
+    handlers: (service) => ({ guess: service.guess }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv: openEnv
+  })

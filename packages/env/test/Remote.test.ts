@@ -18,7 +18,7 @@ describe("Remote environments", () => {
         const s = yield* Server.serve(Wordle.openEnv, { port: 0 })
         for (const seed of [1, 2, 3]) {
           const local = yield* Environment.run(Wordle.environment, { seed }, Wordle.solver())
-          const remote = yield* Environment.run(Remote.wordle(s.url), { seed }, Wordle.solver())
+          const remote = yield* Environment.run(Wordle.remote(s.url), { seed }, Wordle.solver())
           assert.deepStrictEqual(remote.observation, local.observation)
           assert.deepStrictEqual(remote.steps, local.steps)
           assert.deepStrictEqual(remote.state, local.state)
@@ -30,7 +30,7 @@ describe("Remote environments", () => {
             yield* ep.call("guess", { guess: "nope nope" })
             yield* ep.call("guess", { guess: "[crane]" })
           }))
-        const badRemote = yield* Environment.run(Remote.wordle(s.url), { seed: 4 }, (ep) =>
+        const badRemote = yield* Environment.run(Wordle.remote(s.url), { seed: 4 }, (ep) =>
           Effect.gen(function*() {
             yield* ep.call("guess", { guess: "[crane]" })
             yield* ep.call("guess", { guess: "[xyzzy]" })
@@ -52,7 +52,7 @@ describe("Remote environments", () => {
         // A clean solve, and seeded mistakes (some episodes end on two invalid moves in a row).
         for (const [seed, errorRate] of [[1, 0], [2, 0.3], [3, 0.5]] as const) {
           const local = yield* Environment.run(Sudoku.environment, { seed }, Sudoku.solver({ errorRate, seed }))
-          const remote = yield* Environment.run(Remote.sudoku(s.url), { seed }, Sudoku.solver({ errorRate, seed }))
+          const remote = yield* Environment.run(Sudoku.remote(s.url), { seed }, Sudoku.solver({ errorRate, seed }))
           assert.deepStrictEqual(remote.observation, local.observation)
           assert.deepStrictEqual(remote.steps, local.steps)
           assert.deepStrictEqual(remote.state, local.state)
@@ -69,7 +69,7 @@ describe("Remote environments", () => {
             yield* ep.call("place", { row: 9, col: 9, number: 0 })
           })
         const local = yield* Environment.run(Sudoku.environment, { seed: 4, difficulty: "medium" }, play)
-        const remote = yield* Environment.run(Remote.sudoku(s.url), { seed: 4, difficulty: "medium" }, play)
+        const remote = yield* Environment.run(Sudoku.remote(s.url), { seed: 4, difficulty: "medium" }, play)
         assert.deepStrictEqual(remote.steps, local.steps)
         assert.deepStrictEqual(remote.state, local.state)
         assert.isTrue(remote.state.done)
@@ -88,7 +88,7 @@ describe("Remote environments", () => {
       for (const seed of [5, 6]) {
         const local = yield* Environment.run(Catch.environment, { seed }, Catch.solver({ errorRate: 0.3, seed }))
         const remote = yield* Environment.run(
-          Remote.catchGame(catchServer.url),
+          Catch.remote(catchServer.url),
           { seed },
           Catch.solver({ errorRate: 0.3, seed })
         )
@@ -102,7 +102,7 @@ describe("Remote environments", () => {
           yield* ep.call("echo", { message: "" })
         })
       const local = yield* Environment.run(Echo.environment, {}, play)
-      const remote = yield* Environment.run(Remote.echo(echoServer.url), {}, play)
+      const remote = yield* Environment.run(Echo.remote(echoServer.url), {}, play)
       assert.deepStrictEqual(remote.steps, local.steps)
       assert.deepStrictEqual(remote.state, local.state)
     }), { timeout: 60_000 })

@@ -1,6 +1,6 @@
 // TRL's `SudokuEnv` wrapper logic (examples/scripts/openenv/sudoku.py) over any Sudoku-v0 session: the transcript
 // slicing, shaped rewards and hints are the same whether the game runs in process (`Sudoku.SudokuTools`) or on a
-// server (`Remote.sudokuLayer`); a test plays both with the same seeds and compares every text and the final state.
+// server (`Sudoku.remoteLayer`); a test plays both with the same seeds and compares every text and the final state.
 import { Effect, Option } from "effect"
 import { GameOver } from "../Tool.js"
 import type { Grid } from "./sudokuGame.js"
