@@ -23,9 +23,10 @@
  *
  * @since 0.0.0
  */
-import { Effect, Option, Schema } from "effect"
+import type { Schema } from "effect"
+import { Effect, Option } from "effect"
 import * as Client from "./Client.js"
-import * as Environment from "./Environment.js"
+import type * as Environment from "./Environment.js"
 import * as Tool from "./Tool.js"
 
 /** Client options shared by the remote layers (the URL is given separately). */
@@ -106,4 +107,3 @@ export const environment = <A, AI, O, OI, Columns, CI>(
     return instance
   })
 })
-

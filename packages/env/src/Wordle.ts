@@ -23,6 +23,7 @@
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import * as Environment from "./Environment.js"
 import * as Prng from "./internal/prng.js"
+import { textArenaClient, transcriptOf } from "./internal/textArenaClient.js"
 import type { Action } from "./internal/textArenaOpenEnv.js"
 import { textArenaDefinition } from "./internal/textArenaOpenEnv.js"
 import type { Mark } from "./internal/wordleGame.js"
@@ -31,7 +32,6 @@ import { secretWords, validGuesses, validGuessList } from "./internal/wordLists.
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
-import { textArenaClient, transcriptOf } from "./internal/textArenaClient.js"
 
 export { feedback, PROMPT } from "./internal/wordleGame.js"
 export type { Mark } from "./internal/wordleGame.js"

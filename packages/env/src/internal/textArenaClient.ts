@@ -11,4 +11,3 @@ export const textArenaClient = (url: string, options: Omit<Client.ClientOptions,
   Client.make({ ...options, url, action: Schema.Struct({ message: Schema.String }), observation: TextArenaObservation })
 
 export const transcriptOf = (o: typeof TextArenaObservation.Type) => o.messages[0]?.content ?? ""
-
