@@ -78,6 +78,11 @@ export interface Settings {
     readonly temperature: number
     /** KL coefficient to the GRPO start (the SFT weights); default 0, TRL's default. */
     readonly beta?: number
+    /**
+     * Prompts drawn so that each step's rows take the recipe's strata (`Recipe.stratum`: for Catch, where the ball
+     * starts) in turn, in order (no shuffle); with `prompts` = the number of strata every step holds each once.
+     */
+    readonly stratified?: boolean
   }
   readonly evalEpisodes: number
   /** Print progress bars and tables. */
@@ -304,6 +309,37 @@ const toolSchemaTokens = (checkpoint: Checkpoint.Model, transcripts: ReadonlyArr
   })
 
 /**
+ * `count` episode seeds from `from` on, ordered so that the recipe's strata (the class of each seed's first
+ * observation) come in turn: one of each, then again.
+ */
+export const stratifiedSeeds = <State>(
+  recipe: Recipe.Recipe<State>,
+  environment: Recipe.Recipe<State>["environment"],
+  from: number,
+  count: number
+) =>
+  Effect.gen(function*() {
+    const stratum = recipe.stratum!
+    const buckets = new Map<string, Array<number>>()
+    // Scan far enough that the rarest stratum fills its share (uniform strata need ~count seeds).
+    for (let seed = from; seed < from + count * 20; seed++) {
+      const observation = yield* Recipe.observationOf({ ...recipe, environment }, { seed, ...recipe.columns?.(seed) })
+      const key = stratum(observation)
+      const bucket = buckets.get(key) ?? []
+      bucket.push(seed)
+      buckets.set(key, bucket)
+    }
+    const keys = [...buckets.keys()].sort()
+    const out: Array<number> = []
+    for (let round = 0; out.length < count; round++) {
+      for (const key of keys) {
+        if (out.length < count && round < buckets.get(key)!.length) out.push(buckets.get(key)![round])
+      }
+    }
+    return out
+  })
+
+/**
  * Writes `reeval.yaml` and returns the `envtrain eval` command that re-evaluates the checkpoint as the run did: the
  * same recipe and reward set (so the same prompts, rewards and success rule), the same held-out seeds, served
  * environments and budget.
@@ -405,7 +441,12 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       )
     const rows = (seedsOfRows: ReadonlyArray<number>) => Recipe.rows(recipe, seedsOfRows)
     const evalRows = rows(seeds.heldOut)
-    const trainRows = rows(Dataset.range(seeds.grpo.from, seeds.grpo.to))
+    const stratified = settings.grpo.stratified === true && recipe.stratum !== undefined
+    const trainRows = rows(
+      stratified
+        ? yield* stratifiedSeeds(recipe, environment, seeds.grpo.from, seeds.grpo.to - seeds.grpo.from)
+        : Dataset.range(seeds.grpo.from, seeds.grpo.to)
+    )
     const grpoConfig = yield* Config.fromSources({
       outputDir,
       numGenerations: settings.grpo.numGenerations,
@@ -423,6 +464,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       saveSteps: 1_000_000,
       logCompletions: true,
       numCompletionsToPrint: 1,
+      shuffleDataset: !stratified,
       seed: settings.seed
     })
 

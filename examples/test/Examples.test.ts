@@ -158,6 +158,22 @@ describe("Pipeline.run with a whole-episode SFT pass", () => {
   )
 })
 
+describe("stratified GRPO prompts", () => {
+  it.effect("take Catch's five ball starts in turn: every block of five holds each once", () =>
+    Effect.gen(function*() {
+      const recipe = Recipe.catchRecipe
+      const seeds = yield* Pipeline.stratifiedSeeds(recipe, recipe.environment, 500, 15)
+      assert.strictEqual(new Set(seeds).size, 15)
+      for (let block = 0; block < 15; block += 5) {
+        const strata = yield* Effect.forEach(
+          seeds.slice(block, block + 5),
+          (seed) => Effect.map(Recipe.observationOf(recipe, { seed }), recipe.stratum!)
+        )
+        assert.strictEqual(new Set(strata).size, 5, strata.join(" | "))
+      }
+    }))
+})
+
 describe("SftData", () => {
   it.effect("a Catch transcript is the prompt with the observation, then reasoning + one call per move, then a closing line", () =>
     Effect.gen(function*() {

@@ -47,6 +47,12 @@ export interface Recipe<State> {
    */
   readonly rewardVariants?: Readonly<Record<string, ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>>>
   readonly success: (state: State) => boolean
+  /**
+   * The class of a row's first observation (e.g. where Catch's ball starts), for GRPO batches that hold every class
+   * in turn (`grpo.stratified` in the examples): a tiny policy's direction tokens drift toward whatever the sampled
+   * prompts happened to reward.
+   */
+  readonly stratum?: (observation: string) => string
   /** Extra evaluation numbers from the final states (e.g. guesses per win), averaged over episodes. */
   readonly details?: (states: ReadonlyArray<State>) => Readonly<Record<string, number | null>>
   readonly player: Player
@@ -111,6 +117,7 @@ export const catchRecipe: Recipe<Catch.State> = {
   rewardFunctions: [catchReward],
   rewardVariants: { seed: [catchReward], shaped: [catchReward, catchReadsBoard] },
   success: (s) => Registry.builtins.catch.success(s),
+  stratum: catchRelation,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,
   // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the
