@@ -186,7 +186,10 @@ describe("SftData", () => {
       assert.strictEqual(tools.length, 9)
       assert.strictEqual(assistant.length, 10)
       for (const a of assistant.slice(0, -1)) {
-        assert.match(a.content, /^Ball: (LEFT \d|RIGHT \d|above)\. Move: (left|right|stay)\.$/)
+        assert.match(
+          a.content,
+          /^The ball is (\d column\(s\) to the (LEFT|RIGHT)|directly above) of the paddle\. Move: (left|right|stay)\.$/
+        )
         // The line names the move the call makes.
         const call = a.tool_calls![0].function
         const args = call.arguments as Readonly<Record<string, unknown>>
@@ -194,11 +197,8 @@ describe("SftData", () => {
         assert.strictEqual(a.tool_calls?.length, 1)
       }
       assert.isUndefined(assistant[assistant.length - 1].tool_calls)
-      // The reasoning line reports the observation the move answers.
-      assert.include(
-        m[1].content,
-        assistant[0].content.includes("above") ? "directly above" : assistant[0].content.split(" ")[1]
-      )
+      // The reasoning line copies the observation's sentence the move answers.
+      assert.include(m[1].content, assistant[0].content.split(" Move:")[0])
     }))
 
   it.effect("the shaped Catch reward pays for reasoning lines that read the board, and only for those", () =>
@@ -219,7 +219,9 @@ describe("SftData", () => {
         )
       // The player's lines read the board even where its move is a mistake.
       assert.strictEqual(yield* score(t.messages), 0.5)
-      const misread = t.messages.map((m, i) => i === k ? { ...m, content: "Ball: RIGHT 4. Move: left." } : m)
+      const misread = t.messages.map((m, i) =>
+        i === k ? { ...m, content: "The ball is 4 column(s) to the RIGHT of the paddle. Move: left." } : m
+      )
       assert.closeTo((yield* score(misread)) ?? NaN, 0.5 * 8 / 9, 1e-12)
       assert.deepStrictEqual(Object.keys(Recipe.catchRecipe.rewardVariants ?? {}), ["seed", "shaped"])
     }))

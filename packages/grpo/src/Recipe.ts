@@ -73,10 +73,12 @@ const CATCH_SYSTEM = "Play Catch: a ball falls down a 10x5 grid; move the paddle
   "with left or right, and stay(). One tool call per turn."
 
 /** The reasoning line: where the ball is relative to the paddle, from the last observation. */
+// The observation's own sentence, copied word for word: a 2-layer model copies a span after a matching prefix (an
+// induction head) more reliably than it maps "LEFT" to a new word (bench/results/learning-catch.md).
 const catchRelation = (text: string): string => {
-  const side = /The ball is (\d+) column\(s\) to the (LEFT|RIGHT)/.exec(text)
-  if (side !== null) return `Ball: ${side[2]} ${side[1]}.`
-  return text.includes("directly above") ? "Ball: above." : "Ball: gone."
+  const side = /The ball is \d+ column\(s\) to the (?:LEFT|RIGHT) of the paddle\./.exec(text)
+  if (side !== null) return side[0]
+  return text.includes("directly above") ? "The ball is directly above the paddle." : "The ball has landed."
 }
 
 /** TRL's `reward_from_env`: `max(r, 0)` when the episode is done, else 0. */
