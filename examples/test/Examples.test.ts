@@ -188,7 +188,7 @@ describe("SftData", () => {
       for (const a of assistant.slice(0, -1)) {
         assert.match(
           a.content,
-          /^The ball is (\d column\(s\) to the (LEFT|RIGHT)|directly above) of the paddle\. Move: (left|right|stay)\.$/
+          /^The ball is (\d column\(s\) to the (LEFT|RIGHT) of|directly above) the paddle\. Move: (left|right|stay)\.$/
         )
         // The line names the move the call makes.
         const call = a.tool_calls![0].function
