@@ -8,16 +8,22 @@ import { Cause, Effect, Exit } from "effect"
 import * as Metrics from "../src/Metrics.js"
 import * as TrainCommands from "../src/TrainCommands.js"
 
+/** A temporary directory with a new tiny model in it (what every command file here points at). */
+const tinyModelDir = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const dir = yield* fs.makeTempDirectoryScoped()
+  const model = path.join(dir, "model")
+  yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+  return { dir, fs, model, path }
+})
+
 describe("TrainCommands", () => {
   it.scoped(
     "envtrain train / eval CONFIG run Catch on the CPU backend from one YAML file with overrides",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const model = path.join(dir, "model")
-        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const { dir, fs, model, path } = yield* tinyModelDir
         const file = path.join(dir, "catch.yaml")
         yield* fs.writeFileString(
           file,
@@ -62,11 +68,7 @@ describe("TrainCommands", () => {
     "envtrain train / eval a user's environment by module path (the README's Definition form), and name bad ones",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const model = path.join(dir, "model")
-        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const { dir, fs, model, path } = yield* tinyModelDir
         const envModule = path.resolve(__dirname, "../../../examples/src/environments/echo.ts")
         const file = path.join(dir, "echo.yaml")
         const lines = (environment: string) =>
@@ -113,11 +115,7 @@ describe("TrainCommands", () => {
     "several environments routed by a dataset column, one served by URL: each scored by its own reward",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const model = path.join(dir, "model")
-        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const { dir, fs, model, path } = yield* tinyModelDir
         const envModule = path.resolve(__dirname, "../../../examples/src/environments/echo.ts")
         const served = yield* Registry.load(envModule)
         let made = 0
@@ -174,11 +172,7 @@ describe("TrainCommands", () => {
     "recipe: a built-in recipe gives the environment, prompts, reward set and success; misuse is named",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const model = path.join(dir, "model")
-        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const { dir, fs, model, path } = yield* tinyModelDir
         const file = path.join(dir, "wordle.yaml")
         const write = (lines: ReadonlyArray<string>) =>
           fs.writeFileString(
