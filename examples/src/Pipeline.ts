@@ -254,14 +254,14 @@ const warmUp = <State>(
     const sftFile = path.join(outputDir, "sft.jsonl")
     yield* SftData.writeJsonl(sftFile, transcripts)
     yield* say(`sft data: ${transcripts.length} episodes (error rate ${settings.sft.errorRate}) -> ${sftFile}`)
+    // Tool schemas rendered into the system prompt push every assistant turn later by their length: the cut moves
+    // with them, so the same turns are learnt with and without --tools-in-prompt.
+    const schemaTokens = settings.toolsInPrompt ? yield* toolSchemaTokens(checkpoint, transcripts) : 0
     const pass = (
       weights: Checkpoint.Model,
       stage: { readonly name: string; readonly epochs: number; readonly batchSize: number; readonly maxLength: number }
     ) =>
       Effect.gen(function*() {
-        // Tool schemas rendered into the system prompt push every assistant turn later by their length: the cut
-        // moves with them, so the same turns are learnt with and without --tools-in-prompt.
-        const schemaTokens = settings.toolsInPrompt ? yield* toolSchemaTokens(weights, transcripts) : 0
         const maxLength = stage.maxLength + schemaTokens
         const model = yield* trainable(weights, stage.batchSize, maxLength, 1)
         const config = yield* Config.fromSources({

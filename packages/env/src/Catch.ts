@@ -262,10 +262,6 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
 // Remote: the same tools on a served openspiel_env (catch) (an envtrain server, or OpenEnv's own)
 // ---------------------------------------------------------------------------------------------------------------
 
-const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
-
-// Catch (openspiel_env)
-
 const OpenSpielObservation = Schema.Struct({ info_state: Schema.Array(Schema.Number) })
 
 /** `CatchTools` backed by a remote `openspiel_env` (catch) session. */
@@ -283,12 +279,12 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
       let reward = 0
       let done = false
       let steps = 0
-      // Combinators, not a `function*` per call (see `wordleReset`).
+      // Combinators, not a `function*` per call (see `Wordle.remoteLayer`).
       const act = (actionId: number) =>
         Effect.suspend(() =>
           done
             ? Effect.fail(new Tool.GameOver({ message: "Episode is done." }))
-            : Effect.map(orDie(client.step({ action_id: actionId })), (r) => {
+            : Effect.map(Effect.orDie(client.step({ action_id: actionId })), (r) => {
               steps += 1
               reward = typeof r.reward === "number" ? r.reward : 0
               done = r.done
@@ -299,7 +295,7 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
         reset: (columns) =>
           Effect.flatMap(Environment.seedOf(columns.seed), (s) => {
             seed = s
-            return Effect.map(orDie(client.reset({ seed })), (r) => {
+            return Effect.map(Effect.orDie(client.reset({ seed })), (r) => {
               reward = 0
               done = false
               steps = 0
@@ -325,5 +321,5 @@ export const remote = (url: string, options: RemoteOptions = {}) =>
     handlers: (service) => ({ move: service.move, stay: () => service.stay() }),
     reset: (service, columns) => service.reset(columns),
     state: (service) => service.state,
-    openEnv: openEnv
+    openEnv
   })

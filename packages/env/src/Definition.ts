@@ -36,12 +36,12 @@
  * @since 0.0.0
  */
 import { Effect, Option, Schema } from "effect"
-import type * as Client from "./Client.js"
 import * as Environment from "./Environment.js"
-import { mcpRemote } from "./internal/mcpRemote.js"
+import { EPISODE_DONE, mcpRemote } from "./internal/mcpRemote.js"
 import { BaseState, episodeIdFrom } from "./internal/openEnvSupport.js"
 import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, OpenEnvInstance, StepResult } from "./OpenEnv.js"
 import { McpAction, McpObservation, McpToolError, OpenEnvExecutionError } from "./OpenEnv.js"
+import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
 
 /** What a tool's `run` may return: text (shown as is), any JSON value (shown as JSON), or an Effect of either. */
@@ -103,17 +103,9 @@ export interface Definition<State extends object = any, Columns = any> {
   readonly success: (state: State, reward: number) => boolean
 }
 
-/** Client options of {@link Definition.remote} (the URL is given separately). */
-export type RemoteOptions = Omit<Client.ClientOptions, "url" | "action" | "observation">
-
 /** Is `u` a {@link Definition} (checked by tag, so a module's own copy of this package still counts)? */
 export const isDefinition = (u: unknown): u is Definition =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "EnvironmentDefinition"
-
-/** A tool's `run` threw or failed: its message is what the model sees. */
-export class ToolError extends Schema.TaggedError<ToolError>()("ToolError", { message: Schema.String }) {}
-
-const DONE = "Episode is done."
 
 const textOf = (value: ToolResult): string => typeof value === "string" ? value : JSON.stringify(value)
 
@@ -122,7 +114,7 @@ const isToolFailure = (u: unknown): u is Tool.ToolFailure =>
   typeof (u as Tool.ToolFailure).message === "string"
 
 /**
- * Runs one tool on a state: a thrown `Error` or a failed Effect becomes a {@link ToolError} (the model's fault, the
+ * Runs one tool on a state: a thrown `Error` or a failed Effect becomes a `Tool.ToolError` (the model's fault, the
  * episode goes on); a defect inside an Effect stays a defect.
  */
 const runTool = <State>(
@@ -135,13 +127,13 @@ const runTool = <State>(
     try {
       out = spec.run(state, params as never)
     } catch (e) {
-      return Effect.fail(new ToolError({ message: e instanceof Error ? e.message : String(e) }))
+      return Effect.fail(new Tool.ToolError({ message: e instanceof Error ? e.message : String(e) }))
     }
     return Effect.isEffect(out)
       ? Effect.map(
         Effect.mapError(
           out as Effect.Effect<ToolResult, unknown>,
-          (e): Tool.ToolFailure => isToolFailure(e) ? e : new ToolError({ message: String(e) })
+          (e): Tool.ToolFailure => isToolFailure(e) ? e : new Tool.ToolError({ message: String(e) })
         ),
         textOf
       )
@@ -184,7 +176,7 @@ export const make = <
   const success = options.success ?? ((_state: State, r: number) => r > 0)
 
   const play = (state: State, name: string, params: unknown) =>
-    done(state) ? Effect.fail(new Tool.GameOver({ message: DONE })) : runTool(specs[name], state, params)
+    done(state) ? Effect.fail(new Tool.GameOver({ message: EPISODE_DONE })) : runTool(specs[name], state, params)
 
   const environment: Environment.Environment<State, Columns> = {
     name: options.name,

@@ -291,10 +291,6 @@ export const environment = Environment.make({
 // Remote: the same tools on a served legacy echo_env (an envtrain server, or OpenEnv's own)
 // ---------------------------------------------------------------------------------------------------------------
 
-const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
-
-// Echo (legacy echo_env)
-
 /** `EchoTools` backed by a remote legacy `echo_env` session (`EchoAction{message}`). */
 export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
   Layer.scoped(
@@ -306,11 +302,11 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
         action: Schema.Struct({ message: Schema.String }),
         observation: Schema.Struct({ echoed_message: Schema.String, message_length: Schema.Number })
       })
-      yield* orDie(client.reset())
+      yield* Effect.orDie(client.reset())
       let reward = 0
       let echoes = 0
       return EchoTools.of({
-        // Combinators, not a `function*` per call (see `wordleReset`).
+        // Combinators, not a `function*` per call (see `Wordle.remoteLayer`).
         echo: ({ message }) =>
           client.step({ message }).pipe(
             Effect.catchTag("ServerError", (e) =>
@@ -341,5 +337,5 @@ export const remote = (url: string, options: RemoteOptions = {}) =>
     handlers: (service) => ({ echo: service.echo }),
     reset: () => Effect.succeed(Option.none()),
     state: (service) => service.state,
-    openEnv: openEnv
+    openEnv
   })

@@ -27,6 +27,7 @@ import * as Echo from "./Echo.js"
 import type * as Environment from "./Environment.js"
 import { mcpRemote } from "./internal/mcpRemote.js"
 import type { McpToolDescriptor, OpenEnvDefinition } from "./OpenEnv.js"
+import type { RemoteOptions } from "./Remote.js"
 import * as Sudoku from "./Sudoku.js"
 import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
@@ -245,7 +246,7 @@ export interface DiscoveredState {
  */
 export const discover = (
   url: string,
-  options: Omit<Client.ClientOptions, "url" | "action" | "observation"> = {}
+  options: RemoteOptions = {}
 ): Effect.Effect<Entry<DiscoveredState>, UnknownEnvironment> =>
   Effect.scoped(
     Effect.gen(function*() {

@@ -32,8 +32,6 @@ import * as Tool from "./Tool.js"
 /** Client options shared by the remote layers (the URL is given separately). */
 export type RemoteOptions = Omit<Client.ClientOptions, "url" | "action" | "observation">
 
-const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
-
 // ---------------------------------------------------------------------------------------------------------------
 // Generic
 // ---------------------------------------------------------------------------------------------------------------
@@ -86,7 +84,7 @@ export const environment = <A, AI, O, OI, Columns, CI>(
     const instance: Environment.Instance<RemoteState<O>> = {
       reset: (columns) =>
         client.reset(options.resetOptions?.(columns as Columns) ?? {}).pipe(
-          orDie,
+          Effect.orDie,
           Effect.map((r) => {
             state = { done: r.done, reward: r.reward, steps: 0, observation: r.observation }
             return Option.some(options.render(r.observation))
@@ -96,7 +94,7 @@ export const environment = <A, AI, O, OI, Columns, CI>(
         state.done
           ? Effect.fail(new Tool.GameOver({ message: "Episode is done." }))
           : client.step(options.actionFor(tool, params)).pipe(
-            orDie,
+            Effect.orDie,
             Effect.map((r) => {
               state = { done: r.done, reward: r.reward, steps: state.steps + 1, observation: r.observation }
               return options.render(r.observation)

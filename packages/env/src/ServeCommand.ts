@@ -44,13 +44,10 @@ export const command = Command.make(
   { environment, host, port, maxConcurrentEnvs, sessionTimeout },
   (args) =>
     Effect.gen(function*() {
-      const entry = Registry.isUrl(args.environment)
-        ? yield* new Registry.UnknownEnvironment({
-          spec: args.environment,
-          problem: "is a server already; serve a built-in or a module that defines the environment"
-        })
-        : yield* Registry.load(args.environment)
-      const definition = entry.openEnv
+      // A URL names a server already running (Registry.load would discover it): there is nothing to serve.
+      const definition = Registry.isUrl(args.environment)
+        ? undefined
+        : (yield* Registry.load(args.environment)).openEnv
       if (definition === undefined) {
         return yield* new Registry.UnknownEnvironment({
           spec: args.environment,

@@ -152,10 +152,6 @@ export const isUnique = (puzzle: Grid): boolean => countSolutions(puzzle.map((r)
 // Remote: the same tools on a served textarena_env (Sudoku-v0) (an envtrain server, or OpenEnv's own)
 // ---------------------------------------------------------------------------------------------------------------
 
-const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
-
-// Sudoku (textarena_env with Sudoku-v0)
-
 const isRecord = (u: unknown): u is Readonly<Record<string, unknown>> =>
   typeof u === "object" && u !== null && !Array.isArray(u)
 
@@ -166,15 +162,15 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
     Effect.gen(function*() {
       const client = yield* textArenaClient(url, options)
       const tools = makeSudokuTools({
-        reset: (seed) => Effect.map(orDie(client.reset({ seed })), (r) => transcriptOf(r.observation)),
+        reset: (seed) => Effect.map(Effect.orDie(client.reset({ seed })), (r) => transcriptOf(r.observation)),
         step: (move) =>
-          Effect.map(orDie(client.step({ message: move })), (r) => ({
+          Effect.map(Effect.orDie(client.step({ message: move })), (r) => ({
             transcript: transcriptOf(r.observation),
             reward: typeof r.reward === "number" ? r.reward : 0,
             done: r.done
           })),
         // How the game ended is only in the state (`raw_state.game_info` and `raw_state.game_state`).
-        ending: Effect.map(orDie(client.state), (state) => {
+        ending: Effect.map(Effect.orDie(client.state), (state) => {
           const raw = isRecord(state.raw_state) ? state.raw_state : {}
           const info = isRecord(raw.game_info) && isRecord(raw.game_info["0"]) ? raw.game_info["0"] : {}
           const game = isRecord(raw.game_state) ? raw.game_state : {}
@@ -197,5 +193,5 @@ export const remote = (url: string, options: RemoteOptions = {}) =>
     handlers: (service) => ({ place: service.place }),
     reset: (service, columns) => service.reset(columns),
     state: (service) => service.state,
-    openEnv: openEnv
+    openEnv
   })

@@ -38,6 +38,9 @@ export class InvalidMove extends Schema.TaggedError<InvalidMove>()("InvalidMove"
 /** The episode has ended; calling a tool again fails with the reference's text (e.g. "Game over."). */
 export class GameOver extends Schema.TaggedError<GameOver>()("GameOver", { message: Schema.String }) {}
 
+/** A tool's own error (a `Definition` tool threw, or a served tool answered with an error): `message` is shown. */
+export class ToolError extends Schema.TaggedError<ToolError>()("ToolError", { message: Schema.String }) {}
+
 /** The model sent arguments the parameter Schema rejects; the message names the parameter. */
 export class InvalidArguments extends Schema.TaggedError<InvalidArguments>()("InvalidArguments", {
   tool: Schema.String,

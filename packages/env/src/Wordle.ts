@@ -252,10 +252,6 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
 // Remote: the same tools on a served textarena_env (Wordle-v0) (an envtrain server, or OpenEnv's own)
 // ---------------------------------------------------------------------------------------------------------------
 
-const orDie = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> => Effect.orDie(effect)
-
-// Wordle (textarena_env)
-
 /** `WordleTools` backed by a remote `textarena_env` (Wordle-v0) session. */
 export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
   Layer.scoped(
@@ -306,7 +302,7 @@ interface RemoteWordle {
 function* wordleReset(s: RemoteWordle, columns: typeof Columns.Type) {
   // Always send a seed, so a remote episode is reproducible and its seed known.
   s.seed = yield* Environment.seedOf(columns.seed)
-  const r = yield* orDie(
+  const r = yield* Effect.orDie(
     s.client.reset({ seed: s.seed, ...(columns.secret !== undefined ? { secret: columns.secret } : {}) })
   )
   s.last = transcriptOf(r.observation)
@@ -321,7 +317,7 @@ function* wordleReset(s: RemoteWordle, columns: typeof Columns.Type) {
 
 function* wordleGuess(s: RemoteWordle, guess: string) {
   if (s.done) return yield* new Tool.GameOver({ message: "Game over." })
-  const r = yield* orDie(s.client.step({ message: guess }))
+  const r = yield* Effect.orDie(s.client.step({ message: guess }))
   const full = transcriptOf(r.observation)
   const text = full.slice(s.last.length)
   s.last = full
@@ -361,5 +357,5 @@ export const remote = (url: string, options: RemoteOptions = {}) =>
     handlers: (service) => ({ guess: service.guess }),
     reset: (service, columns) => service.reset(columns),
     state: (service) => service.state,
-    openEnv: openEnv
+    openEnv
   })

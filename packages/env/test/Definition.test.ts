@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Option, Schema } from "effect"
+import { Effect, Option } from "effect"
 import * as Client from "../src/Client.js"
 import * as Definition from "../src/Definition.js"
 import * as Echo from "../src/Echo.js"
@@ -106,7 +106,6 @@ describe("Definition", () => {
     )
     assert.isTrue(Definition.isDefinition(guessNumber))
     assert.isFalse(Definition.isDefinition({ name: "x" }))
-    assert.isTrue(Schema.is(Environment.SeedColumns)({ seed: 1 }))
   })
 
   it.scopedLive(

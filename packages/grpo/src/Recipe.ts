@@ -72,9 +72,11 @@ const mean = (xs: ReadonlyArray<number>) => xs.length === 0 ? null : xs.reduce((
 const CATCH_SYSTEM = "Play Catch: a ball falls down a 10x5 grid; move the paddle under it. Tools: move(direction) " +
   "with left or right, and stay(). One tool call per turn."
 
-/** The reasoning line: where the ball is relative to the paddle, from the last observation. */
-// The observation's own sentence, copied word for word: a 2-layer model copies a span after a matching prefix (an
-// induction head) more reliably than it maps "LEFT" to a new word (bench/results/learning-catch.md).
+/**
+ * The reasoning line: where the ball is relative to the paddle, as the last observation's own sentence, copied word
+ * for word (a 2-layer model copies a span after a matching prefix more reliably than it maps "LEFT" to a new word:
+ * bench/results/learning-catch.md).
+ */
 const catchRelation = (text: string): string => {
   const side = /The ball is \d+ column\(s\) to the (?:LEFT|RIGHT) of the paddle\./.exec(text)
   if (side !== null) return side[0]
@@ -118,7 +120,7 @@ export const catchRecipe: Recipe<Catch.State> = {
   ],
   rewardFunctions: [catchReward],
   rewardVariants: { seed: [catchReward], shaped: [catchReward, catchReadsBoard] },
-  success: (s) => Registry.builtins.catch.success(s),
+  success: Registry.builtins.catch.success,
   stratum: catchRelation,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,

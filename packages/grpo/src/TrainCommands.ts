@@ -155,7 +155,7 @@ const datasetOf = (path: string, run: RunSpec, spec: typeof DatasetSpec.Type, la
   Effect.gen(function*() {
     if (typeof spec === "string") return yield* Dataset.fromJsonl(spec)
     const seeds = Dataset.range(spec.seeds[0], spec.seeds[1])
-    const recipe = run.recipe === undefined ? undefined : Recipe.builtins[run.recipe]
+    const recipe = run.recipe === undefined ? undefined : yield* recipeNamed(path, run.recipe)
     if (recipe !== undefined) {
       if (spec.prompt !== undefined || spec.columns !== undefined) {
         return yield* new CommandFileError({
@@ -238,16 +238,20 @@ export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable,
     return yield* routed(path, spec, environment, problem, scored)
   })
 
+const recipeNames = () => Object.keys(Recipe.builtins).join(" | ")
+
+/** The built-in recipe of that name, or the command file's error listing them. */
+const recipeNamed = (path: string, name: string): Effect.Effect<Recipe.Recipe<any>, CommandFileError> => {
+  const recipe = Recipe.builtins[name]
+  return recipe === undefined
+    ? Effect.fail(new CommandFileError({ path, problem: `no recipe named '${name}': choose one of ${recipeNames()}` }))
+    : Effect.succeed(recipe)
+}
+
 /** A built-in recipe: its environment (or its remote at envUrl), reward set and success rule. */
 const fromRecipe = (path: string, spec: RunSpec, name: string): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
-    const chosen = Recipe.builtins[name]
-    if (chosen === undefined) {
-      return yield* new CommandFileError({
-        path,
-        problem: `no recipe named '${name}': choose one of ${Object.keys(Recipe.builtins).join(", ")}`
-      })
-    }
+    const chosen = yield* recipeNamed(path, name)
     if (spec.environment !== undefined) {
       return yield* new CommandFileError({
         path,
@@ -404,15 +408,13 @@ const sftTranscripts = (path: string, spec: RunSpec) =>
       })
     }
     if (typeof data === "string") return yield* SftTrainer.fromJsonl(data)
-    const recipe = spec.recipe === undefined ? undefined : Recipe.builtins[spec.recipe]
-    if (recipe === undefined) {
+    if (spec.recipe === undefined) {
       return yield* new CommandFileError({
         path,
-        problem: spec.recipe === undefined
-          ? "sftData { seeds, errorRate } plays a recipe's solver: set recipe (catch | wordle | sudoku | echo | multi-env)"
-          : `no recipe named '${spec.recipe}': choose one of ${Object.keys(Recipe.builtins).join(", ")}`
+        problem: `sftData { seeds, errorRate } plays a recipe's solver: set recipe (${recipeNames()})`
       })
     }
+    const recipe = yield* recipeNamed(path, spec.recipe)
     const transcripts = yield* SftData.collect(recipe, {
       seeds: Dataset.range(data.seeds[0], data.seeds[1]),
       errorRate: data.errorRate,

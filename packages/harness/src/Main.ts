@@ -21,6 +21,10 @@ import { Cause, Console, Effect, Exit, Option } from "effect"
 
 const usageHint = "Run `envtrain --help` (or `envtrain COMMAND --help`) for the usage."
 
+/** The parser refused the command line (it has printed what was wrong). */
+const isBadCommandLine = (cause: Cause.Cause<unknown>): boolean =>
+  Option.exists(Cause.failureOption(cause), ValidationError.isValidationError)
+
 /** A typed failure's own message (tagged errors name the problem and the fix), else nothing. */
 const messageOf = (error: unknown): string | undefined => {
   if (typeof error !== "object" || error === null) return undefined
@@ -34,8 +38,8 @@ const messageOf = (error: unknown): string | undefined => {
  */
 const report = (cause: Cause.Cause<unknown>): Effect.Effect<void> => {
   if (Cause.isInterruptedOnly(cause)) return Effect.void
+  if (isBadCommandLine(cause)) return Console.error(usageHint)
   const failure = Cause.failureOption(cause)
-  if (Option.isSome(failure) && ValidationError.isValidationError(failure.value)) return Console.error(usageHint)
   const message = Option.isSome(failure) ? messageOf(failure.value) : undefined
   if (message !== undefined) {
     const tag = (failure as Option.Some<{ _tag?: unknown }>).value._tag
@@ -44,12 +48,8 @@ const report = (cause: Cause.Cause<unknown>): Effect.Effect<void> => {
   return Console.error(Cause.pretty(cause))
 }
 
-const exitCode = (exit: Exit.Exit<unknown, unknown>): number => {
-  if (Exit.isSuccess(exit)) return 0
-  if (Cause.isInterruptedOnly(exit.cause)) return 130
-  const failure = Cause.failureOption(exit.cause)
-  return Option.isSome(failure) && ValidationError.isValidationError(failure.value) ? 2 : 1
-}
+const exitCode = (exit: Exit.Exit<unknown, unknown>): number =>
+  Exit.isSuccess(exit) ? 0 : Cause.isInterruptedOnly(exit.cause) ? 130 : isBadCommandLine(exit.cause) ? 2 : 1
 
 /**
  * Runs `program` as the process's main fiber and exits with 0 on success, 1 on failure, 2 on a bad command line,

@@ -6,12 +6,11 @@ import { Effect, Option, Schema } from "effect"
 import * as Client from "../Client.js"
 import type * as Environment from "../Environment.js"
 import { McpAction } from "../OpenEnv.js"
+import type { RemoteOptions } from "../Remote.js"
 import * as Tool from "../Tool.js"
 
-/** The server's tool answered with an error (the model's fault: the text it sees). */
-export class RemoteToolError extends Schema.TaggedError<RemoteToolError>()("ToolError", { message: Schema.String }) {}
-
-const DONE = "Episode is done."
+/** What a tool call after the episode's end answers (in process and remote alike). */
+export const EPISODE_DONE = "Episode is done."
 
 const CallObservation = Schema.Struct({
   tool_name: Schema.optional(Schema.String),
@@ -36,7 +35,7 @@ export const mcpRemote = <State, Columns>(o: {
   readonly tools: ReadonlyArray<Tool.Any>
   readonly columns: Schema.Schema<Columns, any>
   readonly url: string
-  readonly clientOptions: Omit<Client.ClientOptions, "url" | "action" | "observation">
+  readonly clientOptions: RemoteOptions
   readonly envelope?: boolean
 }): Environment.Environment<State, Columns> => ({
   name: o.name,
@@ -67,7 +66,7 @@ export const mcpRemote = <State, Columns>(o: {
         ),
       invoke: (tool, params) =>
         over
-          ? Effect.fail(new Tool.GameOver({ message: DONE }))
+          ? Effect.fail(new Tool.GameOver({ message: EPISODE_DONE }))
           : client.step({ type: "call_tool", tool_name: tool, arguments: params as Record<string, unknown> }).pipe(
             // Transport failures are not the model's fault: defects carrying the typed client error.
             Effect.orDie,
@@ -78,7 +77,7 @@ export const mcpRemote = <State, Columns>(o: {
               return error === undefined || error === null
                 ? Effect.succeed(resultText(r.observation.result))
                 : error.error_type === "execution_error"
-                ? Effect.fail(new RemoteToolError({ message: error.message }))
+                ? Effect.fail(new Tool.ToolError({ message: error.message }))
                 : Effect.die(new Error(`${o.name} at ${o.url}: ${error.error_type}: ${error.message}`))
             })
           ),
