@@ -14,9 +14,9 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Client, Environment, Launcher, Server, Wordle } from "@envtrain/env"
-import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
-import * as Tokenizer from "@envtrain/gpu/Tokenizer"
 import { ChatRenderer, Episode, Policy, RemoteSession, Rollout, ToolCallParser } from "@envtrain/rollout"
+import * as ChatTemplate from "@envtrain/text/ChatTemplate"
+import * as Tokenizer from "@envtrain/text/Tokenizer"
 import { Context, Effect, Layer, Option, type Scope, Stream } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import * as Os from "node:os"

@@ -1,8 +1,8 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import { Dataset, type Evaluation, Recipe, SftData, SftTrainer, TrainCommands } from "@envtrain/grpo"
+import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Effect } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
 

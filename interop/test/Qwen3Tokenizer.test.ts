@@ -13,7 +13,7 @@
  */
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { ChatTemplate, Tokenizer } from "@envtrain/gpu"
+import { ChatTemplate, Tokenizer } from "@envtrain/text"
 import { Duration, Effect } from "effect"
 import * as Python from "../src/Python.js"
 import { chatCases, QWEN3_DIR, texts } from "./qwen3Corpus.js"

@@ -4,7 +4,7 @@
  * marks that NFC composes, full-width forms, ligatures), whitespace runs, control characters, and seeded random
  * mixtures of all of them.
  */
-import type { ChatTemplate } from "@envtrain/gpu"
+import type { ChatTemplate } from "@envtrain/text"
 import { join } from "node:path"
 import { root } from "../src/Python.js"
 

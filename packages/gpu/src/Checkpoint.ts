@@ -22,13 +22,13 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
+import { ChatTemplate, type ChatTemplateError, QWEN3_STYLE_TEMPLATE } from "@envtrain/text/ChatTemplate"
+import { mulberry32 } from "@envtrain/text/Random"
+import * as Tok from "@envtrain/text/Tokenizer"
 import { Data, Effect } from "effect"
-import { ChatTemplate, type ChatTemplateError, QWEN3_STYLE_TEMPLATE } from "./ChatTemplate.js"
-import { mulberry32 } from "./internal/corpus.js"
 import * as ModelConfig from "./ModelConfig.js"
 import * as Preset from "./Preset.js"
 import * as Safetensors from "./Safetensors.js"
-import * as Tok from "./Tokenizer.js"
 
 /** A model held in memory. */
 export interface Model {

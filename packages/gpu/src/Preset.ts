@@ -21,9 +21,9 @@
  *
  * @since 0.0.0
  */
+import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import type { ModelConfig } from "./ModelConfig.js"
 import { SUPPORTED_ARCHITECTURE } from "./ModelConfig.js"
-import type { Tokenizer } from "./Tokenizer.js"
 
 export type PresetName = "tiny" | "small"
 

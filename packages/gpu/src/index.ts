@@ -4,7 +4,6 @@
  * @since 0.0.0
  */
 export * as Arena from "./Arena.js"
-export * as ChatTemplate from "./ChatTemplate.js"
 export * as Checkpoint from "./Checkpoint.js"
 export * as CpuTwin from "./CpuTwin.js"
 export * as Generation from "./Generation.js"
@@ -25,4 +24,3 @@ export * as Safetensors from "./Safetensors.js"
 export * as Sampling from "./Sampling.js"
 export * as StepProgram from "./StepProgram.js"
 export * as TinyTransformer from "./TinyTransformer.js"
-export * as Tokenizer from "./Tokenizer.js"

@@ -16,8 +16,8 @@
  * @since 0.0.0
  */
 import { FileSystem } from "@effect/platform"
-import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import type { PromptRow } from "@envtrain/rollout/Rollout"
+import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Data, Effect, Schema } from "effect"
 
 /**

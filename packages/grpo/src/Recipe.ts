@@ -12,7 +12,7 @@
  */
 import type { Echo } from "@envtrain/env"
 import { Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
-import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
+import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Data, Effect, Option } from "effect"
 import * as Dataset from "./Dataset.js"
 import * as Reward from "./Reward.js"

@@ -16,7 +16,7 @@
  */
 import { FileSystem } from "@effect/platform"
 import { Environment } from "@envtrain/env"
-import type { ChatMessage, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import type { ChatMessage, ToolDefinition } from "@envtrain/text/ChatTemplate"
 import { Data, Effect, Option } from "effect"
 import type * as Recipe from "./Recipe.js"
 import type * as SftTrainer from "./SftTrainer.js"

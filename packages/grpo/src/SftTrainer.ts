@@ -22,8 +22,8 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import type { ChatMessage, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
 import * as TrainingTemplate from "@envtrain/rollout/TrainingTemplate"
+import type { ChatMessage, ToolDefinition } from "@envtrain/text/ChatTemplate"
 import { Cause, Data, Effect, Exit, Option } from "effect"
 import * as Config from "./Config.js"
 import { epochOrder } from "./Dataset.js"

@@ -2,7 +2,7 @@
 import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import type { ChatTemplate, RenderOptions } from "@envtrain/gpu/ChatTemplate"
+import type { ChatTemplate, RenderOptions } from "@envtrain/text/ChatTemplate"
 import { Effect } from "effect"
 import * as Trainer from "../src/Trainer.js"
 import * as F from "./fixtures.js"

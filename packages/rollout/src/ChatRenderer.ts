@@ -24,8 +24,8 @@ import type {
   ChatTemplateError,
   RenderOptions,
   ToolDefinition
-} from "@envtrain/gpu/ChatTemplate"
-import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
+} from "@envtrain/text/ChatTemplate"
+import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import { Context, Data, Effect, Layer } from "effect"
 import * as FastCodec from "./internal/fastCodec.js"
 import * as TrainingTemplate from "./TrainingTemplate.js"

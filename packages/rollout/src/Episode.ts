@@ -28,7 +28,7 @@
  * @since 0.0.0
  */
 import * as Environment from "@envtrain/env/Environment"
-import type { ChatMessage, ChatTemplateError, ToolCall, ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import type { ChatMessage, ChatTemplateError, ToolCall, ToolDefinition } from "@envtrain/text/ChatTemplate"
 import { Context, Effect, Exit, Option, type Types } from "effect"
 import type { Renderer, TemplateNotPrefixStable } from "./ChatRenderer.js"
 import { ChatRenderer } from "./ChatRenderer.js"

@@ -92,7 +92,7 @@ export class Policy extends Context.Tag("@envtrain/rollout/Policy")<Policy, {
 // ---------------------------------------------------------------------------------------------------------------
 // Scripted
 
-/** The part of a tokenizer the scripted policy needs (`@envtrain/gpu`'s `Tokenizer` fits). */
+/** The part of a tokenizer the scripted policy needs (`@envtrain/text`'s `Tokenizer` fits). */
 export interface TokenCodec {
   readonly encode: (text: string) => Array<number>
   readonly decode: (ids: ReadonlyArray<number>) => string

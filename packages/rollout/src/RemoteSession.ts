@@ -20,7 +20,7 @@
  */
 import * as Client from "@envtrain/env/Client"
 import * as Environment from "@envtrain/env/Environment"
-import type { ToolDefinition } from "@envtrain/gpu/ChatTemplate"
+import type { ToolDefinition } from "@envtrain/text/ChatTemplate"
 import { Effect, Option, Pool, Scope } from "effect"
 import type { Session, ToolOutcome } from "./Episode.js"
 

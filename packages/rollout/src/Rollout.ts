@@ -30,7 +30,7 @@
  *
  * @since 0.0.0
  */
-import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
+import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Cause, Chunk, Context, Data, Deferred, Duration, Effect, Exit, FiberRef, Option, Scope, Stream } from "effect"
 import { ChatRenderer } from "./ChatRenderer.js"
 import type { EpisodeConfig, EpisodeRecord, Session } from "./Episode.js"

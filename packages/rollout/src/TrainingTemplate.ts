@@ -31,7 +31,7 @@ import {
   QWEN3_STYLE_TEMPLATE,
   type RenderOptions,
   type ToolDefinition
-} from "@envtrain/gpu/ChatTemplate"
+} from "@envtrain/text/ChatTemplate"
 import { Effect, Option } from "effect"
 
 /** What the check needs of a tokenizer. */

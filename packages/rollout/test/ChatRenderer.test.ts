@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import type * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
+import type * as ChatTemplate from "@envtrain/text/ChatTemplate"
 import { Effect, FastCheck as fc } from "effect"
 import { ChatRenderer } from "../src/index.js"
 import { tinyModel } from "./fixtures.js"

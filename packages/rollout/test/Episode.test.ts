@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Echo, Environment } from "@envtrain/env"
-import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
+import * as ChatTemplate from "@envtrain/text/ChatTemplate"
 import { Effect, FastCheck as fc, Layer } from "effect"
 import { ChatRenderer, Episode, Policy } from "../src/index.js"
 import { catchScript, renderer, tinyModel, toolResponses } from "./fixtures.js"

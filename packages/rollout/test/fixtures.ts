@@ -1,6 +1,6 @@
-// Shared test fixtures: a tiny Qwen3-style tokenizer trained by @envtrain/gpu and its chat template.
-import * as ChatTemplate from "@envtrain/gpu/ChatTemplate"
-import * as Tokenizer from "@envtrain/gpu/Tokenizer"
+// Shared test fixtures: a tiny Qwen3-style tokenizer trained by @envtrain/text and its chat template.
+import * as ChatTemplate from "@envtrain/text/ChatTemplate"
+import * as Tokenizer from "@envtrain/text/Tokenizer"
 import { Effect, Layer } from "effect"
 import { ChatRenderer } from "../src/index.js"
 

@@ -2,13 +2,13 @@
  * The model as the trainers need it, and a plain-TypeScript implementation over `Qwen3Reference` (slow, exact;
  * used by tests and as a CPU fallback until the GPU model is plugged in through the same interface).
  */
-import type { ChatTemplate } from "@envtrain/gpu/ChatTemplate"
 import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import type * as ModelConfig from "@envtrain/gpu/ModelConfig"
 import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
 import type * as Safetensors from "@envtrain/gpu/Safetensors"
-import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
+import type { ChatTemplate } from "@envtrain/text/ChatTemplate"
+import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import { Data, Effect } from "effect"
 import type { LossBatch, LossOptions } from "../Loss.js"
 

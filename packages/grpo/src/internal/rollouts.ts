@@ -3,11 +3,11 @@
  * `Rollout.groups`, every episode seeded from (seed, prompt, generation) so its tokens do not depend on scheduling,
  * and the records returned in (prompt, generation) order.
  */
-import type { ChatMessage } from "@envtrain/gpu/ChatTemplate"
 import { ChatRenderer } from "@envtrain/rollout/ChatRenderer"
 import * as Episode from "@envtrain/rollout/Episode"
 import * as Policy from "@envtrain/rollout/Policy"
 import * as Rollout from "@envtrain/rollout/Rollout"
+import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Chunk, Effect, Layer, type Scope, Stream } from "effect"
 import { mixSeed } from "../Dataset.js"
 import type * as Reward from "../Reward.js"

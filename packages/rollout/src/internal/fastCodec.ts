@@ -6,7 +6,7 @@
 // Decode: for a byte-level BPE tokenizer every id stands for fixed bytes; the bytes are concatenated and decoded
 // as UTF-8 once.
 // Both are verified against the tokenizer on their first uses and switch themselves off on any difference.
-import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
+import type { Tokenizer } from "@envtrain/text/Tokenizer"
 
 const CHECKS = 32
 const MAX_MEMO = 50_000

@@ -12,7 +12,7 @@
  * @example
  * ```ts
  * import { Effect } from "effect"
- * import { ChatTemplate } from "@envtrain/gpu"
+ * import { ChatTemplate } from "@envtrain/text"
  *
  * const program = Effect.gen(function*() {
  *   const template = yield* ChatTemplate.ChatTemplate.fromString(ChatTemplate.QWEN3_STYLE_TEMPLATE)

@@ -6,20 +6,9 @@
  */
 import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
+import { mulberry32 } from "../Random.js"
 
 const dataFile = (name: string) => fileURLToPath(new URL(`../../data/${name}`, import.meta.url))
-
-/** A small deterministic PRNG (mulberry32): same seed, same corpus. */
-export const mulberry32 = (seed: number) => {
-  let s = seed >>> 0
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0
-    let t = s
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 const wordleFeedback = (secret: string, guess: string): string => {
   const out = Array<string>(5).fill("X")

@@ -6,7 +6,7 @@
  * @example
  * ```ts
  * import { Effect } from "effect"
- * import { Tokenizer } from "@envtrain/gpu"
+ * import { Tokenizer } from "@envtrain/text"
  *
  * const program = Effect.gen(function*() {
  *   const tok = yield* Tokenizer.load("Qwen3-0.6B")
