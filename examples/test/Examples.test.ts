@@ -1,7 +1,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Dataset, type Evaluation, Recipe, SftData, SftTrainer, TrainCommands } from "@envtrain/grpo"
+import { CommandFile, Dataset, type Evaluation, Recipe, SftData, SftTrainer } from "@envtrain/grpo"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Effect } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
@@ -57,7 +57,7 @@ const checkEvalCommand = (result: Pipeline.RunResult) =>
     const match = /^npm run envtrain -- eval (\S+)$/.exec(command ?? "")
     assert.isNotNull(match, command)
     const file = match![1]
-    yield* TrainCommands.runEval(file, [])
+    yield* CommandFile.evaluate(file, [])
     const again = JSON.parse(yield* fs.readFileString(path.join(result.outputDir, "reeval", "eval.json")))
     const row = again.rows[0] as Evaluation.EnvironmentRow
     const round = (x: number | null) => (x === null ? null : Math.round(x * 1000) / 1000)

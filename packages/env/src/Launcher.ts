@@ -170,7 +170,6 @@ export const envtrain = (environment: string, options: EnvtrainServerOptions = {
   tsx(
     fileURLToPath(new URL("./internal/serveMain.ts", import.meta.url)),
     [
-      "serve",
       environment,
       "--port",
       "{port}",

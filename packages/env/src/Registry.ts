@@ -28,6 +28,8 @@ import type * as Environment from "./Environment.js"
 import { mcpRemote } from "./internal/mcpRemote.js"
 import type { McpToolDescriptor, OpenEnvDefinition } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
+import * as Server from "./Server.js"
+import type * as ServerOptions from "./ServerOptions.js"
 import * as Sudoku from "./Sudoku.js"
 import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
@@ -296,3 +298,24 @@ export const discover = (
       }
     })
   )
+
+/**
+ * Serves the environment `spec` names (a built-in, or a module's definition) over OpenEnv's protocol until the scope
+ * closes, and logs where it listens: what `envtrain serve` and `Launcher.envtrain`'s child run. A URL is refused: it
+ * names a server already running, so there is nothing to serve.
+ */
+export const serve = (spec: string, options: ServerOptions.ServerOptions = {}) =>
+  Effect.gen(function*() {
+    const definition = isUrl(spec) ? undefined : (yield* load(spec)).openEnv
+    if (definition === undefined) {
+      return yield* new UnknownEnvironment({
+        spec,
+        problem: "is a server already; serve a built-in or a module that defines the environment"
+      })
+    }
+    const server = yield* Server.serve(definition, options)
+    yield* Effect.logInfo(
+      `${definition.name} listening on ${server.url} (max ${server.maxConcurrentEnvs} concurrent sessions)`
+    )
+    return server
+  })

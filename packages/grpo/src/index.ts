@@ -4,6 +4,7 @@
  * @since 0.0.0
  */
 export * as Advantage from "./Advantage.js"
+export * as CommandFile from "./CommandFile.js"
 export * as CompletionMetrics from "./CompletionMetrics.js"
 export * as Config from "./Config.js"
 export * as Dataset from "./Dataset.js"
@@ -17,6 +18,5 @@ export * as Report from "./Report.js"
 export * as Reward from "./Reward.js"
 export * as SftData from "./SftData.js"
 export * as SftTrainer from "./SftTrainer.js"
-export * as TrainCommands from "./TrainCommands.js"
 export * as Trainer from "./Trainer.js"
 export * as TrainerState from "./TrainerState.js"

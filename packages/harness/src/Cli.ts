@@ -1,12 +1,12 @@
 /**
- * The `envtrain` command line. Each package contributes its commands; this module only assembles them.
+ * The `envtrain` command line: the commands in `commands/` (one file per noun) and `doctor`, assembled under one root.
  *
  * @since 0.0.0
  */
 import { Command, Options } from "@effect/cli"
-import { ServeCommand } from "@envtrain/env"
-import { ModelCommands } from "@envtrain/gpu"
-import { TrainCommands } from "@envtrain/grpo"
+import * as Model from "./commands/Model.js"
+import * as Serve from "./commands/Serve.js"
+import * as Train from "./commands/Train.js"
 import * as Doctor from "./Doctor.js"
 
 const requireHardware = Options.boolean("require-hardware").pipe(
@@ -25,7 +25,7 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor, ServeCommand.command, ...ModelCommands.commands, ...TrainCommands.commands])
+  Command.withSubcommands([doctor, Serve.command, ...Model.commands, ...Train.commands])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */

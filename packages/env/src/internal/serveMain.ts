@@ -1,12 +1,30 @@
-// Stand-alone entry for `serve` (used by Launcher.envtrain): `tsx serveMain.ts serve <env> --port N`.
-import { Command } from "@effect/cli"
+// The child process Launcher.envtrain starts: `tsx serveMain.ts <env> --port N [--max-concurrent-envs N]
+// [--session-timeout S]`. Its flags are read with node:util's parseArgs so that this library needs no command-line
+// package; `envtrain serve` (packages/harness) is the user's form of the same Registry.serve.
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import { Effect } from "effect"
-import * as ServeCommand from "../ServeCommand.js"
+import { Duration, Effect } from "effect"
+import { parseArgs } from "node:util"
+import * as Registry from "../Registry.js"
 
-const root = Command.make("envtrain-env").pipe(Command.withSubcommands([ServeCommand.command]))
+const { positionals, values } = parseArgs({
+  args: process.argv.slice(2),
+  allowPositionals: true,
+  options: {
+    port: { type: "string" },
+    "max-concurrent-envs": { type: "string" },
+    "session-timeout": { type: "string" }
+  }
+})
+const maxConcurrentEnvs = values["max-concurrent-envs"]
+const sessionTimeout = values["session-timeout"]
 
-Command.run(root, { name: "envtrain-env", version: "0.0.0" })(process.argv).pipe(
+Registry.serve(positionals[0], {
+  port: Number(values.port ?? 8000),
+  ...(maxConcurrentEnvs === undefined ? {} : { maxConcurrentEnvs: Number(maxConcurrentEnvs) }),
+  ...(sessionTimeout === undefined ? {} : { sessionTimeout: Duration.millis(Number(sessionTimeout) * 1000) })
+}).pipe(
+  Effect.zipRight(Effect.never),
+  Effect.scoped,
   Effect.provide(NodeContext.layer),
   NodeRuntime.runMain
 )

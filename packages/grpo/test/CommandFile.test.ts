@@ -1,12 +1,11 @@
-import { Command } from "@effect/cli"
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Registry, Server } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Cause, Effect, Exit } from "effect"
+import * as CommandFile from "../src/CommandFile.js"
 import * as Metrics from "../src/Metrics.js"
-import * as TrainCommands from "../src/TrainCommands.js"
 
 /** A temporary directory with a new tiny model in it (what every command file here points at). */
 const tinyModelDir = Effect.gen(function*() {
@@ -18,52 +17,7 @@ const tinyModelDir = Effect.gen(function*() {
   return { dir, fs, model, path }
 })
 
-describe("TrainCommands", () => {
-  it.scoped(
-    "envtrain train / eval CONFIG run Catch on the CPU backend from one YAML file with overrides",
-    () =>
-      Effect.gen(function*() {
-        const { dir, fs, model, path } = yield* tinyModelDir
-        const file = path.join(dir, "catch.yaml")
-        yield* fs.writeFileString(
-          file,
-          [
-            `model: ${model}`,
-            "backend: cpu",
-            "environment: catch",
-            "dataset: { seeds: [0, 16], prompt: \"Catch the ball.\" }",
-            "evalDataset: { seeds: [100, 102], prompt: \"Catch the ball.\" }",
-            `output_dir: ${path.join(dir, "out")}`,
-            "num_generations: 2",
-            "perDeviceTrainBatchSize: 2",
-            "maxCompletionLength: 8",
-            "maxSteps: 5",
-            "loggingSteps: 1"
-          ].join("\n") + "\n"
-        )
-        const cli = Command.run(Command.make("envtrain").pipe(Command.withSubcommands([...TrainCommands.commands])), {
-          name: "envtrain",
-          version: "0.0.0"
-        })
-        yield* cli(["node", "envtrain", "train", file, "maxSteps=1"])
-        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
-        assert.deepStrictEqual(metrics.map((m) => m.step), [1])
-        assert.isTrue("rewards/catch/mean" in metrics[0])
-        assert.isTrue("tools/failure_frequency" in metrics[0])
-        assert.isTrue(yield* fs.exists(path.join(dir, "out", "checkpoint-1", "model.safetensors")))
-
-        yield* cli(["node", "envtrain", "eval", file])
-        const evaluation = JSON.parse(yield* fs.readFileString(path.join(dir, "out", "eval.json")))
-        assert.strictEqual(evaluation.rows[0].environment, "catch")
-        assert.strictEqual(evaluation.rows[0].episodes, 2)
-
-        const bad = yield* Effect.exit(TrainCommands.runTrain(file, ["learning_rat=1"]))
-        assert.isTrue(Exit.isFailure(bad))
-        if (Exit.isFailure(bad)) assert.include(String(bad.cause), "learning_rate")
-      }).pipe(Effect.provide(NodeContext.layer)),
-    120_000
-  )
-
+describe("CommandFile", () => {
   it.scoped(
     "envtrain train / eval a user's environment by module path (the README's Definition form), and name bad ones",
     () =>
@@ -85,18 +39,18 @@ describe("TrainCommands", () => {
             "loggingSteps: 1"
           ].join("\n") + "\n"
         yield* fs.writeFileString(file, lines(envModule))
-        yield* TrainCommands.runTrain(file, [])
+        yield* CommandFile.train(file, [])
         const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
         assert.deepStrictEqual(metrics.map((m) => m.step), [1])
         assert.isTrue("rewards/echo-defined/mean" in metrics[0])
-        yield* TrainCommands.runEval(file, [])
+        yield* CommandFile.evaluate(file, [])
         const evaluation = JSON.parse(yield* fs.readFileString(path.join(dir, "out", "eval.json")))
         assert.strictEqual(evaluation.rows[0].environment, "echo-defined")
 
         const problemWith = (environment: string) =>
           Effect.gen(function*() {
             yield* fs.writeFileString(file, lines(environment))
-            const exit = yield* Effect.exit(TrainCommands.runTrain(file, []))
+            const exit = yield* Effect.exit(CommandFile.train(file, []))
             assert.isTrue(Exit.isFailure(exit))
             return Exit.isFailure(exit) ? String(Cause.squash(exit.cause)) : ""
           })
@@ -152,17 +106,17 @@ describe("TrainCommands", () => {
             ].join("\n") + "\n"
           )
         yield* config([`envUrl: { echo: ${server.url} }`])
-        yield* TrainCommands.runTrain(file, [])
+        yield* CommandFile.train(file, [])
         const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
         assert.isTrue("rewards/catch/mean" in metrics[0], Object.keys(metrics[0]).join())
         assert.isTrue("rewards/echo/mean" in metrics[0], Object.keys(metrics[0]).join())
         // The echo episodes were played on the server: it made their sessions.
         assert.isAtLeast(made, 2)
         yield* config(["envUrl: http://127.0.0.1:1"])
-        const wrong = yield* Effect.flip(TrainCommands.runTrain(file, []))
+        const wrong = yield* Effect.flip(CommandFile.train(file, []))
         assert.include(wrong.message, "a server serves one environment")
         yield* config(["envUrl: { wordle: http://127.0.0.1:1 }"])
-        const unknown = yield* Effect.flip(TrainCommands.runTrain(file, []))
+        const unknown = yield* Effect.flip(CommandFile.train(file, []))
         assert.include(unknown.message, "envUrl names wordle, which environment does not")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
@@ -195,7 +149,7 @@ describe("TrainCommands", () => {
           "dataset: { seeds: [0, 4] }",
           "evalDataset: { seeds: [9, 11] }"
         ])
-        yield* TrainCommands.runTrain(file, [])
+        yield* CommandFile.train(file, [])
         const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
         // The shaped set's three functions, by name.
         for (const name of ["wordle_win_shaped", "wordle_greens_shaped", "wordle_invalid_shaped"]) {
@@ -208,14 +162,14 @@ describe("TrainCommands", () => {
           "sftData: { seeds: [0, 4], errorRate: 0.2 }",
           "maxLength: 200"
         ])
-        yield* TrainCommands.runSft(file, [])
+        yield* CommandFile.sft(file, [])
         const sft = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
         assert.deepStrictEqual(sft.map((m) => m.step), [1])
         assert.isAbove(sft[0]["num_tokens"] as number, 0)
         const failure = (lines: ReadonlyArray<string>) =>
           Effect.gen(function*() {
             yield* write(lines)
-            return (yield* Effect.flip(TrainCommands.runTrain(file, []))).message
+            return (yield* Effect.flip(CommandFile.train(file, []))).message
           })
         assert.include(yield* failure(["recipe: chess", "dataset: { seeds: [0, 4] }"]), "no recipe named 'chess'")
         assert.include(
@@ -239,7 +193,7 @@ describe("TrainCommands", () => {
           "envUrl.wordle and envUrl.catch"
         )
         yield* write(["sftData: { seeds: [0, 4], errorRate: 0.2 }"])
-        const noRecipe = yield* Effect.flip(TrainCommands.runSft(file, []))
+        const noRecipe = yield* Effect.flip(CommandFile.sft(file, []))
         assert.include(noRecipe.message, "plays a recipe's solver: set recipe")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000

@@ -1,5 +1,5 @@
 /**
- * The model commands of the `envtrain` binary:
+ * The model commands of the `envtrain` binary, each the wiring of `@envtrain/gpu`'s checkpoint, model and generation:
  * - `init-model --preset tiny|small --out DIR [--seed N]`: a new random Qwen3-architecture model directory;
  * - `generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p M]
  *   [--repetition-penalty R] [--seed S] [--chat] [--json]`: generates on the GPU (`--chat` wraps the prompt as a
@@ -10,9 +10,9 @@
  * @example
  * ```ts
  * import { Command } from "@effect/cli"
- * import { ModelCommands } from "@envtrain/gpu"
+ * import * as Model from "@envtrain/harness/commands/Model"
  *
- * const cli = Command.make("envtrain").pipe(Command.withSubcommands(ModelCommands.commands))
+ * const cli = Command.make("envtrain").pipe(Command.withSubcommands(Model.commands))
  * // envtrain generate --model models/tiny --prompt "Hello" --max-tokens 32 --json
  * ```
  *
@@ -20,12 +20,12 @@
  */
 import { Command, Options } from "@effect/cli"
 import { FileSystem } from "@effect/platform"
+import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import * as Generation from "@envtrain/gpu/Generation"
+import { Gpu } from "@envtrain/gpu/Gpu"
+import * as Preset from "@envtrain/gpu/Preset"
+import * as Qwen3 from "@envtrain/gpu/Qwen3"
 import { Console, Data, Effect } from "effect"
-import * as Checkpoint from "./Checkpoint.js"
-import * as Generation from "./Generation.js"
-import { Gpu } from "./Gpu.js"
-import * as Preset from "./Preset.js"
-import * as Qwen3 from "./Qwen3.js"
 
 /** A command's input is unusable (a file that is not a token list, ...). */
 export class ModelCommandError extends Data.TaggedError("ModelCommandError")<{ readonly problem: string }> {

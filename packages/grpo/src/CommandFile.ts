@@ -1,6 +1,8 @@
 /**
- * `envtrain train CONFIG`, `envtrain sft CONFIG`, `envtrain eval CONFIG`: one YAML/JSON file holds the GRPO
- * configuration (TRL's knobs, camelCase or snake_case) plus the run's ingredients:
+ * A command file: one YAML/JSON file that holds the GRPO configuration (TRL's knobs, camelCase or snake_case) plus
+ * the run's ingredients, and the three runs it describes ({@link train}, {@link sft}, {@link evaluate}: what
+ * `envtrain train CONFIG`, `envtrain sft CONFIG` and `envtrain eval CONFIG` run; the commands themselves are in
+ * `@envtrain/harness`):
  *
  * ```yaml
  * model: models/tiny-sft        # a Hugging Face model directory
@@ -28,20 +30,22 @@
  *
  * @example
  * ```ts
- * import { Command } from "@effect/cli"
- * import { TrainCommands } from "@envtrain/grpo"
- * const root = Command.make("envtrain").pipe(Command.withSubcommands([TrainCommands.train, TrainCommands.sft, TrainCommands.eval]))
+ * import { NodeContext } from "@effect/platform-node"
+ * import { CommandFile } from "@envtrain/grpo"
+ * import { Effect } from "effect"
+ *
+ * // What `envtrain train catch.yaml maxSteps=10` runs.
+ * const program = CommandFile.train("catch.yaml", ["maxSteps=10"]).pipe(Effect.provide(NodeContext.layer))
  * ```
  *
  * @since 0.0.0
  */
-import { Args, Command } from "@effect/cli"
 import { FileSystem, Path } from "@effect/platform"
 import { Environment, MultiEnv, Registry } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import { Gpu } from "@envtrain/gpu/Gpu"
 import * as Episode from "@envtrain/rollout/Episode"
-import { Console, Data, Effect, Schema } from "effect"
+import { Data, Effect, Schema } from "effect"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
@@ -122,7 +126,7 @@ export class CommandFileError extends Data.TaggedError("CommandFileError")<{
  *
  * @since 0.0.0
  */
-export const loadFile = Effect.fn("TrainCommands.loadFile")(function*(path: string, overrides: ReadonlyArray<string>) {
+export const load = Effect.fn("CommandFile.load")(function*(path: string, overrides: ReadonlyArray<string>) {
   const fs = yield* FileSystem.FileSystem
   const text = yield* fs.readFileString(path).pipe(
     Effect.mapError((e) => new CommandFileError({ path, problem: `cannot read (${e.message})` }))
@@ -366,9 +370,9 @@ const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) =>
 // Context length for the GPU model: the rendered prompt (with tools) plus the completion budget.
 const sequenceLength = (config: Config.GRPOConfig) => Math.min(4096, config.maxCompletionLength + 1024)
 
-/** `train CONFIG [key=value ...]` */
-export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string, overrides: ReadonlyArray<string>) {
-  const { config, spec } = yield* loadFile(path, overrides)
+/** `train CONFIG [key=value ...]`: GRPO training as the file says. */
+export const train = Effect.fn("CommandFile.train")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const { config, spec } = yield* load(path, overrides)
   const env = yield* trainable(path, spec)
   if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
   const dataset = yield* datasetOf(path, spec, spec.dataset, "dataset")
@@ -380,7 +384,7 @@ export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string,
     spec,
     Effect.gen(function*() {
       const model = yield* modelFor(spec, config, sequenceLength(config))
-      const result = yield* Trainer.train({
+      return yield* Trainer.train({
         config,
         model,
         dataset,
@@ -392,7 +396,6 @@ export const runTrain = Effect.fn("TrainCommands.train")(function*(path: string,
         title: spec.title ?? p.basename(path),
         ...(evalDataset === undefined ? {} : { evalDataset })
       })
-      yield* Console.log(`report: ${result.report}\ncheckpoint: ${result.checkpoint ?? "(none)"}`)
     })
   )
 })
@@ -424,16 +427,16 @@ const sftTranscripts = (path: string, spec: RunSpec) =>
     return spec.toolsInPrompt ? transcripts : transcripts.map((t) => ({ messages: t.messages }))
   })
 
-/** `sft CONFIG [key=value ...]` */
-export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, overrides: ReadonlyArray<string>) {
-  const { config, spec } = yield* loadFile(path, overrides)
+/** `sft CONFIG [key=value ...]`: the supervised warm-up on the file's transcripts. */
+export const sft = Effect.fn("CommandFile.sft")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const { config, spec } = yield* load(path, overrides)
   const transcripts = yield* sftTranscripts(path, spec)
   const p = yield* Path.Path
   return yield* withDevice(
     spec,
     Effect.gen(function*() {
       const model = yield* modelFor(spec, config, 2048)
-      const result = yield* SftTrainer.train({
+      return yield* SftTrainer.train({
         config,
         model,
         transcripts,
@@ -442,14 +445,13 @@ export const runSft = Effect.fn("TrainCommands.sft")(function*(path: string, ove
         resume: spec.resume,
         title: spec.title ?? `${p.basename(path)} (SFT)`
       })
-      yield* Console.log(`report: ${result.report}\ncheckpoint: ${result.checkpoint ?? "(none)"}`)
     })
   )
 })
 
-/** `eval CONFIG [key=value ...]` */
-export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, overrides: ReadonlyArray<string>) {
-  const { config, spec } = yield* loadFile(path, overrides)
+/** `eval CONFIG [key=value ...]`: greedy evaluation on the file's held-out rows, written to its outputDir. */
+export const evaluate = Effect.fn("CommandFile.evaluate")(function*(path: string, overrides: ReadonlyArray<string>) {
+  const { config, spec } = yield* load(path, overrides)
   const env = yield* trainable(path, spec)
   const source = spec.evalDataset ?? spec.dataset
   if (source === undefined) return yield* new CommandFileError({ path, problem: "set evalDataset" })
@@ -474,37 +476,7 @@ export const runEval = Effect.fn("TrainCommands.eval")(function*(path: string, o
         label: spec.model
       })
       yield* Evaluation.write(config.outputDir, result)
-      yield* Console.log(Evaluation.formatTable(result))
+      return result
     })
   )
 })
-
-const configArg = Args.text({ name: "config" }).pipe(Args.withDescription("a YAML or JSON command file"))
-const overridesArg = Args.text({ name: "key=value" }).pipe(
-  Args.repeated,
-  Args.withDescription("configuration overrides, e.g. maxSteps=10 learning_rate=3e-5")
-)
-
-/** `envtrain train CONFIG` @since 0.0.0 */
-export const train = Command.make(
-  "train",
-  { config: configArg, overrides: overridesArg },
-  ({ config, overrides }) => runTrain(config, overrides)
-).pipe(Command.withDescription("GRPO training on an environment (checkpoints, metrics, report, evaluation)."))
-
-/** `envtrain sft CONFIG` @since 0.0.0 */
-export const sft = Command.make(
-  "sft",
-  { config: configArg, overrides: overridesArg },
-  ({ config, overrides }) => runSft(config, overrides)
-).pipe(Command.withDescription("Supervised warm-up on chat / tool-calling transcripts (assistant tokens only)."))
-
-/** `envtrain eval CONFIG` @since 0.0.0 */
-export const evaluate = Command.make(
-  "eval",
-  { config: configArg, overrides: overridesArg },
-  ({ config, overrides }) => runEval(config, overrides)
-).pipe(Command.withDescription("Greedy evaluation on held-out rows: a metrics table and eval.json."))
-
-/** The three commands, for the root CLI. @since 0.0.0 */
-export const commands = [train, sft, evaluate] as const

@@ -1,23 +1,22 @@
 /**
  * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout]`: serves a built-in environment, or a
  * module's definition (`Definition.make`) (`envtrain serve ./my-env.ts`), over OpenEnv's protocol until SIGINT/SIGTERM, then
- * closes every session. The `envtrain` binary mounts this command.
+ * closes every session. The serving itself is `Registry.serve` in `@envtrain/env`; this module is its command line.
  *
  * @example
  * ```ts
  * import { Command } from "@effect/cli"
- * import { ServeCommand } from "@envtrain/env"
+ * import * as Serve from "@envtrain/harness/commands/Serve"
  *
- * const cli = Command.make("envtrain").pipe(Command.withSubcommands([ServeCommand.command]))
+ * const cli = Command.make("envtrain").pipe(Command.withSubcommands([Serve.command]))
  * // envtrain serve catch --port 8000 --max-concurrent-envs 64
  * ```
  *
  * @since 0.0.0
  */
 import { Args, Command, Options } from "@effect/cli"
+import { Registry } from "@envtrain/env"
 import { Duration, Effect, Option } from "effect"
-import * as Registry from "./Registry.js"
-import * as Server from "./Server.js"
 
 const environment = Args.text({ name: "env" }).pipe(
   Args.withDescription(
@@ -43,31 +42,15 @@ export const command = Command.make(
   "serve",
   { environment, host, port, maxConcurrentEnvs, sessionTimeout },
   (args) =>
-    Effect.gen(function*() {
-      // A URL names a server already running (Registry.load would discover it): there is nothing to serve.
-      const definition = Registry.isUrl(args.environment)
-        ? undefined
-        : (yield* Registry.load(args.environment)).openEnv
-      if (definition === undefined) {
-        return yield* new Registry.UnknownEnvironment({
-          spec: args.environment,
-          problem: "is a server already; serve a built-in or a module that defines the environment"
-        })
-      }
-      const server = yield* Server.serve(definition, {
-        host: args.host,
-        port: args.port,
-        ...Option.match(args.maxConcurrentEnvs, { onNone: () => ({}), onSome: (n) => ({ maxConcurrentEnvs: n }) }),
-        ...Option.match(args.sessionTimeout, {
-          onNone: () => ({}),
-          onSome: (s) => ({ sessionTimeout: Duration.millis(s * 1000) })
-        })
+    Registry.serve(args.environment, {
+      host: args.host,
+      port: args.port,
+      ...Option.match(args.maxConcurrentEnvs, { onNone: () => ({}), onSome: (n) => ({ maxConcurrentEnvs: n }) }),
+      ...Option.match(args.sessionTimeout, {
+        onNone: () => ({}),
+        onSome: (s) => ({ sessionTimeout: Duration.millis(s * 1000) })
       })
-      yield* Effect.logInfo(
-        `${definition.name} listening on ${server.url} (max ${server.maxConcurrentEnvs} concurrent sessions)`
-      )
-      return yield* Effect.never
-    }).pipe(Effect.scoped)
+    }).pipe(Effect.zipRight(Effect.never), Effect.scoped)
 ).pipe(
   Command.withDescription("Serve an environment (a built-in or ./my-env.ts) over OpenEnv's HTTP/WebSocket protocol.")
 )
