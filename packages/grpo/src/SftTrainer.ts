@@ -9,8 +9,8 @@
  *
  * Same configuration file and checkpoint format as GRPO (learningRate, perDeviceTrainBatchSize,
  * gradientAccumulationSteps, maxSteps / numTrainEpochs, lrSchedulerType, warmup, AdamW, maxGradNorm, loggingSteps,
- * saveSteps, seed, outputDir); the loss is the mean negative log-likelihood over the assistant tokens of an
- * optimizer step.
+ * saveSteps, seed, outputDir) and the same run loop (resume, metrics.jsonl, the report, the checkpoint kept on
+ * Ctrl-C); the loss is the mean negative log-likelihood over the assistant tokens of an optimizer step.
  *
  * @example
  * ```ts

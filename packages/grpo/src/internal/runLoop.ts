@@ -221,16 +221,21 @@ export const run = <A, E, R, EE = never, ER = never, LE = never, LR = never>(
   return steps.pipe(
     Effect.onExit((exit) =>
       Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && !loop.saved()
-        ? Effect.gen(function*() {
-          // Interrupted (SIGINT/SIGTERM): keep the last completed step.
-          const dir = yield* loop.save
-          const globalStep = loop.state().globalStep
-          yield* Report.write(outputDir, reportOptions(`interrupted at step ${globalStep}`))
-          yield* progress.done(`interrupted: checkpoint written to ${dir}`)
-        }).pipe(
-          Effect.catchAllCause((cause) => Effect.logError("could not write the interruption checkpoint", cause))
-        )
+        ? keepLastStep(loop, reportOptions)
         : Effect.void
     )
   )
 }
+
+/** Interrupted (SIGINT/SIGTERM) after a step no checkpoint holds: save it, and say where in the report and below. */
+const keepLastStep = (
+  loop: Loop,
+  reportOptions: (status: string) => { readonly title: string; readonly status: string }
+) =>
+  Effect.gen(function*() {
+    const dir = yield* loop.save
+    yield* Report.write(loop.outputDir, reportOptions(`interrupted at step ${loop.state().globalStep}`))
+    yield* loop.progress.done(`interrupted: checkpoint written to ${dir}`)
+  }).pipe(
+    Effect.catchAllCause((cause) => Effect.logError("could not write the interruption checkpoint", cause))
+  )
