@@ -9,8 +9,8 @@
  *
  * Same configuration file and checkpoint format as GRPO (learningRate, perDeviceTrainBatchSize,
  * gradientAccumulationSteps, maxSteps / numTrainEpochs, lrSchedulerType, warmup, AdamW, maxGradNorm, loggingSteps,
- * saveSteps, seed, outputDir); the loss is the mean negative log-likelihood over the assistant tokens of an
- * optimizer step.
+ * saveSteps, seed, outputDir) and the same run loop (resume, metrics.jsonl, the report, the checkpoint kept on
+ * Ctrl-C); the loss is the mean negative log-likelihood over the assistant tokens of an optimizer step.
  *
  * @example
  * ```ts
@@ -21,18 +21,17 @@
  *
  * @since 0.0.0
  */
-import { FileSystem, Path } from "@effect/platform"
+import { FileSystem } from "@effect/platform"
 import * as TrainingTemplate from "@envtrain/rollout/TrainingTemplate"
 import type { ChatMessage, ToolDefinition } from "@envtrain/text/ChatTemplate"
-import { Cause, Data, Effect, Exit, Option } from "effect"
+import { Data, Effect } from "effect"
 import * as Config from "./Config.js"
 import { epochOrder } from "./Dataset.js"
-import { batchOf, type TrainableModel } from "./internal/model.js"
+import { batchOf, optimizerStep, type TrainableModel } from "./internal/model.js"
+import * as RunLoop from "./internal/runLoop.js"
 import * as LrSchedule from "./LrSchedule.js"
 import * as Metrics from "./Metrics.js"
-import * as Progress from "./Progress.js"
-import * as Report from "./Report.js"
-import * as TrainerState from "./TrainerState.js"
+import type * as Progress from "./Progress.js"
 
 /**
  * One training conversation.
@@ -222,15 +221,95 @@ const untrainableProblem = (
  */
 export const train = (options: SftOptions) =>
   Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const config = options.config
-    const model = options.model
+    const { config, model } = options
+    const data = yield* trainable(options)
+    const B = config.perDeviceTrainBatchSize
+    const GA = config.gradientAccumulationSteps
+    const perEpoch = Math.floor(data.length / (B * GA))
+    if (perEpoch === 0) {
+      return yield* new TranscriptError({
+        source: "transcripts",
+        problem: `${data.length} transcripts cannot fill one optimizer step of perDeviceTrainBatchSize × ` +
+          `gradientAccumulationSteps = ${B * GA}; add transcripts or lower the batch`
+      })
+    }
+    const totalSteps = config.maxSteps > 0 ? config.maxSteps : Math.max(1, Math.ceil(config.numTrainEpochs * perEpoch))
+    const lr = LrSchedule.fromConfig(config, totalSteps)
+    const loop = yield* RunLoop.open(options, {
+      kind: "sft",
+      outputDir: config.outputDir,
+      model,
+      totalSteps,
+      initial: {
+        position: { epoch: 0, batch: 0 },
+        seed: config.seed,
+        numTokens: 0,
+        config: config as unknown as Record<string, unknown>
+      },
+      logs: [Metrics.files.metrics]
+    })
+    let { batch, epoch } = loop.state().position
+    let numTokens = loop.state().numTokens
+
+    // One optimizer step: GA micro-batches of B transcripts from this epoch's seeded order, the next-token loss on
+    // their assistant tokens, the clipped AdamW update.
+    const step = (step: number) =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        if (batch >= perEpoch) {
+          epoch += 1
+          batch = 0
+        }
+        const order = epochOrder(data.length, epoch, config.seed, config.shuffleDataset)
+        const rows = order.slice(batch * B * GA, (batch + 1) * B * GA).map((i) => data[i])
+        batch += 1
+        const { loss, tokens } = yield* trainRows(model, rows, B, GA)
+        const learningRate = lr(step)
+        const { gradNorm } = yield* model.step(optimizerStep(config, learningRate))
+        const globalStep = step + 1
+        numTokens += tokens
+        loop.commit({ globalStep, position: { epoch, batch }, numTokens })
+        const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
+        return {
+          values: {
+            loss,
+            grad_norm: gradNorm,
+            learning_rate: learningRate,
+            num_tokens: numTokens,
+            step_time: seconds,
+            tokens_per_second: tokens / seconds
+          },
+          loss,
+          epoch: epoch + batch / perEpoch,
+          result: { step: globalStep, loss }
+        }
+      })
+
+    const run = yield* RunLoop.run({
+      loop,
+      step,
+      loggingSteps: config.loggingSteps,
+      saveSteps: config.saveSteps,
+      onStep: options.onStep
+    })
+    return {
+      globalStep: run.globalStep,
+      totalSteps,
+      losses: run.results,
+      checkpoint: run.checkpoint,
+      report: run.report
+    }
+  }).pipe(Effect.withSpan("SftTrainer.train"))
+
+/**
+ * The transcripts tokenised with the template GRPO's rollouts render with (Qwen3's own is swapped for its training
+ * template, as TRL does), so SFT teaches the very tokens the rollouts will produce; cut to maxLength. Transcripts
+ * left with no assistant token to learn refuse the run, or are dropped with a warning (`dropUntrainable`).
+ */
+const trainable = (options: SftOptions) =>
+  Effect.gen(function*() {
+    const { config, model } = options
     const template = Config.templateOptions(config, options.enableThinking)
-    const outputDir = config.outputDir
-    yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(Effect.ignore)
-    // The template GRPO's rollouts render with (Qwen3's own is swapped for its training template, as TRL does), so
-    // SFT teaches the very tokens the rollouts will produce.
     const rendering = (options.keepModelTemplate ?? config.keepModelTemplate) ? model : {
       tokenizer: model.tokenizer,
       chatTemplate: yield* TrainingTemplate.resolve(model.chatTemplate, model.tokenizer).pipe(
@@ -255,141 +334,38 @@ export const train = (options: SftOptions) =>
       if (options.dropUntrainable !== true) return yield* new TranscriptError({ source: "transcripts", problem })
       yield* Effect.logWarning(`SFT drops ${problem.split(":")[0]}`)
     }
-    const B = config.perDeviceTrainBatchSize
-    const GA = config.gradientAccumulationSteps
-    const perEpoch = Math.floor(data.length / (B * GA))
-    if (perEpoch === 0) {
-      return yield* new TranscriptError({
-        source: "transcripts",
-        problem: `${data.length} transcripts cannot fill one optimizer step of perDeviceTrainBatchSize × ` +
-          `gradientAccumulationSteps = ${B * GA}; add transcripts or lower the batch`
-      })
-    }
-    const totalSteps = config.maxSteps > 0 ? config.maxSteps : Math.max(1, Math.ceil(config.numTrainEpochs * perEpoch))
-    const lr = LrSchedule.fromConfig(config, totalSteps)
-    const progress = options.progress === false
-      ? Progress.make({ total: totalSteps, silent: true })
-      : options.progress ?? Progress.make({ total: totalSteps, label: "sft" })
-    let committed: TrainerState.State = {
-      kind: "sft",
-      globalStep: 0,
-      totalSteps,
-      position: { epoch: 0, batch: 0 },
-      seed: config.seed,
-      numTokens: 0,
-      config: config as unknown as Record<string, unknown>
-    }
-    const resumeFrom = options.resume === undefined || options.resume === false
-      ? Option.none<string>()
-      : options.resume === true
-      ? yield* TrainerState.latest(outputDir)
-      : Option.some(options.resume)
-    if (Option.isSome(resumeFrom)) committed = (yield* TrainerState.load(resumeFrom.value, model)).state
-    const metricsFile = path.join(outputDir, Metrics.files.metrics)
-    if (committed.globalStep === 0) yield* fs.remove(metricsFile).pipe(Effect.ignore)
-    else yield* Metrics.truncateAfter(metricsFile, committed.globalStep)
-    const title = options.title ?? `${path.basename(outputDir)} (SFT)`
-    let lastSaved = Option.isSome(resumeFrom) ? committed.globalStep : -1
-    let lastCheckpoint = Option.getOrUndefined(resumeFrom)
-    const save = Effect.suspend(() => TrainerState.save(outputDir, model, committed)).pipe(
-      Effect.tap((dir) =>
-        Effect.sync(() => {
-          lastSaved = committed.globalStep
-          lastCheckpoint = dir
-        })
-      )
-    )
+    return data
+  })
 
-    const run = Effect.gen(function*() {
-      const acc = Metrics.accumulator()
-      const losses: Array<{ readonly step: number; readonly loss: number }> = []
-      const startStep = committed.globalStep
-      const stopAt = options.stopAfter === undefined ? totalSteps : Math.min(totalSteps, startStep + options.stopAfter)
-      const started = Date.now()
-      let { batch, epoch } = committed.position
-      let numTokens = committed.numTokens
-      for (let step = startStep; step < stopAt; step++) {
-        const stepStarted = Date.now()
-        // One optimizer step: GA micro-batches of B transcripts from this epoch's seeded order.
-        if (batch >= perEpoch) {
-          epoch += 1
-          batch = 0
-        }
-        const order = epochOrder(data.length, epoch, config.seed, config.shuffleDataset)
-        const rows = order.slice(batch * B * GA, (batch + 1) * B * GA).map((i) => data[i])
-        batch += 1
-        let targets = 0
-        for (const r of rows) for (let t = 1; t < r.mask.length; t++) targets += r.mask[t]
-        const N = Math.max(1, targets)
-        let loss = 0
-        let tokens = 0
-        for (let m = 0; m < GA; m++) {
-          const part = rows.slice(m * B, (m + 1) * B)
-          // Prompt = the first token (it has no prediction); completion = the rest, weighted by its mask.
-          const batchOfPart = batchOf(part.map((r) => r.ids.slice(0, 1)), part.map((r) => r.ids.slice(1)))
-          const T = batchOfPart.length
-          yield* model.accumulate(batchOfPart, 1, (scores) => {
-            const w = new Float64Array(part.length * T)
-            part.forEach((r, i) => {
-              for (let t = 1; t < r.ids.length; t++) {
-                if (r.mask[t] === 1) {
-                  w[i * T + t - 1] = -1 / N
-                  loss -= scores.logprobs[i * T + t - 1] / N
-                }
-              }
-            })
-            return w
-          })
-          tokens += part.reduce((s, r) => s + r.ids.length, 0)
-        }
-        const learningRate = lr(step)
-        const { gradNorm } = yield* model.step({
-          learningRate,
-          maxGradNorm: config.maxGradNorm,
-          beta1: config.adamBeta1,
-          beta2: config.adamBeta2,
-          epsilon: config.adamEpsilon,
-          weightDecay: config.weightDecay
+/**
+ * Forward and backward of one step's rows in GA micro-batches of B: the mean negative log-likelihood over the
+ * step's assistant tokens. Returns the loss and the tokens seen.
+ */
+const trainRows = (model: TrainableModel, rows: ReadonlyArray<Tokenized>, B: number, GA: number) =>
+  Effect.gen(function*() {
+    let targets = 0
+    for (const r of rows) for (let t = 1; t < r.mask.length; t++) targets += r.mask[t]
+    const N = Math.max(1, targets)
+    let loss = 0
+    let tokens = 0
+    for (let m = 0; m < GA; m++) {
+      const part = rows.slice(m * B, (m + 1) * B)
+      // Prompt = the first token (it has no prediction); completion = the rest, weighted by its mask.
+      const batchOfPart = batchOf(part.map((r) => r.ids.slice(0, 1)), part.map((r) => r.ids.slice(1)))
+      const T = batchOfPart.length
+      yield* model.accumulate(batchOfPart, 1, (scores) => {
+        const w = new Float64Array(part.length * T)
+        part.forEach((r, i) => {
+          for (let t = 1; t < r.ids.length; t++) {
+            if (r.mask[t] === 1) {
+              w[i * T + t - 1] = -1 / N
+              loss -= scores.logprobs[i * T + t - 1] / N
+            }
+          }
         })
-        const globalStep = step + 1
-        numTokens += tokens
-        committed = { ...committed, globalStep, position: { epoch, batch }, numTokens }
-        const seconds = Math.max(1e-9, (Date.now() - stepStarted) / 1000)
-        acc.add({
-          loss,
-          grad_norm: gradNorm,
-          learning_rate: learningRate,
-          num_tokens: numTokens,
-          step_time: seconds,
-          tokens_per_second: tokens / seconds
-        })
-        losses.push({ step: globalStep, loss })
-        yield* progress.update({
-          step: globalStep,
-          loss,
-          tokensPerSecond: tokens / seconds,
-          elapsedSeconds: (Date.now() - started) / 1000,
-          startStep
-        })
-        const last = globalStep === stopAt
-        if (globalStep % config.loggingSteps === 0 || last) {
-          yield* Metrics.append(metricsFile, [acc.flush({ step: globalStep, epoch: epoch + batch / perEpoch })])
-          yield* Report.write(outputDir, { title, status: last ? "finished" : "training" })
-        }
-        if (globalStep % config.saveSteps === 0 || last) yield* save
-        if (options.onStep !== undefined) yield* options.onStep({ step: globalStep, loss })
-      }
-      yield* progress.done(`sft: ${committed.globalStep}/${totalSteps} steps, output in ${outputDir}`)
-      const report = yield* Report.write(outputDir, { title, status: `step ${committed.globalStep}` })
-      return { globalStep: committed.globalStep, totalSteps, losses, checkpoint: lastCheckpoint, report }
-    })
-    return yield* run.pipe(
-      Effect.onExit((exit) =>
-        Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && committed.globalStep !== lastSaved
-          ? save.pipe(
-            Effect.catchAllCause((cause) => Effect.logError("could not write the interruption checkpoint", cause))
-          )
-          : Effect.void
-      )
-    )
-  }).pipe(Effect.withSpan("SftTrainer.train"))
+        return w
+      })
+      tokens += part.reduce((s, r) => s + r.ids.length, 0)
+    }
+    return { loss, tokens }
+  })

@@ -45,16 +45,16 @@
  *
  * @since 0.0.0
  */
-import { FileSystem, Path } from "@effect/platform"
 import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
-import { Cause, Effect, Exit, Option } from "effect"
+import type { PromptRow } from "@envtrain/rollout/Rollout"
+import { Effect } from "effect"
 import * as Advantage from "./Advantage.js"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
 import { cachedCpuModel } from "./internal/cachedModel.js"
-import { type MicroBatch, prepare, trainMicroBatch } from "./internal/generation.js"
+import { type GenerationResult, type MicroBatch, prepare, trainMicroBatch } from "./internal/generation.js"
 import { gpuModel as makeGpuModel, type GpuModelOptions } from "./internal/gpuModel.js"
 import type {
   ModelState,
@@ -65,6 +65,7 @@ import type {
   TokenScores,
   TrainableModel
 } from "./internal/model.js"
+import { optimizerStep } from "./internal/model.js"
 import {
   type OpenSession,
   type RolloutFunc,
@@ -72,13 +73,13 @@ import {
   runBatch,
   type TrainerHandle
 } from "./internal/rollouts.js"
+import * as RunLoop from "./internal/runLoop.js"
 import * as Loss from "./Loss.js"
 import * as LrSchedule from "./LrSchedule.js"
 import * as Metrics from "./Metrics.js"
-import * as Progress from "./Progress.js"
-import * as Report from "./Report.js"
+import type * as Progress from "./Progress.js"
 import type * as Reward from "./Reward.js"
-import * as TrainerState from "./TrainerState.js"
+import type * as TrainerState from "./TrainerState.js"
 
 export type {
   GpuModelOptions,
@@ -220,27 +221,241 @@ const summaryOf = (config: Config.ResolvedGRPOConfig): Record<string, unknown> =
  */
 export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions<State, E, R, RE, RR>) =>
   Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const userFunctions = options.rewardFunctions.filter((f) => !f.environmentOwned).length
-    const config = yield* Config.resolve(options.config, {
-      numRewardFunctions: userFunctions,
-      ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
-      ...(options.concurrency === undefined ? {} : { episodesInFlight: options.concurrency }),
-      ...(options.remoteMaxConcurrentSessions === undefined
-        ? {}
-        : { remoteMaxConcurrentSessions: options.remoteMaxConcurrentSessions })
-    })
-    const model = options.model
-    const template = Config.templateOptions(config, options.enableThinking)
-    const outputDir = config.outputDir
-    yield* fs.makeDirectory(outputDir, { recursive: true }).pipe(
-      Effect.mapError((e) =>
-        new TrainerState.CheckpointStateError({ path: outputDir, problem: `cannot create (${e.message})` })
-      )
-    )
-    const totalSteps = Config.totalSteps(config, options.dataset.rows.length)
+    const { dataset, model } = options
+    const config = yield* resolveConfig(options)
+    const totalSteps = Config.totalSteps(config, dataset.rows.length)
     const lr = LrSchedule.fromConfig(config, totalSteps)
+    const U = config.promptsPerGeneration
+    // The reference is the model before any update (and before a resumed checkpoint is loaded).
+    const reference = config.beta !== 0 ? options.reference ?? (yield* model.frozenCopy) : undefined
+    const loop = yield* RunLoop.open(options, {
+      kind: "grpo",
+      outputDir: config.outputDir,
+      model,
+      totalSteps,
+      initial: {
+        position: Dataset.start,
+        seed: config.seed,
+        numTokens: 0,
+        pending: [],
+        config: options.config as unknown as Record<string, unknown>
+      },
+      logs: [Metrics.files.metrics, Metrics.files.completions, Metrics.files.evaluations]
+    })
+    const feed = feedOf(loop.state())
+    const flat = yield* flatCounter(loop)
+    const evaluation = evaluator(options, config, loop)
+
+    // A generation batch: take U prompts, roll out a group of G episodes per prompt, score them, compute the
+    // group-relative advantages (and the old / reference logprobs) and cut the rows into micro-batches.
+    const generate = (step: number, microBatch: number) =>
+      Effect.gen(function*() {
+        const prompts = yield* Dataset.batchAt(dataset, feed.position, {
+          promptsPerBatch: U,
+          seed: config.seed,
+          shuffle: config.shuffleDataset
+        })
+        feed.position = prompts.next
+        const records = yield* rollOutGroups(options, config, prompts.rows, step, microBatch)
+        return yield* prepare({
+          config,
+          records,
+          rewardFunctions: options.rewardFunctions,
+          trainerState: { globalStep: step, maxSteps: totalSteps, epoch: Dataset.epochOf(dataset, feed.position, U) },
+          model,
+          reference,
+          step,
+          // TRL decodes the completions table with skip_special_tokens=True.
+          decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
+        })
+      })
+
+    // One optimizer step: its micro-batches (generating when the batch is used up), forward / loss / backward
+    // of each, the clipped AdamW update, then the step's metrics.
+    const step = (step: number) =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        const taken = yield* takeMicroBatches(feed, config, (microBatch) => generate(step, microBatch))
+        const trained = yield* trainMicroBatches(model, taken.micro, config)
+        const learningRate = lr(step)
+        const stepped = yield* model.step(optimizerStep(config, learningRate))
+        const globalStep = step + 1
+        loop.commit({ globalStep, position: feed.position, numTokens: feed.numTokens, pending: feed.pending })
+        const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
+        const { loss, values } = stepValues(taken.generated, trained, stepped, {
+          learningRate,
+          numTokens: feed.numTokens,
+          seconds
+        })
+        return {
+          values,
+          loss,
+          epoch: Dataset.epochOf(dataset, feed.position, U),
+          progress: { reward: values["reward"], flat: flat.add(globalStep, values) },
+          result: { step: globalStep, loss, values } satisfies StepResult
+        }
+      })
+
+    const run = yield* RunLoop.run({
+      loop,
+      step,
+      loggingSteps: config.loggingSteps,
+      saveSteps: config.saveSteps,
+      evaluation: { evalSteps: config.evalSteps, evaluate: evaluation.evaluate },
+      logged: (step) => logCompletions(loop, config, feed.samples, step),
+      summary: summaryOf(config),
+      endNote: flat.note,
+      onStep: options.onStep
+    })
+    return {
+      outputDir: loop.outputDir,
+      globalStep: run.globalStep,
+      totalSteps,
+      steps: run.results,
+      evaluations: evaluation.results,
+      checkpoint: run.checkpoint,
+      report: run.report
+    } satisfies TrainResult
+  }).pipe(Effect.withSpan("Trainer.train"))
+
+/**
+ * Where the data stands between steps: the generation batch's micro-batches not yet trained, the next prompts to
+ * draw, the tokens seen, and the latest generation's sample completions.
+ */
+interface Feed {
+  pending: Array<MicroBatch>
+  position: Dataset.Position
+  numTokens: number
+  samples: ReadonlyArray<Metrics.CompletionSample>
+}
+
+const feedOf = (state: TrainerState.State): Feed => ({
+  pending: [...((state.pending ?? []) as ReadonlyArray<MicroBatch>)],
+  position: state.position,
+  numTokens: state.numTokens,
+  samples: []
+})
+
+/**
+ * The step's gradientAccumulationSteps micro-batches, generating a new batch whenever the pending ones are used up
+ * (several generation batches in one step when a batch holds fewer micro-batches than a step needs).
+ */
+const takeMicroBatches = <E, R>(
+  feed: Feed,
+  config: Config.ResolvedGRPOConfig,
+  generate: (microBatch: number) => Effect.Effect<GenerationResult, E, R>
+) =>
+  Effect.gen(function*() {
+    const generated = { metrics: [] as Array<Record<string, number>>, tokens: 0, seconds: 0 }
+    const micro: Array<MicroBatch> = []
+    while (micro.length < config.gradientAccumulationSteps) {
+      if (feed.pending.length === 0) {
+        const generationStarted = Date.now()
+        const generation = yield* generate(micro.length)
+        feed.pending = [...generation.microBatches]
+        generated.metrics.push(generation.metrics)
+        generated.tokens += generation.tokens
+        feed.numTokens += generation.tokens
+        if (config.logCompletions) feed.samples = generation.samples
+        generated.seconds += (Date.now() - generationStarted) / 1000
+      }
+      micro.push(feed.pending.shift()!)
+    }
+    return { micro, generated }
+  })
+
+/**
+ * One step's metrics (TRL's names): the generation and loss metrics averaged over the step's generation batches
+ * and micro-batches, then the loss, gradient norm, learning rate, token count and timings.
+ */
+const stepValues = (
+  generated: {
+    readonly metrics: ReadonlyArray<Record<string, number>>
+    readonly tokens: number
+    readonly seconds: number
+  },
+  trained: { readonly loss: number; readonly tokens: number; readonly metrics: ReadonlyArray<Record<string, number>> },
+  stepped: { readonly gradNorm: number; readonly loss?: number; readonly metrics?: Record<string, number> },
+  at: { readonly learningRate: number; readonly numTokens: number; readonly seconds: number }
+) => {
+  // A model that computes the loss in its step program returns the deferred micro-batches' loss and metrics.
+  const loss = stepped.loss !== undefined ? trained.loss + stepped.loss : trained.loss
+  const values = averaged([
+    ...generated.metrics,
+    ...trained.metrics,
+    ...(stepped.metrics !== undefined ? [stepped.metrics] : [])
+  ])
+  Object.assign(values, {
+    loss,
+    grad_norm: stepped.gradNorm,
+    learning_rate: at.learningRate,
+    num_tokens: at.numTokens,
+    step_time: at.seconds,
+    tokens_per_second: (trained.tokens + generated.tokens) / at.seconds,
+    // Ours (not TRL's): where the step's time went, rollouts (with scoring) versus the update.
+    "time/generation": generated.seconds,
+    "time/update": at.seconds - generated.seconds
+  })
+  return { loss, values }
+}
+
+/** The configuration resolved against the run's options (reward functions, thinking, episodes in flight). */
+const resolveConfig = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>) =>
+  Config.resolve(options.config, {
+    numRewardFunctions: options.rewardFunctions.filter((f) => !f.environmentOwned).length,
+    ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
+    ...(options.concurrency === undefined ? {} : { episodesInFlight: options.concurrency }),
+    ...(options.remoteMaxConcurrentSessions === undefined
+      ? {}
+      : { remoteMaxConcurrentSessions: options.remoteMaxConcurrentSessions })
+  })
+
+/** A group of G episodes per prompt with the model as the policy, seeded by the step and the micro-batch. */
+const rollOutGroups = <State, E, R, RE, RR>(
+  options: TrainOptions<State, E, R, RE, RR>,
+  config: Config.ResolvedGRPOConfig,
+  rows: ReadonlyArray<PromptRow>,
+  step: number,
+  microBatch: number
+) => {
+  const template = Config.templateOptions(config, options.enableThinking)
+  return runBatch({
+    model: options.model,
+    rows,
+    groupSize: config.numGenerations,
+    open: options.open,
+    episode: {
+      maxCompletionLength: config.maxCompletionLength,
+      maxToolCallingIterations: config.maxToolCallingIterations ?? undefined,
+      sampling: {
+        temperature: config.temperature,
+        topP: config.topP,
+        ...(config.topK > 0 ? { topK: config.topK } : {}),
+        ...(config.minP === null ? {} : { minP: config.minP }),
+        repetitionPenalty: config.repetitionPenalty
+      }
+    },
+    seed: Dataset.mixSeed(config.seed, step, microBatch),
+    concurrency: options.concurrency ?? config.episodesInFlight,
+    enableThinking: template.enableThinking,
+    chatTemplateKwargs: template.extra,
+    keepModelTemplate: config.keepModelTemplate,
+    ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
+    rolloutFunc: options.rolloutFunc,
+    trainer: { globalStep: step, tokenizer: options.model.tokenizer }
+  })
+}
+
+/**
+ * Forward, loss and backward of each micro-batch, summing the losses and the tokens in order; a model that computes
+ * the loss in its step program defers it to `model.step`.
+ */
+const trainMicroBatches = (
+  model: TrainableModel,
+  micro: ReadonlyArray<MicroBatch>,
+  config: Config.ResolvedGRPOConfig
+) =>
+  Effect.gen(function*() {
     const lossOptions = Loss.optionsFromConfig(config)
     const samplerCorrection = config.importanceSamplingCorrection
       ? {
@@ -249,278 +464,106 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
         clipMax: config.importanceSamplingClipMax
       }
       : undefined
-    const U = config.promptsPerGeneration
-    const G = config.numGenerations
-    const title = options.title ?? path.basename(outputDir)
-    const file = (name: string) => path.join(outputDir, name)
-    const progress = options.progress === false
-      ? Progress.make({ total: totalSteps, silent: true })
-      : options.progress ?? Progress.make({ total: totalSteps, label: "grpo" })
-    // The reference is the model before any update (and before a resumed checkpoint is loaded).
-    const reference = config.beta !== 0 ? options.reference ?? (yield* model.frozenCopy) : undefined
+    let loss = 0
+    let tokens = 0
+    const metrics: Array<Record<string, number>> = []
+    for (const m of micro) {
+      const out = yield* trainMicroBatch(model, m, lossOptions, config.temperature, samplerCorrection)
+      loss += out.loss
+      tokens += out.tokens
+      metrics.push(out.metrics)
+    }
+    return { loss, tokens, metrics }
+  })
 
-    // Committed state: what a checkpoint holds (changed only at the end of an optimizer step).
-    let committed: TrainerState.State = {
-      kind: "grpo",
-      globalStep: 0,
-      totalSteps,
-      position: Dataset.start,
-      seed: config.seed,
-      numTokens: 0,
-      pending: [],
-      config: options.config as unknown as Record<string, unknown>
+/** Several generation batches' or micro-batches' metrics in one step: their NaN-aware average, key by key. */
+const averaged = (groups: ReadonlyArray<Readonly<Record<string, number>>>): Record<string, number> => {
+  const values: Record<string, number> = {}
+  for (const group of groups) {
+    for (const [k, v] of Object.entries(group)) {
+      const n = `__n_${k}`
+      const count = (values[n] ?? 0) + (Number.isNaN(v) ? 0 : 1)
+      values[k] = Number.isNaN(v) ? (values[k] ?? NaN) : ((values[k] ?? 0) * (count - 1) + v) / count
+      values[n] = count
     }
-    const resumeFrom = options.resume === undefined || options.resume === false
-      ? Option.none<string>()
-      : options.resume === true
-      ? yield* TrainerState.latest(outputDir)
-      : Option.some(options.resume)
-    if (Option.isSome(resumeFrom)) {
-      const loaded = yield* TrainerState.load(resumeFrom.value, model)
-      committed = loaded.state
-      yield* progress.log(`resumed from ${resumeFrom.value} at step ${committed.globalStep}`)
-    }
-    const startStep = committed.globalStep
-    // Records after the checkpoint were logged by the interrupted run and are about to be logged again.
-    for (const name of [Metrics.files.metrics, Metrics.files.completions, Metrics.files.evaluations]) {
-      if (startStep === 0) yield* fs.remove(file(name)).pipe(Effect.ignore)
-      else yield* Metrics.truncateAfter(file(name), startStep)
-    }
-    // Flat steps so far (no advantage signal): the resumed run's from metrics.jsonl, this run's from each step.
-    const flatBefore = startStep === 0
-      ? Advantage.flatSteps([])
-      : Advantage.flatSteps(yield* Metrics.read<Metrics.MetricsRecord>(file(Metrics.files.metrics)))
-    const flatThisRun: Array<Parameters<typeof Advantage.flatSteps>[0][number]> = []
-    const reportOptions = (status: string) => ({ title, status, config: summaryOf(config) })
-    let lastSaved = Option.isSome(resumeFrom) ? startStep : -1
-    let lastCheckpoint: string | undefined = Option.getOrUndefined(resumeFrom)
-    const save = Effect.suspend(() =>
-      TrainerState.save(outputDir, model, committed).pipe(
-        Effect.tap((dir) =>
-          Effect.sync(() => {
-            lastSaved = committed.globalStep
-            lastCheckpoint = dir
-          })
-        )
-      )
-    )
+  }
+  for (const k of Object.keys(values)) if (k.startsWith("__n_")) delete values[k]
+  return values
+}
 
-    const evaluations: Array<Evaluation.EvaluationResult> = []
-    const evaluate = (step: number) =>
-      Effect.gen(function*() {
-        if (options.evalDataset === undefined) return
-        const result = yield* Evaluation.evaluate({
-          model,
-          dataset: options.evalDataset,
-          open: options.open,
-          rewardFunctions: options.rewardFunctions,
-          rewardWeights: config.rewardWeights,
-          maxCompletionLength: config.maxCompletionLength,
-          maxToolCallingIterations: config.maxToolCallingIterations,
-          enableThinking: template.enableThinking,
-          chatTemplateKwargs: template.extra,
-          keepModelTemplate: config.keepModelTemplate,
-          step,
-          seed: config.seed,
-          ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
-          ...(options.evalSuccess === undefined ? {} : { success: options.evalSuccess })
-        })
-        evaluations.push(result)
-        yield* Evaluation.write(outputDir, result)
-        yield* progress.log(Evaluation.formatTable(result))
+/** Held-out evaluation with greedy decoding (none without an evalDataset); keeps each result for the run's. */
+const evaluator = <State, E, R, RE, RR>(
+  options: TrainOptions<State, E, R, RE, RR>,
+  config: Config.ResolvedGRPOConfig,
+  loop: RunLoop.Loop
+) => {
+  const template = Config.templateOptions(config, options.enableThinking)
+  const results: Array<Evaluation.EvaluationResult> = []
+  const evaluate = (step: number) =>
+    Effect.gen(function*() {
+      if (options.evalDataset === undefined) return
+      const result = yield* Evaluation.evaluate({
+        model: options.model,
+        dataset: options.evalDataset,
+        open: options.open,
+        rewardFunctions: options.rewardFunctions,
+        rewardWeights: config.rewardWeights,
+        maxCompletionLength: config.maxCompletionLength,
+        maxToolCallingIterations: config.maxToolCallingIterations,
+        enableThinking: template.enableThinking,
+        chatTemplateKwargs: template.extra,
+        keepModelTemplate: config.keepModelTemplate,
+        step,
+        seed: config.seed,
+        ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+        ...(options.evalSuccess === undefined ? {} : { success: options.evalSuccess })
       })
-
-    const run = Effect.gen(function*() {
-      if (startStep === 0) yield* evaluate(0)
-      yield* Report.write(outputDir, reportOptions("training"))
-      const acc = Metrics.accumulator()
-      const steps: Array<StepResult> = []
-      let samples: ReadonlyArray<Metrics.CompletionSample> = []
-      let pending = [...((committed.pending ?? []) as ReadonlyArray<MicroBatch>)]
-      let position = committed.position
-      let numTokens = committed.numTokens
-      const started = Date.now()
-      const stopAt = options.stopAfter === undefined ? totalSteps : Math.min(totalSteps, startStep + options.stopAfter)
-
-      for (let step = startStep; step < stopAt; step++) {
-        const stepStarted = Date.now()
-        const values: Record<string, number> = {}
-        const generationValues: Array<Record<string, number>> = []
-        let generatedTokens = 0
-        let generationSeconds = 0
-        const micro: Array<MicroBatch> = []
-        while (micro.length < config.gradientAccumulationSteps) {
-          if (pending.length === 0) {
-            const generationStarted = Date.now()
-            const drawn = yield* Dataset.batchAt(options.dataset, position, {
-              promptsPerBatch: U,
-              seed: config.seed,
-              shuffle: config.shuffleDataset
-            })
-            position = drawn.next
-            const records = yield* runBatch({
-              model,
-              rows: drawn.rows,
-              groupSize: G,
-              open: options.open,
-              episode: {
-                maxCompletionLength: config.maxCompletionLength,
-                maxToolCallingIterations: config.maxToolCallingIterations ?? undefined,
-                sampling: {
-                  temperature: config.temperature,
-                  topP: config.topP,
-                  ...(config.topK > 0 ? { topK: config.topK } : {}),
-                  ...(config.minP === null ? {} : { minP: config.minP }),
-                  repetitionPenalty: config.repetitionPenalty
-                }
-              },
-              seed: Dataset.mixSeed(config.seed, step, micro.length),
-              concurrency: options.concurrency ?? config.episodesInFlight,
-              enableThinking: template.enableThinking,
-              chatTemplateKwargs: template.extra,
-              keepModelTemplate: config.keepModelTemplate,
-              ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
-              rolloutFunc: options.rolloutFunc,
-              trainer: { globalStep: step, tokenizer: model.tokenizer }
-            })
-            const generation = yield* prepare({
-              config,
-              records,
-              rewardFunctions: options.rewardFunctions,
-              trainerState: {
-                globalStep: step,
-                maxSteps: totalSteps,
-                epoch: Dataset.epochOf(options.dataset, position, U)
-              },
-              model,
-              reference,
-              step,
-              // TRL decodes the completions table with skip_special_tokens=True.
-              decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
-            })
-            pending = [...generation.microBatches]
-            generationValues.push(generation.metrics)
-            generatedTokens += generation.tokens
-            numTokens += generation.tokens
-            if (config.logCompletions) samples = generation.samples
-            generationSeconds += (Date.now() - generationStarted) / 1000
-          }
-          micro.push(pending.shift()!)
-        }
-        let loss = 0
-        let trainedTokens = 0
-        const lossValues: Array<Record<string, number>> = []
-        for (const m of micro) {
-          const out = yield* trainMicroBatch(model, m, lossOptions, config.temperature, samplerCorrection)
-          loss += out.loss
-          trainedTokens += out.tokens
-          lossValues.push(out.metrics)
-        }
-        const learningRate = lr(step)
-        const stepped = yield* model.step({
-          learningRate,
-          maxGradNorm: config.maxGradNorm,
-          beta1: config.adamBeta1,
-          beta2: config.adamBeta2,
-          epsilon: config.adamEpsilon,
-          weightDecay: config.weightDecay
-        })
-        const gradNorm = stepped.gradNorm
-        // A model that computes the loss in its step program returns the deferred micro-batches' loss and metrics.
-        if (stepped.loss !== undefined) loss += stepped.loss
-        if (stepped.metrics !== undefined) lossValues.push(stepped.metrics)
-        const globalStep = step + 1
-        committed = { ...committed, globalStep, position, numTokens, pending }
-        const seconds = Math.max(1e-9, (Date.now() - stepStarted) / 1000)
-        for (const group of [...generationValues, ...lossValues]) {
-          for (const [k, v] of Object.entries(group)) {
-            // Several generation batches or micro-batches in one step: average them.
-            const n = `__n_${k}`
-            const count = (values[n] ?? 0) + (Number.isNaN(v) ? 0 : 1)
-            values[k] = Number.isNaN(v) ? (values[k] ?? NaN) : ((values[k] ?? 0) * (count - 1) + v) / count
-            values[n] = count
-          }
-        }
-        for (const k of Object.keys(values)) if (k.startsWith("__n_")) delete values[k]
-        Object.assign(values, {
-          loss,
-          grad_norm: gradNorm,
-          learning_rate: learningRate,
-          num_tokens: numTokens,
-          step_time: seconds,
-          tokens_per_second: (trainedTokens + generatedTokens) / seconds,
-          // Ours (not TRL's): where the step's time went, rollouts (with scoring) versus the update.
-          "time/generation": generationSeconds,
-          "time/update": seconds - generationSeconds
-        })
-        acc.add(values)
-        const result: StepResult = { step: globalStep, loss, values }
-        steps.push(result)
-        flatThisRun.push({ ...values, step: globalStep })
-        yield* progress.update({
-          step: globalStep,
-          reward: values["reward"],
-          flat: {
-            flat: flatBefore.flat.length + Advantage.flatSteps(flatThisRun, { start: startStep }).flat.length,
-            steps: globalStep
-          },
-          loss,
-          tokensPerSecond: values["tokens_per_second"],
-          elapsedSeconds: (Date.now() - started) / 1000,
-          startStep
-        })
-        const last = globalStep === totalSteps || globalStep === stopAt
-        if (globalStep % config.loggingSteps === 0 || last) {
-          const record = acc.flush({ step: globalStep, epoch: Dataset.epochOf(options.dataset, position, U) })
-          yield* Metrics.append(file(Metrics.files.metrics), [record])
-          if (config.logCompletions && samples.length > 0) {
-            const logged = samples.map((s) => ({ ...s, step: globalStep }))
-            yield* Metrics.append(file(Metrics.files.completions), logged)
-            yield* progress.log(Metrics.formatCompletions(logged, config.numCompletionsToPrint))
-          }
-        }
-        if (globalStep % config.evalSteps === 0 || globalStep === totalSteps) yield* evaluate(globalStep)
-        if (globalStep % config.loggingSteps === 0 || globalStep % config.evalSteps === 0 || last) {
-          yield* Report.write(outputDir, reportOptions(last ? "finished" : "training"))
-        }
-        if (globalStep % config.saveSteps === 0 || last) yield* save
-        if (options.onStep !== undefined) yield* options.onStep(result)
-      }
-      const flatRun = Advantage.flatSteps(flatThisRun, { start: startStep })
-      const flatNote = flatRun.steps > 0 && flatRun.flat.length === flatRun.steps
-        ? ` (every step was flat: each group's rewards had zero variance, so nothing was learnt; a policy that never ` +
-          `earns a reward needs an SFT warm-up or a shaped reward, one that always does a harder task)`
-        : flatRun.flat.length > 0
-        ? ` (${flatRun.flat.length} of ${flatRun.steps} steps flat)`
-        : ""
-      yield* progress.done(`grpo: ${committed.globalStep}/${totalSteps} steps, output in ${outputDir}${flatNote}`)
-      const report = yield* Report.write(
-        outputDir,
-        reportOptions(committed.globalStep === totalSteps ? "finished" : `stopped at step ${committed.globalStep}`)
-      )
-      return {
-        outputDir,
-        globalStep: committed.globalStep,
-        totalSteps,
-        steps,
-        evaluations,
-        checkpoint: lastCheckpoint,
-        report
-      } satisfies TrainResult
+      results.push(result)
+      yield* Evaluation.write(loop.outputDir, result)
+      yield* loop.progress.log(Evaluation.formatTable(result))
     })
+  return { results, evaluate }
+}
 
-    return yield* run.pipe(
-      Effect.onExit((exit) =>
-        Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && committed.globalStep !== lastSaved
-          ? Effect.gen(function*() {
-            // Interrupted (SIGINT/SIGTERM): keep the last completed step.
-            const dir = yield* save
-            yield* Report.write(outputDir, reportOptions(`interrupted at step ${committed.globalStep}`))
-            yield* progress.done(`interrupted: checkpoint written to ${dir}`)
-          }).pipe(
-            Effect.catchAllCause((cause) => Effect.logError("could not write the interruption checkpoint", cause))
-          )
-          : Effect.void
-      )
-    )
-  }).pipe(Effect.withSpan("Trainer.train"))
+/** The latest generation batch's sample completions, logged with each metrics line (`logCompletions`). */
+const logCompletions = (
+  loop: RunLoop.Loop,
+  config: Config.ResolvedGRPOConfig,
+  samples: ReadonlyArray<Metrics.CompletionSample>,
+  step: number
+) =>
+  Effect.gen(function*() {
+    if (!config.logCompletions || samples.length === 0) return
+    const logged = samples.map((s) => ({ ...s, step }))
+    yield* Metrics.append(loop.file(Metrics.files.completions), logged)
+    yield* loop.progress.log(Metrics.formatCompletions(logged, config.numCompletionsToPrint))
+  })
+
+/**
+ * Counts the flat steps (no advantage signal): the resumed run's from metrics.jsonl (already cut back to the
+ * checkpoint), this run's from each step; says at the end when every step was flat.
+ */
+const flatCounter = (loop: RunLoop.Loop) =>
+  Effect.gen(function*() {
+    const before = loop.startStep === 0
+      ? Advantage.flatSteps([])
+      : Advantage.flatSteps(yield* Metrics.read<Metrics.MetricsRecord>(loop.file(Metrics.files.metrics)))
+    const thisRun: Array<Parameters<typeof Advantage.flatSteps>[0][number]> = []
+    const ofThisRun = () => Advantage.flatSteps(thisRun, { start: loop.startStep })
+    return {
+      /** Records a step's values; returns the progress line's count. */
+      add: (step: number, values: Readonly<Record<string, number>>) => {
+        thisRun.push({ ...values, step })
+        return { flat: before.flat.length + ofThisRun().flat.length, steps: step }
+      },
+      note: () => {
+        const run = ofThisRun()
+        return run.steps > 0 && run.flat.length === run.steps
+          ? ` (every step was flat: each group's rewards had zero variance, so nothing was learnt; a policy that never ` +
+            `earns a reward needs an SFT warm-up or a shaped reward, one that always does a harder task)`
+          : run.flat.length > 0
+          ? ` (${run.flat.length} of ${run.steps} steps flat)`
+          : ""
+      }
+    }
+  })

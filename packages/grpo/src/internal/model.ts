@@ -39,6 +39,25 @@ export interface OptimizerStep {
   readonly weightDecay: number
 }
 
+/** The AdamW step a configuration asks for at `learningRate` (GRPO's and SFT's alike). */
+export const optimizerStep = (
+  config: {
+    readonly maxGradNorm: number
+    readonly adamBeta1: number
+    readonly adamBeta2: number
+    readonly adamEpsilon: number
+    readonly weightDecay: number
+  },
+  learningRate: number
+): OptimizerStep => ({
+  learningRate,
+  maxGradNorm: config.maxGradNorm,
+  beta1: config.adamBeta1,
+  beta2: config.adamBeta2,
+  epsilon: config.adamEpsilon,
+  weightDecay: config.weightDecay
+})
+
 /**
  * What the loss needs besides the policy's logprobs (`rows × length` like {@link SequenceBatch}'s outputs), for a
  * model that computes the loss itself inside its training step. `samplerCorrection` gives the mode and bounds of
