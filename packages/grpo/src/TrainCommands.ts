@@ -30,7 +30,7 @@
  * ```ts
  * import { Command } from "@effect/cli"
  * import { TrainCommands } from "@envtrain/grpo"
- * const root = Command.make("envtrain").pipe(Command.withSubcommands([TrainCommands.train, TrainCommands.sft, TrainCommands.eval]))
+ * const root = Command.make("envtrain").pipe(Command.withSubcommands([TrainCommands.train, TrainCommands.sft, TrainCommands.evaluate]))
  * ```
  *
  * @since 0.0.0
