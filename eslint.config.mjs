@@ -7,7 +7,7 @@ import dependencyDirection from "./eslint/dependencyDirection.mjs"
 // The dependency direction (docs/architecture.md, "Dependency direction"): who may import whom.
 // Names are the workspace packages and where they live. A package's entry lists its own folder first
 // (`@envtrain/<name>` resolves there); further entries are places that count as that package too.
-const packages = {
+export const packages = {
   env: ["packages/env"],
   // Tokenizer and chat template are moving from gpu into the new text package (issue 21); until that move
   // lands on this branch their old files count as `text`. Delete the two gpu paths after the merge.
@@ -26,7 +26,7 @@ const libraries = ["env", "text", "gpu", "rollout", "grpo", "harness"]
 // key containing a file governs it. A file may import anything inside its own key, plus what the key
 // lists (package names or folders/files). Nothing outside the packages (examples, interop, bench) is listed
 // by a package, so no package can import them; `@envtrain/<pkg>/internal/...` is refused everywhere.
-const direction = {
+export const direction = {
   // Leaves: env and gpu know nothing of each other; text knows none of ours.
   "packages/env": [],
   "packages/text": [],
