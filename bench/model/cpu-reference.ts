@@ -1,8 +1,9 @@
 /**
  * CPU reference model benchmark: generation tokens/s (Qwen3Reference.generate, KV cache, one sequence, sampling at
  * temperature 1 as GRPO does, prefill included) and training tokens/s (forward + tokenLogprobs + backward of a
- * sequence whose last part carries per-token loss weights, as the trainer's `accumulate`), for the frozen
- * pre-speed-up implementation (bench/model/internal/baseline*.ts) and the current one, side by side in one process.
+ * sequence whose last part carries per-token loss weights, as the trainer's `accumulate`), for an older commit's
+ * implementation (the baseline, checked out once as a git worktree under build/bench-baseline/<commit>, its
+ * node_modules a link to this checkout's) and the current one, side by side in one process.
  * Old and new runs alternate; tokens/s are medians over the repeats and the speed-up is the median of the paired
  * (back-to-back) ratios, so load from other processes affects both alike.
  * It also checks that both give the same tokens and the same gradients.
@@ -10,15 +11,18 @@
  *
  *   npx tsx bench/model/cpu-reference.ts                 # tiny and small presets
  *   npx tsx bench/model/cpu-reference.ts --presets=tiny --repeats=3
+ *   npx tsx bench/model/cpu-reference.ts --baseline=23e055e      # against another commit
  *
  * Flags: --presets=tiny,small  --repeats=N (default 5)  --clock=cpu|wall (default cpu: process CPU time, see `time`)
- * --no-save
+ * --baseline=COMMIT (default 0feb089, the last commit before the CPU model's speed-ups)  --no-save
  */
-import { mkdirSync, writeFileSync } from "node:fs"
+import { execFileSync } from "node:child_process"
+import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/Preset.js"
 import * as New from "../../packages/gpu/src/Qwen3Reference.js"
-import * as Old from "./internal/baselineReference.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))
@@ -26,6 +30,24 @@ const flag = (name: string): string | undefined => {
 }
 const repeats = Number(flag("repeats") ?? 5)
 const presetNames = (flag("presets") ?? "tiny,small").split(",") as Array<PresetName>
+
+// The baseline: Qwen3Reference.ts as it was at an older commit, imported from a worktree of that commit (made once,
+// reused by later runs). The default is the commit before "faster CPU reference" (git log on Qwen3Reference.ts).
+const root = fileURLToPath(new URL("../..", import.meta.url))
+const git = (...args: Array<string>) => execFileSync("git", args, { cwd: root, encoding: "utf8" }).trim()
+const baselineCommit = git("rev-parse", "--verify", `${flag("baseline") ?? "0feb089"}^{commit}`)
+const baselineDir = Path.join(root, "build", "bench-baseline", baselineCommit.slice(0, 12))
+if (!existsSync(Path.join(baselineDir, ".git"))) {
+  mkdirSync(Path.dirname(baselineDir), { recursive: true })
+  git("worktree", "add", "--detach", baselineDir, baselineCommit)
+}
+if (!existsSync(Path.join(baselineDir, "node_modules"))) {
+  symlinkSync(Path.join(root, "node_modules"), Path.join(baselineDir, "node_modules"), "dir")
+}
+/** What the benchmark calls; every version since the reference was written has these. */
+type Baseline = Pick<typeof New, "generate" | "forward" | "nextTokenTargets" | "tokenLogprobs" | "backward">
+const Old = (await import(pathToFileURL(Path.join(baselineDir, "packages/gpu/src/Qwen3Reference.ts")).href)) as Baseline
+console.log(`baseline: ${baselineCommit.slice(0, 12)} (${git("log", "-1", "--format=%s", baselineCommit)})`)
 
 /** Sizes per preset: the old implementation needs tens of seconds for the small preset at tiny's sizes. */
 const sizes: Record<
@@ -36,7 +58,7 @@ const sizes: Record<
   small: { prompt: 32, generate: 48, batch: 4, seqLen: 96, completion: 64 }
 }
 
-type Impl = typeof New
+type Impl = Baseline & Partial<Pick<typeof New, "generateBatch">>
 
 const median = (xs: ReadonlyArray<number>) => {
   const s = [...xs].sort((a, b) => a - b)
@@ -91,8 +113,8 @@ const runPreset = (name: PresetName) => {
     prompt: prompt.slice(i),
     options: { temperature: 1, maxNewTokens: size.generate, seed: 11, sequence: i }
   }))
-  const generateMany = (impl: Impl | typeof Old) =>
-    "generateBatch" in impl
+  const generateMany = (impl: Impl) =>
+    impl.generateBatch !== undefined
       ? impl.generateBatch(config, weights, batchRequests)
       : batchRequests.map((r) => impl.generate(config, weights, r.prompt, r.options))
 
@@ -107,12 +129,12 @@ const runPreset = (name: PresetName) => {
   }
 
   // Same results: generated tokens and gradients of both implementations.
-  const oldGen = generate(Old as unknown as Impl, 7)
+  const oldGen = generate(Old, 7)
   const newGen = generate(New, 7)
   const sameTokens = oldGen.tokens.join(",") === newGen.tokens.join(",")
   let logprobDiff = 0
   oldGen.logprobs.forEach((lp, i) => logprobDiff = Math.max(logprobDiff, Math.abs(lp - newGen.logprobs[i])))
-  const oldTrain = train(Old as unknown as Impl)
+  const oldTrain = train(Old)
   const newTrain = train(New)
   let gradDiff = 0
   for (const [tensor, g] of Object.entries(oldTrain.gradients.grads)) {
@@ -136,7 +158,7 @@ const runPreset = (name: PresetName) => {
   const countTokens = (gs: ReadonlyArray<{ readonly tokens: ReadonlyArray<number> }>) =>
     gs.reduce((a, g) => a + g.tokens.length, 0)
   for (let r = 0; r < repeats; r++) {
-    samples.oldGen.push(size.generate / time(() => generate(Old as unknown as Impl, r)).seconds)
+    samples.oldGen.push(size.generate / time(() => generate(Old, r)).seconds)
     samples.newGen.push(size.generate / time(() => generate(New, r)).seconds)
     if (r < Math.ceil(repeats / 2)) {
       const o = time(() => generateMany(Old))
@@ -144,7 +166,7 @@ const runPreset = (name: PresetName) => {
       const n = time(() => generateMany(New))
       samples.newBatch.push(countTokens(n.value) / n.seconds)
     }
-    samples.oldTrain.push(size.seqLen / time(() => train(Old as unknown as Impl)).seconds)
+    samples.oldTrain.push(size.seqLen / time(() => train(Old)).seconds)
     samples.newTrain.push(size.seqLen / time(() => train(New)).seconds)
   }
   const result = {
@@ -196,6 +218,7 @@ const results = presetNames.map(runPreset)
 const cpu = cpus()[0]?.model ?? "unknown CPU"
 const out = {
   date: new Date().toISOString(),
+  baseline: baselineCommit,
   node: process.version,
   cpu: `${cpu} (${cpus().length} cores)`,
   repeats,
@@ -214,7 +237,7 @@ if (flag("no-save") === undefined) {
       clock === "cpu" ? "tokens per CPU-second of the process" : "wall clock"
     }; ` +
     `1-minute load average ${out.loadAverage.before.toFixed(1)} before, ${out.loadAverage.after.toFixed(1)} after; ` +
-    `medians of ${repeats} alternating repeats in one process, × = ` +
+    `old = commit ${baselineCommit.slice(0, 12)}; medians of ${repeats} alternating repeats in one process, × = ` +
     "median of the paired new/old ratios " +
     "(`npx tsx bench/model/cpu-reference.ts`). Generation: `generate` at temperature 1 with the KV cache, prefill " +
     "included; batch gen: that many episodes (old: one after another, new: generateBatch). Training: forward + tokenLogprobs + backward of one sequence with loss weights on its completion.",

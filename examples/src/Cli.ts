@@ -3,9 +3,10 @@
  *
  * @example
  * ```ts
- * import { Command } from "@effect/cli"
- * import { Cli, Recipe } from "@envtrain/examples"
- * const command = Cli.command(Recipe.catchRecipe, Pipeline.defaults)
+ * import { Recipe } from "@envtrain/grpo"
+ * import * as Cli from "./Cli.js"
+ * import * as Pipeline from "./Pipeline.js"
+ * const command = Cli.command(Recipe.catchRecipe, Pipeline.defaults, "Train a policy to play Catch.")
  * ```
  */
 import { Command, Options } from "@effect/cli"

@@ -7,7 +7,9 @@
  *
  * @example
  * ```ts
- * import { Pipeline, Recipe } from "@envtrain/examples"
+ * import { Recipe } from "@envtrain/grpo"
+ * import { Main } from "@envtrain/harness"
+ * import * as Pipeline from "./Pipeline.js"
  * Main.run(Pipeline.run(Recipe.catchRecipe, Pipeline.defaults))
  * ```
  */

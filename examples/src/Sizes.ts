@@ -5,7 +5,10 @@
  *
  * @example
  * ```ts
- * import { Pipeline, Recipe, Sizes } from "@envtrain/examples"
+ * import { Recipe } from "@envtrain/grpo"
+ * import { Main } from "@envtrain/harness"
+ * import * as Pipeline from "./Pipeline.js"
+ * import * as Sizes from "./Sizes.js"
  * Main.run(Pipeline.run(Recipe.catchRecipe, Sizes.catchDemo))
  * ```
  */

@@ -29,6 +29,7 @@
 import type { Option, Scope } from "effect"
 import { Cause, Context, Effect, Exit, Layer, Random, Ref, Schema } from "effect"
 import { isClientError } from "./Client.js"
+import * as PythonText from "./internal/pythonText.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Tool from "./Tool.js"
 
@@ -300,24 +301,7 @@ const defectMessage = (tool: string, cause: Cause.Cause<unknown>) => {
 }
 
 /** Python's `str({"error": message})`, which is how TRL shows a raised tool error to the model. */
-export const errorText = (message: string): string => `{'error': ${pythonRepr(message)}}`
-
-/** Python's `repr(str)`: single quotes unless the text has a single quote and no double quote. */
-export const pythonRepr = (s: string): string => {
-  const quote = s.includes("'") && !s.includes("\"") ? "\"" : "'"
-  let out = quote
-  for (const ch of s) {
-    const code = ch.codePointAt(0)!
-    if (ch === "\\") out += "\\\\"
-    else if (ch === quote) out += "\\" + quote
-    else if (ch === "\n") out += "\\n"
-    else if (ch === "\r") out += "\\r"
-    else if (ch === "\t") out += "\\t"
-    else if (code < 0x20 || code === 0x7f) out += "\\x" + code.toString(16).padStart(2, "0")
-    else out += ch
-  }
-  return out + quote
-}
+export const errorText: (message: string) => string = PythonText.errorText
 
 /** One tool call made during an episode and what the model saw. */
 export interface Step {

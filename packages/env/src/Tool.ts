@@ -25,6 +25,7 @@
  * @since 0.0.0
  */
 import { Effect, Either, ParseResult, Schema, SchemaAST } from "effect"
+import * as PythonText from "./internal/pythonText.js"
 
 /** Any typed failure of a tool: its `message` is the text the model sees. */
 export interface ToolFailure {
@@ -380,12 +381,4 @@ export const encodeResult = <T extends Any>(tool: T, value: unknown): Effect.Eff
  * Serialises like Python's `json.dumps(x, ensure_ascii=False)` (separators `", "` and `": "`), which is what
  * transformers' `tojson` filter writes into chat templates; use it to render tool definitions byte-identically.
  */
-export const pythonJson = (value: unknown): string => {
-  if (value === null || value === undefined) return "null"
-  if (typeof value === "string") return JSON.stringify(value)
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : JSON.stringify(value)
-  if (typeof value === "boolean") return value ? "true" : "false"
-  if (Array.isArray(value)) return `[${value.map(pythonJson).join(", ")}]`
-  const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined)
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}: ${pythonJson(v)}`).join(", ")}}`
-}
+export const pythonJson: (value: unknown) => string = PythonText.pythonJson

@@ -10,7 +10,7 @@
  * import { Dataset } from "@envtrain/grpo"
  * const data = Dataset.fromSeeds({ prompt: [{ role: "user", content: "Play Catch." }], seeds: range(0, 256),
  *   columns: { env: "catch" } })
- * const { rows, next } = Dataset.batchAt(data, Dataset.start, { promptsPerBatch: 4, seed: 42, shuffle: true })
+ * const { rows, next } = yield* Dataset.batchAt(data, Dataset.start, { promptsPerBatch: 4, seed: 42, shuffle: true })
  * ```
  *
  * @since 0.0.0

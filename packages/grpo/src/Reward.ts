@@ -6,8 +6,9 @@
  *
  * @example
  * ```ts
+ * import type { Wordle } from "@envtrain/env"
  * import { Reward } from "@envtrain/grpo"
- * const solved = Reward.perEpisode("solved", (e: Reward.Episode<WordleState>) => e.environment.won ? 1 : 0)
+ * const solved = Reward.perEpisode("solved", (e: Reward.Episode<Wordle.State>) => e.environment.won ? 1 : 0)
  * const short = Reward.make("short", ({ completionIds }) => completionIds.map((ids) => -ids.length / 512))
  * const table = yield* Reward.score([solved, short], episodes, { weights: [1, 0.1], trainerState })
  * const metrics = Reward.metrics(table) // { "rewards/solved/mean": ..., reward: ..., reward_std: ... }

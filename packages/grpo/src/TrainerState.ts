@@ -17,9 +17,10 @@
  * @example
  * ```ts
  * import { TrainerState } from "@envtrain/grpo"
+ * import { Option } from "effect"
  * const dir = yield* TrainerState.save("out", model, state)          // out/checkpoint-12
  * const latest = yield* TrainerState.latest("out")                   // Option<string>
- * const { state } = yield* TrainerState.load(latest.value, model)    // model weights and optimizer restored
+ * const resumed = yield* TrainerState.load(Option.getOrThrow(latest), model) // weights and optimizer restored
  * ```
  *
  * @since 0.0.0

@@ -1,8 +1,9 @@
 /**
  * `envtrain doctor`: checks that this machine can run envtrain, end to end, in a few seconds.
  *
- * Opens the GPU and prints what it is (vendor, architecture, features, limits), runs the tiled matmul kernel and
- * checks it against its TypeScript twin, and plays one episode of a built-in environment through its tools.
+ * Opens the GPU and prints what it is (vendor, architecture, features, limits), compiles and runs a matmul op as
+ * training does and checks it against its CPU twin, and plays one episode of a built-in environment through its
+ * tools.
  * Every check prints one line; the first failure stops the run with its typed error.
  *
  * @example
@@ -14,7 +15,7 @@
  * @since 0.0.0
  */
 import { Catch, Environment } from "@envtrain/env"
-import { Gpu, Matmul, Reference } from "@envtrain/gpu"
+import { Arena, CpuTwin, Gpu, Ops, Program } from "@envtrain/gpu"
 import { Console, Data, Effect } from "effect"
 
 /** A check whose result was wrong (as opposed to a GPU error, which keeps its own type). */
@@ -67,20 +68,31 @@ const pseudoRandom = (n: number, seed: number): Float32Array => {
   return out
 }
 
-/** Runs the tiled matmul on the GPU and compares it with the TypeScript twin. */
+/**
+ * Compiles one matmul op the way training does (an op list through `Program.compile`; the linear layers' form,
+ * x · Wᵀ at the default tier), runs it on the GPU and compares it with the same op list run by `CpuTwin`.
+ */
 export const checkKernel = Effect.fn("Doctor.checkKernel")(function*(shape = { m: 96, n: 80, k: 72 }) {
-  const mm = yield* Matmul.make(shape)
-  const a = pseudoRandom(shape.m * shape.k, 7)
-  const b = pseudoRandom(shape.k * shape.n, 11)
+  const { k, m, n } = shape
+  const plan = Arena.plan({ x: { shape: [m, k] }, w: { shape: [n, k] }, y: { shape: [m, n] } })
+  const host = Arena.host(plan)
+  host.f32("x").set(pseudoRandom(m * k, 7))
+  host.f32("w").set(pseudoRandom(n * k, 11))
+  const t = (name: string) => Arena.tensorOf(plan, name)
+  const ops = [Ops.matmul({ a: t("x"), b: t("w"), c: t("y"), m, n, k, transB: true })]
   const started = performance.now()
-  const got = yield* mm.run(a, b)
+  const arena = yield* Arena.allocate(plan)
+  arena.upload(host)
+  yield* Program.submit(yield* Program.compile(arena, ops, "doctor"))
+  const got = yield* arena.read("y")
   const ms = performance.now() - started
-  const want = Reference.matmul(a, b, shape.m, shape.n, shape.k)
+  CpuTwin.run(host, ops)
+  const want = host.f32("y")
   let worst = 0
   for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]))
   const ok = worst < 1e-4
   yield* Console.log(
-    `kernel  matmul ${shape.m}×${shape.k} · ${shape.k}×${shape.n} on the GPU: max |GPU − CPU twin| = ` +
+    `kernel  matmul ${m}×${k} · ${k}×${n} on the GPU: max |GPU − CPU twin| = ` +
       `${worst.toExponential(2)} (${ok ? "ok" : "WRONG"}, ${ms.toFixed(1)} ms incl. first compile)`
   )
   if (!ok) {

@@ -465,8 +465,8 @@ export interface Services {
  *
  * @example
  * ```ts
- * const renderer = yield* ChatRenderer
- * const policy = yield* Policy
+ * const renderer = yield* ChatRenderer.ChatRenderer
+ * const policy = yield* Policy.Policy
  * const record = yield* Episode.runWith({ renderer, policy }, { prompt, session, config })
  * ```
  */

@@ -20,7 +20,7 @@
  *   const ckpt = yield* Checkpoint.makeModel("tiny")
  *   const model = yield* Qwen3.make(ckpt, { batch: 1, seq: 8, trainable: false, generation: { slots: 16, capacity: 1024 } })
  *   return LocalPolicy.layer(model, { maxBatchSize: 16, window: "2 millis" })
- * })).pipe(Layer.provide(Gpu.layer()))
+ * })).pipe(Layer.provide(Gpu.Gpu.layer()))
  * ```
  *
  * @since 0.0.0

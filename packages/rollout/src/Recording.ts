@@ -8,11 +8,11 @@
  * @example
  * ```ts
  * import { Effect, Stream } from "effect"
- * import { Recording } from "@envtrain/rollout"
+ * import { Recording, type Rollout } from "@envtrain/rollout"
  *
  * const program = Effect.scoped(Effect.gen(function*() {
  *   const file = yield* Recording.writer("runs/episodes.jsonl")
- *   yield* Stream.runForEach(groups, (g) => Effect.forEach(g.episodes, file.write))
+ *   yield* Stream.runForEach(groups, (g: Rollout.Group<unknown>) => Effect.forEach(g.episodes, file.write))
  * }))
  * const report = Recording.replay(record, (row) => Effect.map(Environment.episode(Wordle.environment, row), Episode.fromEnvironment))
  * ```

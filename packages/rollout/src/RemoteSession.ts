@@ -12,7 +12,7 @@
  *
  * @example
  * ```ts
- * const open = (row) => RemoteSession.mcp({ url: server.url }, row) // Effect<Session<...>, ClientError, Scope>
+ * const open = (row) => RemoteSession.mcp({ client: { url: server.url } }, row) // Effect<Session<...>, ClientError, Scope>
  * Rollout.groups(rows, { groupSize: 4, concurrency: 32, config, open })
  * ```
  *

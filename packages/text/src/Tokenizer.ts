@@ -9,7 +9,7 @@
  * import { Tokenizer } from "@envtrain/text"
  *
  * const program = Effect.gen(function*() {
- *   const tok = yield* Tokenizer.load("Qwen3-0.6B")
+ *   const tok = yield* Tokenizer.Tokenizer.load("Qwen3-0.6B")
  *   const ids = tok.encode("<|im_start|>user\nHi<|im_end|>\n")
  *   console.log(ids, tok.decode(ids), tok.eosTokenIds)
  * })

@@ -3,7 +3,9 @@
 // discarded at once.
 import { Deferred, Duration, Effect, Exit, Schema } from "effect"
 import { WebSocket } from "ws"
-import type * as Api from "../Client.js"
+import type { McpCallToolResult, McpToolDescriptor } from "../OpenEnv.js"
+import * as Wire from "../Wire.js"
+import type * as Api from "./clientContract.js"
 import {
   CapacityReachedError,
   ConnectError,
@@ -13,9 +15,7 @@ import {
   RequestTimeoutError,
   ServerError,
   SessionLostError
-} from "../Client.js"
-import type { McpCallToolResult, McpToolDescriptor } from "../OpenEnv.js"
-import * as Wire from "../Wire.js"
+} from "./clientContract.js"
 
 type Outcome =
   | { readonly _tag: "Frame"; readonly text: string }

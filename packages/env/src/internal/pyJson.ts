@@ -372,35 +372,3 @@ export const stringify = (value: unknown, schema?: Schema.Schema.Any, cache?: St
     activeCache = outer
   }
 }
-
-const reprString = (s: string): string => {
-  const quote = s.includes("'") && !s.includes("\"") ? "\"" : "'"
-  let out = quote
-  for (const ch of s) {
-    const code = ch.codePointAt(0)!
-    if (ch === "\\" || ch === quote) out += "\\" + ch
-    else if (ch === "\n") out += "\\n"
-    else if (ch === "\r") out += "\\r"
-    else if (ch === "\t") out += "\\t"
-    else if (code < 0x20 || code === 0x7f) out += "\\x" + code.toString(16).padStart(2, "0")
-    else out += ch
-  }
-  return out + quote
-}
-
-/** Python's `repr` of a parsed JSON value (`None`, `True`, `'text'`, `[1, 2]`, `{'k': 0.5}`). */
-export const pythonRepr = (value: unknown): string => {
-  if (value === null || value === undefined) return "None"
-  if (value === true) return "True"
-  if (value === false) return "False"
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : floatRepr(value)
-  if (typeof value === "string") return reprString(value)
-  if (Array.isArray(value)) return `[${value.map(pythonRepr).join(", ")}]`
-  if (isObject(value)) {
-    return `{${Object.entries(value).map(([k, v]) => `${reprString(k)}: ${pythonRepr(v)}`).join(", ")}}`
-  }
-  return String(value)
-}
-
-/** Python's `str` of a parsed JSON value: a string as is, anything else as its `repr` (f-string formatting). */
-export const pythonStr = (value: unknown): string => typeof value === "string" ? value : pythonRepr(value)

@@ -2,6 +2,7 @@
 // `-Infinity` are accepted, and a malformed text fails with Python's `JSONDecodeError` text, e.g.
 // "Expecting value: line 1 column 1 (char 0)", which OpenEnv puts into its INVALID_JSON frame. Positions are in code
 // points, as Python indexes strings. JSON.parse runs first; this scanner only runs when it fails.
+import { jsonDecodeErrorText } from "./pythonText.js"
 
 class StopIteration {
   constructor(readonly idx: number) {}
@@ -164,16 +165,6 @@ const scanner = (s: string) => {
   return { once, skip, len }
 }
 
-/** Python's `JSONDecodeError` text for an error at UTF-16 index `idx` of `s`. */
-const errorText = (msg: string, s: string, idx: number): string => {
-  const before = s.slice(0, idx)
-  const pos = [...before].length
-  const newline = before.lastIndexOf("\n")
-  const lineno = before.split("\n").length
-  const colno = pos - (newline < 0 ? -1 : [...before.slice(0, newline)].length)
-  return `${msg}: line ${lineno} column ${colno} (char ${pos})`
-}
-
 /** `json.loads(text)`: the value, or Python's error text. */
 export const parse = (
   text: string
@@ -198,7 +189,7 @@ export const parse = (
       if (end !== scan.len) throw new DecodeError("Extra data", end)
       return { _tag: "Value", value }
     } catch (e) {
-      if (e instanceof DecodeError) return { _tag: "Error", message: errorText(e.msg, text, e.idx) }
+      if (e instanceof DecodeError) return { _tag: "Error", message: jsonDecodeErrorText(e.msg, text, e.idx) }
       // Nesting too deep for this scanner (Python would hit its recursion limit too): JavaScript's own text.
       return { _tag: "Error", message: nodeError instanceof Error ? nodeError.message : String(nodeError) }
     }

@@ -12,6 +12,7 @@ import * as Wire from "../Wire.js"
 import * as Mcp from "./mcp.js"
 import * as PyJson from "./pyJson.js"
 import * as PyJsonParse from "./pyJsonParse.js"
+import * as PythonText from "./pythonText.js"
 import { type Session, SessionTable } from "./sessions.js"
 import { syncStepOf } from "./syncStep.js"
 
@@ -116,7 +117,7 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
       }
       const decoded = Wire.decodeClientMessage(message)
       if (decoded._tag === "UnknownType") {
-        return Wire.errorFrame("UNKNOWN_TYPE", `Unknown message type: ${PyJson.pythonStr(decoded.type)}`)
+        return Wire.errorFrame("UNKNOWN_TYPE", `Unknown message type: ${PythonText.pythonStr(decoded.type)}`)
       }
       if (decoded._tag === "Invalid") return validationFrame(decoded.errors)
       const msg = decoded.message
