@@ -280,7 +280,8 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
         const learningRate = lr(step)
         const stepped = yield* model.step(optimizerStep(config, learningRate))
         const globalStep = step + 1
-        loop.commit({ globalStep, position: feed.position, numTokens: feed.numTokens, pending: feed.pending })
+        // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this state.
+        loop.commit({ globalStep, position: feed.position, numTokens: feed.numTokens, pending: [...feed.pending] })
         const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
         const { loss, values } = stepValues(taken.generated, trained, stepped, {
           learningRate,
