@@ -16,8 +16,8 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
-import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/Preset.js"
-import * as New from "../../packages/gpu/src/Qwen3Reference.js"
+import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/model/Preset.js"
+import * as New from "../../packages/gpu/src/model/Qwen3Reference.js"
 import * as Old from "./internal/baselineReference.js"
 
 const flag = (name: string): string | undefined => {

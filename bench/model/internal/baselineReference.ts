@@ -41,8 +41,8 @@
  *
  * @since 0.0.0
  */
-import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../../../packages/gpu/src/ModelConfig.js"
-import type { ModelConfig } from "../../../packages/gpu/src/ModelConfig.js"
+import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../../../packages/gpu/src/formats/ModelConfig.js"
+import type { ModelConfig } from "../../../packages/gpu/src/formats/ModelConfig.js"
 import {
   add,
   attendRow,

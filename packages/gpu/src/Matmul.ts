@@ -14,10 +14,10 @@
  * @since 0.0.0
  */
 import { Effect } from "effect"
-import { Gpu } from "./Gpu.js"
-import type { AdapterSummary, SubgroupMatrixConfig } from "./Gpu.js"
-import type { GpuError } from "./GpuError.js"
-import type { MatmulTier, SubgroupMatrixShape } from "./Ops.js"
+import type { MatmulTier, SubgroupMatrixShape } from "./ops/Ops.js"
+import { Gpu } from "./runtime/Gpu.js"
+import type { AdapterSummary, SubgroupMatrixConfig } from "./runtime/Gpu.js"
+import type { GpuError } from "./runtime/GpuError.js"
 
 /** A tier for `Ops.matmul` (spread it into the op's options), and why it was picked. */
 export interface TierChoice {

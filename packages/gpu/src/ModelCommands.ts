@@ -21,11 +21,11 @@
 import { Command, Options } from "@effect/cli"
 import { FileSystem } from "@effect/platform"
 import { Console, Data, Effect } from "effect"
-import * as Checkpoint from "./Checkpoint.js"
-import * as Generation from "./Generation.js"
-import { Gpu } from "./Gpu.js"
-import * as Preset from "./Preset.js"
-import * as Qwen3 from "./Qwen3.js"
+import * as Checkpoint from "./formats/Checkpoint.js"
+import * as Generation from "./model/Generation.js"
+import * as Preset from "./model/Preset.js"
+import * as Qwen3 from "./model/Qwen3.js"
+import { Gpu } from "./runtime/Gpu.js"
 
 /** A command's input is unusable (a file that is not a token list, ...). */
 export class ModelCommandError extends Data.TaggedError("ModelCommandError")<{ readonly problem: string }> {

@@ -1,9 +1,9 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Gpu } from "../src/Gpu.js"
-import { GpuUncapturedError } from "../src/GpuError.js"
 import * as Matmul from "../src/Matmul.js"
-import * as Reference from "../src/Reference.js"
+import * as Reference from "../src/ops/Reference.js"
+import { Gpu } from "../src/runtime/Gpu.js"
+import { GpuUncapturedError } from "../src/runtime/GpuError.js"
 
 const random = (n: number, seed: number) => {
   // xorshift: deterministic inputs so a failure reproduces.

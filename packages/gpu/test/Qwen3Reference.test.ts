@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as ModelConfig from "../src/ModelConfig.js"
-import * as Q from "../src/Qwen3Reference.js"
-import * as Reference from "../src/Reference.js"
+import * as ModelConfig from "../src/formats/ModelConfig.js"
+import * as Q from "../src/model/Qwen3Reference.js"
+import * as Reference from "../src/ops/Reference.js"
 
 const tiny = (tied: boolean): Q.Config => ({
   vocab_size: 23,

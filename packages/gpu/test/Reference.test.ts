@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
-import * as HalfFloat from "../src/HalfFloat.js"
-import * as R from "../src/Reference.js"
+import * as R from "../src/ops/Reference.js"
+import * as HalfFloat from "../src/runtime/HalfFloat.js"
 import { dot, finiteDifference, weights } from "./helpers.js"
 
 // Finite-difference checks of every backward twin: loss = Σ w·f(x) for a fixed random w, so dL/df = w.

@@ -1,5 +1,5 @@
-import type { ModelConfig } from "../src/ModelConfig.js"
-import * as Ref from "../src/Qwen3Reference.js"
+import type { ModelConfig } from "../src/formats/ModelConfig.js"
+import * as Ref from "../src/model/Qwen3Reference.js"
 
 /** A tiny Qwen3 config (head_dim 16, GQA 4/2) for GPU tests. */
 export const testConfig = (o: Partial<ModelConfig> = {}): ModelConfig => ({

@@ -46,7 +46,7 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import type { Checkpoint } from "@envtrain/gpu"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import { Cause, Effect, Exit, Option } from "effect"
 import * as Advantage from "./Advantage.js"

@@ -4,7 +4,7 @@
  * A parameter split into row blocks (larger than one binding) has its blocks in several shards; its moment is
  * their rows in order.
  */
-import * as Arena from "../Arena.js"
+import * as Arena from "../../runtime/Arena.js"
 
 /** The parameters of a moment group, by Hugging Face name, with where each lives. */
 export const groupTensors = (plan: Arena.ArenaPlan, group: string): ReadonlyMap<string, Arena.Tensor> => {

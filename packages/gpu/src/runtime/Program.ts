@@ -17,11 +17,11 @@
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
+import { type DispatchSpec, lower } from "../ops/internal/lower.js"
+import type { Op } from "../ops/Ops.js"
 import type { Arena } from "./Arena.js"
 import { Gpu } from "./Gpu.js"
 import { type GpuDeviceLost, type GpuLimitExceeded, type GpuOutOfMemory, GpuShaderError } from "./GpuError.js"
-import { type DispatchSpec, lower } from "./internal/lower.js"
-import type { Op } from "./Ops.js"
 
 /** Bytes of each dispatch's parameter block (the uniform offset alignment). */
 export const PARAM_SLOT = 256

@@ -22,9 +22,9 @@
  *
  * @since 0.0.0
  */
-import * as Arena from "./Arena.js"
-import type { Op } from "./Ops.js"
-import * as Ops from "./Ops.js"
+import type { Op } from "../ops/Ops.js"
+import * as Ops from "../ops/Ops.js"
+import * as Arena from "../runtime/Arena.js"
 
 export interface TinyTransformerConfig {
   readonly vocab: number

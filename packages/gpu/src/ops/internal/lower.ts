@@ -9,10 +9,10 @@ import {
   STEP_RESULTS,
   STEP_SCALARS,
   tensorOf
-} from "../Arena.js"
-import type { Tensor } from "../Arena.js"
+} from "../../runtime/Arena.js"
+import type { Tensor } from "../../runtime/Arena.js"
+import { expandBlocks } from "../../runtime/internal/blocks.js"
 import type { Op } from "../Ops.js"
-import { expandBlocks } from "./blocks.js"
 import * as SM from "./subgroupMatrix.js"
 import * as W from "./wgsl.js"
 

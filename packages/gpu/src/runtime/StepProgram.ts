@@ -21,6 +21,8 @@
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
+import * as Ops from "../ops/Ops.js"
+import type { Op } from "../ops/Ops.js"
 import * as Arena from "./Arena.js"
 import { GRAD, Result, STEP_RESULTS, STEP_SCALARS, type StepScalars } from "./Arena.js"
 import { Gpu } from "./Gpu.js"
@@ -32,8 +34,6 @@ import {
   GpuUnavailable,
   type GpuUncapturedError
 } from "./GpuError.js"
-import * as Ops from "./Ops.js"
-import type { Op } from "./Ops.js"
 import * as Program from "./Program.js"
 
 export type { StepScalars }

@@ -3,14 +3,14 @@
  * forward (packed rows, per-layer activations kept), the per-token loss and the hand-written backward, and the
  * generation programs (prefill into the KV cache, decode step with the GPU sampler).
  */
-import * as Arena from "../Arena.js"
-import type { Tensor } from "../Arena.js"
-import * as Matmul from "../Matmul.js"
-import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../ModelConfig.js"
-import type { Op } from "../Ops.js"
-import * as Ops from "../Ops.js"
+import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../../formats/ModelConfig.js"
+import * as Matmul from "../../Matmul.js"
+import { grid } from "../../ops/internal/lower.js"
+import type { Op } from "../../ops/Ops.js"
+import * as Ops from "../../ops/Ops.js"
+import * as Arena from "../../runtime/Arena.js"
+import type { Tensor } from "../../runtime/Arena.js"
 import { type Config, decays, tensorSpecs } from "../Qwen3Reference.js"
-import { grid } from "./lower.js"
 import * as K from "./qwen3Kernels.js"
 import * as S from "./samplingKernel.js"
 

@@ -23,12 +23,12 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { Data, Effect } from "effect"
-import { ChatTemplate, type ChatTemplateError, QWEN3_STYLE_TEMPLATE } from "./ChatTemplate.js"
-import { mulberry32 } from "./internal/corpus.js"
+import { ChatTemplate, type ChatTemplateError, QWEN3_STYLE_TEMPLATE } from "../ChatTemplate.js"
+import { mulberry32 } from "../internal/corpus.js"
+import * as Preset from "../model/Preset.js"
+import * as Tok from "../Tokenizer.js"
 import * as ModelConfig from "./ModelConfig.js"
-import * as Preset from "./Preset.js"
 import * as Safetensors from "./Safetensors.js"
-import * as Tok from "./Tokenizer.js"
 
 /** A model held in memory. */
 export interface Model {

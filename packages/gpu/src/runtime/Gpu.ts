@@ -206,6 +206,9 @@ const isSoftwareAdapter = (info: GPUAdapterInfo): boolean => {
   return /llvmpipe|lavapipe|swiftshader|software|warp/.test(text)
 }
 
+/** `Gpu.layer` as a module function, so `import { Gpu } from "@envtrain/gpu"` reads `Gpu.layer()`. */
+export const layer = (options: GpuOptions = {}): Layer.Layer<Gpu, GpuUnavailable> => Gpu.layer(options)
+
 /** Builds the service; the device is destroyed when the surrounding scope closes. */
 export const make = (options: GpuOptions = {}): Effect.Effect<GpuService, GpuUnavailable, Scope.Scope> =>
   Effect.gen(function*() {

@@ -42,6 +42,8 @@
  *
  * @since 0.0.0
  */
+import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../formats/ModelConfig.js"
+import type { ModelConfig } from "../formats/ModelConfig.js"
 import {
   add,
   attendPair,
@@ -68,8 +70,6 @@ import {
   type SamplingParams,
   samplingUniform
 } from "./internal/qwen3refSampling.js"
-import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "./ModelConfig.js"
-import type { ModelConfig } from "./ModelConfig.js"
 
 export type { FloatArray, Precision, SampledToken, SamplingParams }
 export { ropeTables } from "./internal/qwen3refOps.js"

@@ -21,9 +21,9 @@
  *
  * @since 0.0.0
  */
-import type { ModelConfig } from "./ModelConfig.js"
-import { SUPPORTED_ARCHITECTURE } from "./ModelConfig.js"
-import type { Tokenizer } from "./Tokenizer.js"
+import type { ModelConfig } from "../formats/ModelConfig.js"
+import { SUPPORTED_ARCHITECTURE } from "../formats/ModelConfig.js"
+import type { Tokenizer } from "../Tokenizer.js"
 
 export type PresetName = "tiny" | "small"
 

@@ -24,9 +24,9 @@ import {
   STEP_SCALARS,
   type StepScalars,
   type Tensor
-} from "./Arena.js"
-import { f16ToF32, f32ToF16 } from "./HalfFloat.js"
-import { expandBlocks } from "./internal/blocks.js"
+} from "../runtime/Arena.js"
+import { f16ToF32, f32ToF16 } from "../runtime/HalfFloat.js"
+import { expandBlocks } from "../runtime/internal/blocks.js"
 import type { Op } from "./Ops.js"
 import * as R from "./Reference.js"
 

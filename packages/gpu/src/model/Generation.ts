@@ -22,8 +22,8 @@
  */
 import { Context, Data, Deferred, Effect, Layer, Queue } from "effect"
 import type { Scope } from "effect"
-import { Gpu } from "./Gpu.js"
-import { GpuDeviceLost, type GpuUncapturedError } from "./GpuError.js"
+import { Gpu } from "../runtime/Gpu.js"
+import { GpuDeviceLost, type GpuUncapturedError } from "../runtime/GpuError.js"
 import { NO_SLOT } from "./internal/qwen3Kernels.js"
 import type { Qwen3Model } from "./Qwen3.js"
 import * as Sampling from "./Sampling.js"

@@ -28,13 +28,19 @@
  */
 import { Data, Effect } from "effect"
 import type { Scope } from "effect"
-import * as Arena from "./Arena.js"
-import { Gpu } from "./Gpu.js"
-import type { GpuDeviceLost, GpuLimitExceeded, GpuOutOfMemory, GpuShaderError, GpuUncapturedError } from "./GpuError.js"
+import * as Arena from "../runtime/Arena.js"
+import { Gpu } from "../runtime/Gpu.js"
+import type {
+  GpuDeviceLost,
+  GpuLimitExceeded,
+  GpuOutOfMemory,
+  GpuShaderError,
+  GpuUncapturedError
+} from "../runtime/GpuError.js"
+import * as Program from "../runtime/Program.js"
 import * as K from "./internal/grpoLossKernel.js"
 import * as Ops from "./Ops.js"
 import type { Op } from "./Ops.js"
-import * as Program from "./Program.js"
 
 /** The loss types the kernel computes. */
 export type LossType = keyof typeof K.LossCode

@@ -36,18 +36,24 @@
 import type { FileSystem, Path } from "@effect/platform"
 import { Data, Effect } from "effect"
 import type { Scope } from "effect"
-import * as Arena from "./Arena.js"
-import * as Checkpoint from "./Checkpoint.js"
-import { Gpu } from "./Gpu.js"
-import type { GpuDeviceLost, GpuLimitExceeded, GpuOutOfMemory, GpuShaderError, GpuUncapturedError } from "./GpuError.js"
-import * as GrpoLoss from "./GrpoLoss.js"
+import * as Checkpoint from "../formats/Checkpoint.js"
+import type { ModelConfig } from "../formats/ModelConfig.js"
+import type * as Safetensors from "../formats/Safetensors.js"
+import * as GrpoLoss from "../ops/GrpoLoss.js"
+import * as Arena from "../runtime/Arena.js"
+import { Gpu } from "../runtime/Gpu.js"
+import type {
+  GpuDeviceLost,
+  GpuLimitExceeded,
+  GpuOutOfMemory,
+  GpuShaderError,
+  GpuUncapturedError
+} from "../runtime/GpuError.js"
+import * as Program from "../runtime/Program.js"
+import * as StepProgram from "../runtime/StepProgram.js"
 import * as G from "./internal/qwen3Graph.js"
 import * as O from "./internal/qwen3Optimizer.js"
-import type { ModelConfig } from "./ModelConfig.js"
-import * as Program from "./Program.js"
 import type { Config } from "./Qwen3Reference.js"
-import type * as Safetensors from "./Safetensors.js"
-import * as StepProgram from "./StepProgram.js"
 
 export type { GenShape, TrainShape } from "./internal/qwen3Graph.js"
 

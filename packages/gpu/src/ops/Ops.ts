@@ -19,7 +19,7 @@
  *
  * @since 0.0.0
  */
-import type { HostArena, Tensor } from "./Arena.js"
+import type { HostArena, Tensor } from "../runtime/Arena.js"
 import type { SubgroupMatrixShape } from "./internal/subgroupMatrix.js"
 import type { AttentionShape } from "./Reference.js"
 
