@@ -5,7 +5,7 @@
  */
 import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../../formats/ModelConfig.js"
 import * as Matmul from "../../Matmul.js"
-import { grid } from "../../ops/internal/lower.js"
+import { grid } from "../../ops/internal/dispatch.js"
 import type { Op } from "../../ops/Ops.js"
 import * as Ops from "../../ops/Ops.js"
 import * as Arena from "../../runtime/Arena.js"
