@@ -256,6 +256,21 @@ export const toJson = (config: ModelConfig): Record<string, unknown> => ({
   ...config.extra
 })
 
+/** The config fields the model reads (a full {@link ModelConfig} satisfies it): the shapes and numerics of the model, CPU and GPU alike. Hugging Face names. */
+export type Config = Pick<
+  ModelConfig,
+  | "vocab_size"
+  | "hidden_size"
+  | "intermediate_size"
+  | "num_hidden_layers"
+  | "num_attention_heads"
+  | "num_key_value_heads"
+  | "head_dim"
+  | "rms_norm_eps"
+  | "rope_theta"
+  | "tie_word_embeddings"
+>
+
 /** A tensor a checkpoint must contain. */
 export interface TensorSpec {
   readonly name: string
@@ -288,7 +303,7 @@ export const LM_HEAD = "lm_head.weight"
  * Every tensor of a Qwen3 checkpoint with this config, with its shape (row-major, `[out, in]` for linear layers as
  * PyTorch stores them). `lm_head.weight` is absent when the embeddings are tied.
  */
-export const expectedTensors = (config: ModelConfig): ReadonlyArray<TensorSpec> => {
+export const expectedTensors = (config: Config): ReadonlyArray<TensorSpec> => {
   const h = config.hidden_size
   const q = config.num_attention_heads * config.head_dim
   const kv = config.num_key_value_heads * config.head_dim
@@ -312,6 +327,19 @@ export const expectedTensors = (config: ModelConfig): ReadonlyArray<TensorSpec> 
   out.push({ name: FINAL_NORM, shape: [h] })
   if (!config.tie_word_embeddings) out.push({ name: LM_HEAD, shape: [config.vocab_size, h] })
   return out
+}
+
+/** Whether a tensor is a norm weight (initialised to ones, excluded from weight decay). */
+export const isNormWeight = (name: string) => name.endsWith("norm.weight")
+
+/**
+ * Whether AdamW decays a tensor, as transformers' Trainer decides by default: every parameter except those whose
+ * name matches bias, layernorm, rmsnorm, a `norm` path component or `_norm` (so all RMSNorm weights, q/k norms
+ * and model.norm are excluded; embeddings, lm_head and projections are decayed).
+ */
+export const decays = (name: string): boolean => {
+  const lower = name.toLowerCase()
+  return ![/bias/, /layernorm/, /rmsnorm/, /(?:^|\.)norm(?:$|\.)/, /_norm(?:$|\.)/].some((re) => re.test(lower))
 }
 
 /** Number of parameters (tied embeddings counted once). */

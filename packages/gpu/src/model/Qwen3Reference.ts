@@ -11,7 +11,7 @@
  * (scale 1/√head_dim) → o_proj → residual → RMSNorm → down(silu(gate(x))·up(x)) → residual] → RMSNorm → lm_head
  * (or the tied embedding).
  *
- * Weights are a record keyed by Hugging Face tensor names (see {@link tensorSpecs}), linear weights [out, in]
+ * Weights are a record keyed by Hugging Face tensor names (see `ModelConfig.expectedTensors`), linear weights [out, in]
  * row-major as torch stores them.
  *
  * Packed batches: tokens are [batch, seqLen] row-major with position ids (default 0…T−1 per row). A position id
@@ -23,7 +23,7 @@
  * {@link extend} (KV cache, keys stored after k_norm and RoPE) equal to the no-cache forward; {@link generate}
  * token for token (greedy exactly; sampling through {@link samplingUniform} = Philox4x32-10 with counter
  * [step, sequence, 0, 0] and key [seed lo, seed hi], then {@link sampleToken}'s documented processor order and
- * inverse-CDF pick); {@link clipGradNorm} and {@link adamWStep} with the {@link decays} mask. RoPE cos/sin come
+ * inverse-CDF pick); {@link clipGradNorm} and {@link adamWStep} with the `ModelConfig.decays` mask. RoPE cos/sin come
  * from {@link ropeTables} (transformers' f32 inverse frequencies and f32 angles). A batch of generations is
  * independent sequences: request r with seed s must give what `generate(..., { seed: s, sequence: r })` gives.
  *
@@ -42,27 +42,26 @@
  *
  * @since 0.0.0
  */
-import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../formats/ModelConfig.js"
-import type { ModelConfig } from "../formats/ModelConfig.js"
 import {
-  add,
-  attendPair,
-  attendRow,
-  attentionBackward,
-  type FloatArray,
-  linear,
-  linearBackward,
-  type Numerics,
-  numerics,
-  type Precision,
-  rmsNorm,
-  rmsNormBackward,
-  rope,
-  ropeBackward,
-  ropeTables,
-  swiglu,
-  swigluBackward
-} from "./internal/qwen3refOps.js"
+  type Config,
+  decays,
+  EMBED_TOKENS,
+  expectedTensors,
+  FINAL_NORM,
+  isNormWeight,
+  layerTensorNames,
+  LM_HEAD,
+  type TensorSpec
+} from "../formats/ModelConfig.js"
+
+import { cpuEmbedding, cpuEmbeddingBackward } from "../ops/embedding.js"
+import { cpuGradNorm } from "../ops/gradNorm.js"
+import { type FloatArray, type Numerics, numerics, type Precision } from "../ops/Numerics.js"
+import { cpuRmsNorm, cpuRmsNormBackward } from "../ops/rmsNorm.js"
+import { cpuRope, cpuRopeBackward, ropeTables } from "../ops/rope.js"
+import { cpuSwiglu, cpuSwigluBackward } from "../ops/swiglu.js"
+import { cpuTokenLogprobs, cpuTokenLogprobsBackward } from "../ops/tokenLogprobs.js"
+import { add, attendPair, attendRow, attentionBackward, linear, linearBackward } from "./internal/qwen3refFast.js"
 import {
   philox4x32,
   type SampledToken,
@@ -71,66 +70,16 @@ import {
   samplingUniform
 } from "./internal/qwen3refSampling.js"
 
+/** The config fields the model reads (defined with the tensor names in `ModelConfig`). */
+export type { Config }
 export type { FloatArray, Precision, SampledToken, SamplingParams }
-export { ropeTables } from "./internal/qwen3refOps.js"
+export { ropeTables } from "../ops/rope.js"
 export { mulhi32, philox4x32, sampleToken, samplingUniform, seedKey } from "./internal/qwen3refSampling.js"
-
-/** The config fields the model reads (a full {@link ModelConfig} satisfies it). Hugging Face names. */
-export type Config = Pick<
-  ModelConfig,
-  | "vocab_size"
-  | "hidden_size"
-  | "intermediate_size"
-  | "num_hidden_layers"
-  | "num_attention_heads"
-  | "num_key_value_heads"
-  | "head_dim"
-  | "rms_norm_eps"
-  | "rope_theta"
-  | "tie_word_embeddings"
->
 
 /** Model weights keyed by Hugging Face tensor name. */
 export type Weights = Record<string, FloatArray>
 
-export interface TensorSpec {
-  readonly name: string
-  readonly shape: ReadonlyArray<number>
-}
-
-/** Every tensor of the model in transformers' order, with its shape; `lm_head.weight` only when untied. */
-export const tensorSpecs = (config: Config): ReadonlyArray<TensorSpec> => {
-  const h = config.hidden_size
-  const d = config.head_dim
-  const q = config.num_attention_heads * d
-  const kv = config.num_key_value_heads * d
-  const inter = config.intermediate_size
-  const specs: Array<TensorSpec> = [{ name: EMBED_TOKENS, shape: [config.vocab_size, h] }]
-  for (let l = 0; l < config.num_hidden_layers; l++) {
-    const n = layerTensorNames(l)
-    specs.push(
-      { name: n.inputLayernorm, shape: [h] },
-      { name: n.q, shape: [q, h] },
-      { name: n.k, shape: [kv, h] },
-      { name: n.v, shape: [kv, h] },
-      { name: n.o, shape: [h, q] },
-      { name: n.qNorm, shape: [d] },
-      { name: n.kNorm, shape: [d] },
-      { name: n.postAttentionLayernorm, shape: [h] },
-      { name: n.gate, shape: [inter, h] },
-      { name: n.up, shape: [inter, h] },
-      { name: n.down, shape: [h, inter] }
-    )
-  }
-  specs.push({ name: FINAL_NORM, shape: [h] })
-  if (!config.tie_word_embeddings) specs.push({ name: LM_HEAD, shape: [config.vocab_size, h] })
-  return specs
-}
-
 const size = (shape: ReadonlyArray<number>) => shape.reduce((a, b) => a * b, 1)
-
-/** Whether a tensor is a norm weight (initialised to ones, excluded from weight decay). */
-export const isNormWeight = (name: string) => name.endsWith("norm.weight")
 
 /** The tensor specs of a config, built once per distinct shape (checkWeights runs on every decode step). */
 const specsCache = new Map<string, ReadonlyArray<TensorSpec>>()
@@ -147,7 +96,7 @@ const cachedSpecs = (config: Config): ReadonlyArray<TensorSpec> => {
   ].join(",")
   let specs = specsCache.get(key)
   if (specs === undefined) {
-    specs = tensorSpecs(config)
+    specs = expectedTensors(config)
     specsCache.set(key, specs)
   }
   return specs
@@ -193,7 +142,7 @@ export const randomWeights = (
   const jitter = options.normJitter ?? 0
   const nm = numerics(options.precision ?? "f32")
   const weights: Weights = {}
-  tensorSpecs(config).forEach((spec, index) => {
+  expectedTensors(config).forEach((spec, index) => {
     const n = size(spec.shape)
     const w = nm.alloc(n)
     const norm = isNormWeight(spec.name)
@@ -288,8 +237,8 @@ const embed = (config: Config, weights: Weights, tokens: ArrayLike<number>, nm: 
     if (!Number.isInteger(t) || t < 0 || t >= config.vocab_size) {
       throw new Error(`Token id ${t} at index ${n} is outside the vocabulary [0, ${config.vocab_size}).`)
     }
-    for (let i = 0; i < h; i++) x[n * h + i] = table[t * h + i]
   }
+  x.set(cpuEmbedding(table, tokens, tokens.length, h))
   return x
 }
 
@@ -305,7 +254,7 @@ const attentionInputs = (
 ) => {
   const names = namesOf(l)
   const { head_dim: D, hidden_size: h, num_attention_heads: H, num_key_value_heads: KV } = config
-  const { rstd: attnNormRstd, y: attnNormed } = rmsNorm(
+  const { rstd: attnNormRstd, y: attnNormed } = cpuRmsNorm(
     x,
     rows,
     h,
@@ -316,11 +265,11 @@ const attentionInputs = (
   const qProj = linear(attnNormed, rows, h, weights[names.q], H * D, nm)
   const kProj = linear(attnNormed, rows, h, weights[names.k], KV * D, nm)
   const v = linear(attnNormed, rows, h, weights[names.v], KV * D, nm)
-  const qn = rmsNorm(qProj, rows * H, D, weights[names.qNorm], config.rms_norm_eps, nm)
-  const kn = rmsNorm(kProj, rows * KV, D, weights[names.kNorm], config.rms_norm_eps, nm)
+  const qn = cpuRmsNorm(qProj, rows * H, D, weights[names.qNorm], config.rms_norm_eps, nm)
+  const kn = cpuRmsNorm(kProj, rows * KV, D, weights[names.kNorm], config.rms_norm_eps, nm)
   const { cos, sin } = tables
-  const q = rope(qn.y, rows, H, D, cos, sin, nm)
-  const k = rope(kn.y, rows, KV, D, cos, sin, nm)
+  const q = cpuRope(qn.y, rows, H, D, cos, sin, nm)
+  const k = cpuRope(kn.y, rows, KV, D, cos, sin, nm)
   return { attnNormRstd, attnNormed, qProj, kProj, v, qRstd: qn.rstd, kRstd: kn.rstd, q, k }
 }
 
@@ -337,7 +286,7 @@ const attentionOutputAndMlp = (
   const names = namesOf(l)
   const { head_dim: D, hidden_size: h, intermediate_size: I, num_attention_heads: H } = config
   const afterAttn = add(x, linear(attnOut, rows, H * D, weights[names.o], h, nm), nm)
-  const { rstd: mlpNormRstd, y: mlpNormed } = rmsNorm(
+  const { rstd: mlpNormRstd, y: mlpNormed } = cpuRmsNorm(
     afterAttn,
     rows,
     h,
@@ -347,13 +296,13 @@ const attentionOutputAndMlp = (
   )
   const gate = linear(mlpNormed, rows, h, weights[names.gate], I, nm)
   const up = linear(mlpNormed, rows, h, weights[names.up], I, nm)
-  const act = swiglu(gate, up, nm)
+  const act = cpuSwiglu(gate, up, nm)
   const output = add(afterAttn, linear(act, rows, I, weights[names.down], h, nm), nm)
   return { afterAttn, mlpNormRstd, mlpNormed, gate, up, act, output }
 }
 
 const finalLogits = (config: Config, weights: Weights, x: FloatArray, rows: number, nm: Numerics) => {
-  const { rstd: finalRstd, y: finalNormed } = rmsNorm(
+  const { rstd: finalRstd, y: finalNormed } = cpuRmsNorm(
     x,
     rows,
     config.hidden_size,
@@ -503,85 +452,8 @@ export const tokenLogprobs = (
   temperature: number,
   precision: Precision = "f32"
 ): { readonly logprobs: Float64Array; readonly entropy: Float64Array } => {
-  const nm = numerics(precision)
-  const rows = targets.length
-  const logprobs = new Float64Array(rows)
-  const entropy = new Float64Array(rows)
-  const z = new Float64Array(vocab)
-  const p = new Float64Array(vocab)
-  for (let n = 0; n < rows; n++) {
-    const lse = softmaxRow(logits, n * vocab, vocab, temperature, nm.round, z, p)
-    let expected = 0
-    for (let v = 0; v < vocab; v++) expected += p[v] * z[v]
-    entropy[n] = lse - expected
-    logprobs[n] = targets[n] < 0 ? 0 : z[targets[n]] - lse
-  }
+  const { entropy, logprobs } = cpuTokenLogprobs(logits, vocab, targets, temperature, numerics(precision))
   return { logprobs, entropy }
-}
-
-/**
- * One row of softmax(logits / temperature): z_v = logits_v / T (rounded to the stored type), p_v = exp(z_v − lse),
- * all f64; returns lse. tokenLogprobs and the backward share it, so they agree bit for bit.
- */
-const softmaxRow = (
-  logits: ArrayLike<number>,
-  offset: number,
-  vocab: number,
-  temperature: number,
-  round: (x: number) => number,
-  z: Float64Array,
-  p: Float64Array
-): number => {
-  let max = -Infinity
-  for (let v = 0; v < vocab; v++) {
-    const zv = round(logits[offset + v] / temperature)
-    z[v] = zv
-    if (zv > max) max = zv
-  }
-  let sum = 0
-  for (let v = 0; v < vocab; v++) sum += Math.exp(z[v] - max)
-  const lse = max + Math.log(sum)
-  for (let v = 0; v < vocab; v++) p[v] = Math.exp(z[v] - lse)
-  return lse
-}
-
-/** dL/dlogits of L = Σ w·logprob + Σ e·entropy, with the logprobs and L itself. */
-const logitGradients = (
-  fwd: Forward,
-  V: number,
-  targets: ArrayLike<number>,
-  lossWeights: ArrayLike<number>,
-  temperature: number,
-  entropyWeights: ArrayLike<number> | undefined,
-  nm: Numerics
-) => {
-  const N = targets.length
-  // d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)). One softmax per row serves the logprob,
-  // the entropy (as tokenLogprobs computes them) and the gradient.
-  const logprobs = new Float64Array(N)
-  let loss = 0
-  const dLogits = nm.alloc(N * V)
-  const z = new Float64Array(V)
-  const p = new Float64Array(V)
-  for (let n = 0; n < N; n++) {
-    const lse = softmaxRow(fwd.logits, n * V, V, temperature, nm.round, z, p)
-    let expected = 0
-    for (let v = 0; v < V; v++) expected += p[v] * z[v]
-    const hn = lse - expected
-    const target = targets[n]
-    logprobs[n] = target < 0 ? 0 : z[target] - lse
-    const w = target < 0 ? 0 : lossWeights[n]
-    const e = entropyWeights === undefined ? 0 : entropyWeights[n]
-    if (w === 0 && e === 0) continue
-    loss += w * logprobs[n] + e * hn
-    const o = n * V
-    for (let v = 0; v < V; v++) {
-      // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).
-      const dz = w * ((v === target ? 1 : 0) - p[v]) - e * p[v] * (z[v] - lse + hn)
-      dLogits[o + v] = dz / temperature
-    }
-  }
-  return { dLogits, logprobs, loss }
 }
 
 export interface Gradients {
@@ -630,10 +502,18 @@ export const backward = (
   const g: Record<string, Float64Array> = {}
   for (const spec of cachedSpecs(config)) g[spec.name] = new Float64Array(size(spec.shape))
 
-  const { dLogits, logprobs, loss } = logitGradients(fwd, V, targets, lossWeights, temperature, entropyWeights, nm)
+  const { dLogits, logprobs, loss } = cpuTokenLogprobsBackward(
+    fwd.logits,
+    V,
+    targets,
+    temperature,
+    lossWeights,
+    entropyWeights,
+    nm
+  )
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
   const dFinalNormed = linearBackward(dLogits, fwd.finalNormed, N, h, headWeight(config, weights), V, g[headName], nm)
-  let dx = rmsNormBackward(dFinalNormed, fwd.output, fwd.finalRstd, N, h, weights[FINAL_NORM], g[FINAL_NORM], nm)
+  let dx = cpuRmsNormBackward(dFinalNormed, fwd.output, fwd.finalRstd, N, h, weights[FINAL_NORM], g[FINAL_NORM], nm)
 
   const scale = 1 / Math.sqrt(D)
   const { cos, sin } = ropeTables(fwd.positions, D, config.rope_theta)
@@ -642,7 +522,7 @@ export const backward = (
     const names = namesOf(l)
     // MLP block: out = afterAttn + down(silu(gate)·up).
     const dAct = linearBackward(dx, a.act, N, I, weights[names.down], h, g[names.down], nm)
-    const { dGate, dUp } = swigluBackward(dAct, a.gate, a.up, nm)
+    const { dGate, dUp } = cpuSwigluBackward(dAct, a.gate, a.up, nm)
     const dMlpNormed = add(
       linearBackward(dGate, a.mlpNormed, N, h, weights[names.gate], I, g[names.gate], nm),
       linearBackward(dUp, a.mlpNormed, N, h, weights[names.up], I, g[names.up], nm),
@@ -650,7 +530,7 @@ export const backward = (
     )
     const dAfterAttn = add(
       dx,
-      rmsNormBackward(
+      cpuRmsNormBackward(
         dMlpNormed,
         a.afterAttn,
         a.mlpNormRstd,
@@ -668,10 +548,10 @@ export const backward = (
     const dk = new Float64Array(N * KV * D)
     const dv = new Float64Array(N * KV * D)
     attentionBackward(dAttnOut, a.q, a.k, a.v, a.probs, fwd.segmentStart, B, T, H, KV, D, scale, dq, dk, dv)
-    const dqNormed = ropeBackward(dq, N, H, D, cos, sin, nm)
-    const dkNormed = ropeBackward(dk, N, KV, D, cos, sin, nm)
-    const dqProj = rmsNormBackward(dqNormed, a.qProj, a.qRstd, N * H, D, weights[names.qNorm], g[names.qNorm], nm)
-    const dkProj = rmsNormBackward(dkNormed, a.kProj, a.kRstd, N * KV, D, weights[names.kNorm], g[names.kNorm], nm)
+    const dqNormed = cpuRopeBackward(dq, N, H, D, cos, sin, nm)
+    const dkNormed = cpuRopeBackward(dk, N, KV, D, cos, sin, nm)
+    const dqProj = cpuRmsNormBackward(dqNormed, a.qProj, a.qRstd, N * H, D, weights[names.qNorm], g[names.qNorm], nm)
+    const dkProj = cpuRmsNormBackward(dkNormed, a.kProj, a.kRstd, N * KV, D, weights[names.kNorm], g[names.kNorm], nm)
     const dAttnNormed = add(
       add(
         linearBackward(dqProj, a.attnNormed, N, h, weights[names.q], H * D, g[names.q], nm),
@@ -683,7 +563,7 @@ export const backward = (
     )
     dx = add(
       dAfterAttn,
-      rmsNormBackward(
+      cpuRmsNormBackward(
         dAttnNormed,
         a.input,
         a.attnNormRstd,
@@ -696,11 +576,7 @@ export const backward = (
       nm
     )
   }
-  const dEmbed = g[EMBED_TOKENS]
-  for (let n = 0; n < N; n++) {
-    const t = fwd.tokens[n]
-    for (let i = 0; i < h; i++) dEmbed[t * h + i] += dx[n * h + i]
-  }
+  cpuEmbeddingBackward(fwd.tokens, dx, N, h, V, g[EMBED_TOKENS])
   const grads: Weights = {}
   for (const name of Object.keys(g)) {
     const out = nm.alloc(g[name].length)
@@ -975,16 +851,6 @@ export const generateBatch = (
 }
 
 /**
- * Whether AdamW decays a tensor, as transformers' Trainer decides by default: every parameter except those whose
- * name matches bias, layernorm, rmsnorm, a `norm` path component or `_norm` (so all RMSNorm weights, q/k norms
- * and model.norm are excluded; embeddings, lm_head and projections are decayed).
- */
-export const decays = (name: string): boolean => {
-  const lower = name.toLowerCase()
-  return ![/bias/, /layernorm/, /rmsnorm/, /(?:^|\.)norm(?:$|\.)/, /_norm(?:$|\.)/].some((re) => re.test(lower))
-}
-
-/**
  * Global-norm gradient clipping as torch.nn.utils.clip_grad_norm_: total = √Σ‖g‖², every gradient is multiplied
  * by min(1, maxNorm / (total + 1e-6)). Mutates `grads`; returns the pre-clip norm and the factor.
  */
@@ -992,9 +858,7 @@ export const clipGradNorm = (
   grads: Weights,
   maxNorm: number
 ): { readonly totalNorm: number; readonly scale: number } => {
-  let sq = 0
-  for (const g of Object.values(grads)) for (let i = 0; i < g.length; i++) sq += g[i] * g[i]
-  const totalNorm = Math.sqrt(sq)
+  const totalNorm = cpuGradNorm(Object.values(grads), maxNorm).norm
   const scale = Math.min(1, maxNorm / (totalNorm + 1e-6))
   for (const g of Object.values(grads)) for (let i = 0; i < g.length; i++) g[i] *= scale
   return { totalNorm, scale }

@@ -154,5 +154,4 @@ export const twinAdamw = (h: HostArena): void => {
       res[Result.clipScale]
     )
   })
-  return
 }

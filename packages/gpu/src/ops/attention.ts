@@ -11,6 +11,7 @@ import { atLeast, isU32, need } from "./internal/check.js"
 import { type Bind, type DispatchSpec, f, grid, over, u } from "./internal/dispatch.js"
 import { ids, view } from "./internal/host.js"
 import { type Binding, builtins, header, linear } from "./internal/wgsl.js"
+import { type Numerics, numerics } from "./Numerics.js"
 
 export interface Attention {
   readonly kind: "attention"
@@ -685,15 +686,6 @@ export interface AttentionShape {
   readonly scale: number
 }
 
-const score = (q: Num, k: Num, s: AttentionShape, b: number, i: number, j: number, h: number) => {
-  const g = Math.floor(h / (s.heads / s.kvHeads))
-  const qb = ((b * s.seq + i) * s.heads + h) * s.headDim
-  const kb = ((b * s.seq + j) * s.kvHeads + g) * s.headDim
-  let dot = 0
-  for (let d = 0; d < s.headDim; d++) dot += q[qb + d] * k[kb + d]
-  return dot * s.scale
-}
-
 /**
  * First key a query may see. Without positions: 0 (plain causal). With packed sequences, positions count up
  * by one from 0 within each sequence, so query i's sequence starts at i − pos[i].
@@ -701,105 +693,145 @@ const score = (q: Num, k: Num, s: AttentionShape, b: number, i: number, j: numbe
 export const segmentStart = (positions: ArrayLike<number> | undefined, b: number, seq: number, i: number) =>
   positions === undefined ? 0 : Math.max(0, i - positions[b * seq + i])
 
+/** {@link segmentStart} of every row n = b·seq + i. */
+export const segmentStarts = (positions: ArrayLike<number> | undefined, s: AttentionShape): Int32Array => {
+  const start = new Int32Array(s.batch * s.seq)
+  for (let b = 0; b < s.batch; b++) {
+    for (let i = 0; i < s.seq; i++) start[b * s.seq + i] = segmentStart(positions, b, s.seq, i)
+  }
+  return start
+}
+
 /**
- * Causal GQA: o = softmax(q·kᵀ·scale, masked to start(i) ≤ j ≤ i) · v, and the logsumexp per (token, head).
- * `positions` ([batch·seq]) makes it packed-sequence aware (see {@link segmentStart}).
+ * Causal GQA over a packed batch, as the reference model computes it. Query row n = b·T + t, head h (KV head
+ * h / (H/KV)) sees keys j = start[n]..t of its batch row: s_j = round(round(q·k_j)·scale),
+ * p_j = round(exp(s_j − max) / Σ exp(s − max)), o = Σ_j p_j·v_j; every sum in f64 in index order, results stored
+ * as `nm` says. Returns o [N, H·D], the probabilities [B, H, T (query), T (key)] (0 where masked) and the
+ * logsumexp max + log Σ exp(s − max) per (row, head) [N, H] (what the GPU kernel saves for its backward).
  */
-export const cpuAttention = (q: Num, k: Num, v: Num, s: AttentionShape, positions?: ArrayLike<number>) => {
-  const { batch, headDim: hd, heads, kvHeads, seq } = s
-  const o = new Float64Array(batch * seq * heads * hd)
-  const lse = new Float64Array(batch * seq * heads)
-  for (let b = 0; b < batch; b++) {
-    for (let i = 0; i < seq; i++) {
-      for (let h = 0; h < heads; h++) {
-        const g = Math.floor(h / (heads / kvHeads))
-        const j0 = segmentStart(positions, b, seq, i)
-        const scores = Array.from({ length: i + 1 }, (_, j) => (j < j0 ? -Infinity : score(q, k, s, b, i, j, h)))
-        const mx = Math.max(...scores)
-        const sum = scores.reduce((a, x) => a + Math.exp(x - mx), 0)
-        const l = mx + Math.log(sum)
-        lse[(b * seq + i) * heads + h] = l
-        const ob = ((b * seq + i) * heads + h) * hd
-        for (let j = j0; j <= i; j++) {
-          const p = Math.exp(scores[j] - l)
-          const vb = ((b * seq + j) * kvHeads + g) * hd
-          for (let d = 0; d < hd; d++) o[ob + d] += p * v[vb + d]
+export const cpuAttention = (q: Num, k: Num, v: Num, start: ArrayLike<number>, s: AttentionShape, nm: Numerics) => {
+  const { batch: B, headDim: D, heads: H, kvHeads: KV, scale, seq: T } = s
+  const round = nm.round
+  const o = nm.alloc(B * T * H * D)
+  const probs = nm.alloc(B * H * T * T)
+  const lse = new Float64Array(B * T * H)
+  const e = new Float64Array(T)
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / (H / KV))
+      for (let t = 0; t < T; t++) {
+        const n = b * T + t
+        const qo = (n * H + h) * D
+        const j0 = start[n]
+        let max = -Infinity
+        for (let j = j0; j <= t; j++) {
+          const ko = ((b * T + j) * KV + g) * D
+          let dot = 0
+          for (let d = 0; d < D; d++) dot += q[qo + d] * k[ko + d]
+          e[j] = round(round(dot) * scale)
+          if (e[j] > max) max = e[j]
+        }
+        let sum = 0
+        for (let j = j0; j <= t; j++) {
+          e[j] = Math.exp(e[j] - max)
+          sum += e[j]
+        }
+        lse[n * H + h] = max + Math.log(sum)
+        const pBase = ((b * H + h) * T + t) * T
+        for (let j = j0; j <= t; j++) probs[pBase + j] = round(e[j] / sum)
+        for (let d = 0; d < D; d++) {
+          let acc = 0
+          for (let j = j0; j <= t; j++) acc += probs[pBase + j] * v[((b * T + j) * KV + g) * D + d]
+          o[qo + d] = acc
         }
       }
     }
   }
-  return { o, lse }
+  return { o, probs, lse }
 }
 
-/** Gradients of {@link cpuAttention} given dO (uses the saved logsumexp, like the GPU). */
+/**
+ * Backward of {@link cpuAttention} from dOut [N, H·D] and its probabilities: adds into dq [N, H·D], dk and dv
+ * [N, KV·D] (f64). dP_j = dOut·v_j, dS_j = p_j·(dP_j − Σ p·dP)·scale, dq += Σ_j dS_j·k_j, dk_j += dS_j·q,
+ * dv_j += p_j·dOut; heads in order, then queries in order, so each dk/dv element adds its terms head by head and
+ * query by query.
+ */
 export const cpuAttentionBackward = (
+  dOut: Num,
   q: Num,
   k: Num,
   v: Num,
-  o: Num,
-  lse: Num,
-  dO: Num,
+  probs: Num,
+  start: ArrayLike<number>,
   s: AttentionShape,
-  positions?: ArrayLike<number>
-) => {
-  const { batch, headDim: hd, heads, kvHeads, seq } = s
-  const dq = new Float64Array(q.length)
-  const dk = new Float64Array(k.length)
-  const dv = new Float64Array(v.length)
-  for (let b = 0; b < batch; b++) {
-    for (let i = 0; i < seq; i++) {
-      for (let h = 0; h < heads; h++) {
-        const g = Math.floor(h / (heads / kvHeads))
-        const ob = ((b * seq + i) * heads + h) * hd
-        let delta = 0
-        for (let d = 0; d < hd; d++) delta += dO[ob + d] * o[ob + d]
-        const l = lse[(b * seq + i) * heads + h]
-        for (let j = segmentStart(positions, b, seq, i); j <= i; j++) {
-          const p = Math.exp(score(q, k, s, b, i, j, h) - l)
-          const kb = ((b * seq + j) * kvHeads + g) * hd
-          let dp = 0
-          for (let d = 0; d < hd; d++) dp += dO[ob + d] * v[kb + d]
-          const ds = p * (dp - delta) * s.scale
-          for (let d = 0; d < hd; d++) {
-            dv[kb + d] += p * dO[ob + d]
-            dq[ob + d] += ds * k[kb + d]
-            dk[kb + d] += ds * q[ob + d]
+  dq: Float64Array,
+  dk: Float64Array,
+  dv: Float64Array
+): void => {
+  const { batch: B, headDim: D, heads: H, kvHeads: KV, scale, seq: T } = s
+  const dP = new Float64Array(T)
+  const dS = new Float64Array(T)
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / (H / KV))
+      for (let t = 0; t < T; t++) {
+        const n = b * T + t
+        const qo = (n * H + h) * D
+        const pBase = ((b * H + h) * T + t) * T
+        const j0 = start[n]
+        for (let j = j0; j <= t; j++) {
+          const vo = ((b * T + j) * KV + g) * D
+          let acc = 0
+          for (let d = 0; d < D; d++) acc += dOut[qo + d] * v[vo + d]
+          dP[j] = acc
+        }
+        let dot = 0
+        for (let j = j0; j <= t; j++) dot += probs[pBase + j] * dP[j]
+        for (let j = j0; j <= t; j++) dS[j] = probs[pBase + j] * (dP[j] - dot) * scale
+        for (let j = j0; j <= t; j++) {
+          const ko = ((b * T + j) * KV + g) * D
+          for (let d = 0; d < D; d++) dq[qo + d] += dS[j] * k[ko + d]
+        }
+        for (let j = j0; j <= t; j++) {
+          const ko = ((b * T + j) * KV + g) * D
+          for (let d = 0; d < D; d++) {
+            dk[ko + d] += dS[j] * q[qo + d]
+            dv[ko + d] += probs[pBase + j] * dOut[qo + d]
           }
         }
       }
     }
   }
-  return { dq, dk, dv }
 }
 
 // CPU twin
 
-/** Runs a `attention` op on a host arena with the CPU specification. */
+/** Runs an `attention` op on a host arena with the CPU specification (f64 storage). */
 export const twinAttention = (h: HostArena, op: Attention): void => {
-  const pos = op.positions === undefined ? undefined : ids(h, op.positions)
-  const { lse, o } = cpuAttention(view(h, op.q), view(h, op.k), view(h, op.v), op.shape, pos)
+  const start = segmentStarts(op.positions === undefined ? undefined : ids(h, op.positions), op.shape)
+  const { lse, o } = cpuAttention(view(h, op.q), view(h, op.k), view(h, op.v), start, op.shape, numerics("f64"))
   view(h, op.o, 0, o.length).set(o)
   view(h, op.lse, 0, lse.length).set(lse)
-  return
 }
 
-/** Runs a `attentionBackward` op on a host arena with the CPU specification. */
+/**
+ * Runs an `attentionBackward` op on a host arena with the CPU specification: the probabilities come from the
+ * forward specification again (the device recomputes them from the saved logsumexp).
+ */
 export const twinAttentionBackward = (h: HostArena, op: AttentionBackward): void => {
   const s = op.shape
   const nq = s.batch * s.seq * s.heads * s.headDim
   const nk = s.batch * s.seq * s.kvHeads * s.headDim
-  const { dk, dq, dv } = cpuAttentionBackward(
-    view(h, op.q, 0, nq),
-    view(h, op.k, 0, nk),
-    view(h, op.v, 0, nk),
-    view(h, op.o, 0, nq),
-    view(h, op.lse),
-    view(h, op.dO, 0, nq),
-    s,
-    op.positions === undefined ? undefined : ids(h, op.positions)
-  )
+  const start = segmentStarts(op.positions === undefined ? undefined : ids(h, op.positions), s)
+  const q = view(h, op.q, 0, nq)
+  const k = view(h, op.k, 0, nk)
+  const v = view(h, op.v, 0, nk)
+  const { probs } = cpuAttention(q, k, v, start, s, numerics("f64"))
+  const dq = new Float64Array(nq)
+  const dk = new Float64Array(nk)
+  const dv = new Float64Array(nk)
+  cpuAttentionBackward(view(h, op.dO, 0, nq), q, k, v, probs, start, s, dq, dk, dv)
   view(h, op.dq, 0, nq).set(dq)
   view(h, op.dk, 0, nk).set(dk)
   view(h, op.dv, 0, nk).set(dv)
-  return
 }

@@ -63,5 +63,4 @@ export const twinAxpy = (h: HostArena, op: Axpy): void => {
   const x = view(h, op.x, 0, op.n)
   const y = view(h, op.y, 0, op.n)
   for (let i = 0; i < op.n; i++) y[i] = op.alpha * x[i] + (op.beta !== 0 ? op.beta * y[i] : 0)
-  return
 }

@@ -77,5 +77,4 @@ export const twinCast = (h: HostArena, op: Cast): void => {
   if (op.y.dtype === "f16") {
     new Uint16Array(h.buffers[op.y.buffer], op.y.offset, op.n).set(f32ToF16(view(h, op.x, 0, op.n)))
   } else view(h, op.y, 0, op.n).set(values(h, op.x, 0, op.n))
-  return
 }

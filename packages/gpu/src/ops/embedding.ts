@@ -190,9 +190,18 @@ export const cpuEmbedding = (table: Num, ids: ArrayLike<number>, tokens: number,
   return out
 }
 
-/** dTable = Σ_t onehot(ids[t]) ⊗ dOut[t], summed per row in increasing t (the GPU's order). */
-export const cpuEmbeddingBackward = (ids: ArrayLike<number>, dOut: Num, tokens: number, d: number, vocab: number) => {
-  const dTable = new Float64Array(vocab * d)
+/**
+ * dTable (+)= Σ_t onehot(ids[t]) ⊗ dOut[t], summed per row in increasing t (the GPU's order); into `dTable` when
+ * given (the reference model adds onto the tied head's gradient), else into a new array.
+ */
+export const cpuEmbeddingBackward = (
+  ids: ArrayLike<number>,
+  dOut: Num,
+  tokens: number,
+  d: number,
+  vocab: number,
+  dTable: Float64Array = new Float64Array(vocab * d)
+): Float64Array => {
   for (let t = 0; t < tokens; t++) {
     if (ids[t] >= vocab) continue
     for (let j = 0; j < d; j++) dTable[ids[t] * d + j] += dOut[t * d + j]
@@ -208,13 +217,12 @@ export const twinEmbedding = (h: HostArena, op: Embedding): void => {
   const rows = op.table.size / op.dim
   const table = view(h, op.table)
   const out = view(h, op.out, 0, op.tokens * op.dim)
-  const tokenIds = ids(h, op.ids)
+  const local = Array.from(ids(h, op.ids).subarray(0, op.tokens), (id) => id >= op.rowOffset ? id - op.rowOffset : rows)
+  const rowsOf = cpuEmbedding(table, local, op.tokens, op.dim)
+  // Ids outside this block leave their rows to the other blocks unless the op zeroes them.
   for (let t = 0; t < op.tokens; t++) {
-    const r = tokenIds[t] - op.rowOffset
-    if (r >= 0 && r < rows) out.set(table.subarray(r * op.dim, (r + 1) * op.dim), t * op.dim)
-    else if (op.zeroOthers) out.fill(0, t * op.dim, (t + 1) * op.dim)
+    if (local[t] < rows || op.zeroOthers) out.set(rowsOf.subarray(t * op.dim, (t + 1) * op.dim), t * op.dim)
   }
-  return
 }
 
 /** Runs a `embeddingBackward` op on a host arena with the CPU specification. */
@@ -223,5 +231,4 @@ export const twinEmbeddingBackward = (h: HostArena, op: EmbeddingBackward): void
   const local = Array.from(ids(h, op.ids), (id) => (id >= op.rowOffset ? id - op.rowOffset : 0xffffffff))
   const add = cpuEmbeddingBackward(local, view(h, op.dOut), op.tokens, op.dim, op.dTable.size / op.dim)
   for (let i = 0; i < dT.length; i++) dT[i] += add[i]
-  return
 }

@@ -48,5 +48,4 @@ export const lowerFill = (op: Fill): Array<DispatchSpec> => {
 /** Runs a `fill` op on a host arena with the CPU specification. */
 export const twinFill = (h: HostArena, op: Fill): void => {
   view(h, op.out).fill(op.value)
-  return
 }

@@ -133,5 +133,4 @@ export const twinGradNorm = (h: HostArena): void => {
   res[Result.gradNorm] = g.norm
   res[Result.clipScale] = g.clip
   res[Result.skipped] = g.skipped ? 1 : 0
-  return
 }

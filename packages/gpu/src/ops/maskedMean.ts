@@ -149,5 +149,4 @@ export const twinMaskedMean = (h: HostArena, op: MaskedMean): void => {
     const dx = view(h, op.dx, 0, r.dx.length)
     for (let i = 0; i < dx.length; i++) dx[i] = op.gradScale * r.dx[i]
   }
-  return
 }

@@ -547,5 +547,4 @@ export const twinMatmul = (h: HostArena, op: Matmul): void => {
   for (let r = 0; r < op.m; r++) {
     view(h, op.c, op.cOffset + r * op.ldc, op.n).set(out.subarray(r * op.n, (r + 1) * op.n))
   }
-  return
 }

@@ -11,6 +11,7 @@ import { atLeast, need } from "./internal/check.js"
 import { type DispatchSpec, f, grid, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
 import { builtins, header, linear, reduce64 } from "./internal/wgsl.js"
+import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 
 export interface RmsNorm {
   readonly kind: "rmsNorm"
@@ -189,63 +190,85 @@ export const lowerRmsNormBackward = (op: RmsNormBackward): Array<DispatchSpec> =
 
 // CPU specification
 
-type Num = ArrayLike<number>
-
-/** y = x · rstd · w per row, rstd = 1/sqrt(mean(x²) + eps). Per-head norm: rows = tokens·heads, dim = headDim. */
-export const cpuRmsNorm = (x: Num, w: Num, rows: number, dim: number, eps: number) => {
-  const y = new Float64Array(rows * dim)
-  const rstd = new Float64Array(rows)
-  for (let r = 0; r < rows; r++) {
+/**
+ * RMSNorm as Hugging Face's Qwen3RMSNorm (the reference model's and the kernel twin's arithmetic): y = weight · (x · rsqrt(mean(x²) + eps)), each product rounded to the
+ * stored type. Returns the per-row reciprocal std (needed by the backward).
+ */
+export const cpuRmsNorm = (
+  x: ArrayLike<number>,
+  rows: number,
+  dim: number,
+  w: ArrayLike<number>,
+  eps: number,
+  nm: Numerics
+): { readonly y: FloatArray; readonly rstd: FloatArray } => {
+  const y = nm.alloc(rows * dim)
+  const rstd = nm.alloc(rows)
+  for (let n = 0; n < rows; n++) {
+    const o = n * dim
     let ss = 0
-    for (let c = 0; c < dim; c++) ss += x[r * dim + c] ** 2
-    const s = 1 / Math.sqrt(ss / dim + eps)
-    rstd[r] = s
-    for (let c = 0; c < dim; c++) y[r * dim + c] = x[r * dim + c] * s * w[c]
+    for (let i = 0; i < dim; i++) ss += x[o + i] * x[o + i]
+    const r = nm.round(1 / Math.sqrt(nm.round(ss / dim) + eps))
+    rstd[n] = r
+    for (let i = 0; i < dim; i++) y[o + i] = w[i] * nm.round(x[o + i] * r)
   }
   return { y, rstd }
 }
 
-/** Gradients of {@link cpuRmsNorm}: dx, and dw summed over rows. */
-export const cpuRmsNormBackward = (x: Num, w: Num, rstd: Num, dy: Num, rows: number, dim: number) => {
-  const dx = new Float64Array(rows * dim)
-  const dw = new Float64Array(dim)
-  for (let r = 0; r < rows; r++) {
-    const s = rstd[r]
+/**
+ * Backward of {@link cpuRmsNorm} with g = w ⊙ dy:
+ * dx = r·g − x·r³·(g·x)/dim, dw += dy ⊙ x·r (summed over rows, into `dW`).
+ */
+export const cpuRmsNormBackward = (
+  dy: ArrayLike<number>,
+  x: ArrayLike<number>,
+  rstd: ArrayLike<number>,
+  rows: number,
+  dim: number,
+  w: ArrayLike<number>,
+  dW: Float64Array,
+  nm: Numerics
+): FloatArray => {
+  const dx = nm.alloc(rows * dim)
+  for (let n = 0; n < rows; n++) {
+    const o = n * dim
+    const r = rstd[n]
     let dot = 0
-    for (let c = 0; c < dim; c++) dot += dy[r * dim + c] * w[c] * x[r * dim + c]
-    for (let c = 0; c < dim; c++) {
-      const i = r * dim + c
-      dx[i] = s * dy[i] * w[c] - x[i] * s * s * s * dot / dim
-      dw[c] += dy[i] * x[i] * s
+    for (let i = 0; i < dim; i++) dot += w[i] * dy[o + i] * x[o + i]
+    const c = (r * r * r * dot) / dim
+    for (let i = 0; i < dim; i++) {
+      dx[o + i] = r * w[i] * dy[o + i] - x[o + i] * c
+      dW[i] += dy[o + i] * x[o + i] * r
     }
   }
-  return { dx, dw }
+  return dx
 }
 
 // CPU twin
 
-/** Runs a `rmsNorm` op on a host arena with the CPU specification. */
+/** Runs a `rmsNorm` op on a host arena with the CPU specification (f64 storage). */
 export const twinRmsNorm = (h: HostArena, op: RmsNorm): void => {
-  const { rstd, y } = cpuRmsNorm(view(h, op.x), view(h, op.weight), op.rows, op.dim, op.eps)
+  const { rstd, y } = cpuRmsNorm(view(h, op.x), op.rows, op.dim, view(h, op.weight), op.eps, numerics("f64"))
   view(h, op.y, 0, y.length).set(y)
   view(h, op.rstd, 0, op.rows).set(rstd)
-  return
 }
 
-/** Runs a `rmsNormBackward` op on a host arena with the CPU specification. */
+/** Runs a `rmsNormBackward` op on a host arena with the CPU specification (f64 storage). */
 export const twinRmsNormBackward = (h: HostArena, op: RmsNormBackward): void => {
   const n = op.rows * op.dim
-  const { dw, dx } = cpuRmsNormBackward(
-    view(h, op.x, 0, n),
-    view(h, op.weight),
-    view(h, op.rstd),
+  const dw = new Float64Array(op.dim)
+  const dx = cpuRmsNormBackward(
     view(h, op.dy, 0, n),
+    view(h, op.x, 0, n),
+    view(h, op.rstd),
     op.rows,
-    op.dim
+    op.dim,
+    view(h, op.weight),
+    dw,
+    numerics("f64")
   )
   const dX = view(h, op.dx, 0, n)
   for (let i = 0; i < n; i++) dX[i] = dx[i] + (op.accumulate ? dX[i] : 0)
   const dW = view(h, op.dWeight)
   for (let i = 0; i < op.dim; i++) dW[i] += dw[i]
-  return
 }

@@ -11,6 +11,7 @@ import { atLeast, isU32, need } from "./internal/check.js"
 import { type DispatchSpec, f, over, u } from "./internal/dispatch.js"
 import { ids, view } from "./internal/host.js"
 import { builtins, header, linear } from "./internal/wgsl.js"
+import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 
 export interface Rope {
   readonly kind: "rope"
@@ -78,49 +79,111 @@ export const lowerRope = (op: Rope): Array<DispatchSpec> => {
 
 // CPU specification
 
-type Num = ArrayLike<number>
+/**
+ * RoPE tables as transformers computes them in f32: inv_freq[i] = 1 / theta^(2i/d), angle = pos · inv_freq[i],
+ * cos/sin of the f32 angle. Returns [rows, d/2] tables for the given positions.
+ */
+export const ropeTables = (
+  positions: ArrayLike<number>,
+  headDim: number,
+  theta: number
+): { readonly cos: Float32Array; readonly sin: Float32Array } => {
+  const half = headDim / 2
+  const invFreq = inverseFrequencies(headDim, theta)
+  const cos = new Float32Array(positions.length * half)
+  const sin = new Float32Array(positions.length * half)
+  for (let n = 0; n < positions.length; n++) {
+    for (let i = 0; i < half; i++) {
+      const angle = Math.fround(positions[n] * invFreq[i])
+      cos[n * half + i] = Math.cos(angle)
+      sin[n * half + i] = Math.sin(angle)
+    }
+  }
+  return { cos, sin }
+}
 
-/** The RoPE angle of a position and pair, as HF computes it: pos · theta^(-2i/headDim). */
-export const ropeAngle = (pos: number, i: number, headDim: number, theta: number) =>
-  pos * Math.pow(theta, -(2 * i) / headDim)
+const invFreqCache = new Map<string, Float64Array>()
+
+/** transformers' f32 inverse frequencies 1 / theta^(2i/d), computed once per (d, theta). */
+const inverseFrequencies = (headDim: number, theta: number): Float64Array => {
+  const key = `${headDim}/${theta}`
+  let invFreq = invFreqCache.get(key)
+  if (invFreq === undefined) {
+    const half = headDim / 2
+    invFreq = new Float64Array(half)
+    for (let i = 0; i < half; i++) {
+      invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim))))
+    }
+    invFreqCache.set(key, invFreq)
+  }
+  return invFreq
+}
 
 /**
- * Rotary embedding in the HF "rotate_half" layout over x[tokens, heads, headDim]: pairs (i, i + headDim/2).
- * `inverse` rotates by the negative angle, which is exactly the backward pass.
+ * Rotary embedding in transformers' rotate_half layout, on x [rows, heads, d] with per-row tables:
+ * out[i] = x[i]·cos − x[i+d/2]·sin, out[i+d/2] = x[i+d/2]·cos + x[i]·sin (i < d/2).
  */
 export const cpuRope = (
-  x: Num,
-  positions: ArrayLike<number>,
-  tokens: number,
+  x: ArrayLike<number>,
+  rows: number,
   heads: number,
   headDim: number,
-  theta: number,
-  inverse = false
-): Float64Array => {
-  const out = Float64Array.from(x)
+  cos: ArrayLike<number>,
+  sin: ArrayLike<number>,
+  nm: Numerics
+): FloatArray => {
   const half = headDim / 2
-  for (let t = 0; t < tokens; t++) {
+  const out = nm.alloc(rows * heads * headDim)
+  for (let n = 0; n < rows; n++) {
     for (let h = 0; h < heads; h++) {
-      const base = (t * heads + h) * headDim
+      const o = (n * heads + h) * headDim
       for (let i = 0; i < half; i++) {
-        const a = ropeAngle(positions[t], i, headDim, theta)
-        const c = Math.cos(a)
-        const s = inverse ? -Math.sin(a) : Math.sin(a)
-        const x1 = x[base + i]
-        const x2 = x[base + i + half]
-        out[base + i] = x1 * c - x2 * s
-        out[base + i + half] = x2 * c + x1 * s
+        const c = cos[n * half + i]
+        const s = sin[n * half + i]
+        const a = x[o + i]
+        const b = x[o + i + half]
+        out[o + i] = nm.round(a * c) - nm.round(b * s)
+        out[o + i + half] = nm.round(b * c) + nm.round(a * s)
       }
     }
   }
   return out
 }
 
+/** Backward of {@link cpuRope}: the transpose of each 2×2 rotation. */
+export const cpuRopeBackward = (
+  dy: ArrayLike<number>,
+  rows: number,
+  heads: number,
+  headDim: number,
+  cos: ArrayLike<number>,
+  sin: ArrayLike<number>,
+  nm: Numerics
+): FloatArray => {
+  const half = headDim / 2
+  const dx = nm.alloc(rows * heads * headDim)
+  for (let n = 0; n < rows; n++) {
+    for (let h = 0; h < heads; h++) {
+      const o = (n * heads + h) * headDim
+      for (let i = 0; i < half; i++) {
+        const c = cos[n * half + i]
+        const s = sin[n * half + i]
+        const da = dy[o + i]
+        const db = dy[o + i + half]
+        dx[o + i] = da * c + db * s
+        dx[o + i + half] = db * c - da * s
+      }
+    }
+  }
+  return dx
+}
+
 // CPU twin
 
-/** Runs a `rope` op on a host arena with the CPU specification. */
+/** Runs a `rope` op on a host arena with the CPU specification (f64 storage, transformers' f32 angles). */
 export const twinRope = (h: HostArena, op: Rope): void => {
   const x = view(h, op.x, 0, op.tokens * op.heads * op.headDim)
-  x.set(cpuRope(x, ids(h, op.positions), op.tokens, op.heads, op.headDim, op.theta, op.inverse))
-  return
+  const { cos, sin } = ropeTables(ids(h, op.positions).subarray(0, op.tokens), op.headDim, op.theta)
+  const rotate = op.inverse ? cpuRopeBackward : cpuRope
+  x.set(rotate(x, op.tokens, op.heads, op.headDim, cos, sin, numerics("f64")))
 }

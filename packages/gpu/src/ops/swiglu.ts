@@ -11,6 +11,7 @@ import { atLeast } from "./internal/check.js"
 import { type DispatchSpec, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
 import { builtins, header, linear } from "./internal/wgsl.js"
+import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 
 export interface Swiglu {
   readonly kind: "swiglu"
@@ -90,39 +91,56 @@ export const lowerSwigluBackward = (op: SwigluBackward): Array<DispatchSpec> => 
 
 // CPU specification
 
-type Num = ArrayLike<number>
+/** silu(g) = g·σ(g). */
+export const silu = (g: number) => g / (1 + Math.exp(-g))
 
-const sigmoid = (x: number) => 1 / (1 + Math.exp(-x))
+/** d silu / dg = σ(g)·(1 + g·(1 − σ(g))). */
+export const siluGrad = (g: number) => {
+  const s = 1 / (1 + Math.exp(-g))
+  return s * (1 + g * (1 - s))
+}
 
-/** SwiGLU: out = silu(gate) · up. */
-export const cpuSwiglu = (gate: Num, up: Num): Float64Array =>
-  Float64Array.from({ length: gate.length }, (_, i) => gate[i] * sigmoid(gate[i]) * up[i])
+/** SwiGLU's product silu(gate)·up, the silu rounded to the stored type first (as torch's f32 op order). */
+export const cpuSwiglu = (gate: FloatArray, up: FloatArray, nm: Numerics): FloatArray => {
+  const act = nm.alloc(gate.length)
+  const round = nm.round
+  for (let i = 0; i < act.length; i++) act[i] = round(silu(gate[i])) * up[i]
+  return act
+}
 
-/** Gradients of {@link cpuSwiglu}. */
-export const cpuSwigluBackward = (gate: Num, up: Num, dOut: Num) => {
-  const dGate = new Float64Array(gate.length)
-  const dUp = new Float64Array(gate.length)
+/** Backward of {@link cpuSwiglu}: dGate = dAct·up·silu'(gate), dUp = dAct·silu(gate). */
+export const cpuSwigluBackward = (
+  dAct: FloatArray,
+  gate: FloatArray,
+  up: FloatArray,
+  nm: Numerics
+): { readonly dGate: FloatArray; readonly dUp: FloatArray } => {
+  const dGate = nm.alloc(gate.length)
+  const dUp = nm.alloc(gate.length)
   for (let i = 0; i < gate.length; i++) {
-    const sg = sigmoid(gate[i])
-    dUp[i] = dOut[i] * gate[i] * sg
-    dGate[i] = dOut[i] * up[i] * sg * (1 + gate[i] * (1 - sg))
+    dGate[i] = dAct[i] * up[i] * siluGrad(gate[i])
+    dUp[i] = dAct[i] * silu(gate[i])
   }
   return { dGate, dUp }
 }
 
 // CPU twin
 
-/** Runs a `swiglu` op on a host arena with the CPU specification. */
+/** Runs a `swiglu` op on a host arena with the CPU specification (f64 storage). */
 export const twinSwiglu = (h: HostArena, op: Swiglu): void => {
-  view(h, op.out, 0, op.gate.size).set(cpuSwiglu(view(h, op.gate), view(h, op.up, 0, op.gate.size)))
-  return
+  const n = op.gate.size
+  view(h, op.out, 0, n).set(cpuSwiglu(view(h, op.gate), view(h, op.up, 0, n), numerics("f64")))
 }
 
-/** Runs a `swigluBackward` op on a host arena with the CPU specification. */
+/** Runs a `swigluBackward` op on a host arena with the CPU specification (f64 storage). */
 export const twinSwigluBackward = (h: HostArena, op: SwigluBackward): void => {
   const n = op.gate.size
-  const { dGate, dUp } = cpuSwigluBackward(view(h, op.gate), view(h, op.up, 0, n), view(h, op.dOut, 0, n))
+  const { dGate, dUp } = cpuSwigluBackward(
+    view(h, op.dOut, 0, n),
+    view(h, op.gate),
+    view(h, op.up, 0, n),
+    numerics("f64")
+  )
   view(h, op.dGate, 0, n).set(dGate)
   view(h, op.dUp, 0, n).set(dUp)
-  return
 }

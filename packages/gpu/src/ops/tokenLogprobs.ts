@@ -11,6 +11,7 @@ import { atLeast, isU32 } from "./internal/check.js"
 import { type Bind, type DispatchSpec, f, grid, over, u } from "./internal/dispatch.js"
 import { ids, view } from "./internal/host.js"
 import { type Binding, builtins, header, linear } from "./internal/wgsl.js"
+import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 
 export interface TokenLogprobs {
   readonly kind: "tokenLogprobs"
@@ -204,93 +205,120 @@ export const lowerTokenLogprobsBackward = (op: TokenLogprobsBackward): Array<Dis
 
 // CPU specification
 
-type Num = ArrayLike<number>
-
 /**
- * Per row of logits[rows, vocab] at temperature T (z = logits / T): log p(target), entropy of p, logsumexp of z.
+ * One row of softmax(logits / temperature): z_v = logits_v / T (rounded to the stored type), p_v = exp(z_v − lse),
+ * all f64; returns lse. The forward and the backward share it, so they agree bit for bit.
  */
-export const cpuTokenLogprobs = (
-  logits: Num,
-  targets: ArrayLike<number>,
-  rows: number,
+const softmaxRow = (
+  logits: ArrayLike<number>,
+  offset: number,
   vocab: number,
-  invTemp: number
-) => {
-  const logp = new Float64Array(rows)
-  const entropy = new Float64Array(rows)
-  const lse = new Float64Array(rows)
-  for (let r = 0; r < rows; r++) {
-    let mx = -Infinity
-    for (let j = 0; j < vocab; j++) mx = Math.max(mx, logits[r * vocab + j] * invTemp)
-    let se = 0
-    let sz = 0
-    for (let j = 0; j < vocab; j++) {
-      const z = logits[r * vocab + j] * invTemp
-      const e = Math.exp(z - mx)
-      se += e
-      sz += e * z
-    }
-    lse[r] = mx + Math.log(se)
-    logp[r] = logits[r * vocab + targets[r]] * invTemp - lse[r]
-    entropy[r] = lse[r] - sz / se
+  temperature: number,
+  round: (x: number) => number,
+  z: Float64Array,
+  p: Float64Array
+): number => {
+  let max = -Infinity
+  for (let v = 0; v < vocab; v++) {
+    const zv = round(logits[offset + v] / temperature)
+    z[v] = zv
+    if (zv > max) max = zv
   }
-  return { logp, entropy, lse }
+  let sum = 0
+  for (let v = 0; v < vocab; v++) sum += Math.exp(z[v] - max)
+  const lse = max + Math.log(sum)
+  for (let v = 0; v < vocab; v++) p[v] = Math.exp(z[v] - lse)
+  return lse
 }
 
-/** dLogits from upstream gradients of the chosen logprob (and optionally of the entropy). */
-export const cpuTokenLogprobsBackward = (
-  logits: Num,
-  targets: ArrayLike<number>,
-  rows: number,
+/**
+ * Per row of logits [rows, vocab]: the log-probability of the row's target and the entropy under
+ * softmax(logits / temperature), as TRL computes them (logits divided by the temperature in the stored type,
+ * then log-softmax, f64 sums), and the logsumexp of the scaled logits. A target < 0 means "none": logprob 0.
+ */
+export const cpuTokenLogprobs = (
+  logits: ArrayLike<number>,
   vocab: number,
-  invTemp: number,
-  dLogp: Num,
-  dEntropy?: Num
-): Float64Array => {
-  const { entropy, lse } = cpuTokenLogprobs(logits, targets, rows, vocab, invTemp)
-  const d = new Float64Array(rows * vocab)
-  for (let r = 0; r < rows; r++) {
-    for (let j = 0; j < vocab; j++) {
-      const z = logits[r * vocab + j] * invTemp
-      const p = Math.exp(z - lse[r])
-      let g = dLogp[r] * ((j === targets[r] ? 1 : 0) - p)
-      if (dEntropy !== undefined) g += dEntropy[r] * -p * (z - lse[r] + entropy[r])
-      d[r * vocab + j] = g * invTemp
+  targets: ArrayLike<number>,
+  temperature: number,
+  nm: Numerics
+): { readonly logprobs: Float64Array; readonly entropy: Float64Array; readonly lse: Float64Array } => {
+  const rows = targets.length
+  const logprobs = new Float64Array(rows)
+  const entropy = new Float64Array(rows)
+  const lses = new Float64Array(rows)
+  const z = new Float64Array(vocab)
+  const p = new Float64Array(vocab)
+  for (let n = 0; n < rows; n++) {
+    const lse = softmaxRow(logits, n * vocab, vocab, temperature, nm.round, z, p)
+    let expected = 0
+    for (let v = 0; v < vocab; v++) expected += p[v] * z[v]
+    entropy[n] = lse - expected
+    logprobs[n] = targets[n] < 0 ? 0 : z[targets[n]] - lse
+    lses[n] = lse
+  }
+  return { logprobs, entropy, lse: lses }
+}
+
+/**
+ * dL/dlogits of L = Σ w·logprob + Σ e·entropy (w = dLogp, e = dEntropy per row; rows with a target < 0 get no
+ * logprob term), with the logprobs and L. d/dz of w·log_softmax(z/T)[y] = (w/T)·(onehot(y) − softmax(z/T)); one
+ * softmax per row serves the logprob, the entropy (as {@link cpuTokenLogprobs} computes them) and the gradient.
+ */
+export const cpuTokenLogprobsBackward = (
+  logits: ArrayLike<number>,
+  vocab: number,
+  targets: ArrayLike<number>,
+  temperature: number,
+  dLogp: ArrayLike<number>,
+  dEntropy: ArrayLike<number> | undefined,
+  nm: Numerics
+): { readonly dLogits: FloatArray; readonly logprobs: Float64Array; readonly loss: number } => {
+  const N = targets.length
+  const V = vocab
+  const logprobs = new Float64Array(N)
+  let loss = 0
+  const dLogits = nm.alloc(N * V)
+  const z = new Float64Array(V)
+  const p = new Float64Array(V)
+  for (let n = 0; n < N; n++) {
+    const lse = softmaxRow(logits, n * V, V, temperature, nm.round, z, p)
+    let expected = 0
+    for (let v = 0; v < V; v++) expected += p[v] * z[v]
+    const hn = lse - expected
+    const target = targets[n]
+    logprobs[n] = target < 0 ? 0 : z[target] - lse
+    const w = target < 0 ? 0 : dLogp[n]
+    const e = dEntropy === undefined ? 0 : dEntropy[n]
+    if (w === 0 && e === 0) continue
+    loss += w * logprobs[n] + e * hn
+    const o = n * V
+    for (let v = 0; v < V; v++) {
+      // d logprob/dz_v = onehot − p; d entropy/dz_v = −p·(z_v − lse + H).
+      const dz = w * ((v === target ? 1 : 0) - p[v]) - e * p[v] * (z[v] - lse + hn)
+      dLogits[o + v] = dz / temperature
     }
   }
-  return d
+  return { dLogits, logprobs, loss }
 }
 
 // CPU twin
 
-/** Runs a `tokenLogprobs` op on a host arena with the CPU specification. */
+/** Runs a `tokenLogprobs` op on a host arena with the CPU specification (f64, temperature 1/invTemperature). */
 export const twinTokenLogprobs = (h: HostArena, op: TokenLogprobs): void => {
   const targets = ids(h, op.targets).subarray(op.rowOffset, op.rowOffset + op.rows)
-  const r = cpuTokenLogprobs(
-    view(h, op.logits, 0, op.rows * op.vocab),
-    targets,
-    op.rows,
-    op.vocab,
-    op.invTemperature
-  )
-  view(h, op.logp, op.rowOffset, op.rows).set(r.logp)
+  const logits = view(h, op.logits, 0, op.rows * op.vocab)
+  const r = cpuTokenLogprobs(logits, op.vocab, targets, 1 / op.invTemperature, numerics("f64"))
+  view(h, op.logp, op.rowOffset, op.rows).set(r.logprobs)
   view(h, op.entropy, op.rowOffset, op.rows).set(r.entropy)
   view(h, op.lse, op.rowOffset, op.rows).set(r.lse)
-  return
 }
 
-/** Runs a `tokenLogprobsBackward` op on a host arena with the CPU specification. */
+/** Runs a `tokenLogprobsBackward` op on a host arena with the CPU specification (dLogits in place of the logits). */
 export const twinTokenLogprobsBackward = (h: HostArena, op: TokenLogprobsBackward): void => {
   const z = view(h, op.logits, 0, op.rows * op.vocab)
   const targets = ids(h, op.targets).subarray(op.rowOffset, op.rowOffset + op.rows)
-  z.set(cpuTokenLogprobsBackward(
-    z,
-    targets,
-    op.rows,
-    op.vocab,
-    op.invTemperature,
-    view(h, op.dLogp, op.rowOffset, op.rows),
-    op.dEntropy === undefined ? undefined : view(h, op.dEntropy, op.rowOffset, op.rows)
-  ))
-  return
+  const dEntropy = op.dEntropy === undefined ? undefined : view(h, op.dEntropy, op.rowOffset, op.rows)
+  const dLogp = view(h, op.dLogp, op.rowOffset, op.rows)
+  z.set(cpuTokenLogprobsBackward(z, op.vocab, targets, 1 / op.invTemperature, dLogp, dEntropy, numerics("f64")).dLogits)
 }

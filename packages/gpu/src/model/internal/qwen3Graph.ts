@@ -3,14 +3,21 @@
  * forward (packed rows, per-layer activations kept), the per-token loss and the hand-written backward, and the
  * generation programs (prefill into the KV cache, decode step with the GPU sampler).
  */
-import { EMBED_TOKENS, FINAL_NORM, layerTensorNames, LM_HEAD } from "../../formats/ModelConfig.js"
+import {
+  type Config,
+  decays,
+  EMBED_TOKENS,
+  expectedTensors,
+  FINAL_NORM,
+  layerTensorNames,
+  LM_HEAD
+} from "../../formats/ModelConfig.js"
 import * as Matmul from "../../Matmul.js"
 import { grid } from "../../ops/internal/dispatch.js"
 import type { Op } from "../../ops/Ops.js"
 import * as Ops from "../../ops/Ops.js"
 import * as Arena from "../../runtime/Arena.js"
 import type { Tensor } from "../../runtime/Arena.js"
-import { type Config, decays, tensorSpecs } from "../Qwen3Reference.js"
 import * as K from "./qwen3Kernels.js"
 import * as S from "./samplingKernel.js"
 
@@ -102,7 +109,7 @@ const dims = (c: Config) => ({
 /** Parameter specs (with gradients and AdamW state when trainable). */
 export const parameterSpecs = (c: Config, trainable: boolean): Record<string, Arena.TensorSpec> => {
   const params: Record<string, { shape: ReadonlyArray<number>; decay: boolean }> = {}
-  for (const t of tensorSpecs(c)) params[t.name] = { shape: t.shape, decay: decays(t.name) }
+  for (const t of expectedTensors(c)) params[t.name] = { shape: t.shape, decay: decays(t.name) }
   if (trainable) return Arena.parameters(params)
   const out: Record<string, Arena.TensorSpec> = {}
   for (const [name, p] of Object.entries(params)) {
@@ -180,7 +187,7 @@ export const trainSpecs = (c: Config, s: TrainShape, backward: boolean): Record<
   }
   for (const [name, shape] of Object.entries(rest)) out[`t.${name}`] = { shape }
   if (s.half !== undefined) {
-    const shapes = new Map(tensorSpecs(c).map((t) => [t.name, t.shape] as const))
+    const shapes = new Map(expectedTensors(c).map((t) => [t.name, t.shape] as const))
     // Grouped (sharded) and split into row blocks exactly like their masters, so the casts pair block by block.
     for (const name of halfWeightNames(c)) {
       out[`${HALF}.${name}`] = {

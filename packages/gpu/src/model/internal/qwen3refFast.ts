@@ -1,32 +1,14 @@
 /**
- * The per-operation pieces of the plain-TypeScript Qwen3 reference: forward and hand-written backward of each op.
- * Every dot product and reduction accumulates in f64; results are stored in the run's array type, so a
- * Float32Array run rounds once per stored value (the GPU's f32 tensors) and a Float64Array run does not round at
- * all (used by the finite-difference gradient checks).
+ * The blocked and batched paths of the plain-TypeScript Qwen3 reference: the contiguous matmul (`linear`, its
+ * backward), one query row (or a GQA pair of rows) of attention for the forward and the KV cache, and the attention
+ * backward. Each does exactly the arithmetic of its op's naive specification (`ops/matmul.ts`' gemm,
+ * `ops/attention.ts`' cpuAttention and cpuAttentionBackward), in the same order, only faster; the tests compare
+ * them bit for bit. Every dot product and reduction accumulates in f64; results are stored in the run's array
+ * type (see `Numerics`).
  *
  * Layouts are row-major. A "row" is one token of the packed batch (index b·T + t).
  */
-
-export type FloatArray = Float32Array | Float64Array
-
-/** How a reference run stores its tensors: `f32` is the GPU specification, `f64` is for finite differences. */
-export type Precision = "f32" | "f64"
-
-export interface Numerics {
-  readonly precision: Precision
-  readonly alloc: (n: number) => FloatArray
-  /** Rounds an intermediate scalar the way the stored type would (f32: Math.fround, f64: identity). */
-  readonly round: (x: number) => number
-}
-
-const identity = (x: number) => x
-
-// One object per precision, so every op sees the same shape and the same call targets (no deoptimisation loops).
-const F32: Numerics = { precision: "f32", alloc: (n) => new Float32Array(n), round: Math.fround }
-const F64: Numerics = { precision: "f64", alloc: (n) => new Float64Array(n), round: identity }
-
-export const numerics = (precision: Precision): Numerics => precision === "f32" ? F32 : F64
-
+import type { FloatArray, Numerics } from "../../ops/Numerics.js"
 /**
  * out[m·N + n] = Σ_k a[m·K + k]·b[n·K + k] (or += when `accumulate`): every product of A's rows with B's rows,
  * each an f64 sum in k order from 0 — the summation order of the plain triple loop, so results are bit-identical
@@ -285,159 +267,6 @@ const gatherRows = (x: FloatArray, rows: ReadonlyArray<number>, cols: number): F
   const out = allocLike(x, rows.length * cols)
   for (let r = 0; r < rows.length; r++) out.set(x.subarray(rows[r] * cols, (rows[r] + 1) * cols), r * cols)
   return out
-}
-
-/**
- * RMSNorm as Hugging Face's Qwen3RMSNorm: y = weight · (x · rsqrt(mean(x²) + eps)), each product rounded to the
- * stored type. Returns the per-row reciprocal std (needed by the backward).
- */
-export const rmsNorm = (
-  x: ArrayLike<number>,
-  rows: number,
-  dim: number,
-  w: ArrayLike<number>,
-  eps: number,
-  nm: Numerics
-): { readonly y: FloatArray; readonly rstd: FloatArray } => {
-  const y = nm.alloc(rows * dim)
-  const rstd = nm.alloc(rows)
-  for (let n = 0; n < rows; n++) {
-    const o = n * dim
-    let ss = 0
-    for (let i = 0; i < dim; i++) ss += x[o + i] * x[o + i]
-    const r = nm.round(1 / Math.sqrt(nm.round(ss / dim) + eps))
-    rstd[n] = r
-    for (let i = 0; i < dim; i++) y[o + i] = w[i] * nm.round(x[o + i] * r)
-  }
-  return { y, rstd }
-}
-
-/**
- * Backward of {@link rmsNorm} with g = w ⊙ dy:
- * dx = r·g − x·r³·(g·x)/dim, dw += dy ⊙ x·r (summed over rows, into `dW`).
- */
-export const rmsNormBackward = (
-  dy: ArrayLike<number>,
-  x: ArrayLike<number>,
-  rstd: ArrayLike<number>,
-  rows: number,
-  dim: number,
-  w: ArrayLike<number>,
-  dW: Float64Array,
-  nm: Numerics
-): FloatArray => {
-  const dx = nm.alloc(rows * dim)
-  for (let n = 0; n < rows; n++) {
-    const o = n * dim
-    const r = rstd[n]
-    let dot = 0
-    for (let i = 0; i < dim; i++) dot += w[i] * dy[o + i] * x[o + i]
-    const c = (r * r * r * dot) / dim
-    for (let i = 0; i < dim; i++) {
-      dx[o + i] = r * w[i] * dy[o + i] - x[o + i] * c
-      dW[i] += dy[o + i] * x[o + i] * r
-    }
-  }
-  return dx
-}
-
-/**
- * RoPE tables as transformers computes them in f32: inv_freq[i] = 1 / theta^(2i/d), angle = pos · inv_freq[i],
- * cos/sin of the f32 angle. Returns [rows, d/2] tables for the given positions.
- */
-export const ropeTables = (
-  positions: ArrayLike<number>,
-  headDim: number,
-  theta: number
-): { readonly cos: Float32Array; readonly sin: Float32Array } => {
-  const half = headDim / 2
-  const invFreq = inverseFrequencies(headDim, theta)
-  const cos = new Float32Array(positions.length * half)
-  const sin = new Float32Array(positions.length * half)
-  for (let n = 0; n < positions.length; n++) {
-    for (let i = 0; i < half; i++) {
-      const angle = Math.fround(positions[n] * invFreq[i])
-      cos[n * half + i] = Math.cos(angle)
-      sin[n * half + i] = Math.sin(angle)
-    }
-  }
-  return { cos, sin }
-}
-
-const invFreqCache = new Map<string, Float64Array>()
-
-/** transformers' f32 inverse frequencies 1 / theta^(2i/d), computed once per (d, theta). */
-const inverseFrequencies = (headDim: number, theta: number): Float64Array => {
-  const key = `${headDim}/${theta}`
-  let invFreq = invFreqCache.get(key)
-  if (invFreq === undefined) {
-    const half = headDim / 2
-    invFreq = new Float64Array(half)
-    for (let i = 0; i < half; i++) {
-      invFreq[i] = Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim))))
-    }
-    invFreqCache.set(key, invFreq)
-  }
-  return invFreq
-}
-
-/**
- * Rotary embedding in transformers' rotate_half layout, on x [rows, heads, d] with per-row tables:
- * out[i] = x[i]·cos − x[i+d/2]·sin, out[i+d/2] = x[i+d/2]·cos + x[i]·sin (i < d/2).
- */
-export const rope = (
-  x: ArrayLike<number>,
-  rows: number,
-  heads: number,
-  headDim: number,
-  cos: ArrayLike<number>,
-  sin: ArrayLike<number>,
-  nm: Numerics
-): FloatArray => {
-  const half = headDim / 2
-  const out = nm.alloc(rows * heads * headDim)
-  for (let n = 0; n < rows; n++) {
-    for (let h = 0; h < heads; h++) {
-      const o = (n * heads + h) * headDim
-      for (let i = 0; i < half; i++) {
-        const c = cos[n * half + i]
-        const s = sin[n * half + i]
-        const a = x[o + i]
-        const b = x[o + i + half]
-        out[o + i] = nm.round(a * c) - nm.round(b * s)
-        out[o + i + half] = nm.round(b * c) + nm.round(a * s)
-      }
-    }
-  }
-  return out
-}
-
-/** Backward of {@link rope}: the transpose of each 2×2 rotation. */
-export const ropeBackward = (
-  dy: ArrayLike<number>,
-  rows: number,
-  heads: number,
-  headDim: number,
-  cos: ArrayLike<number>,
-  sin: ArrayLike<number>,
-  nm: Numerics
-): FloatArray => {
-  const half = headDim / 2
-  const dx = nm.alloc(rows * heads * headDim)
-  for (let n = 0; n < rows; n++) {
-    for (let h = 0; h < heads; h++) {
-      const o = (n * heads + h) * headDim
-      for (let i = 0; i < half; i++) {
-        const c = cos[n * half + i]
-        const s = sin[n * half + i]
-        const da = dy[o + i]
-        const db = dy[o + i + half]
-        dx[o + i] = da * c + db * s
-        dx[o + i + half] = db * c - da * s
-      }
-    }
-  }
-  return dx
 }
 
 /** Scratch for {@link attendRow}'s scores and output sums (single-threaded, grown on demand). */
@@ -810,39 +639,6 @@ export const attentionBackward = (
       }
     }
   }
-}
-
-/** silu(g) = g·σ(g). */
-export const silu = (g: number) => g / (1 + Math.exp(-g))
-
-/** d silu / dg = σ(g)·(1 + g·(1 − σ(g))). */
-export const siluGrad = (g: number) => {
-  const s = 1 / (1 + Math.exp(-g))
-  return s * (1 + g * (1 - s))
-}
-
-/** SwiGLU's product silu(gate)·up, the silu rounded to the stored type first (as torch's f32 op order). */
-export const swiglu = (gate: FloatArray, up: FloatArray, nm: Numerics): FloatArray => {
-  const act = nm.alloc(gate.length)
-  const round = nm.round
-  for (let i = 0; i < act.length; i++) act[i] = round(silu(gate[i])) * up[i]
-  return act
-}
-
-/** Backward of {@link swiglu}: dGate = dAct·up·silu'(gate), dUp = dAct·silu(gate). */
-export const swigluBackward = (
-  dAct: FloatArray,
-  gate: FloatArray,
-  up: FloatArray,
-  nm: Numerics
-): { readonly dGate: FloatArray; readonly dUp: FloatArray } => {
-  const dGate = nm.alloc(gate.length)
-  const dUp = nm.alloc(gate.length)
-  for (let i = 0; i < gate.length; i++) {
-    dGate[i] = dAct[i] * up[i] * siluGrad(gate[i])
-    dUp[i] = dAct[i] * silu(gate[i])
-  }
-  return { dGate, dUp }
 }
 
 /** a + b elementwise into a new array. */
