@@ -8,9 +8,6 @@
  * 1/accumulation folded in by the caller):
  * - `"weighted"`: L_t = c_t·logprob_t — any loss whose gradient w.r.t. the logprobs is known (with c_t = that
  *   gradient, e.g. every TRL GRPO loss type on-policy, or c_t = −1/tokens for next-token NLL);
- * - `"clipped"`: L_t = c_t·(−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A) + β·KL_k3), r = exp(logprob − old), computed
- *   on the device from the micro-batch's old and reference logprobs and advantages (GRPO with several
- *   optimisation steps per generation batch);
  * - `"grpo"`: every TRL GRPO loss type (see `GrpoLoss`), computed by a kernel between the forward and the
  *   backward from each micro-batch's `grpo` inputs; `coef` is unused and the loss and metrics come back as `grpo`.
  *
@@ -106,29 +103,18 @@ export interface TokenBatch {
 export interface TrainBatch extends TokenBatch {
   /** Per-token loss coefficient (0 where there is no loss). */
   readonly coef: ArrayLike<number>
-  /** For "clipped": old-policy logprobs, reference logprobs (when β ≠ 0) and advantages per token. */
-  readonly old?: ArrayLike<number>
-  readonly ref?: ArrayLike<number>
-  readonly advantages?: ArrayLike<number>
   /** For "grpo": the loss inputs in the packed layout. */
   readonly grpo?: GrpoLoss.MicroBatchInputs
 }
 
 /** How the per-token loss is formed (see the module doc). */
 export interface LossSettings {
-  readonly mode: "weighted" | "clipped" | "grpo"
-  readonly epsilonLow?: number
-  readonly epsilonHigh?: number
-  readonly beta?: number
+  readonly mode: "weighted" | "grpo"
   /** For "grpo": the loss's settings. */
   readonly grpo?: GrpoLoss.Settings
 }
 
 export interface TrainResult extends StepProgram.StepResult {
-  /** Σ c·KL_k3 ("clipped" with β ≠ 0). */
-  readonly kl: number
-  /** Tokens (with c ≠ 0) whose clipped branch was taken. */
-  readonly clippedTokens: number
   /** "grpo": the summed loss and TRL's loss-side metrics. */
   readonly grpo?: GrpoLoss.StepLoss
 }
@@ -372,35 +358,20 @@ export const make = (
           }
           const r = yield* grpoProgram!.step({ ...scalars }, mbs)
           lastStep = scalars.step
-          return { ...r, kl: 0, clippedTokens: 0, grpo: GrpoLoss.readResults(r.results, settings) }
+          return { ...r, grpo: GrpoLoss.readResults(r.results, settings) }
         }
         for (const b of microBatches) {
           const { ids, positions, targets, valid } = yield* inputs(b)
-          if (loss.mode === "clipped" && (b.old === undefined || b.advantages === undefined)) {
-            return yield* usage("The clipped loss needs old logprobs and advantages for every micro-batch.")
-          }
-          if (loss.mode === "clipped" && (loss.beta ?? 0) !== 0 && b.ref === undefined) {
-            return yield* usage("The clipped loss with beta ≠ 0 needs reference logprobs for every micro-batch.")
-          }
           mbs.push([
             ["t.ids", ids],
             ["t.positions", positions],
             ["t.targets", targets],
-            ["t.coef", f32Padded(n, b.coef, valid)],
-            ["t.old", f32Padded(n, b.old)],
-            ["t.ref", f32Padded(n, b.ref)],
-            ["t.adv", f32Padded(n, b.advantages)]
+            ["t.coef", f32Padded(n, b.coef, valid)]
           ])
         }
-        const user = [
-          loss.mode === "weighted" ? 0 : 1,
-          loss.epsilonLow ?? 0.2,
-          loss.epsilonHigh ?? loss.epsilonLow ?? 0.2,
-          loss.beta ?? 0
-        ]
-        const r = yield* stepProgram.step({ ...scalars, user }, mbs)
+        const r: TrainResult = yield* stepProgram.step({ ...scalars }, mbs)
         lastStep = scalars.step
-        return { ...r, kl: r.results[G.LossResult.kl], clippedTokens: r.results[G.LossResult.clipped] }
+        return r
       }
     )
 

@@ -85,11 +85,6 @@ export interface GenShape {
   readonly stepsPerSubmit: number
 }
 
-/** step.scalars user slots read by the loss kernel. */
-export const LossScalar = { mode: 8, epsilonLow: 9, epsilonHigh: 10, beta: 11 } as const
-/** step.results user slots written by the loss kernel. */
-export const LossResult = { kl: 4, clipped: 5 } as const
-
 type Word = readonly ["u" | "f", number]
 const u = (x: number): Word => ["u", x]
 const f = (x: number): Word => ["f", x]
@@ -163,9 +158,6 @@ export const trainSpecs = (c: Config, s: TrainShape, backward: boolean): Record<
   if (backward) {
     Object.assign(rest, {
       coef: [n],
-      old: [n],
-      ref: [n],
-      adv: [n],
       dlogp: [n],
       dn3: [n, h],
       dres0: [n, h],
@@ -368,12 +360,8 @@ export const lossOps = (plan: Arena.ArenaPlan, s: TrainShape): Array<Op> => {
       code: K.tokenLoss,
       bindings: [
         t("t.logp"),
-        t("t.old"),
-        t("t.ref"),
-        t("t.adv"),
         t("t.coef"),
         t("t.dlogp"),
-        t(Arena.STEP_SCALARS),
         t(Arena.STEP_RESULTS)
       ],
       params: [u(s.batch * s.seq)],

@@ -19,70 +19,32 @@ export const builtins =
 const linear = (wg: number) => `let wg = wid.y * nwg.x + wid.x;\n  let i = wg * ${wg}u + lid;`
 
 /**
- * The per-token policy loss of one micro-batch, in one workgroup. With c the per-token coefficient (mask,
- * aggregation weight and sign folded in by the caller), lp the policy logprob:
- * - mode 0 ("weighted"): L_t = c·lp, dL/dlp = c;
- * - mode 1 ("clipped"): r = exp(lp − old), L_t = c·(−min(r·A, clamp(r, 1−εlo, 1+εhi)·A) + β·(exp(ref − lp) −
- *   (ref − lp) − 1)), dL/dlp = c·(−r·A·[unclipped branch] + β·(1 − exp(ref − lp))) (the min splits evenly on ties,
- *   as torch does).
- * Mode, ε and β come from step.scalars slots 8…11. Adds Σ L_t to Res[0], Σ c·kl to Res[4] and the count of clipped tokens (c ≠ 0) to Res[5]; writes DLP.
+ * The per-token policy loss of one micro-batch, in one workgroup ("weighted" mode): with c the per-token
+ * coefficient (mask, aggregation weight and sign folded in by the caller) and lp the policy logprob,
+ * L_t = c·lp and dL/dlp = c. Adds Σ L_t to Res[0]; writes DLP. (The "grpo" mode's loss is `GrpoLoss`'s kernel.)
  */
 export const tokenLoss = header("n: u32", [
   ["LP", "read"],
-  ["OLD", "read"],
-  ["REF", "read"],
-  ["ADV", "read"],
   ["C", "read"],
   ["DLP", "read_write"],
-  ["S", "read"],
   ["Res", "read_write"]
 ]) + `
 var<workgroup> ra: array<f32, 256>;
-var<workgroup> rb: array<f32, 256>;
-var<workgroup> rc: array<f32, 256>;
 @compute @workgroup_size(256) fn main(@builtin(local_invocation_index) lid: u32) {
   var loss = 0.0;
-  var kl = 0.0;
-  var clipped = 0.0;
-  let mode = u32(S[8]);
-  let epsLow = S[9];
-  let epsHigh = S[10];
-  let beta = S[11];
   for (var t = lid; t < p.n; t += 256u) {
     let c = C[t];
     let lp = LP[t];
-    if (mode == 0u) {
-      loss = fma(c, lp, loss);
-      DLP[t] = c;
-      continue;
-    }
-    let r = exp(lp - OLD[t]);
-    let a = ADV[t];
-    let un = r * a;
-    let cl = clamp(r, 1.0 - epsLow, 1.0 + epsHigh) * a;
-    var g = 0.0;
-    if (un < cl) { g = -un; } else if (un == cl) { g = -0.5 * un; if (r >= 1.0 - epsLow && r <= 1.0 + epsHigh) { g = -un; } }
-    else if (c != 0.0) { clipped += 1.0; }
-    var term = -min(un, cl);
-    if (beta != 0.0) {
-      let d = REF[t] - lp;
-      let k3 = exp(d) - d - 1.0;
-      term += beta * k3;
-      g += beta * (1.0 - exp(d));
-      kl = fma(c, k3, kl);
-    }
-    loss = fma(c, term, loss);
-    DLP[t] = c * g;
+    loss = fma(c, lp, loss);
+    DLP[t] = c;
   }
   ra[lid] = loss;
-  rb[lid] = kl;
-  rc[lid] = clipped;
   workgroupBarrier();
   for (var w = 128u; w > 0u; w >>= 1u) {
-    if (lid < w) { ra[lid] += ra[lid + w]; rb[lid] += rb[lid + w]; rc[lid] += rc[lid + w]; }
+    if (lid < w) { ra[lid] += ra[lid + w]; }
     workgroupBarrier();
   }
-  if (lid == 0u) { Res[0] += ra[0]; Res[4] += rb[0]; Res[5] += rc[0]; }
+  if (lid == 0u) { Res[0] += ra[0]; }
 }`
 
 /** Sentinel of an unused row (no slot) in generation. */
