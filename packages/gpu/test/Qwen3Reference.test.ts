@@ -130,9 +130,9 @@ describe("Qwen3Reference", () => {
     })
   }
 
-  // The GPU model is assembled from kernels whose CPU twins live in Reference.ts: the same assembly of the twins must
-  // give this reference's logits (one sequence per row, since the attention twin has no packing).
-  sync("a forward assembled from the kernel twins in Reference.ts gives the same logits", () => {
+  // The GPU model is assembled from kernels whose CPU twins run the op specifications (Reference): the same assembly
+  // of the specifications, with the plain gemm, must give this reference's logits (one sequence per row).
+  sync("a forward assembled from the op specifications in Reference gives the same logits", () => {
     for (const tied of [true, false]) {
       const config = tiny(tied)
       const weights = weightsFor(config, "f64")

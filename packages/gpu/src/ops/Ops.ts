@@ -8,6 +8,10 @@
  * in reverse, then `gradNorm` and `adamw`. Gradients of parameters always accumulate (`+=`); the step
  * program clears the gradient group before each step.
  *
+ * Each op lives in its own file (`ops/rmsNorm.ts`, …; llm.c's one file per layer): the op's data and
+ * constructor (re-exported here), its WGSL kernels, its lowering to dispatches, its naive CPU specification
+ * (gathered in `Reference`) and the twin that runs the specification on a host arena (dispatched by `CpuTwin`).
+ *
  * @example
  * ```ts
  * const t = (name: string) => Arena.tensorOf(plan, name)

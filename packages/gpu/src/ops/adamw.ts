@@ -1,9 +1,6 @@
 /**
  * AdamW: one decoupled-weight-decay Adam update of every parameter shard (PyTorch AdamW).
  *
- * One file per op: the op (plain data naming arena tensors), its WGSL kernels, its lowering to dispatches, its
- * naive CPU specification and the CPU twin that runs the specification on a host arena.
- *
  * @since 0.0.0
  */
 import {

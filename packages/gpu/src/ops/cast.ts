@@ -1,9 +1,6 @@
 /**
  * Cast: a tensor converted between f32 and f16 storage (f16 weight copies for f16-input matmuls).
  *
- * One file per op: the op (plain data naming arena tensors), its WGSL kernels, its lowering to dispatches, its
- * naive CPU specification and the CPU twin that runs the specification on a host arena.
- *
  * @since 0.0.0
  */
 import { type HostArena, type Tensor } from "../runtime/Arena.js"

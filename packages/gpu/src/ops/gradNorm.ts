@@ -1,9 +1,6 @@
 /**
  * Gradient norm: the global L2 norm of the gradient group and the clip scale (non-finite norms skip the step).
  *
- * One file per op: the op (plain data naming arena tensors), its WGSL kernels, its lowering to dispatches, its
- * naive CPU specification and the CPU twin that runs the specification on a host arena.
- *
  * @since 0.0.0
  */
 import {

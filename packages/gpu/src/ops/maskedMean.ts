@@ -1,9 +1,6 @@
 /**
  * Masked mean: per row scale·Σ mask·x / max(Σ mask, 1) into a loss slot, and its gradient.
  *
- * One file per op: the op (plain data naming arena tensors), its WGSL kernels, its lowering to dispatches, its
- * naive CPU specification and the CPU twin that runs the specification on a host arena.
- *
  * @since 0.0.0
  */
 import { type HostArena, type Tensor } from "../runtime/Arena.js"

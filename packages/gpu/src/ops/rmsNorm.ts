@@ -1,9 +1,6 @@
 /**
  * RMSNorm: y = x · rstd · w per row, rstd = 1/sqrt(mean(x²) + eps), and its backward.
  *
- * One file per op: the op (plain data naming arena tensors), its WGSL kernels, its lowering to dispatches, its
- * naive CPU specification and the CPU twin that runs the specification on a host arena.
- *
  * @since 0.0.0
  */
 import { type HostArena, type Tensor } from "../runtime/Arena.js"
@@ -191,7 +188,7 @@ export const lowerRmsNormBackward = (op: RmsNormBackward): Array<DispatchSpec> =
 // CPU specification
 
 /**
- * RMSNorm as Hugging Face's Qwen3RMSNorm (the reference model's and the kernel twin's arithmetic): y = weight · (x · rsqrt(mean(x²) + eps)), each product rounded to the
+ * RMSNorm as Hugging Face's Qwen3RMSNorm: y = weight · (x · rsqrt(mean(x²) + eps)), each product rounded to the
  * stored type. Returns the per-row reciprocal std (needed by the backward).
  */
 export const cpuRmsNorm = (

@@ -1,9 +1,6 @@
 /**
  * Token logprobs: the LM head's loss end, log p(target), entropy and logsumexp per row at a temperature, and dLogits.
  *
- * One file per op: the op (plain data naming arena tensors), its WGSL kernels, its lowering to dispatches, its
- * naive CPU specification and the CPU twin that runs the specification on a host arena.
- *
  * @since 0.0.0
  */
 import { type HostArena, type Tensor } from "../runtime/Arena.js"
