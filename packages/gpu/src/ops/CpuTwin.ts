@@ -12,7 +12,6 @@
  * @since 0.0.0
  */
 import { GRAD, type HostArena, scalarWords, STEP_RESULTS, STEP_SCALARS, type StepScalars } from "../runtime/Arena.js"
-import { expandBlocks } from "../runtime/internal/blocks.js"
 import { twinAdamw } from "./adamw.js"
 import { twinAttention, twinAttentionBackward } from "./attention.js"
 import { twinAxpy } from "./axpy.js"
@@ -20,6 +19,7 @@ import { twinCast } from "./cast.js"
 import { twinEmbedding, twinEmbeddingBackward } from "./embedding.js"
 import { twinFill } from "./fill.js"
 import { twinGradNorm } from "./gradNorm.js"
+import { expandBlocks } from "./internal/blocks.js"
 import { twinMaskedMean } from "./maskedMean.js"
 import { twinMatmul } from "./matmul.js"
 import type { Op } from "./Ops.js"

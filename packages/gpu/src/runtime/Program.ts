@@ -17,7 +17,7 @@
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
-import { type DispatchSpec, lower } from "../ops/internal/lower.js"
+import { type DispatchSpec, lower } from "../ops/Lowering.js"
 import type { Op } from "../ops/Ops.js"
 import type { Arena } from "./Arena.js"
 import { Gpu } from "./Gpu.js"

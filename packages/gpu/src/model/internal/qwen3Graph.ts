@@ -13,7 +13,7 @@ import {
   LM_HEAD
 } from "../../formats/ModelConfig.js"
 import * as Matmul from "../../Matmul.js"
-import { grid } from "../../ops/internal/dispatch.js"
+import { grid } from "../../ops/Lowering.js"
 import type { Op } from "../../ops/Ops.js"
 import * as Ops from "../../ops/Ops.js"
 import * as Arena from "../../runtime/Arena.js"

@@ -1,23 +1,30 @@
-/** Lowering of ops to dispatch specs: each op's file lowers its own kind; row-blocked ops lower per block. */
-import type { ArenaPlan } from "../../runtime/Arena.js"
-import { expandBlocks } from "../../runtime/internal/blocks.js"
-import { lowerAdamw } from "../adamw.js"
-import { lowerAttention, lowerAttentionBackward } from "../attention.js"
-import { lowerAxpy } from "../axpy.js"
-import { lowerCast } from "../cast.js"
-import { lowerEmbedding, lowerEmbeddingBackward } from "../embedding.js"
-import { lowerFill } from "../fill.js"
-import { lowerGradNorm } from "../gradNorm.js"
-import { lowerMaskedMean } from "../maskedMean.js"
-import { lowerMatmul } from "../matmul.js"
-import type { Op } from "../Ops.js"
-import { lowerRmsNorm, lowerRmsNormBackward } from "../rmsNorm.js"
-import { lowerRope } from "../rope.js"
-import { lowerSwiglu, lowerSwigluBackward } from "../swiglu.js"
-import { lowerTokenLogprobs, lowerTokenLogprobsBackward } from "../tokenLogprobs.js"
-import type { DispatchSpec } from "./dispatch.js"
+/**
+ * The lowering of ops to dispatch specs (kernel source, tensor bindings, parameter words, grid, cost estimate),
+ * which `Program.compile` compiles: each op's file lowers its own kind; an op over row-blocked tensors lowers per
+ * block. `grid` folds a 1-D launch into the 2-D grid the WGSL expects (for models' own kernels).
+ *
+ * @since 0.0.0
+ */
+import type { ArenaPlan } from "../runtime/Arena.js"
+import { lowerAdamw } from "./adamw.js"
+import { lowerAttention, lowerAttentionBackward } from "./attention.js"
+import { lowerAxpy } from "./axpy.js"
+import { lowerCast } from "./cast.js"
+import { lowerEmbedding, lowerEmbeddingBackward } from "./embedding.js"
+import { lowerFill } from "./fill.js"
+import { lowerGradNorm } from "./gradNorm.js"
+import { expandBlocks } from "./internal/blocks.js"
+import type { DispatchSpec } from "./internal/dispatch.js"
+import { lowerMaskedMean } from "./maskedMean.js"
+import { lowerMatmul } from "./matmul.js"
+import type { Op } from "./Ops.js"
+import { lowerRmsNorm, lowerRmsNormBackward } from "./rmsNorm.js"
+import { lowerRope } from "./rope.js"
+import { lowerSwiglu, lowerSwigluBackward } from "./swiglu.js"
+import { lowerTokenLogprobs, lowerTokenLogprobsBackward } from "./tokenLogprobs.js"
 
 export type { DispatchSpec }
+export { grid } from "./internal/dispatch.js"
 
 /** The dispatches of an op (one op over a tensor split into row blocks lowers per block). */
 export const lower = (op: Op, plan: ArenaPlan): Array<DispatchSpec> =>

@@ -9,8 +9,8 @@
  *   (A stored [K, M], B stored [K, N]; later blocks accumulate with beta = 1 and no bias), through row strides;
  * - cast: pairs of blocks with the same rows (`TensorSpec.blockLike`).
  */
-import type { Cast, Matmul, Op } from "../../ops/Ops.js"
-import { rowBlocks, type Tensor } from "../Arena.js"
+import { rowBlocks, type Tensor } from "../../runtime/Arena.js"
+import type { Cast, Matmul, Op } from "../Ops.js"
 
 const rowWidth = (t: Tensor) => t.size / t.shape[0]
 
