@@ -29,11 +29,19 @@ export const direction = {
   "packages/env": [],
   "packages/text": [],
   "packages/gpu": ["text"],
-  // Folder rules inside gpu go here once its re-cut into runtime/ ops/ model/ formats/ lands, e.g.
-  //   "packages/gpu/src/runtime": [],
-  //   "packages/gpu/src/ops": ["packages/gpu/src/runtime"],
-  //   "packages/gpu/src/model": ["packages/gpu/src/runtime", "packages/gpu/src/ops", "packages/gpu/src/formats"],
-  // (a folder key is stricter than "packages/gpu": its files may import only their own folder and the list).
+  // Inside gpu, by concern (docs/architecture.md, "gpu: folders, ops and CPU specifications"): the device and memory
+  // (runtime) below the ops; a program compiles an op list, so it may name the op vocabulary and its lowering; the
+  // model is built from all three; formats read and write checkpoints (a random one from a model preset).
+  "packages/gpu/src/runtime": ["packages/gpu/src/ops/Ops.ts", "packages/gpu/src/ops/Lowering.ts"],
+  "packages/gpu/src/ops": ["packages/gpu/src/runtime"],
+  "packages/gpu/src/formats": ["text", "packages/gpu/src/model/Preset.ts"],
+  "packages/gpu/src/model": [
+    "text",
+    "packages/gpu/src/runtime",
+    "packages/gpu/src/ops",
+    "packages/gpu/src/formats",
+    "packages/gpu/src/Matmul.ts"
+  ],
   "packages/rollout": ["env", "text"],
   // The local policy is rollout's one door to the GPU; the tests drive it with a real tiny model.
   "packages/rollout/src/LocalPolicy.ts": ["rollout", "env", "text", "gpu"],

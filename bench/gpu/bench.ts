@@ -16,15 +16,15 @@
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
-import * as Arena from "../../packages/gpu/src/Arena.js"
-import * as CpuTwin from "../../packages/gpu/src/CpuTwin.js"
-import { describe, Gpu } from "../../packages/gpu/src/Gpu.js"
-import * as HalfFloat from "../../packages/gpu/src/HalfFloat.js"
 import * as Matmul from "../../packages/gpu/src/Matmul.js"
-import * as Ops from "../../packages/gpu/src/Ops.js"
-import * as Program from "../../packages/gpu/src/Program.js"
-import * as StepProgram from "../../packages/gpu/src/StepProgram.js"
-import * as TinyTransformer from "../../packages/gpu/src/TinyTransformer.js"
+import * as TinyTransformer from "../../packages/gpu/src/model/TinyTransformer.js"
+import * as CpuTwin from "../../packages/gpu/src/ops/CpuTwin.js"
+import * as Ops from "../../packages/gpu/src/ops/Ops.js"
+import * as Arena from "../../packages/gpu/src/runtime/Arena.js"
+import { describe, Gpu } from "../../packages/gpu/src/runtime/Gpu.js"
+import * as HalfFloat from "../../packages/gpu/src/runtime/HalfFloat.js"
+import * as Program from "../../packages/gpu/src/runtime/Program.js"
+import * as StepProgram from "../../packages/gpu/src/runtime/StepProgram.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))

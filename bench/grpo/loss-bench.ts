@@ -14,9 +14,8 @@
  *   npx tsx bench/grpo/loss-bench.ts [steps] [completion] [preset]
  */
 import { NodeContext } from "@effect/platform-node"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Gpu } from "@envtrain/gpu/Gpu"
-import type { PresetName } from "@envtrain/gpu/Preset"
+import { Checkpoint, Gpu } from "@envtrain/gpu"
+import type { Preset } from "@envtrain/gpu"
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
@@ -26,7 +25,7 @@ import * as Loss from "../../packages/grpo/src/Loss.js"
 
 const steps = Number(process.argv[2] ?? 5)
 const completion = Number(process.argv[3] ?? 48)
-const preset = (process.argv[4] ?? "tiny") as PresetName
+const preset = (process.argv[4] ?? "tiny") as Preset.PresetName
 const batch = 8
 const prompt = 16
 const accumulation = 2

@@ -6,8 +6,7 @@
  *   npx tsx bench/grpo/train-bench.ts [steps] [maxCompletionLength]
  */
 import { NodeContext } from "@effect/platform-node"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Gpu } from "@envtrain/gpu/Gpu"
+import { Checkpoint, Gpu } from "@envtrain/gpu"
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import * as Trainer from "../../packages/grpo/src/Trainer.js"

@@ -17,9 +17,8 @@
  * Results go to bench/results/interop-pytorch.{json,md}.
  */
 import { NodeContext } from "@effect/platform-node"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import type { PresetName } from "@envtrain/gpu/Preset"
-import * as Q from "@envtrain/gpu/Qwen3Reference"
+import { Checkpoint, Qwen3Reference as Q } from "@envtrain/gpu"
+import type { Preset } from "@envtrain/gpu"
 import { Effect } from "effect"
 import { spawn } from "node:child_process"
 import { mkdirSync, writeFileSync } from "node:fs"
@@ -32,11 +31,11 @@ const flag = (name: string): string | undefined => {
   return hit === undefined ? undefined : hit.includes("=") ? hit.slice(hit.indexOf("=") + 1) : "true"
 }
 const repeats = Number(flag("repeats") ?? 5)
-const presetNames = (flag("presets") ?? "tiny,small").split(",") as Array<PresetName>
+const presetNames = (flag("presets") ?? "tiny,small").split(",") as Array<Preset.PresetName>
 
 /** Batch sizes per preset (the small preset is ~22x the work per token). */
 const sizes: Record<
-  PresetName,
+  Preset.PresetName,
   { trainBatch: number; trainSeq: number; genBatch: number; genPrompt: number; genNew: number }
 > = {
   tiny: { trainBatch: 4, trainSeq: 256, genBatch: 4, genPrompt: 32, genNew: 128 },
@@ -88,7 +87,7 @@ const timed = <A>(f: () => A) => {
   return { value, seconds, cpuSeconds: (cpu.user + cpu.system) / 1e6 }
 }
 
-const runPreset = async (name: PresetName) => {
+const runPreset = async (name: Preset.PresetName) => {
   const size = sizes[name]
   const dir = join(tmpdir(), "envtrain-interop-pytorch", name)
   const model = await Effect.runPromise(

@@ -20,7 +20,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { Catch, Environment } from "@envtrain/env"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Checkpoint } from "@envtrain/gpu"
 import { Config, Dataset, Recipe, SftData, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"

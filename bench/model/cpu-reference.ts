@@ -21,8 +21,8 @@ import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
-import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/Preset.js"
-import * as New from "../../packages/gpu/src/Qwen3Reference.js"
+import { paddedVocab, type PresetName, presets } from "../../packages/gpu/src/model/Preset.js"
+import * as New from "../../packages/gpu/src/model/Qwen3Reference.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))

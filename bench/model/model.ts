@@ -15,12 +15,12 @@
 import { NodeContext } from "@effect/platform-node"
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
-import * as Checkpoint from "../../packages/gpu/src/Checkpoint.js"
-import * as Generation from "../../packages/gpu/src/Generation.js"
-import { describe, Gpu } from "../../packages/gpu/src/Gpu.js"
-import * as ModelConfig from "../../packages/gpu/src/ModelConfig.js"
-import type { PresetName } from "../../packages/gpu/src/Preset.js"
-import * as Qwen3 from "../../packages/gpu/src/Qwen3.js"
+import * as Checkpoint from "../../packages/gpu/src/formats/Checkpoint.js"
+import * as ModelConfig from "../../packages/gpu/src/formats/ModelConfig.js"
+import * as Generation from "../../packages/gpu/src/model/Generation.js"
+import type { PresetName } from "../../packages/gpu/src/model/Preset.js"
+import * as Qwen3 from "../../packages/gpu/src/model/Qwen3.js"
+import { describe, Gpu } from "../../packages/gpu/src/runtime/Gpu.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))

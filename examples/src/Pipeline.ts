@@ -15,8 +15,7 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { Environment } from "@envtrain/env"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Gpu } from "@envtrain/gpu/Gpu"
+import { Checkpoint, Gpu } from "@envtrain/gpu"
 import { Advantage, Config, Dataset, Evaluation, Recipe, Report, SftData, SftTrainer, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"

@@ -20,7 +20,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Checkpoint } from "@envtrain/gpu"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import * as TrainerState from "@envtrain/grpo/TrainerState"
 import * as ChatTemplate from "@envtrain/text/ChatTemplate"

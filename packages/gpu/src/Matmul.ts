@@ -10,8 +10,8 @@
  *
  * @since 0.0.0
  */
-import type { AdapterSummary, SubgroupMatrixConfig } from "./Gpu.js"
-import type { MatmulTier, SubgroupMatrixShape } from "./Ops.js"
+import type { MatmulTier, SubgroupMatrixShape } from "./ops/Ops.js"
+import type { AdapterSummary, SubgroupMatrixConfig } from "./runtime/Gpu.js"
 
 /** A tier for `Ops.matmul` (spread it into the op's options), and why it was picked. */
 export interface TierChoice {

@@ -2,9 +2,9 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Checkpoint from "../src/Checkpoint.js"
-import * as ModelConfig from "../src/ModelConfig.js"
-import * as Safetensors from "../src/Safetensors.js"
+import * as Checkpoint from "../src/formats/Checkpoint.js"
+import * as ModelConfig from "../src/formats/ModelConfig.js"
+import * as Safetensors from "../src/formats/Safetensors.js"
 
 const tmp = Effect.flatMap(FileSystem.FileSystem, (fs) => fs.makeTempDirectoryScoped())
 

@@ -1,9 +1,9 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Generation from "../src/Generation.js"
-import { Gpu } from "../src/Gpu.js"
-import * as Qwen3 from "../src/Qwen3.js"
-import * as Ref from "../src/Qwen3Reference.js"
+import * as Generation from "../src/model/Generation.js"
+import * as Qwen3 from "../src/model/Qwen3.js"
+import * as Ref from "../src/model/Qwen3Reference.js"
+import { Gpu } from "../src/runtime/Gpu.js"
 import { testConfig, testModel } from "./qwen3Fixtures.js"
 
 const config = testConfig()

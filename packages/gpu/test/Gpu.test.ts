@@ -1,7 +1,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Gpu } from "../src/Gpu.js"
-import { GpuUncapturedError } from "../src/GpuError.js"
+import { Gpu } from "../src/runtime/Gpu.js"
+import { GpuUncapturedError } from "../src/runtime/GpuError.js"
 
 // The device layer on the real adapter (the kernels themselves are checked against their twins in Kernels.test.ts).
 layer(Gpu.layer())("Gpu on the real device", (it) => {

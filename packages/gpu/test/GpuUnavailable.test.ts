@@ -5,7 +5,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { Gpu } from "../src/Gpu.js"
+import { Gpu } from "../src/runtime/Gpu.js"
 
 const script = fileURLToPath(new URL("../../../scripts/ensure-vulkan.sh", import.meta.url))
 

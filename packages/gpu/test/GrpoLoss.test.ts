@@ -1,7 +1,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Gpu } from "../src/Gpu.js"
-import * as GrpoLoss from "../src/GrpoLoss.js"
+import * as GrpoLoss from "../src/ops/GrpoLoss.js"
+import { Gpu } from "../src/runtime/Gpu.js"
 
 // Hand-computed cases on a 2 × 4 packed batch (row 0: 3 loss tokens, row 1: 2); the exhaustive parity with the
 // CPU specification (`Loss.compute`, every loss type, random tensors) is in the grpo package.

@@ -1,8 +1,8 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Arena from "../src/Arena.js"
-import { Gpu } from "../src/Gpu.js"
-import * as Ops from "../src/Ops.js"
+import * as Ops from "../src/ops/Ops.js"
+import * as Arena from "../src/runtime/Arena.js"
+import { Gpu } from "../src/runtime/Gpu.js"
 import { maxRelError, randomize, runBoth } from "./helpers.js"
 
 // Each kernel on the device against its CPU twin, at tiny shapes that straddle workgroup and tile edges.
@@ -314,7 +314,7 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
       const h = Arena.host(plan)
       randomize(h, 7)
       for (const name of ["w1", "b1", "w2"]) h.f32(`adam.v.${name}`).set(h.f32(`adam.v.${name}`).map(Math.abs))
-      const { scalarWords } = yield* Effect.promise(() => import("../src/StepProgram.js"))
+      const { scalarWords } = yield* Effect.promise(() => import("../src/runtime/StepProgram.js"))
       h.f32(Arena.STEP_SCALARS).set(scalarWords({ lr: 0.01, step: 3, weightDecay: 0.1, maxGradNorm: 2 }))
       const r = yield* runBoth(h, [Ops.gradNorm, Ops.adamw])
       close(r, [Arena.STEP_RESULTS, "param.w1", "param.b1", "param.w2", "adam.m.w2", "adam.v.w1"], 1e-5)

@@ -1,9 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
-import * as Arena from "../src/Arena.js"
-import { parseSubgroupMatrixConfigs } from "../src/Gpu.js"
 import * as Matmul from "../src/Matmul.js"
-import * as Ops from "../src/Ops.js"
-import * as Program from "../src/Program.js"
+import * as Ops from "../src/ops/Ops.js"
+import * as Arena from "../src/runtime/Arena.js"
+import { parseSubgroupMatrixConfigs } from "../src/runtime/Gpu.js"
+import * as Program from "../src/runtime/Program.js"
 
 // Tier selection is pure: it reads the adapter summary. The adapters below are described, not run.
 const nvidia = {

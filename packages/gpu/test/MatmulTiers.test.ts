@@ -1,10 +1,10 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Arena from "../src/Arena.js"
-import { Gpu } from "../src/Gpu.js"
 import * as Matmul from "../src/Matmul.js"
-import * as Ops from "../src/Ops.js"
-import * as Program from "../src/Program.js"
+import * as Ops from "../src/ops/Ops.js"
+import * as Arena from "../src/runtime/Arena.js"
+import { Gpu } from "../src/runtime/Gpu.js"
+import * as Program from "../src/runtime/Program.js"
 import { maxRelError, randomize, runBoth } from "./helpers.js"
 
 // The faster matmul tiers against the CPU twin. Each tier/form is its own pipeline and lavapipe's first

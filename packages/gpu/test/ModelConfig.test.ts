@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as ModelConfig from "../src/ModelConfig.js"
+import * as ModelConfig from "../src/formats/ModelConfig.js"
 
 // The config.json of Qwen/Qwen3-0.6B (values as published).
 const qwen3_0_6b = {

@@ -1,9 +1,9 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Arena from "../src/Arena.js"
-import * as Checkpoint from "../src/Checkpoint.js"
-import { Gpu } from "../src/Gpu.js"
-import * as Qwen3 from "../src/Qwen3.js"
+import * as Checkpoint from "../src/formats/Checkpoint.js"
+import * as Qwen3 from "../src/model/Qwen3.js"
+import * as Arena from "../src/runtime/Arena.js"
+import { Gpu } from "../src/runtime/Gpu.js"
 import { maxRelError } from "./helpers.js"
 
 // The tiny preset under a forced 32 KiB binding limit: the tied embedding (1024×64 f32, 256 KiB) is split into

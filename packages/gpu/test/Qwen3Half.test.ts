@@ -1,8 +1,8 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Checkpoint from "../src/Checkpoint.js"
-import { Gpu } from "../src/Gpu.js"
-import * as Qwen3 from "../src/Qwen3.js"
+import * as Checkpoint from "../src/formats/Checkpoint.js"
+import * as Qwen3 from "../src/model/Qwen3.js"
+import { Gpu } from "../src/runtime/Gpu.js"
 
 /** max |got − want| / max |want|. */
 const relMax = (got: ArrayLike<number>, want: ArrayLike<number>) => {

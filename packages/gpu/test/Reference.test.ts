@@ -1,11 +1,27 @@
 import { assert, describe, it } from "@effect/vitest"
-import * as HalfFloat from "../src/HalfFloat.js"
-import * as R from "../src/Reference.js"
+import * as R from "../src/ops/Reference.js"
+import * as HalfFloat from "../src/runtime/HalfFloat.js"
 import { dot, finiteDifference, weights } from "./helpers.js"
 
 // Finite-difference checks of every backward twin: loss = Σ w·f(x) for a fixed random w, so dL/df = w.
 const f64 = (n: number, seed: number, scale = 1) => weights(n, seed).map((x) => x * scale)
 const TOL = 1e-5
+const F64 = R.numerics("f64")
+const attention = (q: Float64Array, k: Float64Array, v: Float64Array, s: R.AttentionShape, pos?: Array<number>) =>
+  R.attention(q, k, v, R.segmentStarts(pos, s), s, F64)
+const attentionBackward = (
+  q: Float64Array,
+  k: Float64Array,
+  v: Float64Array,
+  dO: Float64Array,
+  s: R.AttentionShape,
+  pos?: Array<number>
+) => {
+  const start = R.segmentStarts(pos, s)
+  const [dq, dk, dv] = [new Float64Array(q.length), new Float64Array(k.length), new Float64Array(v.length)]
+  R.attentionBackward(dO, q, k, v, R.attention(q, k, v, start, s, F64).probs, start, s, dq, dk, dv)
+  return { dq, dk, dv }
+}
 
 describe("Reference backward twins agree with finite differences", () => {
   it("gemm in all transpose forms (dA = dC·Bᵀ, dB = Aᵀ·dC)", () => {
@@ -37,9 +53,10 @@ describe("Reference backward twins agree with finite differences", () => {
     const x = f64(6 * 4, 6)
     const g = f64(4, 7).map((v) => 1 + 0.5 * v)
     const w = f64(24, 8)
-    const fwd = (xx: Float64Array, gg: Float64Array) => dot(w, R.rmsNorm(xx, gg, 6, 4, 1e-6).y)
-    const { rstd } = R.rmsNorm(x, g, 6, 4, 1e-6)
-    const { dw, dx } = R.rmsNormBackward(x, g, rstd, w, 6, 4)
+    const fwd = (xx: Float64Array, gg: Float64Array) => dot(w, R.rmsNorm(xx, 6, 4, gg, 1e-6, F64).y)
+    const { rstd } = R.rmsNorm(x, 6, 4, g, 1e-6, F64)
+    const dw = new Float64Array(4)
+    const dx = R.rmsNormBackward(w, x, rstd, 6, 4, g, dw, F64)
     assert.isBelow(finiteDifference(x, (xx) => fwd(xx, g), dx), TOL)
     assert.isBelow(finiteDifference(g, (gg) => fwd(x, gg), dw), TOL)
   })
@@ -48,12 +65,15 @@ describe("Reference backward twins agree with finite differences", () => {
     const pos = [0, 3, 7]
     const x = f64(3 * 2 * 8, 9)
     const w = f64(48, 10)
-    const grad = R.rope(w, pos, 3, 2, 8, 10000, true)
-    assert.isBelow(finiteDifference(x, (xx) => dot(w, R.rope(xx, pos, 3, 2, 8, 10000)), grad), TOL)
-    const back = R.rope(R.rope(x, pos, 3, 2, 8, 10000), pos, 3, 2, 8, 10000, true)
-    for (let i = 0; i < x.length; i++) assert.closeTo(back[i], x[i], 1e-12)
+    const { cos, sin } = R.ropeTables(pos, 8, 10000)
+    const rope = (xx: ArrayLike<number>) => R.rope(xx, 3, 2, 8, cos, sin, F64)
+    const grad = R.ropeBackward(w, 3, 2, 8, cos, sin, F64)
+    assert.isBelow(finiteDifference(x, (xx) => dot(w, rope(xx)), grad), TOL)
+    const back = R.ropeBackward(rope(x), 3, 2, 8, cos, sin, F64)
+    // cos/sin are f32 tables (as transformers'), so cos² + sin² is 1 to f32 precision only.
+    for (let i = 0; i < x.length; i++) assert.closeTo(back[i], x[i], 1e-6)
     // Position 0 is the identity; rotate_half pairs (i, i + headDim/2).
-    for (let i = 0; i < 16; i++) assert.closeTo(R.rope(x, pos, 3, 2, 8, 10000)[i], x[i], 1e-12)
+    for (let i = 0; i < 16; i++) assert.closeTo(rope(x)[i], x[i], 1e-12)
   })
 
   it("causal grouped-query attention for q, k and v", () => {
@@ -62,11 +82,11 @@ describe("Reference backward twins agree with finite differences", () => {
     const k = f64(2 * 3 * 2 * 4, 12)
     const v = f64(2 * 3 * 2 * 4, 13)
     const w = f64(q.length, 14)
-    const { lse, o } = R.attention(q, k, v, s)
-    const { dk, dq, dv } = R.attentionBackward(q, k, v, o, lse, w, s)
-    assert.isBelow(finiteDifference(q, (x) => dot(w, R.attention(x, k, v, s).o), dq), TOL)
-    assert.isBelow(finiteDifference(k, (x) => dot(w, R.attention(q, x, v, s).o), dk), TOL)
-    assert.isBelow(finiteDifference(v, (x) => dot(w, R.attention(q, k, x, s).o), dv), TOL)
+    const { o } = attention(q, k, v, s)
+    const { dk, dq, dv } = attentionBackward(q, k, v, w, s)
+    assert.isBelow(finiteDifference(q, (x) => dot(w, attention(x, k, v, s).o), dq), TOL)
+    assert.isBelow(finiteDifference(k, (x) => dot(w, attention(q, x, v, s).o), dk), TOL)
+    assert.isBelow(finiteDifference(v, (x) => dot(w, attention(q, k, x, s).o), dv), TOL)
     // Causality: the first query of each sequence sees only itself, so its output is its own v row.
     for (let d = 0; d < 4; d++) assert.closeTo(o[d], v[d], 1e-12)
   })
@@ -78,15 +98,15 @@ describe("Reference backward twins agree with finite differences", () => {
     const k = f64(5 * 4, 32)
     const v = f64(5 * 4, 33)
     const w = f64(q.length, 34)
-    const { lse, o } = R.attention(q, k, v, s, pos)
-    const { dk, dq, dv } = R.attentionBackward(q, k, v, o, lse, w, s, pos)
-    assert.isBelow(finiteDifference(q, (x) => dot(w, R.attention(x, k, v, s, pos).o), dq), TOL)
-    assert.isBelow(finiteDifference(k, (x) => dot(w, R.attention(q, x, v, s, pos).o), dk), TOL)
-    assert.isBelow(finiteDifference(v, (x) => dot(w, R.attention(q, k, x, s, pos).o), dv), TOL)
+    const { o } = attention(q, k, v, s, pos)
+    const { dk, dq, dv } = attentionBackward(q, k, v, w, s, pos)
+    assert.isBelow(finiteDifference(q, (x) => dot(w, attention(x, k, v, s, pos).o), dq), TOL)
+    assert.isBelow(finiteDifference(k, (x) => dot(w, attention(q, x, v, s, pos).o), dk), TOL)
+    assert.isBelow(finiteDifference(v, (x) => dot(w, attention(q, k, x, s, pos).o), dv), TOL)
     // Token 3 starts a new sequence: it sees only itself.
     for (let d = 0; d < 4; d++) assert.closeTo(o[3 * 8 + d], v[3 * 4 + d], 1e-12)
     // The second sequence alone gives the same outputs as inside the packed row.
-    const alone = R.attention(q.slice(24), k.slice(12), v.slice(12), { ...s, seq: 2 })
+    const alone = attention(q.slice(24), k.slice(12), v.slice(12), { ...s, seq: 2 })
     for (let i = 0; i < 16; i++) assert.closeTo(o[24 + i], alone.o[i], 1e-12)
   })
 
@@ -94,9 +114,9 @@ describe("Reference backward twins agree with finite differences", () => {
     const g = f64(10, 15, 3)
     const u = f64(10, 16)
     const w = f64(10, 17)
-    const { dGate, dUp } = R.swigluBackward(g, u, w)
-    assert.isBelow(finiteDifference(g, (x) => dot(w, R.swiglu(x, u)), dGate), TOL)
-    assert.isBelow(finiteDifference(u, (x) => dot(w, R.swiglu(g, x)), dUp), TOL)
+    const { dGate, dUp } = R.swigluBackward(w, g, u, F64)
+    assert.isBelow(finiteDifference(g, (x) => dot(w, R.swiglu(x, u, F64)), dGate), TOL)
+    assert.isBelow(finiteDifference(u, (x) => dot(w, R.swiglu(g, x, F64)), dUp), TOL)
   })
 
   it("token logprobs and entropy at a temperature", () => {
@@ -105,14 +125,14 @@ describe("Reference backward twins agree with finite differences", () => {
     const wl = f64(3, 19)
     const we = f64(3, 20)
     const loss = (x: Float64Array) => {
-      const r = R.tokenLogprobs(x, targets, 3, 7, 1 / 0.7)
-      return dot(wl, r.logp) + dot(we, r.entropy)
+      const r = R.tokenLogprobs(x, 7, targets, 0.7, F64)
+      return dot(wl, r.logprobs) + dot(we, r.entropy)
     }
-    const grad = R.tokenLogprobsBackward(logits, targets, 3, 7, 1 / 0.7, wl, we)
+    const grad = R.tokenLogprobsBackward(logits, 7, targets, 0.7, wl, we, F64).dLogits
     assert.isBelow(finiteDifference(logits, loss, grad), TOL)
     // At temperature 1, logp is log-softmax.
-    const r = R.tokenLogprobs([0, Math.log(3)], [1], 1, 2, 1)
-    assert.closeTo(r.logp[0], Math.log(0.75), 1e-12)
+    const r = R.tokenLogprobs([0, Math.log(3)], 2, [1], 1, F64)
+    assert.closeTo(r.logprobs[0], Math.log(0.75), 1e-12)
     assert.closeTo(r.entropy[0], -(0.25 * Math.log(0.25) + 0.75 * Math.log(0.75)), 1e-12)
   })
 

@@ -1,10 +1,10 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Arena from "../src/Arena.js"
-import * as CpuTwin from "../src/CpuTwin.js"
-import { Gpu } from "../src/Gpu.js"
-import * as Ops from "../src/Ops.js"
-import * as Program from "../src/Program.js"
+import * as CpuTwin from "../src/ops/CpuTwin.js"
+import * as Ops from "../src/ops/Ops.js"
+import * as Arena from "../src/runtime/Arena.js"
+import { Gpu } from "../src/runtime/Gpu.js"
+import * as Program from "../src/runtime/Program.js"
 import { maxRelError, random } from "./helpers.js"
 
 // A tied embedding E [V, h] larger than one (artificially tiny) binding is split into row blocks; every op that

@@ -2,8 +2,8 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FastCheck } from "effect"
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToBf16Bits, f32ToF16Bits } from "../src/internal/dtype.js"
-import * as Safetensors from "../src/Safetensors.js"
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToBf16Bits, f32ToF16Bits } from "../src/formats/internal/dtype.js"
+import * as Safetensors from "../src/formats/Safetensors.js"
 
 const u16 = (bits: number) => new Uint8Array([bits & 0xff, bits >>> 8])
 

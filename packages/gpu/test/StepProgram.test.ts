@@ -1,10 +1,10 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Arena from "../src/Arena.js"
-import * as CpuTwin from "../src/CpuTwin.js"
-import { Gpu } from "../src/Gpu.js"
-import * as StepProgram from "../src/StepProgram.js"
-import * as TinyTransformer from "../src/TinyTransformer.js"
+import * as TinyTransformer from "../src/model/TinyTransformer.js"
+import * as CpuTwin from "../src/ops/CpuTwin.js"
+import * as Arena from "../src/runtime/Arena.js"
+import { Gpu } from "../src/runtime/Gpu.js"
+import * as StepProgram from "../src/runtime/StepProgram.js"
 import { maxRelError } from "./helpers.js"
 
 const tokens = (n: number, seed: number, vocab: number) =>

@@ -1,8 +1,8 @@
 import { Effect } from "effect"
-import * as Arena from "../src/Arena.js"
-import * as CpuTwin from "../src/CpuTwin.js"
-import type { Op } from "../src/Ops.js"
-import * as Program from "../src/Program.js"
+import * as CpuTwin from "../src/ops/CpuTwin.js"
+import type { Op } from "../src/ops/Ops.js"
+import * as Arena from "../src/runtime/Arena.js"
+import * as Program from "../src/runtime/Program.js"
 
 /** xorshift in [-1, 1): deterministic inputs so a failure reproduces. */
 export const random = (n: number, seed: number, scale = 1) => {

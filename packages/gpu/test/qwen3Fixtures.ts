@@ -1,5 +1,5 @@
-import type { ModelConfig } from "../src/ModelConfig.js"
-import * as Ref from "../src/Qwen3Reference.js"
+import { expectedTensors, type ModelConfig } from "../src/formats/ModelConfig.js"
+import * as Ref from "../src/model/Qwen3Reference.js"
 
 /** A tiny Qwen3 config (head_dim 16, GQA 4/2) for GPU tests. */
 export const testConfig = (o: Partial<ModelConfig> = {}): ModelConfig => ({
@@ -27,7 +27,7 @@ export const testConfig = (o: Partial<ModelConfig> = {}): ModelConfig => ({
 export const testModel = (config: ModelConfig, seed: number) => {
   const w = Ref.randomWeights(config, { seed, std: 0.3, normJitter: 0.2 })
   const tensors = new Map(
-    Ref.tensorSpecs(config).map((s) => [s.name, { shape: s.shape, data: Float32Array.from(w[s.name]) }] as const)
+    expectedTensors(config).map((s) => [s.name, { shape: s.shape, data: Float32Array.from(w[s.name]) }] as const)
   )
   return { config, tensors, weights: w }
 }

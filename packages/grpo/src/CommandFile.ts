@@ -42,8 +42,7 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { Environment, MultiEnv, Registry } from "@envtrain/env"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Gpu } from "@envtrain/gpu/Gpu"
+import { Checkpoint, Gpu } from "@envtrain/gpu"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Data, Effect, Schema } from "effect"
 import * as Config from "./Config.js"

@@ -45,7 +45,7 @@
  *
  * @since 0.0.0
  */
-import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import type { Checkpoint } from "@envtrain/gpu"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import type { PromptRow } from "@envtrain/rollout/Rollout"
 import { Effect } from "effect"

@@ -26,8 +26,7 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import * as Safetensors from "@envtrain/gpu/Safetensors"
+import { Checkpoint, Safetensors } from "@envtrain/gpu"
 import { Data, Effect, Option } from "effect"
 import type { Position } from "./Dataset.js"
 import type { TrainableModel } from "./internal/model.js"

@@ -1,7 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import { Gpu } from "@envtrain/gpu/Gpu"
-import * as GrpoLoss from "@envtrain/gpu/GrpoLoss"
+import { Checkpoint, Gpu, GrpoLoss } from "@envtrain/gpu"
 import { Effect } from "effect"
 import { gpuModel } from "../src/internal/gpuModel.js"
 import { batchOf, type LossInputs } from "../src/internal/model.js"

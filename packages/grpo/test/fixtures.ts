@@ -1,7 +1,7 @@
 /**
  * Test fixtures: a tiny Qwen3 model on the CPU reference, an in-process environment without tools, and configs.
  */
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
+import { Checkpoint } from "@envtrain/gpu"
 import type { Session } from "@envtrain/rollout/Episode"
 import { Effect, Option } from "effect"
 import * as Config from "../src/Config.js"

@@ -25,9 +25,8 @@
  *
  * @since 0.0.0
  */
-import * as Generation from "@envtrain/gpu/Generation"
-import type { Gpu } from "@envtrain/gpu/Gpu"
-import type { Qwen3Model } from "@envtrain/gpu/Qwen3"
+import { Generation } from "@envtrain/gpu"
+import type { Gpu, Qwen3 } from "@envtrain/gpu"
 import type { Duration, Scope } from "effect"
 import { Effect, Layer, Random } from "effect"
 import type { Completion, GenerateRequest } from "./Policy.js"
@@ -105,14 +104,14 @@ export const fromGenerator = (
 
 /** Starts the generation loop of `model` (made with `generation` options) and the batching policy over it. */
 export const make = (
-  model: Qwen3Model,
+  model: Qwen3.Qwen3Model,
   options: LocalPolicyOptions
-): Effect.Effect<LocalPolicy, Generation.GenerationError, Gpu | Scope.Scope> =>
+): Effect.Effect<LocalPolicy, Generation.GenerationError, Gpu.Gpu | Scope.Scope> =>
   Effect.flatMap(Generation.make(model), (generator) => fromGenerator(generator, options))
 
 /** The Policy service over the local model (the generator stops with the layer). */
 export const layer = (
-  model: Qwen3Model,
+  model: Qwen3.Qwen3Model,
   options: LocalPolicyOptions
-): Layer.Layer<Policy, Generation.GenerationError, Gpu> =>
+): Layer.Layer<Policy, Generation.GenerationError, Gpu.Gpu> =>
   Layer.scoped(Policy, Effect.map(make(model, options), (local) => local.policy))

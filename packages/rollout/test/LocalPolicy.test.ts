@@ -1,9 +1,5 @@
 import { assert, layer } from "@effect/vitest"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import * as Generation from "@envtrain/gpu/Generation"
-import { Gpu } from "@envtrain/gpu/Gpu"
-import * as Qwen3 from "@envtrain/gpu/Qwen3"
-import * as Ref from "@envtrain/gpu/Qwen3Reference"
+import { Checkpoint, Generation, Gpu, Qwen3, Qwen3Reference as Ref } from "@envtrain/gpu"
 import { Effect } from "effect"
 import * as LocalPolicy from "../src/LocalPolicy.js"
 

@@ -6,8 +6,8 @@
  * reference's own (`sampleToken` with `samplingUniform(seed, promptLength, step)`), so the tokens are those
  * `Qwen3Reference.generate` would draw.
  */
-import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
+import { Qwen3Reference } from "@envtrain/gpu"
+import type { Checkpoint } from "@envtrain/gpu"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect } from "effect"
 import { cpuModel, type TrainableModel } from "./model.js"

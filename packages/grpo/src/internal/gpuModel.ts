@@ -16,12 +16,8 @@
  * Checkpoints hold the AdamW moments too (downloaded per shard by `Qwen3.optimizerState`), so a resumed GPU run
  * continues exactly. Device failures are defects.
  */
-import * as Arena from "@envtrain/gpu/Arena"
-import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import * as Generation from "@envtrain/gpu/Generation"
-import type { Gpu } from "@envtrain/gpu/Gpu"
-import * as GrpoLoss from "@envtrain/gpu/GrpoLoss"
-import * as Qwen3 from "@envtrain/gpu/Qwen3"
+import { Arena, Generation, GrpoLoss, Qwen3 } from "@envtrain/gpu"
+import type { Checkpoint, Gpu } from "@envtrain/gpu"
 import type { Completion } from "@envtrain/rollout/Policy"
 import { Effect, type Scope } from "effect"
 import * as Loss from "../Loss.js"
@@ -146,7 +142,7 @@ const scorer =
 export const gpuModel = (
   checkpoint: Checkpoint.Model,
   options: GpuModelOptions
-): Effect.Effect<TrainableModel, Qwen3.MakeError | Generation.GenerationError, Gpu | Scope.Scope> =>
+): Effect.Effect<TrainableModel, Qwen3.MakeError | Generation.GenerationError, Gpu.Gpu | Scope.Scope> =>
   Effect.gen(function*() {
     const shape = { batch: options.batch, seq: options.seq }
     const model = yield* Qwen3.make(checkpoint, {

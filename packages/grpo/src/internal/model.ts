@@ -2,10 +2,8 @@
  * The model as the trainers need it, and a plain-TypeScript implementation over `Qwen3Reference` (slow, exact;
  * used by tests and as a CPU fallback until the GPU model is plugged in through the same interface).
  */
-import type * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import type * as ModelConfig from "@envtrain/gpu/ModelConfig"
-import * as Qwen3Reference from "@envtrain/gpu/Qwen3Reference"
-import type * as Safetensors from "@envtrain/gpu/Safetensors"
+import { Qwen3Reference } from "@envtrain/gpu"
+import type { Checkpoint, ModelConfig, Safetensors } from "@envtrain/gpu"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import type { ChatTemplate } from "@envtrain/text/ChatTemplate"
 import type { Tokenizer } from "@envtrain/text/Tokenizer"

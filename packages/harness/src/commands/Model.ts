@@ -20,11 +20,7 @@
  */
 import { Command, Options } from "@effect/cli"
 import { FileSystem } from "@effect/platform"
-import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import * as Generation from "@envtrain/gpu/Generation"
-import { Gpu } from "@envtrain/gpu/Gpu"
-import * as Preset from "@envtrain/gpu/Preset"
-import * as Qwen3 from "@envtrain/gpu/Qwen3"
+import { Checkpoint, Generation, Gpu, Preset, Qwen3 } from "@envtrain/gpu"
 import { Console, Data, Effect } from "effect"
 
 /** A command's input is unusable (a file that is not a token list, ...). */
