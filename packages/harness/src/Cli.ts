@@ -7,6 +7,7 @@ import { Command, Options } from "@effect/cli"
 import { ServeCommand } from "@envtrain/env"
 import { ModelCommands } from "@envtrain/gpu"
 import { TrainCommands } from "@envtrain/grpo"
+import * as ServePolicy from "./commands/ServePolicy.js"
 import * as Doctor from "./Doctor.js"
 
 const requireHardware = Options.boolean("require-hardware").pipe(
@@ -25,7 +26,13 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor, ServeCommand.command, ...ModelCommands.commands, ...TrainCommands.commands])
+  Command.withSubcommands([
+    doctor,
+    ServeCommand.command,
+    ServePolicy.command,
+    ...ModelCommands.commands,
+    ...TrainCommands.commands
+  ])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */
