@@ -75,7 +75,7 @@ const scripted = (
             return {
               tokenIds,
               logprobs: tokenIds.map(Policy.scriptedLogprob),
-              finishReason: end < ids.length || stop < 0 ? "length" : "stop",
+              finishReason: stop >= 0 && stop < end ? "stop" : "length",
               ...(r.topLogprobs > 0
                 ? {
                   topLogprobs: tokenIds.map((id) =>
