@@ -28,9 +28,10 @@
  *
  * @since 0.0.0
  */
-import { FileSystem, Path } from "@effect/platform"
+import type { Path } from "@effect/platform"
+import { FileSystem } from "@effect/platform"
 import * as Checkpoint from "@envtrain/gpu/Checkpoint"
-import * as Generation from "@envtrain/gpu/Generation"
+import type * as Generation from "@envtrain/gpu/Generation"
 import type { Gpu } from "@envtrain/gpu/Gpu"
 import * as ModelConfig from "@envtrain/gpu/ModelConfig"
 import * as Qwen3 from "@envtrain/gpu/Qwen3"
@@ -66,7 +67,10 @@ export const readWeights = (
       const fs = yield* FileSystem.FileSystem
       const exists = yield* fs.exists(source.path).pipe(Effect.orElseSucceed(() => false))
       if (!exists) {
-        return yield* new BackendError({ status: 400, message: `The checkpoint directory ${source.path} does not exist.` })
+        return yield* new BackendError({
+          status: 400,
+          message: `The checkpoint directory ${source.path} does not exist.`
+        })
       }
       return yield* Checkpoint.loadWeights(source.path, config).pipe(Effect.mapError(refused))
     })
@@ -114,7 +118,9 @@ const topLogprobsOf = (
     let sum = 0
     for (let v = 0; v < V; v++) sum += Math.exp(fwd.logits[row + v] / T - max)
     const lse = max + Math.log(sum)
-    const order = Array.from({ length: V }, (_, v) => v).sort((a, b) => fwd.logits[row + b] - fwd.logits[row + a] || a - b)
+    const order = Array.from({ length: V }, (_, v) => v).sort((a, b) =>
+      fwd.logits[row + b] - fwd.logits[row + a] || a - b
+    )
     out.push(order.slice(0, request.topLogprobs).map((id) => ({ id, logprob: fwd.logits[row + id] / T - lse })))
   }
   return out
@@ -201,7 +207,9 @@ export const gpu = (
         readWeights(model.config, source).pipe(
           Effect.flatMap((weights) =>
             qwen.setWeights(weights).pipe(
-              Effect.mapError((e) => new BackendError({ status: 500, message: `Uploading the weights failed: ${e.message}` }))
+              Effect.mapError((e) =>
+                new BackendError({ status: 500, message: `Uploading the weights failed: ${e.message}` })
+              )
             )
           ),
           Effect.provide(context)

@@ -63,7 +63,7 @@ const models = Effect.all([Checkpoint.makeModel("tiny", 3), Checkpoint.makeModel
 
 const serveCpu = (model: Checkpoint.Model, options: PolicyServer.PolicyServerOptions = {}) =>
   Effect.gen(function*() {
-    const backend = yield* PolicyBackend.cpu(model, { maxBatchSize: 8 })
+    const backend = yield* PolicyBackend.cpu(model, { maxBatchSize: 8 }).pipe(Effect.provide(NodeContext.layer))
     return yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny", ...options })
   })
 
@@ -110,7 +110,11 @@ describe("serve-policy, CPU backend", () => {
       const messages = [{ role: "user" as const, content: "Guess a word." }]
       const rendered = yield* a.chatTemplate.render({ messages, addGenerationPrompt: true, enableThinking: false })
       const ids = a.tokenizer.encode(rendered)
-      const viaRenderer = yield* ChatRenderer.make({ tokenizer: a.tokenizer, template: a.chatTemplate, enableThinking: false })
+      const viaRenderer = yield* ChatRenderer.make({
+        tokenizer: a.tokenizer,
+        template: a.chatTemplate,
+        enableThinking: false
+      })
         .promptIds(messages, [])
       assert.deepStrictEqual(viaRenderer, ids)
       const want = greedy(a, ids, 10)
@@ -148,7 +152,16 @@ describe("serve-policy, CPU backend", () => {
     Effect.gen(function*() {
       const [a] = yield* models
       const server = yield* serveCpu(a)
-      const body = { prompt: "Hello", max_tokens: 8, temperature: 0.8, top_k: 50, seed: 11, n: 3, logprobs: 0, return_token_ids: true }
+      const body = {
+        prompt: "Hello",
+        max_tokens: 8,
+        temperature: 0.8,
+        top_k: 50,
+        seed: 11,
+        n: 3,
+        logprobs: 0,
+        return_token_ids: true
+      }
       const one = (yield* post(`${server.url}/v1/completions`, body)).json
       const two = (yield* post(`${server.url}/v1/completions`, body)).json
       assert.deepStrictEqual(one.choices.map((c: Json) => c.token_ids), two.choices.map((c: Json) => c.token_ids))
@@ -177,7 +190,12 @@ describe("serve-policy, CPU backend", () => {
       yield* Checkpoint.save(dir, b)
       const server = yield* serveCpu(a)
       const ids = a.tokenizer.encode("Play catch.")
-      const ask = post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 10, temperature: 0, return_token_ids: true })
+      const ask = post(`${server.url}/v1/completions`, {
+        prompt: ids,
+        max_tokens: 10,
+        temperature: 0,
+        return_token_ids: true
+      })
       const wantA = greedy(a, ids, 10).tokens
       const wantB = greedy(b, ids, 10).tokens
       assert.notDeepEqual(wantA, wantB)
@@ -203,7 +221,9 @@ describe("serve-policy, CPU backend", () => {
       const missing = yield* post(`${server.url}/update_weights_from_disk`, { model_path: path.join(dir, "nope") })
       assert.strictEqual(missing.status, 400)
       const partial = Safetensors.encode(new Map([...a.tensors].slice(1)))
-      const wrong = yield* post(`${server.url}/update_weights`, partial, { headers: { "content-type": "application/octet-stream" } })
+      const wrong = yield* post(`${server.url}/update_weights`, partial, {
+        headers: { "content-type": "application/octet-stream" }
+      })
       assert.strictEqual(wrong.status, 400)
       assert.include(wrong.json.error.message, "lack")
       const still = (yield* ask).json
@@ -218,7 +238,8 @@ describe("serve-policy, CPU backend", () => {
       const prompts = ["Hi", "Play.", "Guess a word", "ok go", "Catch", "Sudoku"]
       const outs = yield* Effect.forEach(
         prompts,
-        (prompt) => post(`${server.url}/v1/completions`, { prompt, max_tokens: 6, temperature: 0, return_token_ids: true }),
+        (prompt) =>
+          post(`${server.url}/v1/completions`, { prompt, max_tokens: 6, temperature: 0, return_token_ids: true }),
         { concurrency: "unbounded" }
       )
       prompts.forEach((p, i) =>
@@ -232,28 +253,38 @@ describe("serve-policy, CPU backend", () => {
 })
 
 describe("serve-policy, GPU backend", () => {
-  it.scopedLive("greedy output equals the CPU model's; pushed weights change it and bump the version", () =>
-    Effect.gen(function*() {
-      const [a, b] = yield* models
-      const backend = yield* PolicyBackend.gpu(a, { maxBatchSize: 4, contextLength: 64 })
-      const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
-      const ids = a.tokenizer.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
-      const ask = post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 8, temperature: 0, logprobs: 0, return_token_ids: true })
-      const first = (yield* ask).json.choices[0]
-      const wantA = greedy(a, ids, 8)
-      assert.deepStrictEqual(first.token_ids, wantA.tokens)
-      first.logprobs.token_logprobs.forEach((lp: number, i: number) => assert.closeTo(lp, wantA.logprobs[i], 1e-4))
-      const noTop = yield* post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 2, logprobs: 2 })
-      assert.strictEqual(noTop.status, 400)
-      assert.include(noTop.json.error.message, "does not report top logprobs")
-      const pushed = yield* post(`${server.url}/update_weights`, Safetensors.encode(b.tensors), {
-        headers: { "content-type": "application/octet-stream" }
-      })
-      assert.strictEqual(pushed.status, 200, pushed.text)
-      const after = (yield* ask).json
-      assert.strictEqual(after.policy_version, 1)
-      assert.deepStrictEqual(after.choices[0].token_ids, greedy(b, ids, 8).tokens)
-    }).pipe(Effect.provide(Layer.merge(Gpu.layer(), NodeContext.layer))), 300_000)
+  it.scopedLive(
+    "greedy output equals the CPU model's; pushed weights change it and bump the version",
+    () =>
+      Effect.gen(function*() {
+        const [a, b] = yield* models
+        const backend = yield* PolicyBackend.gpu(a, { maxBatchSize: 4, contextLength: 64 })
+        const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
+        const ids = a.tokenizer.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        const ask = post(`${server.url}/v1/completions`, {
+          prompt: ids,
+          max_tokens: 8,
+          temperature: 0,
+          logprobs: 0,
+          return_token_ids: true
+        })
+        const first = (yield* ask).json.choices[0]
+        const wantA = greedy(a, ids, 8)
+        assert.deepStrictEqual(first.token_ids, wantA.tokens)
+        first.logprobs.token_logprobs.forEach((lp: number, i: number) => assert.closeTo(lp, wantA.logprobs[i], 1e-4))
+        const noTop = yield* post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 2, logprobs: 2 })
+        assert.strictEqual(noTop.status, 400)
+        assert.include(noTop.json.error.message, "does not report top logprobs")
+        const pushed = yield* post(`${server.url}/update_weights`, Safetensors.encode(b.tensors), {
+          headers: { "content-type": "application/octet-stream" }
+        })
+        assert.strictEqual(pushed.status, 200, pushed.text)
+        const after = (yield* ask).json
+        assert.strictEqual(after.policy_version, 1)
+        assert.deepStrictEqual(after.choices[0].token_ids, greedy(b, ids, 8).tokens)
+      }).pipe(Effect.provide(Layer.merge(Gpu.layer(), NodeContext.layer))),
+    300_000
+  )
 })
 
 const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
@@ -267,7 +298,18 @@ describe("envtrain serve-policy (the command)", () => {
       yield* Checkpoint.save(dir, a)
       const child = yield* Effect.acquireRelease(
         Effect.sync(() =>
-          spawn(process.execPath, [bin, "serve-policy", "--model", dir, "--backend", "cpu", "--port", "0", "--served-model-name", "tiny"])
+          spawn(process.execPath, [
+            bin,
+            "serve-policy",
+            "--model",
+            dir,
+            "--backend",
+            "cpu",
+            "--port",
+            "0",
+            "--served-model-name",
+            "tiny"
+          ])
         ),
         (c) => Effect.sync(() => c.kill("SIGKILL"))
       )
@@ -285,7 +327,13 @@ describe("envtrain serve-policy (the command)", () => {
       const models_ = yield* Effect.promise(() => fetch(`${url}/v1/models`).then((r) => r.json() as Promise<Json>))
       assert.strictEqual(models_.data[0].id, "tiny")
       const ids = a.tokenizer.encode("Hello")
-      const r = (yield* post(`${url}/v1/completions`, { model: "tiny", prompt: ids, max_tokens: 5, temperature: 0, return_token_ids: true })).json
+      const r = (yield* post(`${url}/v1/completions`, {
+        model: "tiny",
+        prompt: ids,
+        max_tokens: 5,
+        temperature: 0,
+        return_token_ids: true
+      })).json
       assert.deepStrictEqual(r.choices[0].token_ids, greedy(a, ids, 5).tokens)
     }).pipe(Effect.provide(NodeContext.layer)), 180_000)
 })

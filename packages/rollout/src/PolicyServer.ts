@@ -85,7 +85,9 @@ export interface Backend {
   /** Largest `topLogprobs` the backend can report (0: none). */
   readonly maxTopLogprobs: number
   /** One completion per request, in order; the requests decode together. */
-  readonly generate: (requests: ReadonlyArray<BackendRequest>) => Effect.Effect<ReadonlyArray<BackendCompletion>, BackendError>
+  readonly generate: (
+    requests: ReadonlyArray<BackendRequest>
+  ) => Effect.Effect<ReadonlyArray<BackendCompletion>, BackendError>
   /** Replaces the weights (never called while `generate` runs). */
   readonly loadWeights: (source: WeightSource) => Effect.Effect<void, BackendError>
 }

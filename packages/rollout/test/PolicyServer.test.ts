@@ -108,7 +108,11 @@ const serve = (
 
 const TOOLS = [{
   type: "function",
-  function: { name: "move", description: "Move", parameters: { type: "object", properties: { direction: { type: "string" } } } }
+  function: {
+    name: "move",
+    description: "Move",
+    parameters: { type: "object", properties: { direction: { type: "string" } } }
+  }
 }]
 
 describe("PolicyServer", () => {
@@ -119,7 +123,13 @@ describe("PolicyServer", () => {
       assert.strictEqual(models.status, 200)
       const m = JSON.parse(models.text) as Json
       assert.strictEqual(m.object, "list")
-      assert.deepInclude(m.data[0], { id: "tiny", object: "model", owned_by: "envtrain", max_model_len: 512, policy_version: 0 })
+      assert.deepInclude(m.data[0], {
+        id: "tiny",
+        object: "model",
+        owned_by: "envtrain",
+        max_model_len: 512,
+        policy_version: 0
+      })
       assert.strictEqual(models.headers.get("x-policy-version"), "0")
       const health = yield* get(`${url}/health`)
       assert.strictEqual(health.status, 200)
@@ -136,12 +146,14 @@ describe("PolicyServer", () => {
       const { url } = yield* serve((text) =>
         text.includes("malformed") ? "<tool_call>\n{\"name\": \"move\", \"arguments\": \n</tool_call>" : call
       )
-      const ok = JSON.parse((yield* post(`${url}/v1/chat/completions`, {
-        model: "tiny",
-        messages: [{ role: "user", content: "Play." }],
-        tools: TOOLS,
-        return_token_ids: true
-      })).text) as Json
+      const ok = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          model: "tiny",
+          messages: [{ role: "user", content: "Play." }],
+          tools: TOOLS,
+          return_token_ids: true
+        })).text
+      ) as Json
       const choice = ok.choices[0]
       assert.strictEqual(choice.finish_reason, "tool_calls")
       assert.isNull(choice.message.content)
@@ -156,39 +168,49 @@ describe("PolicyServer", () => {
       assert.isArray(choice.token_ids)
       assert.strictEqual(ok.policy_version, 0)
 
-      const bad = JSON.parse((yield* post(`${url}/v1/chat/completions`, {
-        messages: [{ role: "user", content: "malformed please" }],
-        tools: TOOLS
-      })).text) as Json
+      const bad = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          messages: [{ role: "user", content: "malformed please" }],
+          tools: TOOLS
+        })).text
+      ) as Json
       assert.strictEqual(bad.choices[0].finish_reason, "stop")
       assert.include(bad.choices[0].message.content, "<tool_call>")
       assert.isUndefined(bad.choices[0].message.tool_calls)
 
-      const none = JSON.parse((yield* post(`${url}/v1/chat/completions`, {
-        messages: [{ role: "user", content: "Play." }],
-        tools: TOOLS,
-        tool_choice: "none"
-      })).text) as Json
+      const none = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          messages: [{ role: "user", content: "Play." }],
+          tools: TOOLS,
+          tool_choice: "none"
+        })).text
+      ) as Json
       assert.strictEqual(none.choices[0].message.content, call)
     }))
 
   it.scopedLive("chat: an assistant turn with OpenAI tool_calls (JSON-text arguments) and a tool result render", () =>
     Effect.gen(function*() {
       const { tokenizer, url } = yield* serve(() => "ok")
-      const r = JSON.parse((yield* post(`${url}/v1/chat/completions`, {
-        messages: [
-          { role: "system", content: "Be brief." },
-          { role: "user", content: [{ type: "text", text: "Play." }] },
-          {
-            role: "assistant",
-            content: null,
-            tool_calls: [{ id: "c1", type: "function", function: { name: "move", arguments: "{\"direction\": \"left\"}" } }]
-          },
-          { role: "tool", tool_call_id: "c1", content: "moved" }
-        ],
-        tools: TOOLS,
-        return_token_ids: true
-      })).text) as Json
+      const r = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          messages: [
+            { role: "system", content: "Be brief." },
+            { role: "user", content: [{ type: "text", text: "Play." }] },
+            {
+              role: "assistant",
+              content: null,
+              tool_calls: [{
+                id: "c1",
+                type: "function",
+                function: { name: "move", arguments: "{\"direction\": \"left\"}" }
+              }]
+            },
+            { role: "tool", tool_call_id: "c1", content: "moved" }
+          ],
+          tools: TOOLS,
+          return_token_ids: true
+        })).text
+      ) as Json
       const prompt = tokenizer.decode(r.prompt_token_ids)
       assert.include(prompt, "\"direction\": \"left\"")
       assert.include(prompt, "<tool_response>\nmoved\n</tool_response>")
@@ -198,7 +220,9 @@ describe("PolicyServer", () => {
   it.scopedLive("streaming: chunks reassemble to the non-streamed answer (content, tool calls, token ids, logprobs)", () =>
     Effect.gen(function*() {
       const { url } = yield* serve((text) =>
-        text.includes("tools") ? "Moving.\n<tool_call>\n{\"name\": \"move\", \"arguments\": {}}\n</tool_call>" : "Hello there, wörld!"
+        text.includes("tools")
+          ? "Moving.\n<tool_call>\n{\"name\": \"move\", \"arguments\": {}}\n</tool_call>"
+          : "Hello there, wörld!"
       )
       for (const tools of [false, true]) {
         const body = {
@@ -210,7 +234,11 @@ describe("PolicyServer", () => {
           return_tokens_as_token_ids: true
         }
         const plain = JSON.parse((yield* post(`${url}/v1/chat/completions`, body)).text) as Json
-        const streamed = yield* post(`${url}/v1/chat/completions`, { ...body, stream: true, stream_options: { include_usage: true } })
+        const streamed = yield* post(`${url}/v1/chat/completions`, {
+          ...body,
+          stream: true,
+          stream_options: { include_usage: true }
+        })
         assert.include(streamed.headers.get("content-type") ?? "", "text/event-stream")
         const list = events(streamed.text)
         assert.strictEqual(list[list.length - 1], "[DONE]")
@@ -237,7 +265,10 @@ describe("PolicyServer", () => {
         assert.deepStrictEqual(logprobs, plain.choices[0].logprobs.content)
         assert.deepStrictEqual(chunks[0].prompt_token_ids, plain.prompt_token_ids)
         assert.strictEqual(finish, plain.choices[0].finish_reason)
-        assert.deepStrictEqual(toolCalls.map(({ index: _, ...t }) => t.function), (message.tool_calls ?? []).map((t: Json) => t.function))
+        assert.deepStrictEqual(
+          toolCalls.map(({ index: _, ...t }) => t.function),
+          (message.tool_calls ?? []).map((t: Json) => t.function)
+        )
         assert.deepStrictEqual(chunks[chunks.length - 1].usage, plain.usage)
         // return_tokens_as_token_ids: every logprob token is "token_id:N" of the sampled id.
         plain.choices[0].logprobs.content.forEach((e: Json, i: number) => {
@@ -251,14 +282,16 @@ describe("PolicyServer", () => {
     Effect.gen(function*() {
       const { tokenizer, url } = yield* serve(() => "one two three four")
       const ids = tokenizer.encode("count:")
-      const r = JSON.parse((yield* post(`${url}/v1/completions`, {
-        model: "tiny",
-        prompt: [ids, "count:"],
-        n: 2,
-        max_tokens: 32,
-        logprobs: 1,
-        return_token_ids: true
-      })).text) as Json
+      const r = JSON.parse(
+        (yield* post(`${url}/v1/completions`, {
+          model: "tiny",
+          prompt: [ids, "count:"],
+          n: 2,
+          max_tokens: 32,
+          logprobs: 1,
+          return_token_ids: true
+        })).text
+      ) as Json
       assert.strictEqual(r.object, "text_completion")
       assert.strictEqual(r.choices.length, 4)
       for (const c of r.choices) {
@@ -277,30 +310,57 @@ describe("PolicyServer", () => {
         total_tokens: 2 * ids.length + r.choices.reduce((s: number, c: Json) => s + c.token_ids.length, 0)
       })
 
-      const stopped = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: "x", stop: [" three"], return_token_ids: true })).text) as Json
+      const stopped = JSON.parse(
+        (yield* post(`${url}/v1/completions`, { prompt: "x", stop: [" three"], return_token_ids: true })).text
+      ) as Json
       assert.strictEqual(stopped.choices[0].text, "one two")
       assert.strictEqual(stopped.choices[0].finish_reason, "stop")
       assert.strictEqual(stopped.choices[0].stop_reason, " three")
       assert.include(tokenizer.decode(stopped.choices[0].token_ids), " three")
-      const kept = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: "x", stop: " three", include_stop_str_in_output: true })).text) as Json
+      const kept = JSON.parse(
+        (yield* post(`${url}/v1/completions`, { prompt: "x", stop: " three", include_stop_str_in_output: true })).text
+      ) as Json
       assert.strictEqual(kept.choices[0].text, "one two three")
 
       const twoId = r.choices[0].token_ids[1]
-      const byId = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: "x", stop_token_ids: [twoId], return_token_ids: true })).text) as Json
+      const byId = JSON.parse(
+        (yield* post(`${url}/v1/completions`, { prompt: "x", stop_token_ids: [twoId], return_token_ids: true })).text
+      ) as Json
       assert.strictEqual(byId.choices[0].stop_reason, twoId)
       assert.strictEqual(byId.choices[0].token_ids.at(-1), twoId)
 
       const short = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: "x", max_tokens: 2 })).text) as Json
       assert.strictEqual(short.choices[0].finish_reason, "length")
 
-      const plain = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: ids, logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true })).text) as Json
-      assert.deepStrictEqual(plain.choices[0].logprobs.tokens, plain.choices[0].token_ids.map((id: number) => `token_id:${id}`))
-      const streamed = events((yield* post(`${url}/v1/completions`, { prompt: ids, logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true, stream: true })).text)
+      const plain = JSON.parse(
+        (yield* post(`${url}/v1/completions`, {
+          prompt: ids,
+          logprobs: 0,
+          return_token_ids: true,
+          return_tokens_as_token_ids: true
+        })).text
+      ) as Json
+      assert.deepStrictEqual(
+        plain.choices[0].logprobs.tokens,
+        plain.choices[0].token_ids.map((id: number) => `token_id:${id}`)
+      )
+      const streamed = events(
+        (yield* post(`${url}/v1/completions`, {
+          prompt: ids,
+          logprobs: 0,
+          return_token_ids: true,
+          return_tokens_as_token_ids: true,
+          stream: true
+        })).text
+      )
       const chunks = streamed.slice(0, -1) as Array<Json>
       assert.strictEqual(streamed.at(-1), "[DONE]")
       assert.strictEqual(chunks.map((c) => c.choices[0].text).join(""), plain.choices[0].text)
       assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].token_ids ?? []), plain.choices[0].token_ids)
-      assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []), plain.choices[0].logprobs.token_logprobs)
+      assert.deepStrictEqual(
+        chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []),
+        plain.choices[0].logprobs.token_logprobs
+      )
       assert.deepStrictEqual(chunks[0].choices[0].prompt_token_ids, ids)
       assert.strictEqual(chunks.at(-1)!.choices[0].finish_reason, "stop")
     }))
@@ -324,7 +384,12 @@ describe("PolicyServer", () => {
         ["/v1/completions", { prompt: "x".repeat(5000) }, 413, null],
         ["/v1/chat/completions", { messages: [] }, 400, "messages"],
         ["/v1/chat/completions", { messages: [{ role: "wizard", content: "x" }] }, 400, "messages[0].role"],
-        ["/v1/chat/completions", { messages: [{ role: "user", content: "x" }], tools: TOOLS, tool_choice: "required" }, 400, "tool_choice"],
+        [
+          "/v1/chat/completions",
+          { messages: [{ role: "user", content: "x" }], tools: TOOLS, tool_choice: "required" },
+          400,
+          "tool_choice"
+        ],
         ["/v1/chat/completions", { messages: [{ role: "user", content: "x" }], top_logprobs: 1 }, 400, "top_logprobs"],
         ["/v1/nothing", {}, 404, null],
         ["/update_weights_from_disk", {}, 400, "model_path"]
@@ -359,7 +424,10 @@ describe("PolicyServer", () => {
       const max = Number(/^envtrain:batch_size_max\{[^}]*\} (\d+)$/m.exec(metrics)?.[1])
       assert.isTrue(max > 1, metrics)
       assert.match(metrics, /^envtrain:batch_size_sum\{[^}]*\} 6$/m)
-      assert.match(metrics, /^envtrain:requests_total\{model_name="tiny",endpoint="\/v1\/completions",status="200"\} 6$/m)
+      assert.match(
+        metrics,
+        /^envtrain:requests_total\{model_name="tiny",endpoint="\/v1\/completions",status="200"\} 6$/m
+      )
       assert.match(metrics, /^envtrain:num_requests_waiting\{[^}]*\} 0$/m)
       assert.match(metrics, /^envtrain:generation_tokens_total\{[^}]*\} \d+$/m)
     }))
@@ -373,7 +441,9 @@ describe("PolicyServer", () => {
       assert.strictEqual(byPath.status, 200, byPath.text)
       assert.deepInclude(JSON.parse(byPath.text) as Json, { success: true, policy_version: 1 })
       const bytes = new Uint8Array([1, 2, 3])
-      const pushed = yield* post(`${url}/update_weights`, bytes, { headers: { "content-type": "application/octet-stream" } })
+      const pushed = yield* post(`${url}/update_weights`, bytes, {
+        headers: { "content-type": "application/octet-stream" }
+      })
       assert.strictEqual(pushed.status, 200, pushed.text)
       assert.strictEqual(pushed.headers.get("x-policy-version"), "2")
       assert.deepStrictEqual(loads, [{ _tag: "Directory", path: "/some/checkpoint" }, { _tag: "Safetensors", bytes }])

@@ -119,7 +119,9 @@ const unsupported = (body: Body) => {
   const bestOf = r.int("best_of", (x) => x >= 1, ">= 1")
   if (bestOf !== undefined && bestOf !== n) throw bad("best_of", "best_of other than n is not supported by envtrain.")
   for (const key of ["presence_penalty", "frequency_penalty"]) {
-    if (r.number(key, () => true, "") ?? 0) throw bad(key, `${key} is not supported by envtrain (use repetition_penalty).`)
+    if (r.number(key, () => true, "") ?? 0) {
+      throw bad(key, `${key} is not supported by envtrain (use repetition_penalty).`)
+    }
   }
   if (isObject(body.logit_bias) && Object.keys(body.logit_bias).length > 0) {
     throw bad("logit_bias", "logit_bias is not supported by envtrain.")
@@ -235,7 +237,10 @@ const messageOf = (m: unknown, i: number): ChatMessage => {
     toolCalls = m.tool_calls.map((c, j) => {
       const f = isObject(c) ? c.function : undefined
       if (!isObject(f) || typeof f.name !== "string") {
-        throw bad(`${at}.tool_calls`, `${at}.tool_calls[${j}] must be {"type": "function", "function": {name, arguments}}.`)
+        throw bad(
+          `${at}.tool_calls`,
+          `${at}.tool_calls[${j}] must be {"type": "function", "function": {name, arguments}}.`
+        )
       }
       const args = f.arguments
       // OpenAI sends arguments as JSON text; the template wants the object (it renders it with tojson).
@@ -274,7 +279,10 @@ export const chatRequest = (body: unknown, maxTopLogprobs: number): ChatRequest 
   const messages = body.messages.map(messageOf)
   const tools = body.tools ?? []
   if (!Array.isArray(tools) || !tools.every((t) => isObject(t) && t.type === "function" && isObject(t.function))) {
-    throw bad("tools", "tools must be a list of {\"type\": \"function\", \"function\": {name, description, parameters}}.")
+    throw bad(
+      "tools",
+      "tools must be a list of {\"type\": \"function\", \"function\": {name, description, parameters}}."
+    )
   }
   const choice = body.tool_choice ?? "auto"
   if (choice === "required" || isObject(choice)) {
@@ -301,7 +309,8 @@ export const completionRequest = (body: unknown, maxTopLogprobs: number): Comple
   if (!isObject(body)) throw apiError(400, "The request body must be a JSON object.")
   const model = modelOf(body)
   const p = body.prompt
-  const isIds = (v: unknown): v is Array<number> => Array.isArray(v) && v.length > 0 && v.every((x) => isInt(x) && x >= 0)
+  const isIds = (v: unknown): v is Array<number> =>
+    Array.isArray(v) && v.length > 0 && v.every((x) => isInt(x) && x >= 0)
   let prompts: Array<string | Array<number>>
   if (typeof p === "string") prompts = [p]
   else if (isIds(p)) prompts = [p]

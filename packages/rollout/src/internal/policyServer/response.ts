@@ -156,7 +156,9 @@ export const chatMessage = (choice: Choice, parseTools: boolean, thinking: boole
   if (parsed.calls.length === 0) {
     return { message: { role: "assistant" as const, content: choice.text }, toolCalls: false }
   }
-  const leftovers = parsed.failures.map((f) => f.reason === "unterminated" ? `<tool_call>${f.raw}` : `<tool_call>${f.raw}</tool_call>`)
+  const leftovers = parsed.failures.map((f) =>
+    f.reason === "unterminated" ? `<tool_call>${f.raw}` : `<tool_call>${f.raw}</tool_call>`
+  )
   const content = [parsed.content, ...leftovers].filter((s) => s.length > 0).join("\n")
   const toolCalls = parsed.calls.map((c) => ({
     id: idOf(),

@@ -82,7 +82,10 @@ export const make = (
           version += 1
           metrics.version(version)
         }
-        yield* Deferred.complete(item.done, exit._tag === "Success" ? Effect.succeed(version) : Effect.failCause(exit.cause))
+        yield* Deferred.complete(
+          item.done,
+          exit._tag === "Success" ? Effect.succeed(version) : Effect.failCause(exit.cause)
+        )
       })
 
     const next = Effect.suspend(() => {
@@ -127,7 +130,9 @@ export const make = (
         metrics.waiting(waiting)
         yield* Queue.offerAll(queue, items)
         return yield* Effect.forEach(items, (item) => Deferred.await(item.done)).pipe(
-          Effect.onInterrupt(() => Effect.sync(() => items.forEach((item) => item.cancelled = true)))
+          Effect.onInterrupt(() =>
+            Effect.sync(() => items.forEach((item) => item.cancelled = true))
+          )
         )
       })
 

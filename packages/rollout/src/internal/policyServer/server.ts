@@ -17,7 +17,14 @@ import type {
   WeightSource
 } from "../../PolicyServer.js"
 import * as Metrics from "./metrics.js"
-import { ApiError, apiError, chatRequest, type ChatRequest, completionRequest, type CompletionRequest } from "./request.js"
+import {
+  ApiError,
+  apiError,
+  type ChatRequest,
+  chatRequest,
+  type CompletionRequest,
+  completionRequest
+} from "./request.js"
 import * as Response from "./response.js"
 import * as Scheduler from "./scheduler.js"
 
@@ -38,7 +45,9 @@ const resolve = (backend: Backend, options: PolicyServerOptions): Resolved | str
   const port = options.port ?? 8000
   if (!Number.isInteger(port) || port < 0 || port > 65535) return `port must be 0..65535, got ${port}`
   const maxBatchSize = options.maxBatchSize ?? backend.maxBatchSize
-  if (!Number.isInteger(maxBatchSize) || maxBatchSize < 1) return `maxBatchSize must be an integer >= 1, got ${maxBatchSize}`
+  if (!Number.isInteger(maxBatchSize) || maxBatchSize < 1) {
+    return `maxBatchSize must be an integer >= 1, got ${maxBatchSize}`
+  }
   if (maxBatchSize > backend.maxBatchSize) {
     return `maxBatchSize ${maxBatchSize} is more than the ${backend.name} backend takes at once (${backend.maxBatchSize})`
   }
@@ -187,7 +196,9 @@ export const make = (
         yield* checkModel(spec.model)
         const renderer = rendererFor(spec.chatTemplateKwargs)
         const promptIds = yield* renderer.promptIds(spec.messages, spec.tools).pipe(
-          Effect.mapError((e) => apiError(400, `The chat template could not render the messages: ${e.message}`, "messages"))
+          Effect.mapError((e) =>
+            apiError(400, `The chat template could not render the messages: ${e.message}`, "messages")
+          )
         )
         const requests = yield* backendRequests([promptIds], spec)
         const generated = yield* run(requests)
@@ -198,7 +209,9 @@ export const make = (
         const thinking = typeof spec.chatTemplateKwargs.enable_thinking === "boolean"
           ? spec.chatTemplateKwargs.enable_thinking
           : true
-        const messages = choices.map((c) => Response.chatMessage(c, spec.parseTools, thinking, () => `chatcmpl-tool-${hex()}`))
+        const messages = choices.map((c) =>
+          Response.chatMessage(c, spec.parseTools, thinking, () => `chatcmpl-tool-${hex()}`)
+        )
         const finishOf = (i: number) => messages[i].toolCalls ? "tool_calls" : choices[i].finishReason
         const head = { id, created: Math.floor(Date.now() / 1000), model: servedModelName }
         if (!spec.stream) {
@@ -242,9 +255,20 @@ export const make = (
             }))
           })
           if (m.toolCalls) {
-            const message = m.message as { content: string | null; reasoning_content?: string; tool_calls?: ReadonlyArray<unknown> }
+            const message = m.message as {
+              content: string | null
+              reasoning_content?: string
+              tool_calls?: ReadonlyArray<unknown>
+            }
             if (message.reasoning_content !== undefined) {
-              events.push(chunk({ index: i, delta: { reasoning_content: message.reasoning_content }, logprobs: null, finish_reason: null }))
+              events.push(
+                chunk({
+                  index: i,
+                  delta: { reasoning_content: message.reasoning_content },
+                  logprobs: null,
+                  finish_reason: null
+                })
+              )
             }
             if (message.content !== null) {
               events.push(chunk({ index: i, delta: { content: message.content }, logprobs: null, finish_reason: null }))
@@ -256,9 +280,13 @@ export const make = (
               finish_reason: null
             }))
           }
-          events.push(chunk({ index: i, delta: {}, logprobs: null, finish_reason: finishOf(i), stop_reason: c.stopReason }))
+          events.push(
+            chunk({ index: i, delta: {}, logprobs: null, finish_reason: finishOf(i), stop_reason: c.stopReason })
+          )
         })
-        if (spec.includeUsage) events.push({ ...head, object: "chat.completion.chunk", choices: [], usage, policy_version: version })
+        if (spec.includeUsage) {
+          events.push({ ...head, object: "chat.completion.chunk", choices: [], usage, policy_version: version })
+        }
         return { _tag: "Sse", events } satisfies Answer
       })
 
@@ -273,7 +301,12 @@ export const make = (
         const choices = generated.map((g) => Response.finish(tokenizer, g.completion, spec))
         const usage = usageOf(prompts, choices)
         const promptOf = (i: number) => prompts[Math.floor(i / spec.n)]
-        const head = { id: `cmpl-${hex()}`, object: "text_completion", created: Math.floor(Date.now() / 1000), model: servedModelName }
+        const head = {
+          id: `cmpl-${hex()}`,
+          object: "text_completion",
+          created: Math.floor(Date.now() / 1000),
+          model: servedModelName
+        }
         if (!spec.stream) {
           return json({
             ...head,
@@ -299,7 +332,9 @@ export const make = (
               text: c.pieces[k],
               logprobs: spec.logprobs ? Response.completionLogprobs(tokenizer, spec, c, k, k + 1, offset) : null,
               finish_reason: null,
-              ...(spec.returnTokenIds ? { token_ids: [tokenId], ...(k === 0 ? { prompt_token_ids: promptOf(i) } : {}) } : {})
+              ...(spec.returnTokenIds
+                ? { token_ids: [tokenId], ...(k === 0 ? { prompt_token_ids: promptOf(i) } : {}) }
+                : {})
             }))
             offset += c.pieces[k].length
           })
@@ -385,7 +420,12 @@ export const make = (
           return expect("GET", () => Effect.succeed({ _tag: "Text", status: 200, body: "", contentType: "text/plain" }))
         case "/metrics":
           return expect("GET", () =>
-            Effect.succeed({ _tag: "Text", status: 200, body: metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8" }))
+            Effect.succeed({
+              _tag: "Text",
+              status: 200,
+              body: metrics.render(),
+              contentType: "text/plain; version=0.0.4; charset=utf-8"
+            }))
         case "/v1/models":
           return expect("GET", () => Effect.succeed(models()))
         case "/v1/chat/completions":
@@ -411,7 +451,10 @@ export const make = (
               if (bytes.length === 0) {
                 return yield* apiError(400, "Send the weights as the body: the bytes of one safetensors file.")
               }
-              return yield* update({ _tag: "Safetensors", bytes: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length) })
+              return yield* update({
+                _tag: "Safetensors",
+                bytes: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length)
+              })
             }))
         default:
           return Effect.fail(apiError(404, `Not Found: ${method} ${path}`))
@@ -423,7 +466,11 @@ export const make = (
       const endpoint = new URL(req.url ?? "/", "http://localhost").pathname
       if (answer._tag === "Sse") {
         metrics.request(endpoint, 200)
-        res.writeHead(200, { ...headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" })
+        res.writeHead(200, {
+          ...headers,
+          "content-type": "text/event-stream; charset=utf-8",
+          "cache-control": "no-cache"
+        })
         for (const e of answer.events) res.write(`data: ${JSON.stringify(e)}\n\n`)
         res.end("data: [DONE]\n\n")
         return
@@ -442,7 +489,12 @@ export const make = (
       route(req).pipe(
         Effect.catchAll((e) => Effect.succeed(json(e.body, e.status))),
         Effect.catchAllDefect((defect) =>
-          Effect.succeed(json(apiError(500, `Internal error: ${defect instanceof Error ? defect.message : String(defect)}`).body, 500))
+          Effect.succeed(
+            json(
+              apiError(500, `Internal error: ${defect instanceof Error ? defect.message : String(defect)}`).body,
+              500
+            )
+          )
         ),
         Effect.flatMap((answer) => Effect.sync(() => send(req, res, answer))),
         Effect.onExit((exit) =>
@@ -474,7 +526,8 @@ export const make = (
 
     const address = yield* Effect.acquireRelease(
       Effect.async<AddressInfo, string>((resume) => {
-        const onError = (e: Error) => resume(Effect.fail(`Cannot listen on ${resolved.host}:${resolved.port}: ${e.message}`))
+        const onError = (e: Error) =>
+          resume(Effect.fail(`Cannot listen on ${resolved.host}:${resolved.port}: ${e.message}`))
         server.once("error", onError)
         server.listen(resolved.port, resolved.host, () => {
           server.off("error", onError)
