@@ -15,7 +15,7 @@ export interface Choice {
   readonly finishReason: "stop" | "length"
   /** vLLM's `stop_reason`: the stop string or stop token id that ended it; null for EOS or length. */
   readonly stopReason: string | number | null
-  /** Text of each token (decoded alone); what the per-token stream chunks and logprob entries carry. */
+  /** The text each token adds; what the stream chunks carry. Empty unless streaming or asking for logprobs. */
   readonly pieces: ReadonlyArray<string>
 }
 
@@ -24,8 +24,7 @@ const decodeText = (tokenizer: Tokenizer, ids: ReadonlyArray<number>, skip: bool
 
 /**
  * Applies `stop` strings (the completion ends with the token that completes one; the text ends before it unless
- * include_stop_str_in_output) and decodes. The per-token pieces are incremental decodes, so they concatenate to the
- * text (before any stop-string cut).
+ * include_stop_str_in_output) and decodes.
  */
 export const finish = (tokenizer: Tokenizer, completion: BackendCompletion, spec: SamplingSpec): Choice => {
   let ids = completion.tokenIds
@@ -56,10 +55,24 @@ export const finish = (tokenizer: Tokenizer, completion: BackendCompletion, spec
       }
     }
   }
+  return {
+    tokenIds: ids,
+    logprobs: completion.logprobs.slice(0, ids.length),
+    topLogprobs: completion.topLogprobs?.slice(0, ids.length),
+    text,
+    finishReason,
+    stopReason,
+    // Only streams and completion logprobs (text offsets) read them: one decode per token.
+    pieces: spec.stream || spec.logprobs ? piecesOf(tokenizer, ids, text, spec.skipSpecialTokens) : []
+  }
+}
+
+// The text each token adds (incremental decodes), trimmed to `text` after a stop-string cut.
+const piecesOf = (tokenizer: Tokenizer, ids: ReadonlyArray<number>, text: string, skip: boolean) => {
   const pieces: Array<string> = []
   let previous = ""
   for (let k = 1; k <= ids.length; k++) {
-    const prefix = decodeText(tokenizer, ids.slice(0, k), spec.skipSpecialTokens)
+    const prefix = decodeText(tokenizer, ids.slice(0, k), skip)
     // A token that ends inside a UTF-8 sequence shows U+FFFD until the sequence completes: hold its text back.
     if (prefix.endsWith("\uFFFD") && k < ids.length) {
       pieces.push("")
@@ -68,7 +81,6 @@ export const finish = (tokenizer: Tokenizer, completion: BackendCompletion, spec
     pieces.push(prefix.slice(previous.length))
     previous = prefix
   }
-  // After a stop-string cut the text is shorter than the decoded tokens: trim the pieces to it.
   let used = 0
   for (let i = 0; i < pieces.length; i++) {
     const room = Math.max(0, text.length - used)
@@ -76,15 +88,7 @@ export const finish = (tokenizer: Tokenizer, completion: BackendCompletion, spec
     used += pieces[i].length
   }
   if (used < text.length && pieces.length > 0) pieces[pieces.length - 1] += text.slice(used)
-  return {
-    tokenIds: ids,
-    logprobs: completion.logprobs.slice(0, ids.length),
-    topLogprobs: completion.topLogprobs?.slice(0, ids.length),
-    text,
-    finishReason,
-    stopReason,
-    pieces
-  }
+  return pieces
 }
 
 const tokenLabel = (tokenizer: Tokenizer, id: number, asIds: boolean) =>
