@@ -258,7 +258,9 @@ describe("serve-policy, GPU backend", () => {
     () =>
       Effect.gen(function*() {
         const [a, b] = yield* models
-        const backend = yield* PolicyBackend.gpu(a, { maxBatchSize: 4, contextLength: 64 })
+        // The device in the test's scope, so it outlives the server that uses it.
+        const device = yield* Layer.build(Layer.merge(Gpu.layer(), NodeContext.layer))
+        const backend = yield* PolicyBackend.gpu(a, { maxBatchSize: 4, contextLength: 64 }).pipe(Effect.provide(device))
         const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
         const ids = a.tokenizer.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
         const ask = post(`${server.url}/v1/completions`, {
@@ -282,7 +284,7 @@ describe("serve-policy, GPU backend", () => {
         const after = (yield* ask).json
         assert.strictEqual(after.policy_version, 1)
         assert.deepStrictEqual(after.choices[0].token_ids, greedy(b, ids, 8).tokens)
-      }).pipe(Effect.provide(Layer.merge(Gpu.layer(), NodeContext.layer))),
+      }),
     300_000
   )
 })
