@@ -169,6 +169,9 @@ export const cpu = (
     } satisfies Backend
   })
 
+// The GPU generator's stop-token slots per request.
+const GPU_STOP_TOKENS = 8
+
 /**
  * The GPU model (`LocalPolicy` over Qwen3 + `Generation`) as a backend; the device buffers and the generation loop
  * live in the Scope.
@@ -199,6 +202,7 @@ export const gpu = (
       contextLength,
       maxBatchSize,
       maxTopLogprobs: 0,
+      maxStopTokenIds: GPU_STOP_TOKENS,
       generate: (requests) =>
         Effect.forEach(requests, (r) => local.policy.generate(r), { concurrency: "unbounded" }).pipe(
           Effect.mapError((e) => new BackendError({ status: 500, message: e.message }))

@@ -277,6 +277,13 @@ describe("serve-policy, GPU backend", () => {
         const noTop = yield* post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 2, logprobs: 2 })
         assert.strictEqual(noTop.status, 400)
         assert.include(noTop.json.error.message, "does not report top logprobs")
+        const manyStops = yield* post(`${server.url}/v1/completions`, {
+          prompt: ids,
+          max_tokens: 2,
+          stop_token_ids: [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        })
+        assert.strictEqual(manyStops.status, 400)
+        assert.strictEqual(manyStops.json.error.param, "stop_token_ids")
         const pushed = yield* post(`${server.url}/update_weights`, Safetensors.encode(b.tensors), {
           headers: { "content-type": "application/octet-stream" }
         })

@@ -84,6 +84,8 @@ export interface Backend {
   readonly maxBatchSize: number
   /** Largest `topLogprobs` the backend can report (0: none). */
   readonly maxTopLogprobs: number
+  /** Most stop token ids per request (end-of-turn ids included); unset: no limit. */
+  readonly maxStopTokenIds?: number
   /** One completion per request, in order; the requests decode together. */
   readonly generate: (
     requests: ReadonlyArray<BackendRequest>

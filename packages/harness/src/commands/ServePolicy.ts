@@ -32,7 +32,7 @@ const options = {
   ),
   servedModelName: Options.text("served-model-name").pipe(
     Options.optional,
-    Options.withDescription("the model name clients send (default: the directory's name)")
+    Options.withDescription("the model name clients send (default: --model as given, as vLLM does)")
   ),
   maxModelLen: Options.integer("max-model-len").pipe(
     Options.optional,
@@ -56,10 +56,8 @@ export const command = Command.make("serve-policy", options, (a) =>
       ? yield* PolicyBackend.cpu(model, backendOptions)
       // The device lives as long as the server: built in the command's scope, not the backend constructor's.
       : yield* PolicyBackend.gpu(model, backendOptions).pipe(Effect.provide(yield* Layer.build(Gpu.layer())))
-    const servedModelName = Option.getOrElse(
-      a.servedModelName,
-      () => a.model.replace(/\/+$/, "").split("/").pop() || "envtrain"
-    )
+    // vLLM's default: the --model argument as given.
+    const servedModelName = Option.getOrElse(a.servedModelName, () => a.model)
     const server = yield* PolicyServer.serve(backend, {
       host: a.host,
       port: a.port,

@@ -135,6 +135,14 @@ export const make = (
     const backendRequests = (prompts: ReadonlyArray<ReadonlyArray<number>>, spec: ChatRequest | CompletionRequest) =>
       Effect.gen(function*() {
         const stopIds = [...new Set([...(spec.ignoreEos ? [] : tokenizer.eosTokenIds), ...spec.stopTokenIds])]
+        if (backend.maxStopTokenIds !== undefined && stopIds.length > backend.maxStopTokenIds) {
+          return yield* apiError(
+            400,
+            `The ${backend.name} backend stops on at most ${backend.maxStopTokenIds} token ids (the end-of-turn ids ` +
+              `${tokenizer.eosTokenIds.join(", ")} included), got ${stopIds.length}.`,
+            "stop_token_ids"
+          )
+        }
         const out: Array<BackendRequest> = []
         for (const promptIds of prompts) {
           const maxTokens = spec.maxTokens ?? backend.contextLength - promptIds.length
