@@ -52,6 +52,23 @@ export interface BackendOptions {
   readonly contextLength?: number
 }
 
+// The sampling defaults of generation_config.json, as vLLM's `--generation-config auto` reads them.
+const samplingDefaultsOf = (model: Checkpoint.Model): NonNullable<Backend["samplingDefaults"]> => {
+  const g = model.generationConfig
+  const num = (key: string) => typeof g[key] === "number" ? g[key] : undefined
+  const pick = (key: string, name: string) => {
+    const v = num(key)
+    return v === undefined ? {} : { [name]: v }
+  }
+  return {
+    ...pick("temperature", "temperature"),
+    ...pick("top_p", "topP"),
+    ...pick("top_k", "topK"),
+    ...pick("min_p", "minP"),
+    ...pick("repetition_penalty", "repetitionPenalty")
+  }
+}
+
 const contextOf = (model: Checkpoint.Model, options: BackendOptions) =>
   Math.min(options.contextLength ?? 4096, model.config.max_position_embeddings, 4096)
 
@@ -150,6 +167,7 @@ export const cpu = (
       contextLength: contextOf(model, options),
       maxBatchSize,
       maxTopLogprobs: 20,
+      samplingDefaults: samplingDefaultsOf(model),
       generate: (requests) =>
         Effect.gen(function*() {
           const completions = yield* trainable.generate(requests)
@@ -202,6 +220,7 @@ export const gpu = (
       contextLength,
       maxBatchSize,
       maxTopLogprobs: 0,
+      samplingDefaults: samplingDefaultsOf(model),
       maxStopTokenIds: GPU_STOP_TOKENS,
       generate: (requests) =>
         Effect.forEach(requests, (r) => local.policy.generate(r), { concurrency: "unbounded" }).pipe(

@@ -181,6 +181,16 @@ describe("serve-policy, CPU backend", () => {
       })
     }))
 
+  it.scopedLive("a request without sampling settings takes the model's generation_config, as vLLM does", () =>
+    Effect.gen(function*() {
+      const [a] = yield* models
+      const server = yield* serveCpu({ ...a, generationConfig: { ...a.generationConfig, temperature: 0 } })
+      const ids = a.tokenizer.encode("Hello")
+      const r =
+        (yield* post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 6, return_token_ids: true })).json
+      assert.deepStrictEqual(r.choices[0].token_ids, greedy(a, ids, 6).tokens)
+    }))
+
   it.scopedLive("weight updates: a checkpoint directory and pushed safetensors bytes change the output and the version", () =>
     Effect.gen(function*() {
       const [a, b] = yield* models

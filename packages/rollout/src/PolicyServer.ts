@@ -35,7 +35,7 @@ import type { Tokenizer } from "@envtrain/gpu/Tokenizer"
 import type { Duration, Scope } from "effect"
 import { Context, Data, Effect, Layer } from "effect"
 import * as internal from "./internal/policyServer/server.js"
-import type { Completion, GenerateRequest } from "./Policy.js"
+import type { Completion, GenerateRequest, SamplingParams } from "./Policy.js"
 
 /** One request to the backend: the policy request, plus how many top alternatives to report per token. */
 export interface BackendRequest extends GenerateRequest {
@@ -86,6 +86,11 @@ export interface Backend {
   readonly maxTopLogprobs: number
   /** Most stop token ids per request (end-of-turn ids included); unset: no limit. */
   readonly maxStopTokenIds?: number
+  /**
+   * Sampling settings of requests that leave them out (vLLM reads them from the model's generation_config.json);
+   * unset fields: temperature 1 and no filters.
+   */
+  readonly samplingDefaults?: Omit<SamplingParams, "maxTokens" | "stopTokenIds" | "seed">
   /** One completion per request, in order; the requests decode together. */
   readonly generate: (
     requests: ReadonlyArray<BackendRequest>

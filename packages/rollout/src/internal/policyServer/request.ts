@@ -38,7 +38,8 @@ export interface SamplingSpec {
   readonly n: number
   /** Undefined: fill the context. */
   readonly maxTokens: number | undefined
-  readonly temperature: number
+  /** Undefined (here and below): the backend's default (the model's generation_config), as vLLM does. */
+  readonly temperature: number | undefined
   readonly topP: number | undefined
   readonly topK: number | undefined
   readonly minP: number | undefined
@@ -148,7 +149,7 @@ const samplingOf = (body: Body, chat: boolean, maxTopLogprobs: number): Sampling
   const maxTokens = chat
     ? r.int("max_completion_tokens", (x) => x >= 1, ">= 1") ?? r.int("max_tokens", (x) => x >= 1, ">= 1")
     : r.int("max_tokens", (x) => x >= 1, ">= 1") ?? (r.present("max_tokens") ? undefined : 16)
-  const temperature = r.number("temperature", (x) => x >= 0, ">= 0") ?? 1
+  const temperature = r.number("temperature", (x) => x >= 0, ">= 0")
   const topP = r.number("top_p", (x) => x > 0 && x <= 1, "in (0, 1]")
   const topK = r.int("top_k", (x) => x === -1 || x >= 0, "-1 (off), 0 (off) or >= 1")
   const minP = r.number("min_p", (x) => x >= 0 && x <= 1, "in [0, 1]")
@@ -187,7 +188,8 @@ const samplingOf = (body: Body, chat: boolean, maxTopLogprobs: number): Sampling
     maxTokens,
     temperature,
     topP,
-    topK: topK === undefined || topK <= 0 ? undefined : topK,
+    // -1 and 0 switch top-k off, whatever the default.
+    topK: topK === undefined ? undefined : topK <= 0 ? 0 : topK,
     minP,
     repetitionPenalty,
     seed,

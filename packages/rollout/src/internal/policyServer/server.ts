@@ -121,6 +121,9 @@ export const make = (
         ? Effect.void
         : Effect.fail(apiError(404, `The model \`${model}\` does not exist.`, "model"))
 
+    const defaults = backend.samplingDefaults ?? {}
+    const optional = <K extends string>(key: K, value: number | undefined) =>
+      (value === undefined ? {} : { [key]: value }) as { [P in K]?: number }
     const vocab = tokenizer.vocabSize
     const promptIdsOf = (prompt: string | ReadonlyArray<number>, i: number) => {
       if (typeof prompt === "string") return tokenizer.encode(prompt)
@@ -164,11 +167,11 @@ export const make = (
               topLogprobs: spec.topLogprobs,
               sampling: {
                 maxTokens,
-                temperature: spec.temperature,
-                ...(spec.topP === undefined ? {} : { topP: spec.topP }),
-                ...(spec.topK === undefined ? {} : { topK: spec.topK }),
-                ...(spec.minP === undefined ? {} : { minP: spec.minP }),
-                ...(spec.repetitionPenalty === undefined ? {} : { repetitionPenalty: spec.repetitionPenalty }),
+                temperature: spec.temperature ?? defaults.temperature ?? 1,
+                ...optional("topP", spec.topP ?? defaults.topP),
+                ...optional("topK", spec.topK ?? defaults.topK),
+                ...optional("minP", spec.minP ?? defaults.minP),
+                ...optional("repetitionPenalty", spec.repetitionPenalty ?? defaults.repetitionPenalty),
                 stopTokenIds: stopIds,
                 seed
               }
