@@ -42,22 +42,19 @@ const greedy = (model: Checkpoint.Model, prompt: ReadonlyArray<number>, maxNewTo
     stopTokens: model.tokenizer.eosTokenIds.slice(0, 8)
   })
 
-// Two models of one tokenizer. A fresh tiny model's greedy choice is the same token at every step ("."), whatever
-// the seed; B's embedding row of that token is zeroed so that its greedy output differs from A's.
+// Two models of one tokenizer. A fresh tiny model's logits are nearly flat (its greedy choice is the same token at
+// every step), so the weights (norms aside) are scaled up: greedy outputs then vary from step to step and between A
+// and B, which makes "equal to the reference" mean something.
+const sharpened = (model: Checkpoint.Model): Checkpoint.Model => ({
+  ...model,
+  tensors: new Map(
+    [...model.tensors].map((
+      [name, t]
+    ) => [name, name.endsWith("norm.weight") ? t : { ...t, data: t.data.map((x) => x * 30) }])
+  )
+})
 const models = Effect.all([Checkpoint.makeModel("tiny", 3), Checkpoint.makeModel("tiny", 4)]).pipe(
-  Effect.map(([a, b]): [Checkpoint.Model, Checkpoint.Model] => {
-    const dot = a.tokenizer.encode(".")[0]
-    const h = b.config.hidden_size
-    return [a, {
-      ...b,
-      tensors: new Map([...b.tensors].map(([name, t]) => {
-        if (!name.includes("embed_tokens")) return [name, t]
-        const data = Float32Array.from(t.data)
-        data.fill(0, dot * h, (dot + 1) * h)
-        return [name, { ...t, data }]
-      }))
-    }]
-  }),
+  Effect.map(([a, b]): [Checkpoint.Model, Checkpoint.Model] => [sharpened(a), sharpened(b)]),
   Effect.orDie
 )
 
@@ -146,6 +143,31 @@ describe("serve-policy, CPU backend", () => {
         completion_tokens: want.tokens.length,
         total_tokens: ids.length + want.tokens.length
       })
+    }))
+
+  it.scopedLive("a streamed chat answer reassembles to the non-streamed one (content, token ids, logprobs)", () =>
+    Effect.gen(function*() {
+      const [a] = yield* models
+      const server = yield* serveCpu(a)
+      const body = {
+        messages: [{ role: "user", content: "Catch the ball." }],
+        max_tokens: 12,
+        temperature: 0.7,
+        seed: 5,
+        logprobs: true,
+        return_token_ids: true
+      }
+      const plain = (yield* post(`${server.url}/v1/chat/completions`, body)).json
+      const streamed = (yield* post(`${server.url}/v1/chat/completions`, { ...body, stream: true })).text
+      const chunks = streamed.split("\n\n").filter((x) => x.length > 0).map((x) => x.slice("data: ".length))
+      assert.strictEqual(chunks.pop(), "[DONE]")
+      const parsed = chunks.map((c) => JSON.parse(c) as Json)
+      const choices = parsed.flatMap((c) => c.choices as Array<Json>)
+      assert.strictEqual(choices.map((c) => c.delta.content ?? "").join(""), plain.choices[0].message.content)
+      assert.deepStrictEqual(choices.flatMap((c) => c.token_ids ?? []), plain.choices[0].token_ids)
+      assert.deepStrictEqual(choices.flatMap((c) => c.logprobs?.content ?? []), plain.choices[0].logprobs.content)
+      assert.deepStrictEqual(parsed[0].prompt_token_ids, plain.prompt_token_ids)
+      assert.strictEqual(choices.at(-1)!.finish_reason, plain.choices[0].finish_reason)
     }))
 
   it.scopedLive("seeded sampling is reproducible, n choices differ in their streams, logprobs are processed", () =>
