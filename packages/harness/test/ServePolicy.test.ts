@@ -28,7 +28,9 @@ const post = (url: string, body: unknown, init: RequestInit = {}) =>
       ...init
     })
     const text = await res.text()
-    return { status: res.status, headers: res.headers, text, json: JSON.parse(text) as Json }
+    // SSE bodies are not JSON; their `json` is empty.
+    const json = (res.headers.get("content-type") ?? "").includes("json") ? JSON.parse(text) as Json : {}
+    return { status: res.status, headers: res.headers, text, json }
   })
 
 const weightsOf = (model: Checkpoint.Model): Qwen3Reference.Weights =>
