@@ -6,6 +6,7 @@
 import { Command, Options } from "@effect/cli"
 import * as Model from "./commands/Model.js"
 import * as Serve from "./commands/Serve.js"
+import * as ServePolicy from "./commands/ServePolicy.js"
 import * as Train from "./commands/Train.js"
 import * as Doctor from "./Doctor.js"
 
@@ -25,7 +26,7 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor, Serve.command, ...Model.commands, ...Train.commands])
+  Command.withSubcommands([doctor, Serve.command, ServePolicy.command, ...Model.commands, ...Train.commands])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */

@@ -6,3 +6,4 @@
 export * as Cli from "./Cli.js"
 export * as Doctor from "./Doctor.js"
 export * as Main from "./Main.js"
+export * as PolicyBackend from "./PolicyBackend.js"

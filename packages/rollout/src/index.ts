@@ -10,6 +10,7 @@
 export * as ChatRenderer from "./ChatRenderer.js"
 export * as Episode from "./Episode.js"
 export * as Policy from "./Policy.js"
+export * as PolicyServer from "./PolicyServer.js"
 export * as Recording from "./Recording.js"
 export * as RemoteSession from "./RemoteSession.js"
 export * as Rollout from "./Rollout.js"

@@ -1,0 +1,163 @@
+/**
+ * Policy server benchmark: completion tokens/s of `envtrain serve-policy --backend cpu` (its own process, as
+ * deployed; queried over loopback with fetch) at several numbers of concurrent requests, against the same CPU model
+ * generating the same batch in process (`Trainer.referenceModel`). Every request samples `--tokens` tokens
+ * (`ignore_eos`, temperature 1, its own seed), so both sides do the same work.
+ *
+ *   npx tsx bench/rollout/policy-server.ts                                   # tiny preset, 1,8,32 requests
+ *   npx tsx bench/rollout/policy-server.ts --preset=small --concurrency=1,8 --tokens=16
+ *
+ * Results: bench/results/<out>.{json,md} (default out: policy-server-<preset>).
+ */
+import { NodeContext } from "@effect/platform-node"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import type { PresetName } from "@envtrain/gpu/model/Preset"
+import * as Trainer from "@envtrain/grpo/Trainer"
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const flag = (name: string): string | undefined => {
+  const hit = process.argv.find((a) => a.startsWith(`--${name}=`))
+  return hit === undefined ? undefined : hit.slice(hit.indexOf("=") + 1)
+}
+const PRESET = (flag("preset") ?? "tiny") as PresetName
+const CONCURRENCY = (flag("concurrency") ?? "1,8,32").split(",").map(Number)
+const TOKENS = Number(flag("tokens") ?? 32)
+const ROUNDS = Number(flag("rounds") ?? 3)
+const OUT = flag("out") ?? `policy-server-${PRESET}`
+const root = Path.resolve(import.meta.dirname, "../..")
+
+const median = (xs: ReadonlyArray<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+
+const program = Effect.gen(function*() {
+  const model = yield* Checkpoint.makeModel(PRESET, 1)
+  const dir = mkdtempSync(Path.join(Os.tmpdir(), "policy-bench-"))
+  yield* Checkpoint.save(dir, model)
+  const prompts = (n: number) =>
+    Array.from({ length: n }, (_, i) => model.tokenizer.encode(`<|im_start|>user\nPlay round ${i}.<|im_end|>\n`))
+  const maxBatch = Math.max(...CONCURRENCY)
+
+  // In process: the batch handed to the model at once.
+  const local = Trainer.referenceModel(model, { maxBatchSize: maxBatch })
+  const inProcess: Record<number, number> = {}
+  for (const c of CONCURRENCY) {
+    const runs: Array<number> = []
+    for (let r = 0; r < ROUNDS; r++) {
+      const t0 = performance.now()
+      const out = yield* local.generate(
+        prompts(c).map((promptIds, i) => ({
+          promptIds,
+          sampling: { maxTokens: TOKENS, temperature: 1, seed: 1000 * r + i }
+        }))
+      )
+      const tokens = out.reduce((s, o) => s + o.tokenIds.length, 0)
+      runs.push(tokens / ((performance.now() - t0) / 1000))
+    }
+    inProcess[c] = median(runs)
+  }
+
+  // The server in its own process.
+  const bin = Path.join(root, "packages/harness/bin/envtrain.mjs")
+  const child = spawn(process.execPath, [
+    bin,
+    "serve-policy",
+    "--model",
+    dir,
+    "--backend",
+    "cpu",
+    "--port",
+    "0",
+    "--max-batch",
+    String(maxBatch),
+    "--served-model-name",
+    "bench"
+  ])
+  const url = yield* Effect.async<string>((resume) => {
+    let out = ""
+    const onData = (d: Buffer) => {
+      out += d.toString()
+      const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
+      if (m !== null) resume(Effect.succeed(m[1]))
+    }
+    child.stdout.on("data", onData)
+    child.stderr.on("data", onData)
+  })
+  const served: Record<number, number> = {}
+  const occupancy: Record<number, number> = {}
+  try {
+    for (const c of CONCURRENCY) {
+      const runs: Array<number> = []
+      for (let r = 0; r < ROUNDS; r++) {
+        const t0 = performance.now()
+        const bodies = yield* Effect.promise(() =>
+          Promise.all(
+            prompts(c).map((prompt, i) =>
+              fetch(`${url}/v1/completions`, {
+                method: "POST",
+                headers: { "content-type": "application/json" },
+                body: JSON.stringify({
+                  model: "bench",
+                  prompt,
+                  max_tokens: TOKENS,
+                  temperature: 1,
+                  seed: 1000 * r + i,
+                  ignore_eos: true,
+                  logprobs: 0,
+                  return_token_ids: true
+                })
+              }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
+            )
+          )
+        )
+        const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
+        runs.push(tokens / ((performance.now() - t0) / 1000))
+      }
+      served[c] = median(runs)
+      const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
+      occupancy[c] = Number(/^envtrain:batch_size_last\{[^}]*\} (\d+)$/m.exec(metrics)?.[1])
+    }
+  } finally {
+    child.kill("SIGKILL")
+  }
+
+  const rows = CONCURRENCY.map((c) => ({
+    concurrency: c,
+    inProcessTokensPerSecond: inProcess[c],
+    serverTokensPerSecond: served[c],
+    ratio: served[c] / inProcess[c],
+    lastBatchOccupancy: occupancy[c]
+  }))
+  const result = {
+    preset: PRESET,
+    tokensPerRequest: TOKENS,
+    rounds: ROUNDS,
+    cpus: Os.cpus().length,
+    date: new Date().toISOString(),
+    rows
+  }
+  mkdirSync(Path.join(root, "bench/results"), { recursive: true })
+  writeFileSync(Path.join(root, `bench/results/${OUT}.json`), JSON.stringify(result, null, 2) + "\n")
+  const md = [
+    `# Policy server: tokens/s, ${PRESET} preset, CPU backend`,
+    "",
+    `\`npx tsx bench/rollout/policy-server.ts --preset=${PRESET}\`: ${TOKENS} sampled tokens per request ` +
+    `(ignore_eos, temperature 1), median of ${ROUNDS} rounds, ${Os.cpus().length} CPUs shared with other jobs. ` +
+    "In process: `Trainer.referenceModel.generate` on the whole batch. Server: `envtrain serve-policy --backend cpu` " +
+    "in its own process, the requests sent concurrently over loopback.",
+    "",
+    "| concurrent requests | in process (tokens/s) | server (tokens/s) | server / in process | last batch occupancy |",
+    "| --- | --- | --- | --- | --- |",
+    ...rows.map((r) =>
+      `| ${r.concurrency} | ${r.inProcessTokensPerSecond.toFixed(0)} | ${r.serverTokensPerSecond.toFixed(0)} | ` +
+      `${r.ratio.toFixed(2)} | ${r.lastBatchOccupancy} |`
+    ),
+    ""
+  ].join("\n")
+  writeFileSync(Path.join(root, `bench/results/${OUT}.md`), md)
+  console.log(md)
+}).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
+
+Effect.runPromise(program).then(() => process.exit(0))

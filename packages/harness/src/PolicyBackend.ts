@@ -1,0 +1,241 @@
+/**
+ * The generation backends `envtrain serve-policy` serves (`@envtrain/rollout`'s `PolicyServer.Backend`):
+ *
+ * - {@link cpu}: the trainer's CPU reference model (`Trainer.referenceModel`: exact, batched decoding, multi-turn KV
+ *   reuse), so a served completion is token for token what the in-process trainer samples. Top logprobs come from
+ *   one extra forward pass over prompt + completion (log_softmax(logits / T), T = 1 when greedy, before the
+ *   top-k/top-p/min-p filters).
+ * - {@link gpu}: `@envtrain/rollout`'s `LocalPolicy` (Qwen3 with its `Generation` loop on WebGPU). Weight updates
+ *   upload the new tensors to the device; top logprobs are not available (the generator reads back only the
+ *   sampled token's logprobs), so asking for them is refused with a 400 that says so.
+ *
+ * Both load weights from a checkpoint directory (`Checkpoint.loadWeights`: every tensor of the config with its
+ * shape, nothing else) or from the bytes of one safetensors file, checked the same way.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { Checkpoint } from "@envtrain/gpu"
+ * import { PolicyServer } from "@envtrain/rollout"
+ * import { PolicyBackend } from "@envtrain/harness"
+ *
+ * const program = Effect.gen(function*() {
+ *   const backend = PolicyBackend.cpu(yield* Checkpoint.load("models/tiny"), { maxBatchSize: 16 })
+ *   const server = yield* PolicyServer.serve(backend, { port: 8000 })
+ *   yield* Effect.never
+ * }).pipe(Effect.scoped)
+ * ```
+ *
+ * @since 0.0.0
+ */
+import type { Path } from "@effect/platform"
+import { FileSystem } from "@effect/platform"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
+import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
+import type * as Generation from "@envtrain/gpu/model/Generation"
+import * as Qwen3 from "@envtrain/gpu/model/Qwen3"
+import * as Qwen3Reference from "@envtrain/gpu/model/Qwen3Reference"
+import type { Gpu } from "@envtrain/gpu/runtime/Gpu"
+import * as Trainer from "@envtrain/grpo/Trainer"
+import * as LocalPolicy from "@envtrain/rollout/LocalPolicy"
+import type { BackendCompletion, BackendRequest, WeightSource } from "@envtrain/rollout/PolicyServer"
+import { type Backend, BackendError } from "@envtrain/rollout/PolicyServer"
+import type { Scope } from "effect"
+import { Effect } from "effect"
+
+/** Options of both backends. */
+export interface BackendOptions {
+  /** Most requests decoded together. Default 16. */
+  readonly maxBatchSize?: number
+  /** Longest prompt + completion. Default min(max_position_embeddings, 4096). */
+  readonly contextLength?: number
+}
+
+// The sampling defaults of generation_config.json, as vLLM's `--generation-config auto` reads them.
+const samplingDefaultsOf = (model: Checkpoint.Model): NonNullable<Backend["samplingDefaults"]> => {
+  const g = model.generationConfig
+  const num = (key: string) => typeof g[key] === "number" ? g[key] : undefined
+  const pick = (key: string, name: string) => {
+    const v = num(key)
+    return v === undefined ? {} : { [name]: v }
+  }
+  return {
+    ...pick("temperature", "temperature"),
+    ...pick("top_p", "topP"),
+    ...pick("top_k", "topK"),
+    ...pick("min_p", "minP"),
+    ...pick("repetition_penalty", "repetitionPenalty")
+  }
+}
+
+const contextOf = (model: Checkpoint.Model, options: BackendOptions) =>
+  Math.min(options.contextLength ?? 4096, model.config.max_position_embeddings, 4096)
+
+/** The tensors of `source`, checked against `config` (names and shapes), f32. */
+export const readWeights = (
+  config: ModelConfig.ModelConfig,
+  source: WeightSource
+): Effect.Effect<Map<string, Safetensors.Tensor>, BackendError, FileSystem.FileSystem | Path.Path> => {
+  const refused = (e: { readonly message: string }) =>
+    new BackendError({ status: 400, message: `The new weights do not fit this model: ${e.message}` })
+  if (source._tag === "Directory") {
+    return Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const exists = yield* fs.exists(source.path).pipe(Effect.orElseSucceed(() => false))
+      if (!exists) {
+        return yield* new BackendError({
+          status: 400,
+          message: `The checkpoint directory ${source.path} does not exist.`
+        })
+      }
+      return yield* Checkpoint.loadWeights(source.path, config).pipe(Effect.mapError(refused))
+    })
+  }
+  return Effect.gen(function*() {
+    const tensors = yield* Safetensors.decode(source.bytes, "<pushed weights>").pipe(Effect.mapError(refused))
+    const out = new Map<string, Safetensors.Tensor>()
+    for (const spec of ModelConfig.expectedTensors(config)) {
+      const t = tensors.get(spec.name)
+      if (t === undefined) {
+        return yield* refused({ message: `the safetensors lack "${spec.name}" (shape [${spec.shape.join(", ")}]).` })
+      }
+      if (t.shape.join(",") !== spec.shape.join(",")) {
+        return yield* refused({
+          message: `"${spec.name}" has shape [${t.shape.join(", ")}]; the model's is [${spec.shape.join(", ")}].`
+        })
+      }
+      out.set(spec.name, { shape: spec.shape, data: t.data })
+    }
+    const extra = [...tensors.keys()].filter((n) =>
+      !out.has(n) && !(n === ModelConfig.LM_HEAD && config.tie_word_embeddings)
+    )
+    if (extra.length > 0) return yield* refused({ message: `unexpected tensors ${extra.slice(0, 5).join(", ")}.` })
+    return out
+  })
+}
+
+// The k most likely tokens of each completion position: log_softmax(logits / T) (T = 1 when greedy), one forward
+// pass over prompt + completion under the weights that generated it.
+const topLogprobsOf = (
+  config: ModelConfig.ModelConfig,
+  weights: Qwen3Reference.Weights,
+  request: BackendRequest,
+  tokenIds: ReadonlyArray<number>
+) => {
+  const tokens = [...request.promptIds, ...tokenIds]
+  const fwd = Qwen3Reference.forward(config, weights, { tokens, batch: 1, seqLen: tokens.length })
+  const V = config.vocab_size
+  const T = (request.sampling.temperature ?? 1) === 0 ? 1 : request.sampling.temperature ?? 1
+  const out: Array<Array<{ id: number; logprob: number }>> = []
+  for (let i = 0; i < tokenIds.length; i++) {
+    const row = (request.promptIds.length - 1 + i) * V
+    let max = -Infinity
+    for (let v = 0; v < V; v++) max = Math.max(max, fwd.logits[row + v] / T)
+    let sum = 0
+    for (let v = 0; v < V; v++) sum += Math.exp(fwd.logits[row + v] / T - max)
+    const lse = max + Math.log(sum)
+    const order = Array.from({ length: V }, (_, v) => v).sort((a, b) =>
+      fwd.logits[row + b] - fwd.logits[row + a] || a - b
+    )
+    out.push(order.slice(0, request.topLogprobs).map((id) => ({ id, logprob: fwd.logits[row + id] / T - lse })))
+  }
+  return out
+}
+
+/**
+ * The CPU reference model as a backend. Needs `FileSystem` and `Path` (for checkpoint directories) from the
+ * context it is built in.
+ */
+export const cpu = (
+  model: Checkpoint.Model,
+  options: BackendOptions = {}
+): Effect.Effect<Backend, never, FileSystem.FileSystem | Path.Path> =>
+  Effect.gen(function*() {
+    const context = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
+    const maxBatchSize = options.maxBatchSize ?? 16
+    const trainable = Trainer.referenceModel(model, { maxBatchSize })
+    const weightsNow = Effect.map(trainable.exportState, (state) => {
+      const w: Qwen3Reference.Weights = {}
+      for (const [name, t] of state.weights) w[name] = t.data
+      return w
+    })
+    return {
+      name: "cpu",
+      tokenizer: model.tokenizer,
+      chatTemplate: model.chatTemplate,
+      contextLength: contextOf(model, options),
+      maxBatchSize,
+      maxTopLogprobs: 20,
+      samplingDefaults: samplingDefaultsOf(model),
+      generate: (requests) =>
+        Effect.gen(function*() {
+          const completions = yield* trainable.generate(requests)
+          if (!requests.some((r) => r.topLogprobs > 0)) return completions
+          const weights = yield* weightsNow
+          return completions.map((c, i): BackendCompletion =>
+            requests[i].topLogprobs > 0
+              ? { ...c, topLogprobs: topLogprobsOf(model.config, weights, requests[i], c.tokenIds) }
+              : c
+          )
+        }),
+      loadWeights: (source) =>
+        readWeights(model.config, source).pipe(
+          Effect.flatMap((weights) => trainable.importState({ weights, optimizerStep: 0 })),
+          Effect.provide(context)
+        )
+    } satisfies Backend
+  })
+
+// The GPU generator's stop-token slots per request.
+const GPU_STOP_TOKENS = 8
+
+/**
+ * The GPU model (`LocalPolicy` over Qwen3 + `Generation`) as a backend; the device buffers and the generation loop
+ * live in the Scope.
+ */
+export const gpu = (
+  model: Checkpoint.Model,
+  options: BackendOptions = {}
+): Effect.Effect<
+  Backend,
+  Generation.GenerationError | Qwen3.MakeError,
+  Gpu | Scope.Scope | FileSystem.FileSystem | Path.Path
+> =>
+  Effect.gen(function*() {
+    const context = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
+    const maxBatchSize = options.maxBatchSize ?? 16
+    const contextLength = contextOf(model, options)
+    const qwen = yield* Qwen3.make(model, {
+      batch: 1,
+      seq: 1,
+      trainable: false,
+      generation: { slots: maxBatchSize, capacity: contextLength, stepsPerSubmit: 8 }
+    })
+    const local = yield* LocalPolicy.make(qwen, { maxBatchSize })
+    return {
+      name: "gpu",
+      tokenizer: model.tokenizer,
+      chatTemplate: model.chatTemplate,
+      contextLength,
+      maxBatchSize,
+      maxTopLogprobs: 0,
+      samplingDefaults: samplingDefaultsOf(model),
+      maxStopTokenIds: GPU_STOP_TOKENS,
+      generate: (requests) =>
+        Effect.forEach(requests, (r) => local.policy.generate(r), { concurrency: "unbounded" }).pipe(
+          Effect.mapError((e) => new BackendError({ status: 500, message: e.message }))
+        ),
+      loadWeights: (source) =>
+        readWeights(model.config, source).pipe(
+          Effect.flatMap((weights) =>
+            qwen.setWeights(weights).pipe(
+              Effect.mapError((e) =>
+                new BackendError({ status: 500, message: `Uploading the weights failed: ${e.message}` })
+              )
+            )
+          ),
+          Effect.provide(context)
+        )
+    } satisfies Backend
+  })

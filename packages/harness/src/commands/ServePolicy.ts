@@ -1,0 +1,76 @@
+/**
+ * `envtrain serve-policy --model DIR [--backend cpu|gpu] [--host H] [--port P] [--max-batch N]
+ * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS]`: serves a model over an OpenAI-compatible
+ * HTTP API in vLLM's dialect (`@envtrain/rollout`'s `PolicyServer`), with weight updates. Runs until interrupted.
+ *
+ * @example
+ * ```ts
+ * // envtrain serve-policy --model models/tiny --backend cpu --port 8000 --max-batch 16
+ * // curl localhost:8000/v1/completions -d '{"prompt": [1, 2, 3], "max_tokens": 8, "return_token_ids": true}'
+ * ```
+ *
+ * @since 0.0.0
+ */
+import { Command, Options } from "@effect/cli"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import { Gpu } from "@envtrain/gpu/runtime/Gpu"
+import * as PolicyServer from "@envtrain/rollout/PolicyServer"
+import { Duration, Effect, Layer, Option } from "effect"
+import * as PolicyBackend from "../PolicyBackend.js"
+
+const options = {
+  model: Options.directory("model").pipe(Options.withDescription("a Hugging Face model directory")),
+  backend: Options.choice("backend", ["cpu", "gpu"] as const).pipe(
+    Options.withDefault("gpu" as const),
+    Options.withDescription("gpu: Qwen3 on WebGPU (LocalPolicy); cpu: the trainer's CPU reference model")
+  ),
+  host: Options.text("host").pipe(Options.withDefault("127.0.0.1"), Options.withDescription("interface to bind")),
+  port: Options.integer("port").pipe(Options.withDefault(8000), Options.withDescription("port (0 = any free port)")),
+  maxBatch: Options.integer("max-batch").pipe(
+    Options.withDefault(16),
+    Options.withDescription("most sequences decoded together")
+  ),
+  servedModelName: Options.text("served-model-name").pipe(
+    Options.optional,
+    Options.withDescription("the model name clients send (default: --model as given, as vLLM does)")
+  ),
+  maxModelLen: Options.integer("max-model-len").pipe(
+    Options.optional,
+    Options.withDescription("longest prompt + completion (default: min(max_position_embeddings, 4096))")
+  ),
+  batchWindowMs: Options.float("batch-window-ms").pipe(
+    Options.withDefault(2),
+    Options.withDescription("how long a batch waits for more requests after its first")
+  )
+}
+
+/** `serve-policy`. */
+export const command = Command.make("serve-policy", options, (a) =>
+  Effect.gen(function*() {
+    const model = yield* Checkpoint.load(a.model)
+    const backendOptions = {
+      maxBatchSize: a.maxBatch,
+      ...Option.match(a.maxModelLen, { onNone: () => ({}), onSome: (contextLength) => ({ contextLength }) })
+    }
+    const backend = a.backend === "cpu"
+      ? yield* PolicyBackend.cpu(model, backendOptions)
+      // The device lives as long as the server: built in the command's scope, not the backend constructor's.
+      : yield* PolicyBackend.gpu(model, backendOptions).pipe(Effect.provide(yield* Layer.build(Gpu.layer())))
+    // vLLM's default: the --model argument as given.
+    const servedModelName = Option.getOrElse(a.servedModelName, () => a.model)
+    const server = yield* PolicyServer.serve(backend, {
+      host: a.host,
+      port: a.port,
+      servedModelName,
+      batchWindow: Duration.millis(a.batchWindowMs)
+    })
+    yield* Effect.logInfo(
+      `serving ${servedModelName} (${backend.name} backend, batches of ${backend.maxBatchSize}, context ` +
+        `${backend.contextLength}) on ${server.url}/v1`
+    )
+    return yield* Effect.never
+  }).pipe(Effect.scoped)).pipe(
+    Command.withDescription(
+      "Serve a model over an OpenAI/vLLM-compatible HTTP API (chat, completions, token ids, logprobs, weight updates)."
+    )
+  )

@@ -1,0 +1,154 @@
+/**
+ * The policy server: an OpenAI-compatible HTTP server (vLLM's dialect) over a generation {@link Backend}, so that
+ * rollouts, capture proxies and trainers on other machines or in other processes sample from envtrain's model the
+ * way they would from `vllm serve`.
+ *
+ * Endpoints: `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `POST /v1/chat/completions`,
+ * `POST /v1/completions`, and two weight-update endpoints named as SGLang names them: `POST /update_weights_from_disk`
+ * (`{"model_path": DIR}`) and `POST /update_weights` (the raw bytes of a safetensors file). vLLM's extensions keep
+ * vLLM's field names: `return_token_ids` (→ `prompt_token_ids` and `token_ids`), `return_tokens_as_token_ids`
+ * (→ logprob tokens `"token_id:N"`), `stop_token_ids`, `include_stop_str_in_output`, `skip_special_tokens`,
+ * `chat_template_kwargs`; logprobs are the sampler's processed logprobs (vLLM's `--logprobs-mode processed_logprobs`).
+ *
+ * Batching and weights: requests wait in one queue; a batch of up to `maxBatchSize` (gathered for `batchWindow`
+ * after the first) is handed to the backend, which decodes it together; the next batch starts when it finishes.
+ * A weight update queues behind the requests already waiting, waits for the running batch, loads, and increments
+ * `policy_version`; so every completion is produced entirely by one version, which every response names (the
+ * `policy_version` field and the `x-policy-version` header).
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { PolicyServer } from "@envtrain/rollout"
+ *
+ * const program = Effect.gen(function*() {
+ *   const server = yield* PolicyServer.serve(backend, { port: 8000, servedModelName: "tiny" })
+ *   yield* Effect.log(`serving on ${server.url}`)
+ *   yield* Effect.never
+ * }).pipe(Effect.scoped)
+ * ```
+ *
+ * @since 0.0.0
+ */
+import type { ChatTemplate } from "@envtrain/text/ChatTemplate"
+import type { Tokenizer } from "@envtrain/text/Tokenizer"
+import type { Duration, Scope } from "effect"
+import { Context, Data, Effect, Layer } from "effect"
+import * as internal from "./internal/policyServer/server.js"
+import type { Completion, GenerateRequest, SamplingParams } from "./Policy.js"
+
+/** One request to the backend: the policy request, plus how many top alternatives to report per token. */
+export interface BackendRequest extends GenerateRequest {
+  /** 0: none. At most the backend's `maxTopLogprobs`. */
+  readonly topLogprobs: number
+}
+
+/** A token and its logprob. */
+export interface TokenLogprob {
+  readonly id: number
+  readonly logprob: number
+}
+
+/**
+ * What the backend sampled. `logprobs[i]` is the processed logprob of `tokenIds[i]` (log_softmax after temperature
+ * and the filters; with temperature 0, the plain T = 1 logprob). `topLogprobs[i]`, when asked for, lists the most
+ * likely tokens at position i, most likely first.
+ */
+export interface BackendCompletion extends Completion {
+  readonly topLogprobs?: ReadonlyArray<ReadonlyArray<TokenLogprob>>
+}
+
+/** New weights for the backend. */
+export type WeightSource =
+  | { readonly _tag: "Directory"; readonly path: string }
+  | { readonly _tag: "Safetensors"; readonly bytes: Uint8Array }
+
+/**
+ * The backend refused or failed. `status` < 500 means the request was at fault (e.g. weights that do not fit the
+ * model), ≥ 500 that the backend failed.
+ */
+export class BackendError extends Data.TaggedError("BackendError")<{
+  readonly message: string
+  readonly status: number
+}> {}
+
+/** A generation engine the server serves. The server calls `generate` and `loadWeights` one at a time. */
+export interface Backend {
+  /** "cpu", "gpu", … (shown in `/v1/models` as `owned_by`). */
+  readonly name: string
+  readonly tokenizer: Tokenizer
+  readonly chatTemplate: ChatTemplate
+  /** Longest prompt + completion, in tokens (vLLM's `max_model_len`). */
+  readonly contextLength: number
+  /** Most requests `generate` takes at once. */
+  readonly maxBatchSize: number
+  /** Largest `topLogprobs` the backend can report (0: none). */
+  readonly maxTopLogprobs: number
+  /** Most stop token ids per request (end-of-turn ids included); unset: no limit. */
+  readonly maxStopTokenIds?: number
+  /**
+   * Sampling settings of requests that leave them out (vLLM reads them from the model's generation_config.json);
+   * unset fields: temperature 1 and no filters.
+   */
+  readonly samplingDefaults?: Omit<SamplingParams, "maxTokens" | "stopTokenIds" | "seed">
+  /** One completion per request, in order; the requests decode together. */
+  readonly generate: (
+    requests: ReadonlyArray<BackendRequest>
+  ) => Effect.Effect<ReadonlyArray<BackendCompletion>, BackendError>
+  /** Replaces the weights (never called while `generate` runs). */
+  readonly loadWeights: (source: WeightSource) => Effect.Effect<void, BackendError>
+}
+
+/** Options of {@link serve}. Every field is optional. */
+export interface PolicyServerOptions {
+  /** Default "127.0.0.1". */
+  readonly host?: string
+  /** Default 8000; 0 picks a free port. */
+  readonly port?: number
+  /** The model name clients send (`model`); default "envtrain". */
+  readonly servedModelName?: string
+  /** Most requests per batch; default (and at most) the backend's `maxBatchSize`. */
+  readonly maxBatchSize?: number
+  /** How long a batch waits for more requests after its first; default 2 ms. */
+  readonly batchWindow?: Duration.DurationInput
+  /** Largest request body (pushed weights included); default 1 GiB. */
+  readonly maxBodyBytes?: number
+  /** Requests waiting beyond this are refused with 503; default 4096. */
+  readonly maxQueue?: number
+  /** A request (waiting and generating) that takes longer fails with 504; default 10 minutes. */
+  readonly requestTimeout?: Duration.DurationInput
+}
+
+/** A running policy server. */
+export interface RunningPolicyServer {
+  readonly host: string
+  readonly port: number
+  /** `http://host:port` (give it to `Policy.openAiCompatible` as `baseUrl`). */
+  readonly url: string
+  readonly servedModelName: string
+  /** The version of the weights now loaded: 0 at start, +1 per weight update. */
+  readonly policyVersion: Effect.Effect<number>
+}
+
+/** The options cannot be served (a bad port, a batch size below 1, …). */
+export class PolicyServerError extends Data.TaggedError("PolicyServerError")<{ readonly problem: string }> {
+  override get message() {
+    return this.problem
+  }
+}
+
+/** Serves `backend` until the scope closes (requests in flight are answered 503 while shutting down). */
+export const serve = (
+  backend: Backend,
+  options: PolicyServerOptions = {}
+): Effect.Effect<RunningPolicyServer, PolicyServerError, Scope.Scope> =>
+  internal.make(backend, options).pipe(
+    Effect.mapError((problem) => new PolicyServerError({ problem })),
+    Effect.withSpan("PolicyServer.serve", { attributes: { backend: backend.name } })
+  )
+
+/** The running server as a service. */
+export class PolicyServer extends Context.Tag("@envtrain/rollout/PolicyServer")<PolicyServer, RunningPolicyServer>() {
+  static readonly layer = (backend: Backend, options: PolicyServerOptions = {}) =>
+    Layer.scoped(PolicyServer, serve(backend, options))
+}

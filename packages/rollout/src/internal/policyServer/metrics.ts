@@ -1,0 +1,91 @@
+// The policy server's counters and their Prometheus text exposition (format 0.0.4). Names follow vLLM's
+// (`num_requests_running`, `num_requests_waiting`, `prompt_tokens_total`, `generation_tokens_total`) under the
+// `envtrain:` prefix, so dashboards built for vLLM need only the prefix changed.
+
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+export interface Metrics {
+  readonly request: (endpoint: string, status: number) => void
+  readonly tokens: (prompt: number, completion: number) => void
+  readonly batch: (size: number) => void
+  readonly running: (n: number) => void
+  readonly waiting: (n: number) => void
+  readonly version: (v: number) => void
+  readonly weightUpdate: (ok: boolean) => void
+  readonly render: () => string
+}
+
+export const make = (model: string): Metrics => {
+  const requests = new Map<string, number>()
+  let promptTokens = 0
+  let completionTokens = 0
+  const buckets = BATCH_BUCKETS.map(() => 0)
+  let batches = 0
+  let batchedRequests = 0
+  let largest = 0
+  let last = 0
+  let running = 0
+  let waiting = 0
+  let version = 0
+  let updates = 0
+  let failedUpdates = 0
+  const label = `model_name="${model.replace(/["\\\n]/g, "_")}"`
+  return {
+    request: (endpoint, status) => {
+      const key = `endpoint="${endpoint}",status="${status}"`
+      requests.set(key, (requests.get(key) ?? 0) + 1)
+    },
+    tokens: (prompt, completion) => {
+      promptTokens += prompt
+      completionTokens += completion
+    },
+    batch: (size) => {
+      batches++
+      batchedRequests += size
+      largest = Math.max(largest, size)
+      last = size
+      BATCH_BUCKETS.forEach((b, i) => {
+        if (size <= b) buckets[i]++
+      })
+    },
+    running: (n) => running = n,
+    waiting: (n) => waiting = n,
+    version: (v) => version = v,
+    weightUpdate: (ok) => ok ? updates++ : failedUpdates++,
+    render: () => {
+      const lines: Array<string> = []
+      const metric = (name: string, type: string, help: string, samples: ReadonlyArray<[string, number]>) => {
+        lines.push(`# HELP envtrain:${name} ${help}`, `# TYPE envtrain:${name} ${type}`)
+        for (const [suffix, value] of samples) lines.push(`envtrain:${name}${suffix} ${value}`)
+      }
+      metric(
+        "requests_total",
+        "counter",
+        "HTTP requests answered, by endpoint and status.",
+        [...requests].map(([k, v]) => [`{${label},${k}}`, v])
+      )
+      metric("prompt_tokens_total", "counter", "Prompt tokens of served completions.", [[`{${label}}`, promptTokens]])
+      metric("generation_tokens_total", "counter", "Tokens generated.", [[`{${label}}`, completionTokens]])
+      metric("num_requests_running", "gauge", "Sequences in the batch now decoding.", [[`{${label}}`, running]])
+      metric("num_requests_waiting", "gauge", "Sequences queued for the next batch (queue depth).", [
+        [`{${label}}`, waiting]
+      ])
+      metric("batch_size", "histogram", "Sequences per batch handed to the backend (batch occupancy).", [
+        ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, buckets[i]]),
+        [`_bucket{${label},le="+Inf"}`, batches],
+        [`_sum{${label}}`, batchedRequests],
+        [`_count{${label}}`, batches]
+      ])
+      metric("batch_size_last", "gauge", "Sequences in the last batch.", [[`{${label}}`, last]])
+      metric("batch_size_max", "gauge", "Most sequences in one batch so far.", [[`{${label}}`, largest]])
+      metric("policy_version", "gauge", "Version of the loaded weights (0 at start, +1 per update).", [
+        [`{${label}}`, version]
+      ])
+      metric("weight_updates_total", "counter", "Weight updates, by outcome.", [
+        [`{${label},outcome="ok"}`, updates],
+        [`{${label},outcome="failed"}`, failedUpdates]
+      ])
+      return lines.join("\n") + "\n"
+    }
+  }
+}

@@ -1,0 +1,567 @@
+// The policy server on node:http, run inside Effect: every HTTP exchange is a fiber in one FiberSet owned by the
+// server's scope (closing the scope ends them), a client that hangs up interrupts its exchange (its queued requests
+// are dropped from the next batch), and every failure becomes an OpenAI-style error body, so one bad request never
+// stops the server.
+import type { Scope } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, FiberSet, Random } from "effect"
+import { randomUUID } from "node:crypto"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
+import * as ChatRenderer from "../../ChatRenderer.js"
+import type {
+  Backend,
+  BackendError,
+  BackendRequest,
+  PolicyServerOptions,
+  RunningPolicyServer,
+  WeightSource
+} from "../../PolicyServer.js"
+import * as Metrics from "./metrics.js"
+import {
+  ApiError,
+  apiError,
+  type ChatRequest,
+  chatRequest,
+  type CompletionRequest,
+  completionRequest
+} from "./request.js"
+import * as Response from "./response.js"
+import * as Scheduler from "./scheduler.js"
+
+const VERSION_HEADER = "x-policy-version"
+
+interface Resolved {
+  readonly host: string
+  readonly port: number
+  readonly servedModelName: string
+  readonly maxBatchSize: number
+  readonly window: Duration.Duration
+  readonly maxBodyBytes: number
+  readonly maxQueue: number
+  readonly requestTimeout: Duration.Duration
+}
+
+const resolve = (backend: Backend, options: PolicyServerOptions): Resolved | string => {
+  const port = options.port ?? 8000
+  if (!Number.isInteger(port) || port < 0 || port > 65535) return `port must be 0..65535, got ${port}`
+  const maxBatchSize = options.maxBatchSize ?? backend.maxBatchSize
+  if (!Number.isInteger(maxBatchSize) || maxBatchSize < 1) {
+    return `maxBatchSize must be an integer >= 1, got ${maxBatchSize}`
+  }
+  if (maxBatchSize > backend.maxBatchSize) {
+    return `maxBatchSize ${maxBatchSize} is more than the ${backend.name} backend takes at once (${backend.maxBatchSize})`
+  }
+  const servedModelName = options.servedModelName ?? "envtrain"
+  if (servedModelName.length === 0) return "servedModelName must not be empty"
+  return {
+    host: options.host ?? "127.0.0.1",
+    port,
+    servedModelName,
+    maxBatchSize,
+    window: Duration.decode(options.batchWindow ?? Duration.millis(2)),
+    maxBodyBytes: options.maxBodyBytes ?? 1024 ** 3,
+    maxQueue: options.maxQueue ?? 4096,
+    requestTimeout: Duration.decode(options.requestTimeout ?? Duration.minutes(10))
+  }
+}
+
+type Answer =
+  | { readonly _tag: "Json"; readonly status: number; readonly body: unknown }
+  | { readonly _tag: "Text"; readonly status: number; readonly body: string; readonly contentType: string }
+  | { readonly _tag: "Sse"; readonly events: ReadonlyArray<unknown> }
+
+const json = (body: unknown, status = 200): Answer => ({ _tag: "Json", status, body })
+const hex = () => randomUUID().replace(/-/g, "")
+
+const tryApi = <A>(f: () => A): Effect.Effect<A, ApiError> =>
+  Effect.try({
+    try: f,
+    catch: (e) => e instanceof ApiError ? e : apiError(400, e instanceof Error ? e.message : String(e))
+  })
+
+export const make = (
+  backend: Backend,
+  options: PolicyServerOptions
+): Effect.Effect<RunningPolicyServer, string, Scope.Scope> =>
+  Effect.gen(function*() {
+    const resolved = resolve(backend, options)
+    if (typeof resolved === "string") return yield* Effect.fail(resolved)
+    const { servedModelName } = resolved
+    const tokenizer = backend.tokenizer
+    const metrics = Metrics.make(servedModelName)
+    const scheduler = yield* Scheduler.make(
+      backend,
+      { maxBatchSize: resolved.maxBatchSize, window: resolved.window },
+      metrics
+    )
+    const created = Math.floor(Date.now() / 1000)
+    let shuttingDown = false
+
+    // One renderer per distinct chat_template_kwargs (each keeps its own prompt frames).
+    const renderers = new Map<string, ChatRenderer.Renderer>()
+    const rendererFor = (kwargs: Readonly<Record<string, unknown>>) => {
+      const key = JSON.stringify(kwargs)
+      let r = renderers.get(key)
+      if (r === undefined) {
+        const { enable_thinking, ...extra } = kwargs
+        r = ChatRenderer.make({
+          tokenizer,
+          template: backend.chatTemplate,
+          ...(typeof enable_thinking === "boolean" ? { enableThinking: enable_thinking } : {}),
+          ...(Object.keys(extra).length > 0 ? { extra } : {})
+        })
+        if (renderers.size >= 32) renderers.delete(renderers.keys().next().value!)
+        renderers.set(key, r)
+      }
+      return r
+    }
+
+    const checkModel = (model: string | undefined) =>
+      model === undefined || model === servedModelName
+        ? Effect.void
+        : Effect.fail(apiError(404, `The model \`${model}\` does not exist.`, "model"))
+
+    const defaults = backend.samplingDefaults ?? {}
+    const optional = <K extends string>(key: K, value: number | undefined) =>
+      (value === undefined ? {} : { [key]: value }) as { [P in K]?: number }
+    const vocab = tokenizer.vocabSize
+    const promptIdsOf = (prompt: string | ReadonlyArray<number>, i: number) => {
+      if (typeof prompt === "string") return tokenizer.encode(prompt)
+      const badId = prompt.find((id) => id >= vocab)
+      if (badId !== undefined) {
+        throw apiError(400, `Token id ${badId} in prompt ${i} is out of vocabulary (size ${vocab}).`, "prompt")
+      }
+      return prompt
+    }
+
+    // The backend requests of one API request: n per prompt, each with its own seed (seed + i when given).
+    const backendRequests = (prompts: ReadonlyArray<ReadonlyArray<number>>, spec: ChatRequest | CompletionRequest) =>
+      Effect.gen(function*() {
+        const stopIds = [...new Set([...(spec.ignoreEos ? [] : tokenizer.eosTokenIds), ...spec.stopTokenIds])]
+        if (backend.maxStopTokenIds !== undefined && stopIds.length > backend.maxStopTokenIds) {
+          return yield* apiError(
+            400,
+            `The ${backend.name} backend stops on at most ${backend.maxStopTokenIds} token ids (the end-of-turn ids ` +
+              `${tokenizer.eosTokenIds.join(", ")} included), got ${stopIds.length}.`,
+            "stop_token_ids"
+          )
+        }
+        const out: Array<BackendRequest> = []
+        for (const promptIds of prompts) {
+          const maxTokens = spec.maxTokens ?? backend.contextLength - promptIds.length
+          if (promptIds.length === 0) return yield* apiError(400, "The prompt is empty.", "prompt")
+          if (maxTokens < 1 || promptIds.length + maxTokens > backend.contextLength) {
+            const where = spec._tag === "Chat" ? "messages" : "prompt"
+            return yield* apiError(
+              400,
+              `This model's maximum context length is ${backend.contextLength} tokens. However, you requested ` +
+                `${promptIds.length + Math.max(1, maxTokens)} tokens (${promptIds.length} in the ${where}, ` +
+                `${Math.max(1, maxTokens)} in the completion). Please reduce the length of the ${where} or completion.`,
+              where
+            )
+          }
+          for (let i = 0; i < spec.n; i++) {
+            const seed = spec.seed !== undefined ? spec.seed + i : yield* Random.nextIntBetween(0, 0x7fffffff)
+            out.push({
+              promptIds,
+              topLogprobs: spec.topLogprobs,
+              sampling: {
+                maxTokens,
+                temperature: spec.temperature ?? defaults.temperature ?? 1,
+                ...optional("topP", spec.topP ?? defaults.topP),
+                ...optional("topK", spec.topK ?? defaults.topK),
+                ...optional("minP", spec.minP ?? defaults.minP),
+                ...optional("repetitionPenalty", spec.repetitionPenalty ?? defaults.repetitionPenalty),
+                stopTokenIds: stopIds,
+                seed
+              }
+            })
+          }
+        }
+        if (scheduler.waiting() + out.length > resolved.maxQueue) {
+          return yield* apiError(503, `The server is busy (${scheduler.waiting()} requests waiting); retry later.`)
+        }
+        return out
+      })
+
+    const run = (requests: ReadonlyArray<BackendRequest>) =>
+      scheduler.generate(requests).pipe(
+        Effect.mapError((e: BackendError) => apiError(e.status, e.message)),
+        Effect.timeoutFail({
+          duration: resolved.requestTimeout,
+          onTimeout: () =>
+            apiError(504, `The request did not finish within ${Duration.format(resolved.requestTimeout)}.`)
+        })
+      )
+
+    const usageOf = (prompts: ReadonlyArray<ReadonlyArray<number>>, choices: ReadonlyArray<Response.Choice>) => {
+      const prompt = prompts.reduce((s, p) => s + p.length, 0)
+      const completion = choices.reduce((s, c) => s + c.tokenIds.length, 0)
+      metrics.tokens(prompt, completion)
+      return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
+    }
+
+    const chat = (body: unknown) =>
+      Effect.gen(function*() {
+        const spec = yield* tryApi(() => chatRequest(body, backend.maxTopLogprobs))
+        yield* checkModel(spec.model)
+        const renderer = rendererFor(spec.chatTemplateKwargs)
+        const promptIds = yield* renderer.promptIds(spec.messages, spec.tools).pipe(
+          Effect.mapError((e) =>
+            apiError(400, `The chat template could not render the messages: ${e.message}`, "messages")
+          )
+        )
+        const requests = yield* backendRequests([promptIds], spec)
+        const generated = yield* run(requests)
+        const version = generated[0].policyVersion
+        const choices = generated.map((g) => Response.finish(tokenizer, g.completion, spec))
+        const usage = usageOf([promptIds], choices)
+        const id = `chatcmpl-${hex()}`
+        const thinking = typeof spec.chatTemplateKwargs.enable_thinking === "boolean"
+          ? spec.chatTemplateKwargs.enable_thinking
+          : true
+        const messages = choices.map((c) =>
+          Response.chatMessage(c, spec.parseTools, thinking, () => `chatcmpl-tool-${hex()}`)
+        )
+        const finishOf = (i: number) => messages[i].toolCalls ? "tool_calls" : choices[i].finishReason
+        const head = { id, created: Math.floor(Date.now() / 1000), model: servedModelName }
+        if (!spec.stream) {
+          return json({
+            ...head,
+            object: "chat.completion",
+            choices: choices.map((c, i) => ({
+              index: i,
+              message: messages[i].message,
+              logprobs: spec.logprobs ? Response.chatLogprobs(tokenizer, spec, c) : null,
+              finish_reason: finishOf(i),
+              stop_reason: c.stopReason,
+              ...(spec.returnTokenIds ? { token_ids: c.tokenIds } : {})
+            })),
+            usage,
+            ...(spec.returnTokenIds ? { prompt_token_ids: promptIds } : {}),
+            policy_version: version
+          })
+        }
+        const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+          ...head,
+          object: "chat.completion.chunk",
+          choices: [choice],
+          ...extra,
+          policy_version: version
+        })
+        const events: Array<unknown> = []
+        choices.forEach((c, i) => {
+          events.push(chunk(
+            { index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null },
+            spec.returnTokenIds && i === 0 ? { prompt_token_ids: promptIds } : {}
+          ))
+          const m = messages[i]
+          c.tokenIds.forEach((tokenId, k) => {
+            events.push(chunk({
+              index: i,
+              delta: m.toolCalls ? {} : { content: c.pieces[k] },
+              logprobs: spec.logprobs ? Response.chatLogprobs(tokenizer, spec, c, k, k + 1) : null,
+              finish_reason: null,
+              ...(spec.returnTokenIds ? { token_ids: [tokenId] } : {})
+            }))
+          })
+          if (m.toolCalls) {
+            const message = m.message as {
+              content: string | null
+              reasoning_content?: string
+              tool_calls?: ReadonlyArray<unknown>
+            }
+            if (message.reasoning_content !== undefined) {
+              events.push(
+                chunk({
+                  index: i,
+                  delta: { reasoning_content: message.reasoning_content },
+                  logprobs: null,
+                  finish_reason: null
+                })
+              )
+            }
+            if (message.content !== null) {
+              events.push(chunk({ index: i, delta: { content: message.content }, logprobs: null, finish_reason: null }))
+            }
+            events.push(chunk({
+              index: i,
+              delta: { tool_calls: (message.tool_calls ?? []).map((t, j) => ({ index: j, ...(t as object) })) },
+              logprobs: null,
+              finish_reason: null
+            }))
+          }
+          events.push(
+            chunk({ index: i, delta: {}, logprobs: null, finish_reason: finishOf(i), stop_reason: c.stopReason })
+          )
+        })
+        if (spec.includeUsage) {
+          events.push({ ...head, object: "chat.completion.chunk", choices: [], usage, policy_version: version })
+        }
+        return { _tag: "Sse", events } satisfies Answer
+      })
+
+    const completions = (body: unknown) =>
+      Effect.gen(function*() {
+        const spec = yield* tryApi(() => completionRequest(body, backend.maxTopLogprobs))
+        yield* checkModel(spec.model)
+        const prompts = yield* tryApi(() => spec.prompts.map(promptIdsOf))
+        const requests = yield* backendRequests(prompts, spec)
+        const generated = yield* run(requests)
+        const version = generated[0].policyVersion
+        const choices = generated.map((g) => Response.finish(tokenizer, g.completion, spec))
+        const usage = usageOf(prompts, choices)
+        const promptOf = (i: number) => prompts[Math.floor(i / spec.n)]
+        const head = {
+          id: `cmpl-${hex()}`,
+          object: "text_completion",
+          created: Math.floor(Date.now() / 1000),
+          model: servedModelName
+        }
+        if (!spec.stream) {
+          return json({
+            ...head,
+            choices: choices.map((c, i) => ({
+              index: i,
+              text: c.text,
+              logprobs: spec.logprobs ? Response.completionLogprobs(tokenizer, spec, c) : null,
+              finish_reason: c.finishReason,
+              stop_reason: c.stopReason,
+              ...(spec.returnTokenIds ? { prompt_token_ids: promptOf(i), token_ids: c.tokenIds } : {})
+            })),
+            usage,
+            policy_version: version
+          })
+        }
+        const events: Array<unknown> = []
+        const chunk = (choice: Record<string, unknown>) => ({ ...head, choices: [choice], policy_version: version })
+        choices.forEach((c, i) => {
+          let offset = 0
+          c.tokenIds.forEach((tokenId, k) => {
+            events.push(chunk({
+              index: i,
+              text: c.pieces[k],
+              logprobs: spec.logprobs ? Response.completionLogprobs(tokenizer, spec, c, k, k + 1, offset) : null,
+              finish_reason: null,
+              ...(spec.returnTokenIds
+                ? { token_ids: [tokenId], ...(k === 0 ? { prompt_token_ids: promptOf(i) } : {}) }
+                : {})
+            }))
+            offset += c.pieces[k].length
+          })
+          events.push(chunk({
+            index: i,
+            text: "",
+            logprobs: null,
+            finish_reason: c.finishReason,
+            stop_reason: c.stopReason,
+            ...(spec.returnTokenIds && c.tokenIds.length === 0 ? { token_ids: [], prompt_token_ids: promptOf(i) } : {})
+          }))
+        })
+        if (spec.includeUsage) events.push({ ...head, choices: [], usage, policy_version: version })
+        return { _tag: "Sse", events } satisfies Answer
+      })
+
+    const update = (source: WeightSource) =>
+      scheduler.update(source).pipe(
+        Effect.tap(() => Effect.sync(() => metrics.weightUpdate(true))),
+        Effect.tapError(() => Effect.sync(() => metrics.weightUpdate(false))),
+        Effect.mapError((e) => apiError(e.status, e.message)),
+        Effect.map((version) =>
+          json({ success: true, message: `Loaded new weights: policy version ${version}.`, policy_version: version })
+        )
+      )
+
+    const models = () =>
+      json({
+        object: "list",
+        data: [{
+          id: servedModelName,
+          object: "model",
+          created,
+          owned_by: "envtrain",
+          root: servedModelName,
+          parent: null,
+          max_model_len: backend.contextLength,
+          policy_version: scheduler.version()
+        }]
+      })
+
+    const readBody = (req: Http.IncomingMessage) =>
+      Effect.async<Buffer, ApiError>((resume) => {
+        const declared = Number(req.headers["content-length"] ?? "0")
+        if (declared > resolved.maxBodyBytes) {
+          resume(Effect.fail(apiError(413, `The request body exceeds ${resolved.maxBodyBytes} bytes.`)))
+          return
+        }
+        const chunks: Array<Buffer> = []
+        let size = 0
+        let done = false
+        req.on("data", (chunk: Buffer) => {
+          if (done) return
+          size += chunk.length
+          if (size > resolved.maxBodyBytes) {
+            done = true
+            resume(Effect.fail(apiError(413, `The request body exceeds ${resolved.maxBodyBytes} bytes.`)))
+            return
+          }
+          chunks.push(chunk)
+        })
+        req.on("end", () => {
+          if (!done) resume(Effect.succeed(Buffer.concat(chunks)))
+        })
+        req.on("error", (e) => {
+          if (!done) resume(Effect.fail(apiError(400, `Reading the request body failed: ${e.message}`)))
+        })
+      })
+
+    const parseJson = (bytes: Buffer) =>
+      Effect.try({
+        try: () => JSON.parse(bytes.toString("utf8")) as unknown,
+        catch: (e) => apiError(400, `The request body is not valid JSON: ${(e as Error).message}`)
+      })
+
+    const route = (req: Http.IncomingMessage): Effect.Effect<Answer, ApiError> => {
+      const path = new URL(req.url ?? "/", "http://localhost").pathname.replace(/\/+$/, "") || "/"
+      const method = req.method ?? "GET"
+      const expect = (m: string, f: () => Effect.Effect<Answer, ApiError>) =>
+        method === m ? f() : Effect.fail(apiError(405, `Method ${method} is not allowed on ${path}; use ${m}.`))
+      switch (path) {
+        case "/health":
+          return expect("GET", () => Effect.succeed({ _tag: "Text", status: 200, body: "", contentType: "text/plain" }))
+        case "/metrics":
+          return expect("GET", () =>
+            Effect.succeed({
+              _tag: "Text",
+              status: 200,
+              body: metrics.render(),
+              contentType: "text/plain; version=0.0.4; charset=utf-8"
+            }))
+        case "/v1/models":
+          return expect("GET", () => Effect.succeed(models()))
+        case "/v1/chat/completions":
+          return expect("POST", () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), chat))
+        case "/v1/completions":
+          return expect("POST", () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), completions))
+        case "/update_weights_from_disk":
+          return expect("POST", () =>
+            Effect.gen(function*() {
+              const body = yield* Effect.flatMap(readBody(req), parseJson)
+              const dir = typeof body === "object" && body !== null
+                ? (body as Record<string, unknown>).model_path ?? (body as Record<string, unknown>).path
+                : undefined
+              if (typeof dir !== "string" || dir.length === 0) {
+                return yield* apiError(400, "Give the checkpoint directory as {\"model_path\": DIR}.", "model_path")
+              }
+              return yield* update({ _tag: "Directory", path: dir })
+            }))
+        case "/update_weights":
+          return expect("POST", () =>
+            Effect.gen(function*() {
+              const bytes = yield* readBody(req)
+              if (bytes.length === 0) {
+                return yield* apiError(400, "Send the weights as the body: the bytes of one safetensors file.")
+              }
+              return yield* update({
+                _tag: "Safetensors",
+                bytes: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length)
+              })
+            }))
+        default:
+          return Effect.fail(apiError(404, `Not Found: ${method} ${path}`))
+      }
+    }
+
+    const send = (req: Http.IncomingMessage, res: Http.ServerResponse, answer: Answer) => {
+      const headers = { [VERSION_HEADER]: String(scheduler.version()) }
+      const endpoint = new URL(req.url ?? "/", "http://localhost").pathname
+      if (answer._tag === "Sse") {
+        metrics.request(endpoint, 200)
+        res.writeHead(200, {
+          ...headers,
+          "content-type": "text/event-stream; charset=utf-8",
+          "cache-control": "no-cache"
+        })
+        for (const e of answer.events) res.write(`data: ${JSON.stringify(e)}\n\n`)
+        res.end("data: [DONE]\n\n")
+        return
+      }
+      metrics.request(endpoint, answer.status)
+      const text = answer._tag === "Json" ? JSON.stringify(answer.body) : answer.body
+      res.writeHead(answer.status, {
+        ...headers,
+        "content-type": answer._tag === "Json" ? "application/json" : answer.contentType,
+        "content-length": Buffer.byteLength(text)
+      })
+      res.end(text)
+    }
+
+    const handle = (req: Http.IncomingMessage, res: Http.ServerResponse) =>
+      route(req).pipe(
+        Effect.catchAll((e) => Effect.succeed(json(e.body, e.status))),
+        Effect.catchAllDefect((defect) =>
+          Effect.succeed(
+            json(
+              apiError(500, `Internal error: ${defect instanceof Error ? defect.message : String(defect)}`).body,
+              500
+            )
+          )
+        ),
+        Effect.flatMap((answer) => Effect.sync(() => send(req, res, answer))),
+        Effect.onExit((exit) =>
+          Effect.sync(() => {
+            if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause) && !res.headersSent) {
+              send(req, res, json(apiError(500, "Internal error.").body, 500))
+            } else if (!res.writableEnded) res.destroy()
+          })
+        )
+      )
+
+    const fiberSet = yield* FiberSet.make<unknown, unknown>()
+    const runFork = yield* FiberSet.runtime(fiberSet)<never>()
+    const server = Http.createServer((req, res) => {
+      if (shuttingDown) {
+        res.writeHead(503, { "content-type": "application/json", connection: "close" })
+        res.end(JSON.stringify(apiError(503, "The server is shutting down.").body))
+        return
+      }
+      const fiber = runFork(handle(req, res))
+      // A client that hangs up before its answer interrupts the exchange (and drops its queued requests).
+      res.on("close", () => {
+        if (!res.writableEnded) runFork(Fiber.interrupt(fiber))
+      })
+    })
+    server.headersTimeout = 60_000
+    server.requestTimeout = Duration.toMillis(resolved.requestTimeout)
+    server.on("clientError", (_err, socket) => socket.destroy())
+
+    const address = yield* Effect.acquireRelease(
+      Effect.async<AddressInfo, string>((resume) => {
+        const onError = (e: Error) =>
+          resume(Effect.fail(`Cannot listen on ${resolved.host}:${resolved.port}: ${e.message}`))
+        server.once("error", onError)
+        server.listen(resolved.port, resolved.host, () => {
+          server.off("error", onError)
+          resume(Effect.succeed(server.address() as AddressInfo))
+        })
+      }),
+      () =>
+        Effect.async<void>((resume) => {
+          server.close(() => resume(Effect.void))
+          server.closeAllConnections()
+        })
+    )
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        shuttingDown = true
+        return FiberSet.clear(fiberSet)
+      })
+    )
+    return {
+      host: resolved.host,
+      port: address.port,
+      url: `http://${resolved.host.includes(":") ? `[${resolved.host}]` : resolved.host}:${address.port}`,
+      servedModelName,
+      policyVersion: Effect.sync(() => scheduler.version())
+    }
+  })

@@ -1,0 +1,493 @@
+// The policy server over real loopback sockets, queried with fetch, in front of scripted backends (the CPU and GPU
+// models behind it are tested in @envtrain/harness): the OpenAI/vLLM wire shapes, tool-call parsing, streaming,
+// errors, batching, weight updates between batches, and an episode through Policy.openAiCompatible. Live clock: the
+// batch window is real time.
+import { FetchHttpClient } from "@effect/platform"
+import { assert, describe, it } from "@effect/vitest"
+import { Catch, Environment } from "@envtrain/env"
+import type { Tokenizer } from "@envtrain/text/Tokenizer"
+import { Effect, Layer } from "effect"
+import { Episode, Policy, PolicyServer } from "../src/index.js"
+import { catchScript, renderer, tinyModel } from "./fixtures.js"
+
+type Json = Record<string, any>
+
+const post = (url: string, body: unknown, init: RequestInit = {}) =>
+  Effect.promise(async () => {
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: typeof body === "string" || body instanceof Uint8Array ? body : JSON.stringify(body),
+      ...init
+    })
+    return { status: res.status, headers: res.headers, text: await res.text() }
+  })
+
+const get = (url: string) =>
+  Effect.promise(async () => {
+    const res = await fetch(url)
+    return { status: res.status, headers: res.headers, text: await res.text() }
+  })
+
+const events = (text: string): Array<Json | "[DONE]"> =>
+  text.split("\n\n").filter((s) => s.length > 0).map((s) => {
+    assert.isTrue(s.startsWith("data: "), s)
+    const data = s.slice("data: ".length)
+    return data === "[DONE]" ? "[DONE]" : JSON.parse(data) as Json
+  })
+
+interface Scripted {
+  readonly backend: PolicyServer.Backend
+  readonly batches: Array<number>
+  /** Each load bumps the "weights" (the reply's suffix). */
+  readonly loads: Array<PolicyServer.WeightSource>
+}
+
+// A backend that answers `respond(decoded prompt)` (then EOS), with Policy.scriptedLogprob logprobs. The answer ends
+// with "v<weights>" after a weight load, so tests can see which weights served a request.
+const scripted = (
+  tokenizer: Tokenizer,
+  template: PolicyServer.Backend["chatTemplate"],
+  respond: (text: string) => string,
+  contextLength: number
+): Scripted => {
+  const batches: Array<number> = []
+  const loads: Array<PolicyServer.WeightSource> = []
+  return {
+    batches,
+    loads,
+    backend: {
+      name: "scripted",
+      tokenizer,
+      chatTemplate: template,
+      contextLength,
+      maxBatchSize: 8,
+      maxTopLogprobs: 2,
+      generate: (requests) =>
+        Effect.sync(() => {
+          batches.push(requests.length)
+          return requests.map((r) => {
+            const reply = respond(tokenizer.decode(r.promptIds)) + (loads.length > 0 ? ` v${loads.length}` : "")
+            const ids = [...tokenizer.encode(reply), tokenizer.eosTokenIds[0]]
+            const stop = ids.findIndex((id) => (r.sampling.stopTokenIds ?? []).includes(id))
+            const end = Math.min(stop < 0 ? ids.length : stop + 1, r.sampling.maxTokens)
+            const tokenIds = ids.slice(0, end)
+            return {
+              tokenIds,
+              logprobs: tokenIds.map(Policy.scriptedLogprob),
+              finishReason: stop >= 0 && stop < end ? "stop" : "length",
+              ...(r.topLogprobs > 0
+                ? {
+                  topLogprobs: tokenIds.map((id) =>
+                    [{ id, logprob: Policy.scriptedLogprob(id) }, { id: 7, logprob: -5 }].slice(0, r.topLogprobs)
+                  )
+                }
+                : {})
+            }
+          })
+        }),
+      loadWeights: (source) =>
+        source._tag === "Directory" && source.path === "/nope"
+          ? Effect.fail(new PolicyServer.BackendError({ status: 400, message: "no such checkpoint: /nope" }))
+          : Effect.sync(() => void loads.push(source))
+    }
+  }
+}
+
+const serve = (
+  respond: (text: string) => string,
+  options: PolicyServer.PolicyServerOptions = {},
+  contextLength = 512
+) =>
+  Effect.gen(function*() {
+    const { template, tokenizer } = yield* tinyModel
+    const s = scripted(tokenizer, template, respond, contextLength)
+    const server = yield* PolicyServer.serve(s.backend, { port: 0, servedModelName: "tiny", ...options })
+    return { ...s, server, tokenizer, url: server.url }
+  })
+
+const TOOLS = [{
+  type: "function",
+  function: {
+    name: "move",
+    description: "Move",
+    parameters: { type: "object", properties: { direction: { type: "string" } } }
+  }
+}]
+
+describe("PolicyServer", () => {
+  it.scopedLive("GET /v1/models, /health, /metrics; every answer names the policy version", () =>
+    Effect.gen(function*() {
+      const { url } = yield* serve(() => "hi")
+      const models = yield* get(`${url}/v1/models`)
+      assert.strictEqual(models.status, 200)
+      const m = JSON.parse(models.text) as Json
+      assert.strictEqual(m.object, "list")
+      assert.deepInclude(m.data[0], {
+        id: "tiny",
+        object: "model",
+        owned_by: "envtrain",
+        max_model_len: 512,
+        policy_version: 0
+      })
+      assert.strictEqual(models.headers.get("x-policy-version"), "0")
+      const health = yield* get(`${url}/health`)
+      assert.strictEqual(health.status, 200)
+      const metrics = yield* get(`${url}/metrics`)
+      assert.strictEqual(metrics.status, 200)
+      assert.include(metrics.headers.get("content-type") ?? "", "text/plain")
+      assert.match(metrics.text, /^envtrain:policy_version\{model_name="tiny"\} 0$/m)
+      assert.match(metrics.text, /^# TYPE envtrain:batch_size histogram$/m)
+    }))
+
+  it.scopedLive("chat: tool calls become OpenAI tool_calls; malformed ones and tool_choice none stay content", () =>
+    Effect.gen(function*() {
+      const call = "<tool_call>\n{\"name\": \"move\", \"arguments\": {\"direction\": \"left\"}}\n</tool_call>"
+      const { url } = yield* serve((text) =>
+        text.includes("malformed") ? "<tool_call>\n{\"name\": \"move\", \"arguments\": \n</tool_call>" : call
+      )
+      const ok = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          model: "tiny",
+          messages: [{ role: "user", content: "Play." }],
+          tools: TOOLS,
+          return_token_ids: true
+        })).text
+      ) as Json
+      const choice = ok.choices[0]
+      assert.strictEqual(choice.finish_reason, "tool_calls")
+      assert.isNull(choice.message.content)
+      assert.strictEqual(choice.message.tool_calls.length, 1)
+      assert.strictEqual(choice.message.tool_calls[0].type, "function")
+      assert.match(choice.message.tool_calls[0].id, /^chatcmpl-tool-/)
+      assert.deepStrictEqual(choice.message.tool_calls[0].function, {
+        name: "move",
+        arguments: "{\"direction\":\"left\"}"
+      })
+      assert.isArray(ok.prompt_token_ids)
+      assert.isArray(choice.token_ids)
+      assert.strictEqual(ok.policy_version, 0)
+
+      const bad = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          messages: [{ role: "user", content: "malformed please" }],
+          tools: TOOLS
+        })).text
+      ) as Json
+      assert.strictEqual(bad.choices[0].finish_reason, "stop")
+      assert.include(bad.choices[0].message.content, "<tool_call>")
+      assert.isUndefined(bad.choices[0].message.tool_calls)
+
+      const none = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          messages: [{ role: "user", content: "Play." }],
+          tools: TOOLS,
+          tool_choice: "none"
+        })).text
+      ) as Json
+      assert.strictEqual(none.choices[0].message.content, call)
+    }))
+
+  it.scopedLive("chat: an assistant turn with OpenAI tool_calls (JSON-text arguments) and a tool result render", () =>
+    Effect.gen(function*() {
+      const { tokenizer, url } = yield* serve(() => "ok")
+      const r = JSON.parse(
+        (yield* post(`${url}/v1/chat/completions`, {
+          messages: [
+            { role: "system", content: "Be brief." },
+            { role: "user", content: [{ type: "text", text: "Play." }] },
+            {
+              role: "assistant",
+              content: null,
+              tool_calls: [{
+                id: "c1",
+                type: "function",
+                function: { name: "move", arguments: "{\"direction\": \"left\"}" }
+              }]
+            },
+            { role: "tool", tool_call_id: "c1", content: "moved" }
+          ],
+          tools: TOOLS,
+          return_token_ids: true
+        })).text
+      ) as Json
+      const prompt = tokenizer.decode(r.prompt_token_ids)
+      assert.include(prompt, "\"direction\": \"left\"")
+      assert.include(prompt, "<tool_response>\nmoved\n</tool_response>")
+      assert.strictEqual(r.choices[0].message.content, "ok")
+    }))
+
+  it.scopedLive("streaming: chunks reassemble to the non-streamed answer (content, tool calls, token ids, logprobs)", () =>
+    Effect.gen(function*() {
+      const { url } = yield* serve((text) =>
+        text.includes("tools")
+          ? "Moving.\n<tool_call>\n{\"name\": \"move\", \"arguments\": {}}\n</tool_call>"
+          : "Hello there, wörld!"
+      )
+      for (const tools of [false, true]) {
+        const body = {
+          messages: [{ role: "user", content: tools ? "use tools" : "say hi" }],
+          ...(tools ? { tools: TOOLS } : {}),
+          logprobs: true,
+          top_logprobs: 2,
+          return_token_ids: true,
+          return_tokens_as_token_ids: true
+        }
+        const plain = JSON.parse((yield* post(`${url}/v1/chat/completions`, body)).text) as Json
+        const streamed = yield* post(`${url}/v1/chat/completions`, {
+          ...body,
+          stream: true,
+          stream_options: { include_usage: true }
+        })
+        assert.include(streamed.headers.get("content-type") ?? "", "text/event-stream")
+        const list = events(streamed.text)
+        assert.strictEqual(list[list.length - 1], "[DONE]")
+        const chunks = list.slice(0, -1) as Array<Json>
+        let content = ""
+        const tokenIds: Array<number> = []
+        const logprobs: Array<Json> = []
+        const toolCalls: Array<Json> = []
+        let finish: string | null = null
+        for (const c of chunks) {
+          assert.strictEqual(c.object, "chat.completion.chunk")
+          assert.strictEqual(c.policy_version, 0)
+          for (const ch of c.choices) {
+            content += ch.delta.content ?? ""
+            tokenIds.push(...(ch.token_ids ?? []))
+            logprobs.push(...(ch.logprobs?.content ?? []))
+            toolCalls.push(...(ch.delta.tool_calls ?? []))
+            finish = ch.finish_reason ?? finish
+          }
+        }
+        const message = plain.choices[0].message
+        assert.strictEqual(content, message.content ?? "")
+        assert.deepStrictEqual(tokenIds, plain.choices[0].token_ids)
+        assert.deepStrictEqual(logprobs, plain.choices[0].logprobs.content)
+        assert.deepStrictEqual(chunks[0].prompt_token_ids, plain.prompt_token_ids)
+        assert.strictEqual(finish, plain.choices[0].finish_reason)
+        assert.deepStrictEqual(
+          toolCalls.map(({ index: _, ...t }) => t.function),
+          (message.tool_calls ?? []).map((t: Json) => t.function)
+        )
+        assert.deepStrictEqual(chunks[chunks.length - 1].usage, plain.usage)
+        // return_tokens_as_token_ids: every logprob token is "token_id:N" of the sampled id.
+        plain.choices[0].logprobs.content.forEach((e: Json, i: number) => {
+          assert.strictEqual(e.token, `token_id:${plain.choices[0].token_ids[i]}`)
+          assert.strictEqual(e.top_logprobs.length, 2)
+        })
+      }
+    }))
+
+  it.scopedLive("completions: text and token-id prompts, n, stop strings, stop_token_ids, streaming", () =>
+    Effect.gen(function*() {
+      const { tokenizer, url } = yield* serve(() => "one two three four")
+      const ids = tokenizer.encode("count:")
+      const r = JSON.parse(
+        (yield* post(`${url}/v1/completions`, {
+          model: "tiny",
+          prompt: [ids, "count:"],
+          n: 2,
+          max_tokens: 32,
+          logprobs: 1,
+          return_token_ids: true
+        })).text
+      ) as Json
+      assert.strictEqual(r.object, "text_completion")
+      assert.strictEqual(r.choices.length, 4)
+      for (const c of r.choices) {
+        assert.deepStrictEqual(c.prompt_token_ids, ids)
+        assert.strictEqual(c.text, "one two three four")
+        assert.strictEqual(tokenizer.decode(c.token_ids, { skipSpecialTokens: true }), c.text)
+        assert.strictEqual(c.logprobs.token_logprobs.length, c.token_ids.length)
+        assert.deepStrictEqual(c.logprobs.token_logprobs, c.token_ids.map(Policy.scriptedLogprob))
+        assert.isTrue(c.logprobs.token_logprobs.every((x: number) => x <= 0))
+        assert.strictEqual(c.finish_reason, "stop")
+        assert.isNull(c.stop_reason)
+      }
+      assert.deepStrictEqual(r.usage, {
+        prompt_tokens: 2 * ids.length,
+        completion_tokens: r.choices.reduce((s: number, c: Json) => s + c.token_ids.length, 0),
+        total_tokens: 2 * ids.length + r.choices.reduce((s: number, c: Json) => s + c.token_ids.length, 0)
+      })
+
+      const stopped = JSON.parse(
+        (yield* post(`${url}/v1/completions`, { prompt: "x", stop: [" three"], return_token_ids: true })).text
+      ) as Json
+      assert.strictEqual(stopped.choices[0].text, "one two")
+      assert.strictEqual(stopped.choices[0].finish_reason, "stop")
+      assert.strictEqual(stopped.choices[0].stop_reason, " three")
+      assert.include(tokenizer.decode(stopped.choices[0].token_ids), " three")
+      const kept = JSON.parse(
+        (yield* post(`${url}/v1/completions`, { prompt: "x", stop: " three", include_stop_str_in_output: true })).text
+      ) as Json
+      assert.strictEqual(kept.choices[0].text, "one two three")
+
+      const twoId = r.choices[0].token_ids[1]
+      const byId = JSON.parse(
+        (yield* post(`${url}/v1/completions`, { prompt: "x", stop_token_ids: [twoId], return_token_ids: true })).text
+      ) as Json
+      assert.strictEqual(byId.choices[0].stop_reason, twoId)
+      assert.strictEqual(byId.choices[0].token_ids.at(-1), twoId)
+
+      const short = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: "x", max_tokens: 2 })).text) as Json
+      assert.strictEqual(short.choices[0].finish_reason, "length")
+
+      const plain = JSON.parse(
+        (yield* post(`${url}/v1/completions`, {
+          prompt: ids,
+          logprobs: 0,
+          return_token_ids: true,
+          return_tokens_as_token_ids: true
+        })).text
+      ) as Json
+      assert.deepStrictEqual(
+        plain.choices[0].logprobs.tokens,
+        plain.choices[0].token_ids.map((id: number) => `token_id:${id}`)
+      )
+      const streamed = events(
+        (yield* post(`${url}/v1/completions`, {
+          prompt: ids,
+          logprobs: 0,
+          return_token_ids: true,
+          return_tokens_as_token_ids: true,
+          stream: true
+        })).text
+      )
+      const chunks = streamed.slice(0, -1) as Array<Json>
+      assert.strictEqual(streamed.at(-1), "[DONE]")
+      assert.strictEqual(chunks.map((c) => c.choices[0].text).join(""), plain.choices[0].text)
+      assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].token_ids ?? []), plain.choices[0].token_ids)
+      assert.deepStrictEqual(
+        chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []),
+        plain.choices[0].logprobs.token_logprobs
+      )
+      assert.deepStrictEqual(chunks[0].choices[0].prompt_token_ids, ids)
+      assert.strictEqual(chunks.at(-1)!.choices[0].finish_reason, "stop")
+    }))
+
+  it.scopedLive("bad requests get OpenAI-style errors with their status, and the server keeps serving", () =>
+    Effect.gen(function*() {
+      const { url } = yield* serve(() => "fine", { maxBodyBytes: 4096 })
+      const cases: Array<[string, unknown, number, string | null]> = [
+        ["/v1/completions", "{not json", 400, null],
+        ["/v1/completions", { model: "gpt-4", prompt: "x" }, 404, "model"],
+        ["/v1/completions", { prompt: "word ".repeat(600) }, 400, "prompt"],
+        ["/v1/completions", { prompt: "x", max_tokens: 600 }, 400, "prompt"],
+        ["/v1/completions", { prompt: "x", temperature: -1 }, 400, "temperature"],
+        ["/v1/completions", { prompt: "x", top_p: 2 }, 400, "top_p"],
+        ["/v1/completions", { prompt: "x", n: 0 }, 400, "n"],
+        ["/v1/completions", { prompt: "x", logprobs: 5 }, 400, "logprobs"],
+        ["/v1/completions", { prompt: [1, -2] }, 400, "prompt"],
+        ["/v1/completions", { prompt: [999999] }, 400, "prompt"],
+        ["/v1/completions", { prompt: "x", seed: 1.5 }, 400, "seed"],
+        ["/v1/completions", { prompt: "x", use_beam_search: true }, 400, "use_beam_search"],
+        ["/v1/completions", { prompt: "x".repeat(5000) }, 413, null],
+        ["/v1/chat/completions", { messages: [] }, 400, "messages"],
+        ["/v1/chat/completions", { messages: [{ role: "wizard", content: "x" }] }, 400, "messages[0].role"],
+        [
+          "/v1/chat/completions",
+          { messages: [{ role: "user", content: "x" }], tools: TOOLS, tool_choice: "required" },
+          400,
+          "tool_choice"
+        ],
+        ["/v1/chat/completions", { messages: [{ role: "user", content: "x" }], top_logprobs: 1 }, 400, "top_logprobs"],
+        ["/v1/nothing", {}, 404, null],
+        ["/update_weights_from_disk", {}, 400, "model_path"]
+      ]
+      for (const [path, body, status, param] of cases) {
+        const r = yield* post(`${url}${path}`, body)
+        assert.strictEqual(r.status, status, `${path} ${JSON.stringify(body).slice(0, 80)}: ${r.text}`)
+        const e = (JSON.parse(r.text) as Json).error
+        assert.isString(e.message)
+        assert.isString(e.type)
+        assert.strictEqual(e.code, status)
+        assert.strictEqual(e.param, param, e.message)
+      }
+      const wrongMethod = yield* get(`${url}/v1/completions`)
+      assert.strictEqual(wrongMethod.status, 405)
+      const good = yield* post(`${url}/v1/completions`, { prompt: "x", unknown_field: 1 })
+      assert.strictEqual(good.status, 200)
+      assert.strictEqual((JSON.parse(good.text) as Json).choices[0].text, "fine")
+    }))
+
+  it.scopedLive("concurrent requests are batched: the backend gets them together, /metrics shows the occupancy", () =>
+    Effect.gen(function*() {
+      const { batches, url } = yield* serve(() => "hi", { batchWindow: "50 millis" })
+      yield* Effect.forEach(
+        Array.from({ length: 6 }, (_, i) => i),
+        (i) => post(`${url}/v1/completions`, { prompt: `p${i}` }),
+        { concurrency: "unbounded" }
+      )
+      assert.isTrue(Math.max(...batches) > 1, `batches ${batches}`)
+      assert.strictEqual(batches.reduce((a, b) => a + b, 0), 6)
+      const metrics = (yield* get(`${url}/metrics`)).text
+      const max = Number(/^envtrain:batch_size_max\{[^}]*\} (\d+)$/m.exec(metrics)?.[1])
+      assert.isTrue(max > 1, metrics)
+      assert.match(metrics, /^envtrain:batch_size_sum\{[^}]*\} 6$/m)
+      assert.match(
+        metrics,
+        /^envtrain:requests_total\{model_name="tiny",endpoint="\/v1\/completions",status="200"\} 6$/m
+      )
+      assert.match(metrics, /^envtrain:num_requests_waiting\{[^}]*\} 0$/m)
+      assert.match(metrics, /^envtrain:generation_tokens_total\{[^}]*\} \d+$/m)
+    }))
+
+  it.scopedLive("weight updates run between batches and bump policy_version in bodies, headers and metrics", () =>
+    Effect.gen(function*() {
+      const { loads, server, url } = yield* serve(() => "answer")
+      const before = JSON.parse((yield* post(`${url}/v1/completions`, { prompt: "x" })).text) as Json
+      assert.strictEqual(before.choices[0].text, "answer")
+      const byPath = yield* post(`${url}/update_weights_from_disk`, { model_path: "/some/checkpoint" })
+      assert.strictEqual(byPath.status, 200, byPath.text)
+      assert.deepInclude(JSON.parse(byPath.text) as Json, { success: true, policy_version: 1 })
+      const bytes = new Uint8Array([1, 2, 3])
+      const pushed = yield* post(`${url}/update_weights`, bytes, {
+        headers: { "content-type": "application/octet-stream" }
+      })
+      assert.strictEqual(pushed.status, 200, pushed.text)
+      assert.strictEqual(pushed.headers.get("x-policy-version"), "2")
+      assert.deepStrictEqual(loads, [{ _tag: "Directory", path: "/some/checkpoint" }, { _tag: "Safetensors", bytes }])
+      const failed = yield* post(`${url}/update_weights_from_disk`, { model_path: "/nope" })
+      assert.strictEqual(failed.status, 400)
+      assert.include(failed.text, "no such checkpoint")
+      assert.strictEqual(yield* server.policyVersion, 2)
+      const after = yield* post(`${url}/v1/completions`, { prompt: "x" })
+      assert.strictEqual(after.headers.get("x-policy-version"), "2")
+      const a = JSON.parse(after.text) as Json
+      assert.strictEqual(a.policy_version, 2)
+      assert.strictEqual(a.choices[0].text, "answer v2")
+      // Requests queued before an update are served by the old weights, those after by the new.
+      const [early, , late] = yield* Effect.all([
+        post(`${url}/v1/completions`, { prompt: "x" }),
+        post(`${url}/update_weights_from_disk`, { model_path: "/third" }),
+        Effect.delay(post(`${url}/v1/completions`, { prompt: "x" }), "30 millis")
+      ], { concurrency: "unbounded" })
+      const e = JSON.parse(early.text) as Json
+      const l = JSON.parse(late.text) as Json
+      assert.strictEqual(e.choices[0].text, `answer v${e.policy_version}`)
+      assert.strictEqual(l.policy_version, 3)
+      assert.strictEqual(l.choices[0].text, "answer v3")
+      assert.match((yield* get(`${url}/metrics`)).text, /^envtrain:policy_version\{[^}]*\} 3$/m)
+    }))
+
+  it.scopedLive("Policy.openAiCompatible plays a Catch episode through the server, token ids and logprobs intact", () =>
+    Effect.gen(function*() {
+      const { url } = yield* serve((text) => catchScript({ text }), {}, 16384)
+      const live = yield* Environment.episode(Catch.environment, { seed: 5 })
+      const record = yield* Episode.run({
+        prompt: [{ role: "user", content: "Play." }],
+        session: Episode.fromEnvironment(live),
+        config: { maxCompletionLength: 4096, sampling: { temperature: 1 } }
+      }).pipe(
+        Effect.provide(Layer.merge(
+          renderer(false),
+          Policy.openAiCompatible({ baseUrl: url, model: "tiny" }).pipe(Layer.provide(FetchHttpClient.layer))
+        ))
+      )
+      assert.isTrue((record.state as Catch.State).caught)
+      assert.isAbove(record.toolCallCount, 0)
+      record.completionIds.forEach((id, i) =>
+        assert.strictEqual(record.logprobs[i], record.mask[i] === 1 ? Policy.scriptedLogprob(id) : 0)
+      )
+    }))
+})
