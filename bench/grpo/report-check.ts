@@ -1,7 +1,8 @@
 /**
  * Trains the tiny model for a few GRPO steps on an in-process environment (CPU reference model), writes the report,
  * and checks it in a real headless Chromium (`--dump-dom` after scripts ran, and a screenshot that is not blank).
- * Saves the report, the screenshot and the numbers under bench/results/grpo/.
+ * Saves the report, the screenshot and the numbers under bench/results/grpo/ (the report itself is not committed:
+ * git ignores it, as it does the run folder).
  *
  *   npx tsx bench/grpo/report-check.ts [steps]
  */

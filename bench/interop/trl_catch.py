@@ -20,7 +20,17 @@ import os
 import platform
 import sys
 import time
-from typing import Literal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "interop" / "python"))
+from catch_tools import (  # noqa: E402  (the environment's tools, shared with the interop test)
+    CATCH_COLUMNS,
+    CATCH_ROWS,
+    CatchTools,
+    catch_info_state,
+    format_observation,
+    reward_from_env,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -75,99 +85,41 @@ class Prng:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Catch: OpenSpiel's rules, TRL's CatchEnv tool class
+# Catch: OpenSpiel's rules behind TRL's CatchEnv tools (interop/python/catch_tools.py, shared with the interop test)
 # ---------------------------------------------------------------------------------------------------------------
 
-ROWS, COLUMNS = 10, 5
 
-
-def format_observation(ball_row: int, ball_col: int, paddle_col: int) -> str:
-    """TRL's CatchEnv._format_obs from the 50-float info_state (a ball on the last row reads as the paddle)."""
-    cells = [0.0] * (ROWS * COLUMNS)
-    cells[ball_row * COLUMNS + ball_col] = 1.0
-    cells[(ROWS - 1) * COLUMNS + paddle_col] = 1.0
-    ball = paddle = None
-    for index, value in enumerate(cells):
-        if value == 1.0:
-            r, c = divmod(index, COLUMNS)
-            if r < ROWS - 1:
-                ball = (r + 1, c + 1)
-            else:
-                paddle = c + 1
-    parts = []
-    if ball is not None:
-        parts.append(f"Ball: row {ball[0]}/{ROWS}, column {ball[1]}/{COLUMNS}")
-    if paddle is not None:
-        parts.append(f"Paddle: column {paddle}/{COLUMNS}")
-    if ball is not None and paddle is not None:
-        diff = ball[1] - paddle
-        if diff < 0:
-            parts.append(f"The ball is {-diff} column(s) to the LEFT of the paddle.")
-        elif diff > 0:
-            parts.append(f"The ball is {diff} column(s) to the RIGHT of the paddle.")
-        else:
-            parts.append("The ball is directly above the paddle.")
-    return "\n".join(parts)
-
-
-class CatchEnv:
+class CatchEnv(CatchTools):
     """The seed's CatchEnv: move(direction) / stay(); reward +1 / -1 at the end; errors once the episode is done."""
 
     def __init__(self) -> None:
         self.ball_row = 0
         self.ball_col = 0
-        self.paddle_col = COLUMNS // 2
+        self.paddle_col = CATCH_COLUMNS // 2
         self.reward = 0.0
         self.done = False
+
+    def _observation(self) -> str:
+        return format_observation(catch_info_state(self.ball_row, self.ball_col, self.paddle_col))
 
     def reset(self, **kwargs) -> str:
         prng = Prng(int(kwargs["seed"]))
         self.ball_row = 0
-        self.ball_col = prng.int(COLUMNS)
-        self.paddle_col = COLUMNS // 2
+        self.ball_col = prng.int(CATCH_COLUMNS)
+        self.paddle_col = CATCH_COLUMNS // 2
         self.reward = 0.0
         self.done = False
-        return format_observation(self.ball_row, self.ball_col, self.paddle_col)
+        return self._observation()
 
-    def _act(self, action: int) -> str:
+    def _act(self, action_id: int) -> str:
         if self.done:
             raise ValueError("Episode is done.")
         self.ball_row += 1
-        self.paddle_col = min(max(self.paddle_col + action - 1, 0), COLUMNS - 1)
-        if self.ball_row >= ROWS - 1:
+        self.paddle_col = min(max(self.paddle_col + action_id - 1, 0), CATCH_COLUMNS - 1)
+        if self.ball_row >= CATCH_ROWS - 1:
             self.done = True
             self.reward = 1.0 if self.ball_col == self.paddle_col else -1.0
-        return format_observation(self.ball_row, self.ball_col, self.paddle_col)
-
-    def move(self, direction: Literal["left", "right"]) -> str:
-        """
-        Move the paddle left or right.
-
-        Args:
-            direction: Direction to move, either "left" or "right".
-
-        Returns:
-            The observation after moving.
-        """
-        if direction == "left":
-            return self._act(0)
-        if direction == "right":
-            return self._act(2)
-        raise ValueError(f"Invalid direction: {direction!r}. Use 'left' or 'right'.")
-
-    def stay(self) -> str:
-        """
-        Do nothing and let the ball fall one step.
-
-        Returns:
-            The observation after staying.
-        """
-        return self._act(1)
-
-
-def reward_from_env(environments, **kwargs) -> list[float]:
-    """TRL's Catch reward: max(r, 0) once the episode is done, 0 otherwise."""
-    return [max(env.reward, 0.0) if env.done else 0.0 for env in environments]
+        return self._observation()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
+from catch_tools import CATCH_COLUMNS, CATCH_ROWS  # the grid, defined once beside the Catch tools
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
 from openenv_models import (  # noqa: E402  (the models the interop servers use too)
     OpenSpielAction,
@@ -154,8 +156,6 @@ def strict_observation(model: type[Observation], payload: Dict[str, Any]) -> Obs
 
 
 # ---- game helpers (plain rules, for the expected values) -----------------------------------------------------------
-
-CATCH_ROWS, CATCH_COLUMNS = 10, 5
 
 
 def catch_positions(info_state: List[float]) -> tuple[int, int, int]:

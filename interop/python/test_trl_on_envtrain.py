@@ -29,13 +29,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Literal
+from typing import Any, Dict, List
 
 import pytest
+from catch_tools import CATCH_COLUMNS, CATCH_ROWS, CatchTools, catch_info_state, format_observation, reward_from_env
 from conftest import ROOT
 from openenv_typed import (
-    CATCH_COLUMNS,
-    CATCH_ROWS,
     OpenSpielAction,
     OpenSpielEnv,
     OpenSpielObservation,
@@ -70,33 +69,7 @@ fall one row. Observe the grid, then move accordingly."""
 USER_PROMPT = "The game starts.\n\n"
 
 
-def format_observation(info_state: List[float]) -> str:
-    """The seed's CatchEnv._format_obs: the 50-float info_state as text (1-based rows and columns)."""
-    ball = paddle = None
-    for index, value in enumerate(info_state):
-        if value == 1.0:
-            row, col = divmod(index, CATCH_COLUMNS)
-            if row < CATCH_ROWS - 1:
-                ball = (row + 1, col + 1)
-            else:
-                paddle = col + 1
-    parts = []
-    if ball is not None:
-        parts.append(f"Ball: row {ball[0]}/{CATCH_ROWS}, column {ball[1]}/{CATCH_COLUMNS}")
-    if paddle is not None:
-        parts.append(f"Paddle: column {paddle}/{CATCH_COLUMNS}")
-    if ball is not None and paddle is not None:
-        diff = ball[1] - paddle
-        if diff < 0:
-            parts.append(f"The ball is {-diff} column(s) to the LEFT of the paddle.")
-        elif diff > 0:
-            parts.append(f"The ball is {diff} column(s) to the RIGHT of the paddle.")
-        else:
-            parts.append("The ball is directly above the paddle.")
-    return "\n".join(parts)
-
-
-class CatchEnv:
+class CatchEnv(CatchTools):
     """The seed's CatchEnv: OpenEnv's OpenSpiel client behind TRL's environment_factory."""
 
     base_url: str = ""  # set by the test to the envtrain server's URL (the seed reads it from its arguments)
@@ -134,36 +107,6 @@ class CatchEnv:
         self.episode["steps"].append((action_id, result))
         self.episode["texts"].append(text)
         return text
-
-    def move(self, direction: Literal["left", "right"]) -> str:
-        """
-        Move the paddle left or right.
-
-        Args:
-            direction: Direction to move, either "left" or "right".
-
-        Returns:
-            The observation after moving.
-        """
-        if direction == "left":
-            return self._act(0)
-        if direction == "right":
-            return self._act(2)
-        raise ValueError(f"Invalid direction: {direction!r}. Use 'left' or 'right'.")
-
-    def stay(self) -> str:
-        """
-        Do nothing and let the ball fall one step.
-
-        Returns:
-            The observation after staying.
-        """
-        return self._act(1)
-
-
-def reward_from_env(environments, **kwargs) -> List[float]:
-    """The seed's reward: max(r, 0) once the episode is done, 0 otherwise."""
-    return [max(env.reward, 0.0) if env.done else 0.0 for env in environments]
 
 
 def paddle_distance(info_state: List[float]) -> int:
@@ -222,8 +165,7 @@ def teach_tool_calls(model, tokenizer, tools, steps: int = 120) -> None:
     examples = []
     for earlier in range(4):
         ball, paddle = rng.randrange(CATCH_COLUMNS), CATCH_COLUMNS // 2
-        info = [0.0] * (CATCH_ROWS * CATCH_COLUMNS)
-        info[ball], info[(CATCH_ROWS - 1) * CATCH_COLUMNS + paddle] = 1.0, 1.0
+        info = catch_info_state(0, ball, paddle)
         conversation = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": USER_PROMPT + format_observation(info)},
@@ -231,8 +173,7 @@ def teach_tool_calls(model, tokenizer, tools, steps: int = 120) -> None:
         for row in range(1, earlier + 1):
             name, arguments = rng.choice(calls)
             paddle = min(max(paddle + {"left": -1, "right": 1}[arguments["direction"]], 0), CATCH_COLUMNS - 1)
-            info = [0.0] * (CATCH_ROWS * CATCH_COLUMNS)
-            info[row * CATCH_COLUMNS + ball], info[(CATCH_ROWS - 1) * CATCH_COLUMNS + paddle] = 1.0, 1.0
+            info = catch_info_state(row, ball, paddle)
             conversation += [call(name, arguments), {"role": "tool", "name": name, "content": format_observation(info)}]
         for name, arguments in calls:
             kwargs = dict(tools=tools, chat_template=template, enable_thinking=False, tokenize=True, return_dict=True)

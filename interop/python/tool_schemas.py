@@ -19,26 +19,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers.utils import get_json_schema  # noqa: E402
 
+from catch_tools import CatchTools  # noqa: E402
 
-class CatchEnv:
-    def move(self, direction: Literal["left", "right"]) -> str:
-        """
-        Move the paddle left or right.
 
-        Args:
-            direction: Direction to move, either "left" or "right".
-
-        Returns:
-            The observation after moving.
-        """
-
-    def stay(self) -> str:
-        """
-        Do nothing and let the ball fall one step.
-
-        Returns:
-            The observation after staying.
-        """
+class CatchEnv(CatchTools):
+    """The Catch tools exactly as the TRL test and the TRL benchmark hand them to TRL (catch_tools.py)."""
 
 
 class EchoEnv:

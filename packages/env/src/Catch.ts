@@ -206,19 +206,23 @@ export class CatchTools extends Context.Tag("@envtrain/env/Catch/CatchTools")<Ca
   })
 }
 
+/** The definition over a layer of its tools: in-process (`environment`) or on a server (`remote`). */
+const environmentWith = (layer: Layer.Layer<CatchTools>) =>
+  Environment.make({
+    name: "catch",
+    description: "OpenSpiel Catch: move the paddle to catch the falling ball (10x5 grid, 9 steps, +1/-1).",
+    tag: CatchTools,
+    layer,
+    columns: Environment.SeedColumns,
+    tools: [Move, Stay],
+    handlers: (service) => ({ move: service.move, stay: () => service.stay() }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv
+  })
+
 /** Catch as an environment (TRL's `CatchEnv`): tools `move` and `stay`, columns `{seed?}`. */
-export const environment = Environment.make({
-  name: "catch",
-  description: "OpenSpiel Catch: move the paddle to catch the falling ball (10x5 grid, 9 steps, +1/-1).",
-  tag: CatchTools,
-  layer: CatchTools.layer,
-  columns: Environment.SeedColumns,
-  tools: [Move, Stay],
-  handlers: (service) => ({ move: service.move, stay: () => service.stay() }),
-  reset: (service, columns) => service.reset(columns),
-  state: (service) => service.state,
-  openEnv
-})
+export const environment = environmentWith(CatchTools.layer)
 
 /** TRL's reward: `max(reward, 0)` when done, else 0. */
 export const reward = (state: State): number => state.done ? Math.max(state.reward, 0) : 0
@@ -310,16 +314,4 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
   )
 
 /** Catch as an environment whose tools run on a remote server. */
-export const remote = (url: string, options: RemoteOptions = {}) =>
-  Environment.make({
-    name: "catch",
-    description: environment.description,
-    tag: CatchTools,
-    layer: remoteLayer(url, options),
-    columns: Environment.SeedColumns,
-    tools: [Move, Stay],
-    handlers: (service) => ({ move: service.move, stay: () => service.stay() }),
-    reset: (service, columns) => service.reset(columns),
-    state: (service) => service.state,
-    openEnv
-  })
+export const remote = (url: string, options: RemoteOptions = {}) => environmentWith(remoteLayer(url, options))

@@ -273,19 +273,23 @@ export class EchoTools extends Context.Tag("@envtrain/env/Echo/EchoTools")<EchoT
   })
 }
 
+/** The definition over a layer of its tools: in-process (`environment`) or on a server (`remote`). */
+const environmentWith = (layer: Layer.Layer<EchoTools>) =>
+  Environment.make({
+    name: "echo",
+    description: "Echo: the environment echoes the message back; longer messages earn more (0.1 per character).",
+    tag: EchoTools,
+    layer,
+    columns: Environment.SeedColumns,
+    tools: [Echo],
+    handlers: (service) => ({ echo: service.echo }),
+    reset: () => Effect.succeed(Option.none()),
+    state: (service) => service.state,
+    openEnv
+  })
+
 /** Echo as an environment (TRL's `EchoToolEnv`): `reset` returns no observation. */
-export const environment = Environment.make({
-  name: "echo",
-  description: "Echo: the environment echoes the message back; longer messages earn more (0.1 per character).",
-  tag: EchoTools,
-  layer: EchoTools.layer,
-  columns: Environment.SeedColumns,
-  tools: [Echo],
-  handlers: (service) => ({ echo: service.echo }),
-  reset: () => Effect.succeed(Option.none()),
-  state: (service) => service.state,
-  openEnv
-})
+export const environment = environmentWith(EchoTools.layer)
 
 // ---------------------------------------------------------------------------------------------------------------
 // Remote: the same tools on a served legacy echo_env (an envtrain server, or OpenEnv's own)
@@ -326,16 +330,4 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
   )
 
 /** Echo as an environment whose tool runs on a remote (legacy echo) server. */
-export const remote = (url: string, options: RemoteOptions = {}) =>
-  Environment.make({
-    name: "echo",
-    description: environment.description,
-    tag: EchoTools,
-    layer: remoteLayer(url, options),
-    columns: Environment.SeedColumns,
-    tools: [Echo],
-    handlers: (service) => ({ echo: service.echo }),
-    reset: () => Effect.succeed(Option.none()),
-    state: (service) => service.state,
-    openEnv
-  })
+export const remote = (url: string, options: RemoteOptions = {}) => environmentWith(remoteLayer(url, options))

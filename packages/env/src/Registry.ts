@@ -65,54 +65,56 @@ export class UnknownEnvironment extends Data.TaggedError("UnknownEnvironment")<{
 const sudokuReward = (s: Sudoku.State) =>
   s.correct_reward + s.valid_move_reward + s.empty_cell_reward + s.repetition_reward + s.progress_reward
 
+/**
+ * A built-in game module's entry: its environment, served definition and typed client, with the game's scoring.
+ * Generic so that `builtins.catch.environment` and the rest keep the module's own types.
+ */
+const game = <
+  Env extends Environment.Environment<any, any>,
+  Remote extends Environment.Environment<any, any>,
+  Scoring extends Pick<Entry, "reward" | "success">
+>(
+  name: string,
+  module: {
+    readonly environment: Env
+    readonly openEnv: OpenEnvDefinition
+    readonly remote: (url: string) => Remote
+  },
+  scoring: Scoring
+) => ({
+  name,
+  description: module.environment.description,
+  environment: module.environment,
+  openEnv: module.openEnv,
+  remote: (url: string) => module.remote(url),
+  ...scoring,
+  source: "built-in"
+})
+
 /** The built-in environments by name. */
 export const builtins = {
-  catch: {
-    name: "catch",
-    description: Catch.environment.description,
-    environment: Catch.environment,
-    openEnv: Catch.openEnv,
-    remote: (url) => Catch.remote(url),
+  catch: game("catch", Catch, {
     reward: Catch.reward,
-    success: (s: Catch.State) => s.caught,
-    source: "built-in"
-  } satisfies Entry<Catch.State>,
-  echo: {
-    name: "echo",
-    description: Echo.environment.description,
-    environment: Echo.environment,
-    openEnv: Echo.openEnv,
-    remote: (url) => Echo.remote(url),
+    success: (s: Catch.State) => s.caught
+  }) satisfies Entry<Catch.State>,
+  echo: game("echo", Echo, {
     reward: (s: Echo.State) => s.reward,
-    success: (_s, reward) => reward > 0,
-    source: "built-in"
-  } satisfies Entry<Echo.State>,
+    success: (_s: Echo.State, reward: number) => reward > 0
+  }) satisfies Entry<Echo.State>,
   "echo-mcp": {
     name: "echo-mcp",
     description: "OpenEnv's current echo_env (pure MCP: echo_message, echo_with_length); served only",
     openEnv: Echo.openEnvMcp,
     source: "built-in"
   } satisfies Entry<unknown>,
-  sudoku: {
-    name: "sudoku",
-    description: Sudoku.environment.description,
-    environment: Sudoku.environment,
-    openEnv: Sudoku.openEnv,
-    remote: (url) => Sudoku.remote(url),
+  sudoku: game("sudoku", Sudoku, {
     reward: sudokuReward,
-    success: (s: Sudoku.State) => s.won,
-    source: "built-in"
-  } satisfies Entry<Sudoku.State>,
-  wordle: {
-    name: "wordle",
-    description: Wordle.environment.description,
-    environment: Wordle.environment,
-    openEnv: Wordle.openEnv,
-    remote: (url) => Wordle.remote(url),
+    success: (s: Sudoku.State) => s.won
+  }) satisfies Entry<Sudoku.State>,
+  wordle: game("wordle", Wordle, {
     reward: (s: Wordle.State) => s.reward,
-    success: (s: Wordle.State) => s.won,
-    source: "built-in"
-  } satisfies Entry<Wordle.State>
+    success: (s: Wordle.State) => s.won
+  }) satisfies Entry<Wordle.State>
 } as const satisfies Readonly<Record<string, Entry>>
 
 /** The built-in of that name, if there is one. */

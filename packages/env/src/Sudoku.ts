@@ -101,19 +101,23 @@ export class SudokuTools extends Context.Tag("@envtrain/env/Sudoku/SudokuTools")
   })
 }
 
+/** The definition over a layer of its tools: in-process (`environment`) or on a server (`remote`). */
+const environmentWith = (layer: Layer.Layer<SudokuTools>) =>
+  Environment.make({
+    name: "sudoku",
+    description: "TextArena Sudoku-v0: fill the 21 empty cells of a 60-clue puzzle with `place(row, col, number)`.",
+    tag: SudokuTools,
+    layer,
+    columns: Columns,
+    tools: [Place],
+    handlers: (service) => ({ place: service.place }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv
+  })
+
 /** Sudoku as an environment (TRL's `SudokuEnv`): tool `place`. */
-export const environment = Environment.make({
-  name: "sudoku",
-  description: "TextArena Sudoku-v0: fill the 21 empty cells of a 60-clue puzzle with `place(row, col, number)`.",
-  tag: SudokuTools,
-  layer: SudokuTools.layer,
-  columns: Columns,
-  tools: [Place],
-  handlers: (service) => ({ place: service.place }),
-  reset: (service, columns) => service.reset(columns),
-  state: (service) => service.state,
-  openEnv
-})
+export const environment = environmentWith(SudokuTools.layer)
 
 /**
  * An exact solver through `place`: reads the board from the first observation, solves it, and fills every empty
@@ -182,16 +186,4 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
   )
 
 /** Sudoku as an environment whose tools run on a remote server (same tools, columns and state as `environment`). */
-export const remote = (url: string, options: RemoteOptions = {}) =>
-  Environment.make({
-    name: "sudoku",
-    description: environment.description,
-    tag: SudokuTools,
-    layer: remoteLayer(url, options),
-    columns: Columns,
-    tools: [Place],
-    handlers: (service) => ({ place: service.place }),
-    reset: (service, columns) => service.reset(columns),
-    state: (service) => service.state,
-    openEnv
-  })
+export const remote = (url: string, options: RemoteOptions = {}) => environmentWith(remoteLayer(url, options))

@@ -150,19 +150,23 @@ export class WordleTools extends Context.Tag("@envtrain/env/Wordle/WordleTools")
   })
 }
 
+/** The definition over a layer of its tools: in-process (`environment`) or on a server (`remote`). */
+const environmentWith = (layer: Layer.Layer<WordleTools>) =>
+  Environment.make({
+    name: "wordle",
+    description: "TextArena Wordle-v0: guess the secret 5-letter word in 6 tries with G/Y/X feedback.",
+    tag: WordleTools,
+    layer,
+    columns: Columns,
+    tools: [Guess],
+    handlers: (service) => ({ guess: service.guess }),
+    reset: (service, columns) => service.reset(columns),
+    state: (service) => service.state,
+    openEnv
+  })
+
 /** Wordle as an environment (TRL's `WordleEnv`): `reset` returns the game's opening transcript. */
-export const environment = Environment.make({
-  name: "wordle",
-  description: "TextArena Wordle-v0: guess the secret 5-letter word in 6 tries with G/Y/X feedback.",
-  tag: WordleTools,
-  layer: WordleTools.layer,
-  columns: Columns,
-  tools: [Guess],
-  handlers: (service) => ({ guess: service.guess }),
-  reset: (service, columns) => service.reset(columns),
-  state: (service) => service.state,
-  openEnv
-})
+export const environment = environmentWith(WordleTools.layer)
 
 // ---------------------------------------------------------------------------------------------------------------
 // Solver
@@ -346,16 +350,4 @@ function* wordleGuess(s: RemoteWordle, guess: string) {
 }
 
 /** Wordle as an environment whose tools run on a remote server (same tools, columns and state as `environment`). */
-export const remote = (url: string, options: RemoteOptions = {}) =>
-  Environment.make({
-    name: "wordle",
-    description: environment.description,
-    tag: WordleTools,
-    layer: remoteLayer(url, options),
-    columns: Columns,
-    tools: [Guess],
-    handlers: (service) => ({ guess: service.guess }),
-    reset: (service, columns) => service.reset(columns),
-    state: (service) => service.state,
-    openEnv
-  })
+export const remote = (url: string, options: RemoteOptions = {}) => environmentWith(remoteLayer(url, options))

@@ -2,21 +2,27 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 import { Catch, Echo, Sudoku, Tool, Wordle } from "../src/index.js"
 
+/** transformers' function wrapper around a tool's parameters; every built-in tool returns a string. */
+const definition = (
+  name: string,
+  description: string,
+  parameters: Tool.ToolDefinition["function"]["parameters"],
+  returns: string
+): Tool.ToolDefinition => ({
+  type: "function",
+  function: { name, description, parameters, return: { type: "string", description: returns } }
+})
+
 describe("Tool definitions", () => {
   it("Wordle guess", () => {
-    assert.deepStrictEqual(Wordle.Guess.definition, {
-      type: "function",
-      function: {
-        name: "guess",
-        description: "Make a guess in the Wordle environment.",
-        parameters: {
-          type: "object",
-          properties: { guess: { type: "string", description: "The guessed word, formatted as '[abcde]'" } },
-          required: ["guess"]
-        },
-        return: { type: "string", description: "The feedback message from the environment." }
-      }
-    })
+    assert.deepStrictEqual(
+      Wordle.Guess.definition,
+      definition("guess", "Make a guess in the Wordle environment.", {
+        type: "object",
+        properties: { guess: { type: "string", description: "The guessed word, formatted as '[abcde]'" } },
+        required: ["guess"]
+      }, "The feedback message from the environment.")
+    )
     // Byte-identical to transformers' get_json_schema output rendered by `tojson` (TRL reference §1.3).
     assert.strictEqual(
       Tool.pythonJson(Wordle.Guess.definition),
@@ -25,70 +31,55 @@ describe("Tool definitions", () => {
   })
 
   it("Sudoku place: integers, declaration order, all required", () => {
-    assert.deepStrictEqual(Sudoku.Place.definition, {
-      type: "function",
-      function: {
-        name: "place",
-        description: "Place a number on the Sudoku board.",
-        parameters: {
-          type: "object",
-          properties: {
-            row: { type: "integer", description: "Row number (1-9)." },
-            col: { type: "integer", description: "Column number (1-9)." },
-            number: { type: "integer", description: "Number to place (1-9)." }
-          },
-          required: ["row", "col", "number"]
+    assert.deepStrictEqual(
+      Sudoku.Place.definition,
+      definition("place", "Place a number on the Sudoku board.", {
+        type: "object",
+        properties: {
+          row: { type: "integer", description: "Row number (1-9)." },
+          col: { type: "integer", description: "Column number (1-9)." },
+          number: { type: "integer", description: "Number to place (1-9)." }
         },
-        return: { type: "string", description: "The result of the move and updated board state." }
-      }
-    })
+        required: ["row", "col", "number"]
+      }, "The result of the move and updated board state.")
+    )
   })
 
   it("Catch move (literal union -> enum) and stay (no parameters, no required)", () => {
-    assert.deepStrictEqual(Catch.Move.definition, {
-      type: "function",
-      function: {
-        name: "move",
-        description: "Move the paddle left or right.",
-        parameters: {
-          type: "object",
-          properties: {
-            direction: {
-              type: "string",
-              enum: ["left", "right"],
-              description: "Direction to move, either \"left\" or \"right\"."
-            }
-          },
-          required: ["direction"]
+    assert.deepStrictEqual(
+      Catch.Move.definition,
+      definition("move", "Move the paddle left or right.", {
+        type: "object",
+        properties: {
+          direction: {
+            type: "string",
+            enum: ["left", "right"],
+            description: "Direction to move, either \"left\" or \"right\"."
+          }
         },
-        return: { type: "string", description: "The observation after moving." }
-      }
-    })
-    assert.deepStrictEqual(Catch.Stay.definition, {
-      type: "function",
-      function: {
-        name: "stay",
-        description: "Do nothing and let the ball fall one step.",
-        parameters: { type: "object", properties: {} },
-        return: { type: "string", description: "The observation after staying." }
-      }
-    })
+        required: ["direction"]
+      }, "The observation after moving.")
+    )
+    assert.deepStrictEqual(
+      Catch.Stay.definition,
+      definition(
+        "stay",
+        "Do nothing and let the ball fall one step.",
+        { type: "object", properties: {} },
+        "The observation after staying."
+      )
+    )
   })
 
   it("Echo echo", () => {
-    assert.deepStrictEqual(Echo.Echo.definition, {
-      type: "function",
-      function: {
-        name: "echo",
-        description: "Echo the message back from the environment.",
-        parameters: {
-          type: "object",
-          properties: { message: { type: "string", description: "The message to echo" } },
-          required: ["message"]
-        },
-        return: { type: "string", description: "The echoed message." }
-      }
-    })
+    assert.deepStrictEqual(
+      Echo.Echo.definition,
+      definition("echo", "Echo the message back from the environment.", {
+        type: "object",
+        properties: { message: { type: "string", description: "The message to echo" } },
+        required: ["message"]
+      }, "The echoed message.")
+    )
   })
 
   it("defaults make a parameter optional; arrays, booleans and numbers map to JSON types", () => {

@@ -13,6 +13,32 @@ import * as F from "./fixtures.js"
 
 const fingerprint = (s: Trainer.StepResult) => [s.step, s.loss, s.values["grad_norm"], s.values["reward"]]
 
+/**
+ * Trains the tiny model on the parity environment in a new temporary directory: `config` overrides the fixture's
+ * config, `options` the defaults here (64 rows, the parity reward, no progress display, model seed 1).
+ */
+const trainTiny = (
+  config: Record<string, unknown>,
+  options: Partial<Omit<Trainer.TrainOptions<F.ParityState, never, never>, "config" | "model">> & {
+    readonly modelSeed?: number
+  } = {}
+) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const dir = yield* fs.makeTempDirectoryScoped()
+    const { modelSeed, ...rest } = options
+    const result = yield* Trainer.train({
+      config: yield* F.config({ ...config, outputDir: dir }),
+      model: yield* F.tinyModel(modelSeed),
+      dataset: F.dataset(0, 64),
+      open: F.open,
+      rewardFunctions: [F.parityReward],
+      progress: false,
+      ...rest
+    })
+    return { dir, result }
+  })
+
 describe("Trainer.train", () => {
   it.scoped(
     "a short run on an in-process environment raises the reward and writes metrics, report, checkpoint",
@@ -20,17 +46,8 @@ describe("Trainer.train", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const config = yield* F.config({ maxSteps: 6, evalSteps: 6, saveSteps: 3, outputDir: dir })
-        const model = yield* F.tinyModel()
-        const result = yield* Trainer.train({
-          config,
-          model,
-          dataset: F.dataset(0, 64),
-          evalDataset: F.dataset(1000, 1002),
-          open: F.open,
-          rewardFunctions: [F.parityReward],
-          progress: false
+        const { dir, result } = yield* trainTiny({ maxSteps: 6, evalSteps: 6, saveSteps: 3 }, {
+          evalDataset: F.dataset(1000, 1002)
         })
         assert.strictEqual(result.globalStep, 6)
         const rewards = result.steps.map((s) => s.values["reward"])
@@ -96,16 +113,10 @@ describe("Trainer.train", () => {
     "seed %i: a short run raises the held-out (greedy, unseen prompts) reward",
     (seed) =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const result = yield* Trainer.train({
-          config: yield* F.config({ maxSteps: 8, evalSteps: 8, outputDir: dir, seed }),
-          model: yield* F.tinyModel(seed),
-          dataset: F.dataset(0, 64),
+        const { result } = yield* trainTiny({ maxSteps: 8, evalSteps: 8, seed }, {
+          modelSeed: seed,
           evalDataset: F.heldOut(1000, 1004),
-          open: F.open,
-          rewardFunctions: [F.thirdsReward],
-          progress: false
+          rewardFunctions: [F.thirdsReward]
         })
         const [before, after] = [result.evaluations[0], result.evaluations[result.evaluations.length - 1]]
         assert.deepStrictEqual([before.step, after.step], [0, 8])
@@ -123,7 +134,6 @@ describe("Trainer.train", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
         let calls = 0
         const twoTurns: Trainer.RolloutFunc<F.ParityState, never, never> = (input) =>
           Effect.gen(function*() {
@@ -153,15 +163,10 @@ describe("Trainer.train", () => {
             p.state = yield* session.state
             return p.finish()
           })
-        const result = yield* Trainer.train({
-          config: yield* F.config({ maxSteps: 8, evalSteps: 8, outputDir: dir, seed: 1 }),
-          model: yield* F.tinyModel(1),
-          dataset: F.dataset(0, 64),
+        const { dir, result } = yield* trainTiny({ maxSteps: 8, evalSteps: 8, seed: 1 }, {
           evalDataset: F.heldOut(1000, 1004),
-          open: F.open,
           rolloutFunc: twoTurns,
-          rewardFunctions: [F.thirdsReward],
-          progress: false
+          rewardFunctions: [F.thirdsReward]
         })
         // 8 steps x 8 episodes, each played by the user's function (evaluation keeps the built-in loop).
         assert.strictEqual(calls, 64)
@@ -180,14 +185,9 @@ describe("Trainer.train", () => {
     "a run in which every step was flat says so when it ends (nothing was learnt), not only in the bar",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const dir = yield* fs.makeTempDirectoryScoped()
         const lines: Array<string> = []
-        yield* Trainer.train({
-          config: yield* F.config({ maxSteps: 2, outputDir: dir }),
-          model: yield* F.tinyModel(1),
+        yield* trainTiny({ maxSteps: 2 }, {
           dataset: F.dataset(0, 16),
-          open: F.open,
           rewardFunctions: [Reward.perEpisode<F.ParityState>("zero", () => 0)],
           progress: Progress.make({ total: 2, stream: { write: (t) => lines.push(t) } })
         })
@@ -203,15 +203,7 @@ describe("Trainer.train", () => {
       const fs = yield* FileSystem.FileSystem
       // A generation batch spans two optimizer steps, so the checkpoint must carry the pending micro-batch.
       const base = { maxSteps: 4, perDeviceTrainBatchSize: 4, stepsPerGeneration: 2, saveSteps: 100 }
-      const dirA = yield* fs.makeTempDirectoryScoped()
-      const a = yield* Trainer.train({
-        config: yield* F.config({ ...base, outputDir: dirA }),
-        model: yield* F.tinyModel(),
-        dataset: F.dataset(0, 64),
-        open: F.open,
-        rewardFunctions: [F.parityReward],
-        progress: false
-      })
+      const { result: a } = yield* trainTiny(base)
       assert.strictEqual(a.steps.length, 4)
 
       const dirB = yield* fs.makeTempDirectoryScoped()
@@ -251,16 +243,7 @@ describe("Trainer.train", () => {
     "numIterations 2 revisits a generation batch with the old logprobs frozen: the ratio moves off 1",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const result = yield* Trainer.train({
-          config: yield* F.config({ maxSteps: 2, numIterations: 2, outputDir: dir }),
-          model: yield* F.tinyModel(),
-          dataset: F.dataset(0, 64),
-          open: F.open,
-          rewardFunctions: [F.parityReward],
-          progress: false
-        })
+        const { result } = yield* trainTiny({ maxSteps: 2, numIterations: 2 })
         const [first, second] = result.steps
         assert.isTrue("reward" in first.values)
         assert.isFalse("reward" in second.values, "the second step must reuse the first generation batch")
@@ -272,16 +255,7 @@ describe("Trainer.train", () => {
   )
   it.scoped("beta > 0 adds the k3 KL to a frozen copy of the initial model", () =>
     Effect.gen(function*() {
-      const fs = yield* FileSystem.FileSystem
-      const dir = yield* fs.makeTempDirectoryScoped()
-      const result = yield* Trainer.train({
-        config: yield* F.config({ maxSteps: 2, beta: 0.04, outputDir: dir }),
-        model: yield* F.tinyModel(),
-        dataset: F.dataset(0, 64),
-        open: F.open,
-        rewardFunctions: [F.parityReward],
-        progress: false
-      })
+      const { result } = yield* trainTiny({ maxSteps: 2, beta: 0.04 })
       const [first, second] = result.steps
       assert.strictEqual(first.values["kl"], 0) // the policy is the reference before the first update
       assert.isAbove(second.values["kl"], 0)

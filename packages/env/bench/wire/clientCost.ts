@@ -3,41 +3,16 @@
 // Run: npx tsx packages/env/bench/wire/clientCost.ts [seconds per round] [rounds]
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect } from "effect"
-import { WebSocket, WebSocketServer } from "ws"
+import { WebSocket } from "ws"
 import * as Client from "../../src/Client.js"
+import { canned, p50, portOf, rawServer, timed } from "./roundTrips.js"
 
 const seconds = Number(process.argv[2] ?? 1)
 const rounds = Number(process.argv[3] ?? 3)
-const replyFrame = JSON.stringify({
-  type: "observation",
-  data: { observation: { prompt: "x".repeat(1200) }, reward: 0, done: false }
-})
-const p50 = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
-
-const timed = <E>(one: Effect.Effect<unknown, E>) =>
-  Effect.gen(function*() {
-    const out: Array<number> = []
-    const end = Date.now() + seconds * 1000
-    while (Date.now() < end) {
-      const t0 = performance.now()
-      yield* one
-      out.push(performance.now() - t0)
-    }
-    return out
-  })
 
 Effect.gen(function*() {
-  const wss = yield* Effect.acquireRelease(
-    Effect.async<WebSocketServer>((resume) => {
-      const s: WebSocketServer = new WebSocketServer(
-        { host: "127.0.0.1", port: 0, perMessageDeflate: false },
-        () => resume(Effect.succeed(s))
-      )
-      s.on("connection", (ws) => ws.on("message", () => ws.send(replyFrame)))
-    }),
-    (s) => Effect.sync(() => s.close())
-  )
-  const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}`
+  const wss = yield* rawServer(0, canned)
+  const url = `ws://127.0.0.1:${portOf(wss)}`
   const raw = new WebSocket(url, { perMessageDeflate: false })
   yield* Effect.async<void>((resume) => {
     raw.once("open", () => resume(Effect.void))
@@ -71,8 +46,8 @@ Effect.gen(function*() {
   yield* Effect.orDie(client.reset())
   for (let r = 0; r < rounds; r++) {
     const a = yield* rawRound
-    const b = yield* timed(bareAsync)
-    const c = yield* timed(Effect.orDie(client.step({ message: "crane" })))
+    const b = yield* timed(seconds, bareAsync)
+    const c = yield* timed(seconds, Effect.orDie(client.step({ message: "crane" })))
     console.log(
       `round ${r}: raw ${p50(a).toFixed(4)} ms | bare Effect.async ${p50(b).toFixed(4)} ms | Client.step ${
         p50(c).toFixed(4)

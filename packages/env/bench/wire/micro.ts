@@ -3,10 +3,10 @@
 // Run: npx tsx packages/env/bench/wire/micro.ts [seconds per round] [rounds]
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect } from "effect"
-import { WebSocket, WebSocketServer } from "ws"
 import * as Client from "../../src/Client.js"
 import * as Server from "../../src/Server.js"
 import * as Wordle from "../../src/Wordle.js"
+import { canned, echo, p50, portOf, rawLoop, rawServer, replyFrame, timed, wordleFrames, words } from "./roundTrips.js"
 
 const seconds = Number(process.argv[2] ?? 2)
 const rounds = Number(process.argv[3] ?? 3)
@@ -14,9 +14,6 @@ const rounds = Number(process.argv[3] ?? 3)
 const only = process.argv[4]
 const skip = (mode: string, run: Effect.Effect<{ samples: Array<number>; cpu: number }>) =>
   only === undefined || only === mode ? run : Effect.succeed({ samples: [NaN], cpu: NaN })
-const words = Wordle.secrets()
-
-const p50 = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
 
 /** CPU microseconds (user + system, this process: both ends) per round trip of `run`. */
 const cpuPer = <A extends { length: number }, E, R>(run: Effect.Effect<A, E, R>) =>
@@ -27,92 +24,28 @@ const cpuPer = <A extends { length: number }, E, R>(run: Effect.Effect<A, E, R>)
     return { samples, cpu: (used.user + used.system) / samples.length }
   })
 
-const replyFrame = JSON.stringify({
-  type: "observation",
-  data: { observation: { prompt: "x".repeat(1200) }, reward: 0, done: false }
-})
-
-/** Raw ws round trips: `frames(i)` is what to send (the floor sends the reply-sized frame to an echo server). */
-const rawLoop = (url: string, frames: (i: number) => string) =>
-  Effect.async<Array<number>>((resume) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false })
-    const samples: Array<number> = []
-    const end = Date.now() + seconds * 1000
-    let sent = 0
-    let i = 0
-    ws.on("open", () => {
-      sent = performance.now()
-      ws.send(frames(i++))
-    })
-    ws.on("message", () => {
-      samples.push(performance.now() - sent)
-      if (Date.now() >= end) {
-        ws.close()
-        return resume(Effect.succeed(samples))
-      }
-      sent = performance.now()
-      ws.send(frames(i++))
-    })
-  })
-
 Effect.gen(function*() {
   const server = yield* Server.serve(Wordle.openEnv, { port: 0, maxConcurrentEnvs: 8 })
-  const echo = yield* Effect.acquireRelease(
-    Effect.async<WebSocketServer>((resume) => {
-      const wss: WebSocketServer = new WebSocketServer(
-        { host: "127.0.0.1", port: 0, perMessageDeflate: false },
-        () => resume(Effect.succeed(wss))
-      )
-      wss.on("connection", (ws) => ws.on("message", (data, isBinary) => ws.send(data, { binary: isBinary })))
-    }),
-    (wss) => Effect.sync(() => wss.close())
-  )
-  const fixed = yield* Effect.acquireRelease(
-    Effect.async<WebSocketServer>((resume) => {
-      const wss: WebSocketServer = new WebSocketServer(
-        { host: "127.0.0.1", port: 0, perMessageDeflate: false },
-        () => resume(Effect.succeed(wss))
-      )
-      wss.on("connection", (ws) => ws.on("message", () => ws.send(replyFrame)))
-    }),
-    (wss) => Effect.sync(() => wss.close())
-  )
+  const echoServer = yield* rawServer(0, echo)
+  const fixed = yield* rawServer(0, canned)
   const env = yield* Client.make({ url: server.url })
-  const clientOnly = yield* Client.make({ url: `http://127.0.0.1:${(fixed.address() as { port: number }).port}` })
-  const resetFrame = JSON.stringify({ type: "reset", data: { seed: 1 } })
-  const stepFrames = words.map((w) => JSON.stringify({ type: "step", data: { message: w } }))
+  const clientOnly = yield* Client.make({ url: `http://127.0.0.1:${portOf(fixed)}` })
   yield* env.reset({ seed: 0 })
   let k = 0
   for (let round = 0; round < rounds; round++) {
     const base = yield* skip(
       "echo",
-      cpuPer(
-        rawLoop(`ws://127.0.0.1:${(echo.address() as { port: number }).port}`, () => replyFrame)
-      )
+      cpuPer(rawLoop(`ws://127.0.0.1:${portOf(echoServer)}`, seconds, () => replyFrame))
     )
     // The server alone: a raw client plays Wordle (a reset every 6th frame keeps the transcript episode-sized).
     const serverOnly = yield* skip(
       "server",
-      cpuPer(rawLoop(
-        server.url.replace("http", "ws") + "/ws",
-        (i) => i % 6 === 0 ? resetFrame : stepFrames[i % stepFrames.length]
-      ))
+      cpuPer(rawLoop(server.url.replace("http", "ws") + "/ws", seconds, wordleFrames(6)))
     )
     // The client alone: the envtrain Client against a raw server answering a fixed reply.
     const clientOnlyRun = yield* skip(
       "client",
-      cpuPer(
-        Effect.gen(function*() {
-          const out: Array<number> = []
-          const clientEnd = Date.now() + seconds * 1000
-          while (Date.now() < clientEnd) {
-            const t0 = performance.now()
-            yield* clientOnly.step({ message: "crane" })
-            out.push(performance.now() - t0)
-          }
-          return out
-        }).pipe(Effect.orDie)
-      )
+      cpuPer(timed(seconds, clientOnly.step({ message: "crane" })).pipe(Effect.orDie))
     )
     const full = yield* skip(
       "full",

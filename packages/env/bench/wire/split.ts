@@ -4,12 +4,10 @@
 // Run: npx tsx packages/env/bench/wire/split.ts [seconds per mode] [rounds]
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect } from "effect"
-import * as Os from "node:os"
 import { fileURLToPath } from "node:url"
-import { WebSocket } from "ws"
 import * as Client from "../../src/Client.js"
 import * as Launcher from "../../src/Launcher.js"
-import * as Wordle from "../../src/Wordle.js"
+import { echoFrame, loadAverage, p50, rawLoop, stepLoop, wordleFrames } from "./roundTrips.js"
 
 const seconds = Number(process.argv[2] ?? 2)
 const rounds = Number(process.argv[3] ?? 3)
@@ -17,46 +15,6 @@ const rounds = Number(process.argv[3] ?? 3)
 const only = process.argv[4]
 const skip = (mode: string, run: Effect.Effect<Array<number>>) =>
   only === undefined || only === mode ? run : Effect.succeed([NaN])
-const words = Wordle.secrets()
-const p50 = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
-const echoFrame = JSON.stringify({ type: "observation", data: { observation: { prompt: "x".repeat(1200) } } })
-
-/** Raw ws round trips; the first quarter (at most 200) is warm-up. */
-const rawLoop = (url: string, frames: (i: number) => string) =>
-  Effect.async<Array<number>>((resume) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false })
-    const samples: Array<number> = []
-    const end = Date.now() + seconds * 1000
-    let sent = 0
-    let i = 0
-    ws.on("open", () => {
-      sent = performance.now()
-      ws.send(frames(i++))
-    })
-    ws.on("message", () => {
-      samples.push(performance.now() - sent)
-      if (Date.now() >= end) {
-        ws.close()
-        return resume(Effect.succeed(samples.slice(Math.min(200, samples.length >> 2))))
-      }
-      sent = performance.now()
-      ws.send(frames(i++))
-    })
-  })
-
-const clientLoop = (env: Client.OpenEnvClient, resets: boolean) =>
-  Effect.gen(function*() {
-    const out: Array<number> = []
-    const end = Date.now() + seconds * 1000
-    let k = 0
-    while (Date.now() < end) {
-      const t0 = performance.now()
-      const r = yield* env.step({ message: words[k++ % words.length] })
-      out.push(performance.now() - t0)
-      if (resets && r.done) yield* env.reset({ seed: k })
-    }
-    return out.slice(Math.min(200, out.length >> 2))
-  }).pipe(Effect.orDie)
 
 Effect.gen(function*() {
   const echoPort = yield* Launcher.freePort()
@@ -67,20 +25,16 @@ Effect.gen(function*() {
     String(cannedPort)
   ])
   const wsUrl = server.url.replace("http", "ws") + "/ws"
-  const resetFrame = JSON.stringify({ type: "reset", data: { seed: 1 } })
-  const stepFrames = words.map((w) => JSON.stringify({ type: "step", data: { message: w } }))
   const full = yield* Client.connect({ url: server.url })
   yield* full.reset({ seed: 0 })
   const clientOnly = yield* Client.connect({ url: `http://127.0.0.1:${cannedPort}` })
-  console.log(`load average at start ${Os.loadavg().map((x) => x.toFixed(2)).join(" / ")}`)
+  console.log(`load average at start ${loadAverage()}`)
   for (let round = 0; round < rounds; round++) {
-    const echo = p50(yield* skip("echo", rawLoop(`ws://127.0.0.1:${echoPort}`, () => echoFrame)))
+    const echo = p50(yield* skip("echo", rawLoop(`ws://127.0.0.1:${echoPort}`, seconds, () => echoFrame, 200)))
     // Six steps per episode, as Wordle: a reset every 7th frame keeps the transcript episode-sized.
-    const serverAlone = p50(
-      yield* skip("server", rawLoop(wsUrl, (i) => i % 7 === 0 ? resetFrame : stepFrames[i % stepFrames.length]))
-    )
-    const clientAlone = p50(yield* skip("client", clientLoop(clientOnly, false)))
-    const both = p50(yield* skip("both", clientLoop(full, true)))
+    const serverAlone = p50(yield* skip("server", rawLoop(wsUrl, seconds, wordleFrames(7), 200)))
+    const clientAlone = p50(yield* skip("client", stepLoop(clientOnly, seconds, false)))
+    const both = p50(yield* skip("both", stepLoop(full, seconds, true)))
     const show = (name: string, x: number) => `${name} ${x.toFixed(3)} ms (${(x / echo).toFixed(2)}x)`
     console.log(
       `round ${round}: echo ${echo.toFixed(3)} ms | ${show("server alone", serverAlone)} | ${
@@ -88,5 +42,5 @@ Effect.gen(function*() {
       } | ${show("client+server", both)}`
     )
   }
-  console.log(`load average at end ${Os.loadavg().map((x) => x.toFixed(2)).join(" / ")}`)
+  console.log(`load average at end ${loadAverage()}`)
 }).pipe(Effect.scoped, NodeRuntime.runMain)

@@ -6,10 +6,10 @@ import { Effect } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import { fileURLToPath } from "node:url"
-import { WebSocket } from "ws"
 import * as Client from "../../src/Client.js"
 import * as Launcher from "../../src/Launcher.js"
 import * as Wordle from "../../src/Wordle.js"
+import { echoFrame, rawLoop, words } from "./roundTrips.js"
 
 const levels = [1, 64, 512, 1000]
 const secondsAt = (n: number) => (n === 1 ? 3 : n < 1000 ? 4 : 6)
@@ -34,30 +34,7 @@ const summarize = (samples: Array<number>) => {
 }
 
 /** Raw ws round trips of a Wordle-reply-sized frame (the floor: no protocol, no environment, no Effect). */
-const echoFloor = (port: number, seconds: number) =>
-  Effect.async<Array<number>>((resume) => {
-    const ws = new WebSocket(`ws://127.0.0.1:${port}`, { perMessageDeflate: false })
-    // About the size of a mid-episode Wordle reply (the transcript grows to ~1-2 KB).
-    const frame = JSON.stringify({ type: "observation", data: { observation: { prompt: "x".repeat(1200) } } })
-    const samples: Array<number> = []
-    const end = Date.now() + seconds * 1000
-    let sent = 0
-    ws.on("open", () => {
-      sent = performance.now()
-      ws.send(frame)
-    })
-    ws.on("message", () => {
-      samples.push(performance.now() - sent)
-      if (Date.now() >= end) {
-        ws.close()
-        return resume(Effect.succeed(samples.slice(Math.min(100, samples.length >> 2))))
-      }
-      sent = performance.now()
-      ws.send(frame)
-    })
-  })
-
-const words = Wordle.secrets()
+const echoFloor = (port: number, seconds: number) => rawLoop(`ws://127.0.0.1:${port}`, seconds, () => echoFrame, 100)
 
 /** The same steps on an in-process instance (no wire): what the environment itself costs per step. */
 const inProcess = (seconds: number) =>
