@@ -1,9 +1,10 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
+import type { PlatformError } from "@effect/platform/Error"
 import { assert, describe, it } from "@effect/vitest"
 import { CommandFile, Dataset, type Evaluation, Recipe, SftData, SftTrainer } from "@envtrain/grpo"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
-import { Effect } from "effect"
+import { Effect, type Scope } from "effect"
 import * as Pipeline from "../src/Pipeline.js"
 
 /** A few steps at tiny sizes: the point is that every stage runs and writes what it should. */
@@ -16,6 +17,22 @@ const tinySettings = (out: string): Pipeline.Settings => ({
   grpo: { steps: 1, learningRate: 1e-3, numGenerations: 2, prompts: 1, maxCompletionLength: 24, temperature: 1 },
   evalEpisodes: 2
 })
+
+/** A pipeline test: the Node platform, scratch directories removed after, and time for a few tiny trainings. */
+const pipelineTest = <E>(
+  name: string,
+  body: (
+    scratch: Effect.Effect<string, PlatformError, FileSystem.FileSystem | Scope.Scope>
+  ) => Effect.Effect<void, E, FileSystem.FileSystem | Path.Path | Scope.Scope>
+) =>
+  it.scoped(
+    name,
+    () =>
+      body(Effect.flatMap(FileSystem.FileSystem, (fs) => fs.makeTempDirectoryScoped())).pipe(
+        Effect.provide(NodeContext.layer)
+      ),
+    180_000
+  )
 
 const checkOutputs = (dir: string, result: Pipeline.RunResult) =>
   Effect.gen(function*() {
@@ -89,53 +106,50 @@ describe("examples", () => {
       Recipe.multiRecipe
     ]
   ) {
-    it.scoped(
+    pipelineTest(
       `${recipe.name}: SFT, evaluation, GRPO, evaluation; outputs exist and parse`,
-      () =>
+      (scratch) =>
         Effect.gen(function*() {
-          const fs = yield* FileSystem.FileSystem
-          const dir = yield* fs.makeTempDirectoryScoped()
+          const dir = yield* scratch
           const result = yield* Pipeline.run(recipe as Recipe.Recipe<unknown>, tinySettings(dir))
           yield* checkOutputs(dir, result)
           // The solver is the ceiling: it wins every held-out Catch and Echo episode.
           if (recipe.name === "catch" || recipe.name === "echo") assert.strictEqual(result.solver.successRate, 1)
           yield* checkEvalCommand(result)
-        }).pipe(Effect.provide(NodeContext.layer)),
-      180_000
+        })
     )
   }
 })
 
 describe("Pipeline.run with sftFrom", () => {
-  it.scoped(
+  pipelineTest(
     "starts GRPO from an earlier run's SFT checkpoint: no SFT data, no warm-up, the same start",
-    () =>
+    (scratch) =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const first = yield* fs.makeTempDirectoryScoped()
+        const first = yield* scratch
         const a = yield* Pipeline.run(Recipe.catchRecipe, tinySettings(first))
         const sftCheckpoint = path.join(first, "sft", "checkpoint-1")
         assert.isTrue(yield* fs.exists(path.join(sftCheckpoint, "model.safetensors")))
-        const second = yield* fs.makeTempDirectoryScoped()
+        const second = yield* scratch
         const b = yield* Pipeline.run(Recipe.catchRecipe, { ...tinySettings(second), sftFrom: sftCheckpoint })
         assert.isFalse(yield* fs.exists(path.join(second, "sft.jsonl")))
         assert.isFalse(yield* fs.exists(path.join(second, "sft")))
         // The same weights and held-out seeds: the SFT start evaluates the same.
         assert.deepStrictEqual(b.before, { ...a.before, seconds: b.before.seconds })
-      }).pipe(Effect.provide(NodeContext.layer)),
-    180_000
+      })
   )
 })
 
 describe("Pipeline.run with a whole-episode SFT pass", () => {
-  it.scoped(
+  pipelineTest(
     "runs a second SFT pass over the whole transcripts after the first, from its weights",
-    () =>
+    (scratch) =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
+        const dir = yield* scratch
         const base = tinySettings(dir)
         // Catch's first assistant turn starts ~80 tokens in: a 160-token cut keeps it and drops the later turns.
         yield* Pipeline.run(Recipe.catchRecipe, {
@@ -153,8 +167,7 @@ describe("Pipeline.run with a whole-episode SFT pass", () => {
         // The first pass cuts the transcripts at maxLength (160); the second takes them whole.
         assert.isAtMost(first[0].num_tokens, 2 * 160)
         assert.isAbove(whole[0].num_tokens, 2 * 160)
-      }).pipe(Effect.provide(NodeContext.layer)),
-    180_000
+      })
   )
 })
 
