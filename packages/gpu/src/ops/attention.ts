@@ -129,7 +129,11 @@ const rowInvocation = (o: { heads: string; head: string; row: string }) =>
   )
 
 /** A query row's invocation: token (b, qi), head h and the KV head g of its group. */
-const queryRow = lines("  ", rowInvocation({ heads: "p.heads", head: "h", row: "qi" }), "let g = h / (p.heads / p.kvHeads);")
+const queryRow = lines(
+  "  ",
+  rowInvocation({ heads: "p.heads", head: "h", row: "qi" }),
+  "let g = h / (p.heads / p.kvHeads);"
+)
 
 /**
  * Causal GQA forward, streaming (online) softmax: one invocation per (token, head) walks keys 0..i, keeping

@@ -26,15 +26,17 @@ export const NONE = 0xffffffff
  * A 256-thread tree reduction through the workgroup array `buf` (`combine` writes buf[lid] from itself and
  * buf[lid + w]); every thread gets the result.
  */
-const tree = (name: string, type: "f32" | "u32", buf: string, combine: (a: string, b: string) => string) =>
-  `fn ${name}(v: ${type}, lid: u32) -> ${type} {
+const tree = (name: string, type: "f32" | "u32", buf: string, combine: (a: string, b: string) => string) => {
+  const step = combine(`${buf}[lid]`, `${buf}[lid + w]`)
+  return `fn ${name}(v: ${type}, lid: u32) -> ${type} {
   ${buf}[lid] = v;
   workgroupBarrier();
-  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { ${combine(`${buf}[lid]`, `${buf}[lid + w]`)}; } workgroupBarrier(); }
+  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { ${step}; } workgroupBarrier(); }
   let r = workgroupUniformLoad(&${buf}[0]);
   workgroupBarrier();
   return r;
 }`
+}
 
 /** A 256-thread exclusive prefix sum through the workgroup array `buf` (Hillis-Steele). */
 const scan = (name: string, type: "f32" | "u32", buf: string, zero: string) =>
