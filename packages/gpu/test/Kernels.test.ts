@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import * as Ops from "../src/ops/Ops.js"
 import * as Arena from "../src/runtime/Arena.js"
 import { Gpu } from "../src/runtime/Gpu.js"
-import { maxRelError, randomize, runBoth } from "./helpers.js"
+import { maxRelError, randomize, runBoth, seeded } from "./helpers.js"
 
 // Each kernel on the device against its CPU twin, at tiny shapes that straddle workgroup and tile edges.
 const close = (h: { gpu: Arena.HostArena; cpu: Arena.HostArena }, names: ReadonlyArray<string>, tol = 1e-5) => {
@@ -13,20 +13,69 @@ const close = (h: { gpu: Arena.HostArena; cpu: Arena.HostArena }, names: Readonl
   }
 }
 
+/**
+ * Attention forward and backward on the device and the twin for each variant (packed by `positions` or not,
+ * a given kernel or the default), from shared q, k, v and dO; variant i writes o{i}, lse{i}, dq{i}, dk{i}, dv{i}.
+ */
+const attentionVariants = (
+  shape: Ops.AttentionShape,
+  positions: ReadonlyArray<number>,
+  seed: number,
+  variants: ReadonlyArray<{ readonly packed: boolean; readonly kernel?: "tiled" | "rows" }>
+) => {
+  const { batch, headDim: D, heads: H, kvHeads: KV, seq } = shape
+  const n = batch * seq
+  const perVariant = { o: [n, H, D], lse: [n, H], dq: [n, H, D], dk: [n, KV, D], dv: [n, KV, D] }
+  const names = variants.flatMap((_, i) => Object.keys(perVariant).map((name) => `${name}${i}`))
+  const { h, t } = seeded({
+    q: { shape: [n, H, D] },
+    k: { shape: [n, KV, D] },
+    v: { shape: [n, KV, D] },
+    dO: { shape: [n, H, D] },
+    delta: { shape: [n, H] },
+    pos: { shape: [n], dtype: "u32" },
+    ...Object.fromEntries(
+      variants.flatMap((_, i) => Object.entries(perVariant).map(([name, dims]) => [`${name}${i}`, { shape: dims }]))
+    )
+  }, seed)
+  h.u32("pos").set(positions)
+  const ops = variants.flatMap((variant, i) => {
+    const inputs = {
+      q: t("q"),
+      k: t("k"),
+      v: t("v"),
+      shape,
+      ...(variant.packed ? { positions: t("pos") } : {}),
+      ...(variant.kernel === undefined ? {} : { kernel: variant.kernel })
+    }
+    const out = { o: t(`o${i}`), lse: t(`lse${i}`) }
+    return [
+      Ops.attention({ ...inputs, ...out }),
+      Ops.attentionBackward({
+        ...inputs,
+        ...out,
+        dO: t("dO"),
+        delta: t("delta"),
+        dq: t(`dq${i}`),
+        dk: t(`dk${i}`),
+        dv: t(`dv${i}`)
+      })
+    ]
+  })
+  return Effect.map(runBoth(h, ops), (r) => ({ ...r, ops, names }))
+}
+
 layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
   it.scoped("matmul NN / NT / TN with bias, scale, accumulate and offsets", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({
+      const { h, t } = seeded({
         a: { shape: [70 * 20 + 7] },
         b: { shape: [20 * 66 + 3] },
         bias: { shape: [66] },
         c1: { shape: [70, 66] },
         c2: { shape: [70, 66] },
         c3: { shape: [70 * 66 + 5] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 1)
-      const t = (n: string) => Arena.tensorOf(plan, n)
+      }, 1)
       const ops = [
         Ops.matmul({ a: t("a"), b: t("b"), c: t("c1"), m: 70, n: 66, k: 20, bias: t("bias"), alpha: 0.5, beta: 1 }),
         Ops.matmul({ a: t("a"), b: t("b"), c: t("c2"), m: 70, n: 66, k: 20, transB: true, aOffset: 7, bOffset: 3 }),
@@ -37,17 +86,14 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
 
   it.scoped("embedding forward and deterministic backward with repeated ids", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({
+      const { h, t } = seeded({
         table: { shape: [11, 70] },
         ids: { shape: [130], dtype: "u32" },
         out: { shape: [130, 70] },
         dTable: { shape: [11, 70] },
         dOut: { shape: [130, 70] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 2)
+      }, 2)
       h.u32("ids").set(Uint32Array.from({ length: 130 }, (_, i) => (i * 7) % 9 + (i === 5 ? 99 : 0)))
-      const t = (n: string) => Arena.tensorOf(plan, n)
       const ops = [
         Ops.embedding({ table: t("table"), ids: t("ids"), out: t("out") }),
         Ops.embeddingBackward({ ids: t("ids"), dOut: t("dOut"), dTable: t("dTable") })
@@ -59,7 +105,7 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
 
   it.scoped("rmsNorm forward and backward, whole rows and per head", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({
+      const { h, t } = seeded({
         x: { shape: [5, 3, 8] },
         w: { shape: [24] },
         wh: { shape: [8] },
@@ -79,10 +125,7 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
         dyl: { shape: [200, 8] },
         dxl: { shape: [200, 8] },
         dwl: { shape: [8] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 3)
-      const t = (n: string) => Arena.tensorOf(plan, n)
+      }, 3)
       const ops = [
         Ops.rmsNorm({ x: t("x"), weight: t("w"), y: t("y"), rstd: t("r"), eps: 1e-6 }),
         Ops.rmsNorm({ x: t("x"), weight: t("wh"), y: t("yh"), rstd: t("rh"), eps: 1e-6 }),
@@ -118,11 +161,12 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
 
   it.scoped("rope forward and inverse in place", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({ q: { shape: [6, 2, 16] }, k: { shape: [6, 1, 16] }, pos: { shape: [6], dtype: "u32" } })
-      const h = Arena.host(plan)
-      randomize(h, 4)
+      const { h, t } = seeded({
+        q: { shape: [6, 2, 16] },
+        k: { shape: [6, 1, 16] },
+        pos: { shape: [6], dtype: "u32" }
+      }, 4)
       h.u32("pos").set([0, 1, 2, 9, 4, 33])
-      const t = (n: string) => Arena.tensorOf(plan, n)
       const ops = [
         Ops.rope({ x: t("q"), positions: t("pos"), heads: 2, headDim: 16, theta: 10000 }),
         Ops.rope({ x: t("k"), positions: t("pos"), heads: 1, headDim: 16, theta: 1e6, inverse: true })
@@ -133,122 +177,26 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
   it.scoped("causal GQA attention forward (lse saved) and backward, plain and packed", () =>
     Effect.gen(function*() {
       const shape = { batch: 2, seq: 5, heads: 4, kvHeads: 2, headDim: 8, scale: 1 / Math.sqrt(8) }
-      const plan = Arena.plan({
-        q: { shape: [10, 4, 8] },
-        k: { shape: [10, 2, 8] },
-        v: { shape: [10, 2, 8] },
-        o: { shape: [10, 4, 8] },
-        lse: { shape: [10, 4] },
-        dO: { shape: [10, 4, 8] },
-        delta: { shape: [10, 4] },
-        pos: { shape: [10], dtype: "u32" },
-        o2: { shape: [10, 4, 8] },
-        lse2: { shape: [10, 4] },
-        dq2: { shape: [10, 4, 8] },
-        dk2: { shape: [10, 2, 8] },
-        dv2: { shape: [10, 2, 8] },
-        dq: { shape: [10, 4, 8] },
-        dk: { shape: [10, 2, 8] },
-        dv: { shape: [10, 2, 8] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 5)
-      h.u32("pos").set([0, 1, 2, 0, 1, 0, 1, 2, 3, 0]) // row 0 packs 3+2 tokens, row 1 packs 4+1
-      const t = (n: string) => Arena.tensorOf(plan, n)
-      const packed = { q: t("q"), k: t("k"), v: t("v"), shape, positions: t("pos") }
-      const ops = [
-        Ops.attention({ ...packed, o: t("o2"), lse: t("lse2") }),
-        Ops.attentionBackward({
-          ...packed,
-          o: t("o2"),
-          lse: t("lse2"),
-          dO: t("dO"),
-          delta: t("delta"),
-          dq: t("dq2"),
-          dk: t("dk2"),
-          dv: t("dv2")
-        }),
-        Ops.attention({ q: t("q"), k: t("k"), v: t("v"), o: t("o"), lse: t("lse"), shape, kernel: "rows" }),
-        Ops.attentionBackward({
-          q: t("q"),
-          k: t("k"),
-          v: t("v"),
-          o: t("o"),
-          lse: t("lse"),
-          dO: t("dO"),
-          delta: t("delta"),
-          dq: t("dq"),
-          dk: t("dk"),
-          dv: t("dv"),
-          shape,
-          kernel: "rows"
-        })
-      ]
-      const r = yield* runBoth(h, ops)
-      close(r, ["o", "lse", "dq", "dk", "dv", "o2", "lse2", "dq2", "dk2", "dv2"], 1e-4)
-      assert.isAbove(maxRelError(r.gpu.f32("o2"), r.gpu.f32("o")), 1e-3) // packing changed the result
+      // Row 0 packs 3+2 tokens, row 1 packs 4+1.
+      const pos = [0, 1, 2, 0, 1, 0, 1, 2, 3, 0]
+      const r = yield* attentionVariants(shape, pos, 5, [{ packed: true }, { packed: false, kernel: "rows" }])
+      close(r, r.names, 1e-4)
+      assert.isAbove(maxRelError(r.gpu.f32("o0"), r.gpu.f32("o1")), 1e-3) // packing changed the result
     }))
 
   it.scoped("tiled attention forward and backward across several tiles, packed rows, against the row kernels", () =>
     Effect.gen(function*() {
       const shape = { batch: 2, seq: 37, heads: 4, kvHeads: 2, headDim: 8, scale: 0.3 }
-      const plan = Arena.plan({
-        q: { shape: [74, 4, 8] },
-        k: { shape: [74, 2, 8] },
-        v: { shape: [74, 2, 8] },
-        pos: { shape: [74], dtype: "u32" },
-        o1: { shape: [74, 4, 8] },
-        l1: { shape: [74, 4] },
-        o2: { shape: [74, 4, 8] },
-        l2: { shape: [74, 4] },
-        dO: { shape: [74, 4, 8] },
-        delta: { shape: [74, 4] },
-        dq1: { shape: [74, 4, 8] },
-        dk1: { shape: [74, 2, 8] },
-        dv1: { shape: [74, 2, 8] },
-        dq2: { shape: [74, 4, 8] },
-        dk2: { shape: [74, 2, 8] },
-        dv2: { shape: [74, 2, 8] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 9)
       // Row 0 packs sequences of 20 and 17 tokens (the second starts inside a tile); row 1 is one sequence.
-      h.u32("pos").set(Uint32Array.from({ length: 74 }, (_, i) => (i < 20 ? i : i < 37 ? i - 20 : i - 37)))
-      const t = (n: string) => Arena.tensorOf(plan, n)
-      const base = { q: t("q"), k: t("k"), v: t("v"), shape, positions: t("pos") }
-      const ops = [
-        Ops.attention({ ...base, o: t("o1"), lse: t("l1") }),
-        Ops.attention({ ...base, o: t("o2"), lse: t("l2"), kernel: "rows" }),
-        Ops.attentionBackward({
-          ...base,
-          o: t("o1"),
-          lse: t("l1"),
-          dO: t("dO"),
-          delta: t("delta"),
-          dq: t("dq1"),
-          dk: t("dk1"),
-          dv: t("dv1")
-        }),
-        Ops.attentionBackward({
-          ...base,
-          o: t("o2"),
-          lse: t("l2"),
-          dO: t("dO"),
-          delta: t("delta"),
-          dq: t("dq2"),
-          dk: t("dk2"),
-          dv: t("dv2"),
-          kernel: "rows"
-        })
-      ]
-      assert.strictEqual(ops[0].kind === "attention" && ops[0].kernel, "tiled")
-      const r = yield* runBoth(h, ops)
-      close(r, ["o1", "l1", "o2", "l2", "dq1", "dk1", "dv1", "dq2", "dk2", "dv2"], 1e-4)
+      const pos = Array.from({ length: 74 }, (_, i) => (i < 20 ? i : i < 37 ? i - 20 : i - 37))
+      const r = yield* attentionVariants(shape, pos, 9, [{ packed: true }, { packed: true, kernel: "rows" }])
+      assert.strictEqual(r.ops[0].kind === "attention" && r.ops[0].kernel, "tiled")
+      close(r, r.names, 1e-4)
     }))
 
   it.scoped("swiglu, chunked token logprobs (+entropy, temperature) and masked mean", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({
+      const { h, t } = seeded({
         g: { shape: [300] },
         u: { shape: [300] },
         s: { shape: [300] },
@@ -265,12 +213,9 @@ layer(Gpu.layer())("kernels match their CPU twins on the device", (it) => {
         mask: { shape: [6] },
         out: { shape: [4] },
         dx: { shape: [6] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 6)
+      }, 6)
       h.u32("targets").set([0, 5, 300, 17, 2, 299])
       h.f32("mask").set([1, 0, 1, 1, 0.5, 0])
-      const t = (n: string) => Arena.tensorOf(plan, n)
       const lp = {
         targets: t("targets"),
         lse: t("lse"),

@@ -5,7 +5,7 @@ import * as Ops from "../src/ops/Ops.js"
 import * as Arena from "../src/runtime/Arena.js"
 import { Gpu } from "../src/runtime/Gpu.js"
 import * as Program from "../src/runtime/Program.js"
-import { maxRelError, randomize, runBoth } from "./helpers.js"
+import { maxRelError, runBoth, seeded } from "./helpers.js"
 
 // The faster matmul tiers against the CPU twin. Each tier/form is its own pipeline and lavapipe's first
 // dispatch of one costs 5-20 s of LLVM time, so a covering subset runs: every load path of the shared
@@ -14,7 +14,7 @@ import { maxRelError, randomize, runBoth } from "./helpers.js"
 layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
   it.scoped("tiled128 NT, tiled128v4 NN/TN/NT with epilogues, on ragged and aligned shapes", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({
+      const { h, plan, t } = seeded({
         a: { shape: [132 * 24 + 4] },
         b: { shape: [24 * 140 + 8] },
         bias: { shape: [140] },
@@ -24,10 +24,7 @@ layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
         c4: { shape: [132, 140] },
         c5: { shape: [132, 140] },
         c6: { shape: [7, 9] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 11)
-      const t = (n: string) => Arena.tensorOf(plan, n)
+      }, 11)
       const mm = { a: t("a"), b: t("b"), m: 132, n: 140, k: 24 }
       const ops = [
         Ops.matmul({ ...mm, c: t("c1"), tier: "tiled128v4", bias: t("bias"), aOffset: 4 }),
@@ -56,7 +53,7 @@ layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
 
   it.scoped("f16-stored operands: cast both ways, then f16 × f32 and f32 × f16ᵀ matmuls with f32 accumulation", () =>
     Effect.gen(function*() {
-      const plan = Arena.plan({
+      const { h, plan, t } = seeded({
         x: { shape: [70, 32] },
         w: { shape: [40, 32] },
         xh: { shape: [70, 32], dtype: "f16" },
@@ -64,10 +61,7 @@ layer(Gpu.layer())("matmul tiers match the CPU twin", (it) => {
         back: { shape: [40, 32] },
         y1: { shape: [70, 40] },
         y2: { shape: [32, 32] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 12)
-      const t = (n: string) => Arena.tensorOf(plan, n)
+      }, 12)
       const ops = [
         Ops.cast({ x: t("x"), y: t("xh") }),
         Ops.cast({ x: t("w"), y: t("wh") }),
@@ -100,7 +94,7 @@ layer(Gpu.layer())("the shader-f16 matmul tier matches the CPU twin", (it) => {
     Effect.gen(function*() {
       const gpu = yield* Gpu
       assert.isTrue(gpu.hasFeature("shader-f16"), "lavapipe and every GPU this tier targets offer shader-f16")
-      const plan = Arena.plan({
+      const { h, plan, t } = seeded({
         x: { shape: [70, 40] },
         w: { shape: [36, 40] },
         u: { shape: [40, 36] },
@@ -112,10 +106,7 @@ layer(Gpu.layer())("the shader-f16 matmul tier matches the CPU twin", (it) => {
         y2: { shape: [70, 36] },
         y3: { shape: [36, 36] },
         y4: { shape: [70, 36] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 21)
-      const t = (n: string) => Arena.tensorOf(plan, n)
+      }, 21)
       const ops = [
         Ops.cast({ x: t("w"), y: t("wh") }),
         Ops.cast({ x: t("x"), y: t("xh") }),
@@ -174,16 +165,13 @@ layer(Gpu.layer())("the subgroup-matrix matmul tier", (it) => {
   it.scoped("matches the CPU twin where the adapter offers it, else is refused with a typed error", () =>
     Effect.gen(function*() {
       const gpu = yield* Gpu
-      const plan = Arena.plan({
+      const { h, plan, t } = seeded({
         a: { shape: [72, 48] },
         b: { shape: [40, 48] },
         ah: { shape: [72, 48], dtype: "f16" },
         bh: { shape: [40, 48], dtype: "f16" },
         c: { shape: [72, 40] }
-      })
-      const h = Arena.host(plan)
-      randomize(h, 31)
-      const t = (n: string) => Arena.tensorOf(plan, n)
+      }, 31)
       const choice = Matmul.chooseTier(gpu.adapter, "f16")
       const offered = choice.tier === "subgroupMatrix"
       const config = offered ? choice : {

@@ -35,6 +35,14 @@ export const randomize = (h: Arena.HostArena, seed: number, skip: ReadonlyArray<
   }
 }
 
+/** A host arena laid out from `specs`, every f32 tensor random (`randomize`), and its tensors by name. */
+export const seeded = (specs: Record<string, Arena.TensorSpec>, seed: number) => {
+  const plan = Arena.plan(specs)
+  const h = Arena.host(plan)
+  randomize(h, seed)
+  return { plan, h, t: (name: string) => Arena.tensorOf(plan, name) }
+}
+
 /**
  * Runs `ops` on the device and on the CPU twin from the same host state, returning both host arenas.
  */

@@ -110,6 +110,31 @@ const start = (packed: boolean) =>
     ? `fn segStart(b: u32, i: u32) -> u32 { let q = Pos[b * p.seq + i]; return select(i - q, 0u, q > i); }`
     : `fn segStart(b: u32, i: u32) -> u32 { return 0u; }`
 
+/** Joins WGSL lines, each after the first indented by `pad` (where the snippet stands in its kernel). */
+const lines = (pad: string, ...ls: ReadonlyArray<string>) => ls.join(`\n${pad}`)
+
+/**
+ * The row a row kernel's invocation owns, from its linear index: token (b, `row`) and head `head` of `heads`
+ * (query heads for the forward and dQ, KV heads for dK/dV); out-of-range invocations return.
+ */
+const rowInvocation = (o: { heads: string; head: string; row: string }) =>
+  lines(
+    "  ",
+    linear(64),
+    `if (i >= p.batch * p.seq * ${o.heads}) { return; }`,
+    `let ${o.head} = i % ${o.heads};`,
+    `let tok = i / ${o.heads};`,
+    "let b = tok / p.seq;",
+    `let ${o.row} = tok % p.seq;`
+  )
+
+/** A query row's invocation: token (b, qi), head h and the KV head g of its group. */
+const queryRow = lines(
+  "  ",
+  rowInvocation({ heads: "p.heads", head: "h", row: "qi" }),
+  "let g = h / (p.heads / p.kvHeads);"
+)
+
 /**
  * Causal GQA forward, streaming (online) softmax: one invocation per (token, head) walks keys 0..i, keeping
  * the running max, normaliser and output in registers; saves lse = max + log(sum).
@@ -122,13 +147,7 @@ export const attentionShader = (hd: number, packed: boolean) =>
 const HD = ${hd}u;
 ${start(packed)}
 @compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.batch * p.seq * p.heads) { return; }
-  let h = i % p.heads;
-  let tok = i / p.heads;
-  let b = tok / p.seq;
-  let qi = tok % p.seq;
-  let g = h / (p.heads / p.kvHeads);
+  ${queryRow}
   let qBase = i * HD;
   var q: array<f32, HD>;
   var acc: array<f32, HD>;
@@ -183,6 +202,110 @@ const stageRows = (o: {
 const kvTile = (rows: string, kStride: string, vStride: string) =>
   stageRows({ rows, row0: "k0", heads: "p.kvHeads", head: "g", x: ["K", "Ks", kStride], y: ["V", "Vs", vStride] })
 
+/**
+ * The (batch, head, row block) a tiled kernel's workgroup owns, from its linear index: `n` blocks of `tile`
+ * rows per sequence, over `heads` heads (query heads for the query-block kernels, KV heads for dK/dV).
+ */
+const tileBlock = (o: { n: string; tile: string; heads: string; block: string; head: string }) =>
+  lines(
+    "  ",
+    "let wg = wid.y * nwg.x + wid.x;",
+    `let ${o.n} = (p.seq + ${o.tile} - 1u) / ${o.tile};`,
+    `if (wg >= p.batch * ${o.heads} * ${o.n}) { return; }`,
+    `let ${o.block} = wg % ${o.n};`,
+    `let ${o.head} = (wg / ${o.n}) % ${o.heads};`,
+    `let b = wg / (${o.n} * ${o.heads});`
+  )
+
+/** A query block's workgroup: its (batch, head, 16 queries) and the KV head of its group. */
+const queryBlock = lines(
+  "  ",
+  tileBlock({ n: "nqb", tile: "BQ", heads: "p.heads", block: "qb", head: "h" }),
+  "let g = h / (p.heads / p.kvHeads);",
+  "let q0 = qb * BQ;"
+)
+
+/**
+ * The key tiles a query block sees (from the earliest segment start of its rows to its last row), after each
+ * row's start is in `rowStart`; then each thread's output row and column group.
+ */
+const queryKeyTiles = lines(
+  "  ",
+  "workgroupBarrier();",
+  "if (lid == 0u) {",
+  "  var m = rowStart[0];",
+  "  for (var r = 1u; r < BQ; r++) { m = min(m, rowStart[r]); }",
+  "  lo = m;",
+  "}",
+  "let kFirst = workgroupUniformLoad(&lo) / BK;",
+  "let kLast = min(q0 + BQ - 1u, p.seq - 1u) / BK;",
+  "let orow = lid / 4u;",
+  "let ocol = lid % 4u;"
+)
+
+/** Bindings of the backward kernels: the forward's inputs, dO, the saved lse and delta, then the gradients. */
+const backwardBindings = (packed: boolean, grads: ReadonlyArray<string>): Array<Binding> =>
+  pos(packed, [
+    ["Q", "read"],
+    ["K", "read"],
+    ["V", "read"],
+    ["DO", "read"],
+    ["L", "read"],
+    ["Dl", "read"],
+    ...grads.map((name): Binding => [name, "read_write"])
+  ])
+
+/**
+ * Header, constants and workgroup memory of a tiled backward kernel. The workgroup owns a block of 16 rows
+ * (`queries` for dQ, `keys` for dK/dV) and sweeps tiles of 8 rows of the other side; Q/dO and K/V tiles have
+ * rows padded by one word (stride QS) against bank conflicts; `scratch` holds the 16×8 score-gradient tiles;
+ * rowL/rowD/rowStart the statistics (lse, delta, segment start) of the query rows in hand.
+ */
+const backwardKernelHead = (hd: number, packed: boolean, owner: "queries" | "keys") => {
+  const q = owner === "queries"
+  const tiles = (names: readonly [string, string], rows: number) =>
+    names.map((name) => `var<workgroup> ${name}: array<f32, ${rows * (hd + 1)}>;`).join("\n")
+  const queryRows = q ? 16 : 8
+  return header(attnParamsWgsl, backwardBindings(packed, q ? ["DQ"] : ["DK", "DV"])) + `
+const HD = ${hd}u;
+const QS = ${hd + 1}u;
+${q ? "const BQ = 16u;\nconst BK = 8u;" : "const BK = 16u;\nconst BQ = 8u;"}
+const CPT = ${hd / 4}u;
+${start(packed)}
+${q ? tiles(["Qs", "dOs"], 16) : tiles(["Ks", "Vs"], 16)}
+${q ? tiles(["Ks", "Vs"], 8) : tiles(["Qs", "dOs"], 8)}
+${(q ? ["dS"] : ["Pt", "dSt"]).map((name) => `var<workgroup> ${name}: array<f32, 128>;`).join("\n")}
+var<workgroup> rowL: array<f32, ${queryRows}>;
+var<workgroup> rowD: array<f32, ${queryRows}>;
+var<workgroup> rowStart: array<u32, ${queryRows}>;
+`
+}
+
+/** Loads the statistics of query rows q0..q0 + BQ of head h (rows past the end repeat the last row). */
+const rowStatsLoad = (pad: string) =>
+  lines(
+    pad,
+    "if (lid < BQ) {",
+    "  let q = min(q0 + lid, p.seq - 1u);",
+    "  let row = (b * p.seq + q) * p.heads + h;",
+    "  rowL[lid] = L[row];",
+    "  rowD[lid] = Dl[row];",
+    "  rowStart[lid] = segStart(b, q);",
+    "}"
+  )
+
+/** s = q·k and dp = dO·v of query tile row `qRow` and key tile row kj (q already scaled in the dQ kernel). */
+const scoreAndDp = (pad: string, qRow: string) =>
+  lines(
+    pad,
+    "var s = 0.0;",
+    "var dp = 0.0;",
+    "for (var d = 0u; d < HD; d++) {",
+    `  s = fma(Qs[${qRow} * QS + d], Ks[kj * QS + d], s);`,
+    `  dp = fma(dOs[${qRow} * QS + d], Vs[kj * QS + d], dp);`,
+    "}"
+  )
+
 /** Query and key rows per tile of the tiled attention forward. */
 export const ATTN_TILE = 16
 
@@ -214,14 +337,7 @@ var<workgroup> rowC: array<f32, ${ATTN_TILE}>;
 var<workgroup> rowStart: array<u32, ${ATTN_TILE}>;
 var<workgroup> lo: u32;
 @compute @workgroup_size(64) fn main(${builtins}) {
-  let wg = wid.y * nwg.x + wid.x;
-  let nqb = (p.seq + BQ - 1u) / BQ;
-  if (wg >= p.batch * p.heads * nqb) { return; }
-  let qb = wg % nqb;
-  let h = (wg / nqb) % p.heads;
-  let b = wg / (nqb * p.heads);
-  let g = h / (p.heads / p.kvHeads);
-  let q0 = qb * BQ;
+  ${queryBlock}
   for (var e = lid; e < BQ * HD; e += 64u) {
     let qi = q0 + e / HD;
     var v = 0.0;
@@ -233,16 +349,7 @@ var<workgroup> lo: u32;
     rowL[lid] = 0.0;
     rowStart[lid] = segStart(b, min(q0 + lid, p.seq - 1u));
   }
-  workgroupBarrier();
-  if (lid == 0u) {
-    var m = rowStart[0];
-    for (var r = 1u; r < BQ; r++) { m = min(m, rowStart[r]); }
-    lo = m;
-  }
-  let kFirst = workgroupUniformLoad(&lo) / BK;
-  let kLast = min(q0 + BQ - 1u, p.seq - 1u) / BK;
-  let orow = lid / 4u;
-  let ocol = lid % 4u;
+  ${queryKeyTiles}
   let qi = q0 + orow;
   var acc: array<f32, CPT>;
   for (var c = 0u; c < CPT; c++) { acc[c] = 0.0; }
@@ -299,37 +406,9 @@ var<workgroup> lo: u32;
  * headDim/4 columns of one dQ row. No atomics.
  */
 export const attentionBackwardQTiledShader = (hd: number, packed: boolean) =>
-  header(
-    attnParamsWgsl,
-    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
-      "DQ",
-      "read_write"
-    ]])
-  ) + `
-const HD = ${hd}u;
-const QS = ${hd + 1}u;
-const BQ = 16u;
-const BK = 8u;
-const CPT = ${hd / 4}u;
-${start(packed)}
-var<workgroup> Qs: array<f32, ${16 * (hd + 1)}>;
-var<workgroup> dOs: array<f32, ${16 * (hd + 1)}>;
-var<workgroup> Ks: array<f32, ${8 * (hd + 1)}>;
-var<workgroup> Vs: array<f32, ${8 * (hd + 1)}>;
-var<workgroup> dS: array<f32, 128>;
-var<workgroup> rowL: array<f32, 16>;
-var<workgroup> rowD: array<f32, 16>;
-var<workgroup> rowStart: array<u32, 16>;
-var<workgroup> lo: u32;
+  backwardKernelHead(hd, packed, "queries") + `var<workgroup> lo: u32;
 @compute @workgroup_size(64) fn main(${builtins}) {
-  let wg = wid.y * nwg.x + wid.x;
-  let nqb = (p.seq + BQ - 1u) / BQ;
-  if (wg >= p.batch * p.heads * nqb) { return; }
-  let qb = wg % nqb;
-  let h = (wg / nqb) % p.heads;
-  let b = wg / (nqb * p.heads);
-  let g = h / (p.heads / p.kvHeads);
-  let q0 = qb * BQ;
+  ${queryBlock}
   ${
     stageRows({
       rows: "BQ",
@@ -340,23 +419,8 @@ var<workgroup> lo: u32;
       y: ["DO", "dOs", "QS"]
     })
   }
-  if (lid < BQ) {
-    let q = min(q0 + lid, p.seq - 1u);
-    let row = (b * p.seq + q) * p.heads + h;
-    rowL[lid] = L[row];
-    rowD[lid] = Dl[row];
-    rowStart[lid] = segStart(b, q);
-  }
-  workgroupBarrier();
-  if (lid == 0u) {
-    var m = rowStart[0];
-    for (var r = 1u; r < BQ; r++) { m = min(m, rowStart[r]); }
-    lo = m;
-  }
-  let kFirst = workgroupUniformLoad(&lo) / BK;
-  let kLast = min(q0 + BQ - 1u, p.seq - 1u) / BK;
-  let orow = lid / 4u;
-  let ocol = lid % 4u;
+  ${rowStatsLoad("  ")}
+  ${queryKeyTiles}
   var acc: array<f32, CPT>;
   for (var c = 0u; c < CPT; c++) { acc[c] = 0.0; }
   for (var kb = kFirst; kb <= kLast; kb++) {
@@ -367,12 +431,7 @@ var<workgroup> lo: u32;
       let idx = lid * 2u + c;
       let row = idx / BK;
       let kj = idx % BK;
-      var s = 0.0;
-      var dp = 0.0;
-      for (var d = 0u; d < HD; d++) {
-        s = fma(Qs[row * QS + d], Ks[kj * QS + d], s);
-        dp = fma(dOs[row * QS + d], Vs[kj * QS + d], dp);
-      }
+      ${scoreAndDp("      ", "row")}
       let q = q0 + row;
       let key = k0 + kj;
       var ds = 0.0;
@@ -401,35 +460,8 @@ var<workgroup> lo: u32;
  * headDim/4 columns of one key row for both dK and dV. No atomics.
  */
 export const attentionBackwardKVTiledShader = (hd: number, packed: boolean) =>
-  header(
-    attnParamsWgsl,
-    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
-      "DK",
-      "read_write"
-    ], ["DV", "read_write"]])
-  ) + `
-const HD = ${hd}u;
-const QS = ${hd + 1}u;
-const BK = 16u;
-const BQ = 8u;
-const CPT = ${hd / 4}u;
-${start(packed)}
-var<workgroup> Ks: array<f32, ${16 * (hd + 1)}>;
-var<workgroup> Vs: array<f32, ${16 * (hd + 1)}>;
-var<workgroup> Qs: array<f32, ${8 * (hd + 1)}>;
-var<workgroup> dOs: array<f32, ${8 * (hd + 1)}>;
-var<workgroup> Pt: array<f32, 128>;
-var<workgroup> dSt: array<f32, 128>;
-var<workgroup> rowL: array<f32, 8>;
-var<workgroup> rowD: array<f32, 8>;
-var<workgroup> rowStart: array<u32, 8>;
-@compute @workgroup_size(64) fn main(${builtins}) {
-  let wg = wid.y * nwg.x + wid.x;
-  let nkb = (p.seq + BK - 1u) / BK;
-  if (wg >= p.batch * p.kvHeads * nkb) { return; }
-  let kb = wg % nkb;
-  let g = (wg / nkb) % p.kvHeads;
-  let b = wg / (nkb * p.kvHeads);
+  backwardKernelHead(hd, packed, "keys") + `@compute @workgroup_size(64) fn main(${builtins}) {
+  ${tileBlock({ n: "nkb", tile: "BK", heads: "p.kvHeads", block: "kb", head: "g" })}
   let k0 = kb * BK;
   ${kvTile("BK", "QS", "QS")}
   let krow = lid / 4u;
@@ -447,24 +479,13 @@ var<workgroup> rowStart: array<u32, 8>;
       ${
     stageRows({ rows: "BQ", row0: "q0", heads: "p.heads", head: "h", x: ["Q", "Qs", "QS"], y: ["DO", "dOs", "QS"] })
   }
-      if (lid < BQ) {
-        let q = min(q0 + lid, p.seq - 1u);
-        let row = (b * p.seq + q) * p.heads + h;
-        rowL[lid] = L[row];
-        rowD[lid] = Dl[row];
-        rowStart[lid] = segStart(b, q);
-      }
+      ${rowStatsLoad("      ")}
       workgroupBarrier();
       for (var c = 0u; c < 2u; c++) {
         let idx = lid * 2u + c;
         let kj = idx / BQ;
         let qr = idx % BQ;
-        var s = 0.0;
-        var dp = 0.0;
-        for (var d = 0u; d < HD; d++) {
-          s = fma(Qs[qr * QS + d], Ks[kj * QS + d], s);
-          dp = fma(dOs[qr * QS + d], Vs[kj * QS + d], dp);
-        }
+        ${scoreAndDp("        ", "qr")}
         let q = q0 + qr;
         let key = k0 + kj;
         var pr = 0.0;
@@ -516,21 +537,12 @@ const HD = ${hd}u;
 export const attentionBackwardQShader = (hd: number, packed: boolean) =>
   header(
     attnParamsWgsl,
-    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
-      "DQ",
-      "read_write"
-    ]])
+    backwardBindings(packed, ["DQ"])
   ) + `
 const HD = ${hd}u;
 ${start(packed)}
 @compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.batch * p.seq * p.heads) { return; }
-  let h = i % p.heads;
-  let tok = i / p.heads;
-  let b = tok / p.seq;
-  let qi = tok % p.seq;
-  let g = h / (p.heads / p.kvHeads);
+  ${queryRow}
   var q: array<f32, HD>;
   var dO: array<f32, HD>;
   var acc: array<f32, HD>;
@@ -552,23 +564,12 @@ ${start(packed)}
 export const attentionBackwardKVShader = (hd: number, packed: boolean) =>
   header(
     attnParamsWgsl,
-    pos(packed, [["Q", "read"], ["K", "read"], ["V", "read"], ["DO", "read"], ["L", "read"], ["Dl", "read"], [
-      "DK",
-      "read_write"
-    ], [
-      "DV",
-      "read_write"
-    ]])
+    backwardBindings(packed, ["DK", "DV"])
   ) + `
 const HD = ${hd}u;
 ${start(packed)}
 @compute @workgroup_size(64) fn main(${builtins}) {
-  ${linear(64)}
-  if (i >= p.batch * p.seq * p.kvHeads) { return; }
-  let g = i % p.kvHeads;
-  let tok = i / p.kvHeads;
-  let b = tok / p.seq;
-  let kj = tok % p.seq;
+  ${rowInvocation({ heads: "p.kvHeads", head: "g", row: "kj" })}
   let rep = p.heads / p.kvHeads;
   var k: array<f32, HD>;
   var v: array<f32, HD>;

@@ -33,14 +33,29 @@ export interface EmbeddingBackward {
   readonly rowOffset: number
 }
 
+/**
+ * What both directions check and derive: the row width of the table (or its gradient), the token count (all of
+ * `ids` unless given), u32 ids, and token rows [tokens, dim] (`rows`, named as the op names it) that fit.
+ */
+const tokenRows = (
+  what: string,
+  table: Tensor,
+  ids: Tensor,
+  rows: readonly [name: string, tensor: Tensor],
+  tokens: number | undefined
+) => {
+  const dim = table.shape[table.shape.length - 1]
+  const n = tokens ?? ids.size
+  isU32(ids, `${what} ids`)
+  atLeast(rows[1], n * dim, `${what} ${rows[0]}`)
+  return { tokens: n, dim }
+}
+
 /** out[t] = table[ids[t]]; a table split into row blocks runs one dispatch per block. */
 export const embedding = (
   o: { table: Tensor; ids: Tensor; out: Tensor; tokens?: number; rowOffset?: number; zeroOthers?: boolean }
 ): Embedding => {
-  const dim = o.table.shape[o.table.shape.length - 1]
-  const tokens = o.tokens ?? o.ids.size
-  isU32(o.ids, "embedding ids")
-  atLeast(o.out, tokens * dim, "embedding out")
+  const { dim, tokens } = tokenRows("embedding", o.table, o.ids, ["out", o.out], o.tokens)
   return {
     kind: "embedding",
     table: o.table,
@@ -57,10 +72,7 @@ export const embedding = (
 export const embeddingBackward = (
   o: { ids: Tensor; dOut: Tensor; dTable: Tensor; tokens?: number; rowOffset?: number }
 ): EmbeddingBackward => {
-  const dim = o.dTable.shape[o.dTable.shape.length - 1]
-  const tokens = o.tokens ?? o.ids.size
-  isU32(o.ids, "embeddingBackward ids")
-  atLeast(o.dOut, tokens * dim, "embeddingBackward dOut")
+  const { dim, tokens } = tokenRows("embeddingBackward", o.dTable, o.ids, ["dOut", o.dOut], o.tokens)
   return {
     kind: "embeddingBackward",
     ids: o.ids,

@@ -116,17 +116,24 @@ const inverseFrequencies = (headDim: number, theta: number): Float64Array => {
   return invFreq
 }
 
+/** The backward's products are not rounded (f64's identity: one call target with the f64 forward). */
+const unrounded = numerics("f64").round
+
 /**
- * Rotary embedding in transformers' rotate_half layout, on x [rows, heads, d] with per-row tables:
- * out[i] = x[i]·cos − x[i+d/2]·sin, out[i+d/2] = x[i+d/2]·cos + x[i]·sin (i < d/2).
+ * Rotates each (x[i], x[i+d/2]) pair of x [rows, heads, d] by the per-row angle whose cos/sin are given, times
+ * `sign` (−1: the inverse rotation): out[i] = r(x[i]·c) − r(x[i+d/2]·s), out[i+d/2] = r(x[i+d/2]·c) + r(x[i]·s)
+ * with s = sign·sin and r = `round` applied to each product (a sign flip is exact, so the inverse computes
+ * x[i]·c + x[i+d/2]·sin bit for bit).
  */
-export const cpuRope = (
+const rotateHalf = (
   x: ArrayLike<number>,
   rows: number,
   heads: number,
   headDim: number,
   cos: ArrayLike<number>,
   sin: ArrayLike<number>,
+  sign: 1 | -1,
+  round: (x: number) => number,
   nm: Numerics
 ): FloatArray => {
   const half = headDim / 2
@@ -136,18 +143,33 @@ export const cpuRope = (
       const o = (n * heads + h) * headDim
       for (let i = 0; i < half; i++) {
         const c = cos[n * half + i]
-        const s = sin[n * half + i]
+        const s = sign * sin[n * half + i]
         const a = x[o + i]
         const b = x[o + i + half]
-        out[o + i] = nm.round(a * c) - nm.round(b * s)
-        out[o + i + half] = nm.round(b * c) + nm.round(a * s)
+        out[o + i] = round(a * c) - round(b * s)
+        out[o + i + half] = round(b * c) + round(a * s)
       }
     }
   }
   return out
 }
 
-/** Backward of {@link cpuRope}: the transpose of each 2×2 rotation. */
+/**
+ * Rotary embedding in transformers' rotate_half layout, on x [rows, heads, d] with per-row tables:
+ * out[i] = x[i]·cos − x[i+d/2]·sin, out[i+d/2] = x[i+d/2]·cos + x[i]·sin (i < d/2), each product rounded as
+ * `nm` stores.
+ */
+export const cpuRope = (
+  x: ArrayLike<number>,
+  rows: number,
+  heads: number,
+  headDim: number,
+  cos: ArrayLike<number>,
+  sin: ArrayLike<number>,
+  nm: Numerics
+): FloatArray => rotateHalf(x, rows, heads, headDim, cos, sin, 1, nm.round, nm)
+
+/** Backward of {@link cpuRope}: the transpose of each 2×2 rotation (the inverse rotation), products unrounded. */
 export const cpuRopeBackward = (
   dy: ArrayLike<number>,
   rows: number,
@@ -156,24 +178,7 @@ export const cpuRopeBackward = (
   cos: ArrayLike<number>,
   sin: ArrayLike<number>,
   nm: Numerics
-): FloatArray => {
-  const half = headDim / 2
-  const dx = nm.alloc(rows * heads * headDim)
-  for (let n = 0; n < rows; n++) {
-    for (let h = 0; h < heads; h++) {
-      const o = (n * heads + h) * headDim
-      for (let i = 0; i < half; i++) {
-        const c = cos[n * half + i]
-        const s = sin[n * half + i]
-        const da = dy[o + i]
-        const db = dy[o + i + half]
-        dx[o + i] = da * c + db * s
-        dx[o + i + half] = db * c - da * s
-      }
-    }
-  }
-  return dx
-}
+): FloatArray => rotateHalf(dy, rows, heads, headDim, cos, sin, -1, unrounded, nm)
 
 // CPU twin
 

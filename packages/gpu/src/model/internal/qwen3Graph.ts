@@ -113,28 +113,35 @@ export const parameterSpecs = (c: Config, trainable: boolean): Record<string, Ar
   return out
 }
 
-const LAYER_ACTS = (c: Config, n: number) => {
-  const { ffn, h, H, KV, kv, q } = dims(c)
+/**
+ * The attention block's activations of `n` rows, as training and generation both name them: raw and normed
+ * projections (q, k after their per-head RMSNorm and RoPE), the per-head rstd and the attention output.
+ */
+const attentionActs = (c: Config, n: number): Record<string, Array<number>> => {
+  const { H, KV, kv, q } = dims(c)
+  return { qr: [n, q], kr: [n, kv], v: [n, kv], q: [n, q], k: [n, kv], qrs: [n * H], krs: [n * KV], att: [n, q] }
+}
+
+/** The MLP's activations of `n` rows: gate and up projections and their SwiGLU. */
+const mlpActs = (c: Config, n: number): Record<string, Array<number>> => {
+  const { ffn } = dims(c)
+  return { gt: [n, ffn], up: [n, ffn], sw: [n, ffn] }
+}
+
+// Key order is arena layout order: the spreads keep each list in its place.
+const LAYER_ACTS = (c: Config, n: number): Record<string, Array<number>> => {
+  const { h, H } = dims(c)
   return {
     x: [n, h],
     n1: [n, h],
     r1: [n],
-    qr: [n, q],
-    kr: [n, kv],
-    v: [n, kv],
-    q: [n, q],
-    k: [n, kv],
-    qrs: [n * H],
-    krs: [n * KV],
-    att: [n, q],
+    ...attentionActs(c, n),
     lse: [n * H],
     x1: [n, h],
     n2: [n, h],
     r2: [n],
-    gt: [n, ffn],
-    up: [n, ffn],
-    sw: [n, ffn]
-  } as Record<string, Array<number>>
+    ...mlpActs(c, n)
+  }
 }
 
 /** Tensors of the training / scoring graph (prefix `t.`). */
@@ -195,7 +202,7 @@ export const trainSpecs = (c: Config, s: TrainShape, backward: boolean): Record<
 
 /** Tensors of generation (prefix `g.`): KV caches, sampler state, prefill and decode scratch. */
 export const genSpecs = (c: Config, g: GenShape): Record<string, Arena.TensorSpec> => {
-  const { D, ffn, h, H, KV, kv, q, V } = dims(c)
+  const { D, h, KV, V } = dims(c)
   const out: Record<string, Arena.TensorSpec> = {}
   for (let l = 0; l < c.num_hidden_layers; l++) {
     out[`g.kc.l${l}`] = { shape: [g.slots, KV, g.capacity, D] }
@@ -208,17 +215,8 @@ export const genSpecs = (c: Config, g: GenShape): Record<string, Arena.TensorSpe
       xb: [rows, h],
       n: [rows, h],
       r: [rows],
-      qr: [rows, q],
-      kr: [rows, kv],
-      v: [rows, kv],
-      q: [rows, q],
-      k: [rows, kv],
-      qrs: [rows * H],
-      krs: [rows * KV],
-      att: [rows, q],
-      gt: [rows, ffn],
-      up: [rows, ffn],
-      sw: [rows, ffn]
+      ...attentionActs(c, rows),
+      ...mlpActs(c, rows)
     }
     for (const [name, shape] of Object.entries(acts)) out[`${prefix}.${name}`] = { shape }
   }

@@ -298,7 +298,6 @@ export const attendRow = (
   const count = j1 - j0 + 1
   if (scoreScratch.length < count) scoreScratch = new Float64Array(Math.max(count, 2 * scoreScratch.length))
   const scores = scoreScratch
-  const round = nm.round
   // Four keys at a time: four independent sums (each still in d order) instead of one dependent chain.
   let j = j0
   for (; j + 3 <= j1; j += 4) {
@@ -325,19 +324,7 @@ export const attendRow = (
     for (let d = 0; d < headDim; d++) dot += q[qOff + d] * k[ko + d]
     scores[j - j0] = dot
   }
-  let max = -Infinity
-  for (let c = 0; c < count; c++) {
-    const s = round(round(scores[c]) * scale)
-    scores[c] = s
-    if (s > max) max = s
-  }
-  let sum = 0
-  for (let c = 0; c < count; c++) {
-    const e = Math.exp(scores[c] - max)
-    scores[c] = e
-    sum += e
-  }
-  for (let c = 0; c < count; c++) scores[c] = round(scores[c] / sum)
+  softmaxScores(scores, 0, count, scale, nm.round)
   if (probs !== undefined) { for (let c = 0; c < count; c++) probs[probsBase + j0 + c] = scores[c] }
   // out[d] = Σ_j p_j·v[j, d] in j order, accumulated row by row over contiguous v rows.
   const acc = headDim <= outScratch.length ? outScratch : new Float64Array(headDim)
@@ -490,7 +477,7 @@ export const attendPair = (
 
 const pairAcc = new Float64Array(1024)
 
-/** attendRow's softmax over raw dot products sc[o … o+count): scale, rounding and normalisation, in place. */
+/** attendRow's and attendPair's softmax over raw dot products sc[o … o+count): scale, rounding and normalisation, in place. */
 const softmaxScores = (
   sc: Float64Array,
   o: number,

@@ -22,6 +22,39 @@ export const SLOT_F = 4
 export const MAX_STOPS = 8
 export const NONE = 0xffffffff
 
+/**
+ * A 256-thread tree reduction through the workgroup array `buf` (`combine` writes buf[lid] from itself and
+ * buf[lid + w]); every thread gets the result.
+ */
+const tree = (name: string, type: "f32" | "u32", buf: string, combine: (a: string, b: string) => string) => {
+  const step = combine(`${buf}[lid]`, `${buf}[lid + w]`)
+  return `fn ${name}(v: ${type}, lid: u32) -> ${type} {
+  ${buf}[lid] = v;
+  workgroupBarrier();
+  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { ${step}; } workgroupBarrier(); }
+  let r = workgroupUniformLoad(&${buf}[0]);
+  workgroupBarrier();
+  return r;
+}`
+}
+
+/** A 256-thread exclusive prefix sum through the workgroup array `buf` (Hillis-Steele). */
+const scan = (name: string, type: "f32" | "u32", buf: string, zero: string) =>
+  `fn ${name}(v: ${type}, lid: u32) -> ${type} {
+  ${buf}[lid] = v;
+  workgroupBarrier();
+  for (var off = 1u; off < 256u; off <<= 1u) {
+    var add = ${zero};
+    if (lid >= off) { add = ${buf}[lid - off]; }
+    workgroupBarrier();
+    ${buf}[lid] += add;
+    workgroupBarrier();
+  }
+  let r = ${buf}[lid] - v;
+  workgroupBarrier();
+  return r;
+}`
+
 export const sampler = header("slots: u32, vocab: u32, ring: u32", [
   ["Z", "read"],
   ["SU", "read_write", "u32"],
@@ -49,75 +82,14 @@ fn okey(x: f32) -> u32 {
 fn unkey(k: u32) -> f32 {
   return bitcast<f32>(select(~k, k & 0x7fffffffu, (k & 0x80000000u) != 0u));
 }
-fn sumF(v: f32, lid: u32) -> f32 {
-  rf[lid] = v;
-  workgroupBarrier();
-  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { rf[lid] += rf[lid + w]; } workgroupBarrier(); }
-  let r = workgroupUniformLoad(&rf[0]);
-  workgroupBarrier();
-  return r;
-}
-fn maxF(v: f32, lid: u32) -> f32 {
-  rf[lid] = v;
-  workgroupBarrier();
-  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { rf[lid] = max(rf[lid], rf[lid + w]); } workgroupBarrier(); }
-  let r = workgroupUniformLoad(&rf[0]);
-  workgroupBarrier();
-  return r;
-}
-fn sumU(v: u32, lid: u32) -> u32 {
-  ru[lid] = v;
-  workgroupBarrier();
-  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { ru[lid] += ru[lid + w]; } workgroupBarrier(); }
-  let r = workgroupUniformLoad(&ru[0]);
-  workgroupBarrier();
-  return r;
-}
-fn minU(v: u32, lid: u32) -> u32 {
-  ru[lid] = v;
-  workgroupBarrier();
-  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { ru[lid] = min(ru[lid], ru[lid + w]); } workgroupBarrier(); }
-  let r = workgroupUniformLoad(&ru[0]);
-  workgroupBarrier();
-  return r;
-}
-fn maxU(v: u32, lid: u32) -> u32 {
-  ru[lid] = v;
-  workgroupBarrier();
-  for (var w = 128u; w > 0u; w >>= 1u) { if (lid < w) { ru[lid] = max(ru[lid], ru[lid + w]); } workgroupBarrier(); }
-  let r = workgroupUniformLoad(&ru[0]);
-  workgroupBarrier();
-  return r;
-}
+${tree("sumF", "f32", "rf", (a, b) => `${a} += ${b}`)}
+${tree("maxF", "f32", "rf", (a, b) => `${a} = max(${a}, ${b})`)}
+${tree("sumU", "u32", "ru", (a, b) => `${a} += ${b}`)}
+${tree("minU", "u32", "ru", (a, b) => `${a} = min(${a}, ${b})`)}
+${tree("maxU", "u32", "ru", (a, b) => `${a} = max(${a}, ${b})`)}
 /** Exclusive prefix sum over threads (Hillis-Steele). */
-fn scanF(v: f32, lid: u32) -> f32 {
-  rf[lid] = v;
-  workgroupBarrier();
-  for (var off = 1u; off < 256u; off <<= 1u) {
-    var add = 0.0;
-    if (lid >= off) { add = rf[lid - off]; }
-    workgroupBarrier();
-    rf[lid] += add;
-    workgroupBarrier();
-  }
-  let r = rf[lid] - v;
-  workgroupBarrier();
-  return r;
-}
-fn scanU(v: u32, lid: u32) -> u32 {
-  ru[lid] = v;
-  workgroupBarrier();
-  for (var off = 1u; off < 256u; off <<= 1u) {
-    var add = 0u;
-    if (lid >= off) { add = ru[lid - off]; }
-    workgroupBarrier();
-    ru[lid] += add;
-    workgroupBarrier();
-  }
-  let r = ru[lid] - v;
-  workgroupBarrier();
-  return r;
-}
+${scan("scanF", "f32", "rf", "0.0")}
+${scan("scanU", "u32", "ru", "0u")}
 fn mulhi(a: u32, b: u32) -> u32 {
   let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
   let ll = al * bl; let lh = al * bh; let hl = ah * bl;
