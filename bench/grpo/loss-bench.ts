@@ -118,7 +118,8 @@ const program = Effect.gen(function*() {
   const first: Record<string, number> = {}
   const losses: Record<string, Array<number>> = { weighted: [], grpo: [] }
   for (let s = 0; s < steps + 1; s++) {
-    for (const name of (s % 2 === 0 ? ["weighted", "grpo"] : ["grpo", "weighted"]) as const) {
+    const order: ReadonlyArray<keyof typeof paths> = s % 2 === 0 ? ["weighted", "grpo"] : ["grpo", "weighted"]
+    for (const name of order) {
       const t0 = performance.now()
       const c0 = process.cpuUsage()
       const r = yield* paths[name](model)
