@@ -41,6 +41,13 @@ const flags = {
     ),
     Options.optional
   ),
+  policyServer: Options.text("policy-server").pipe(
+    Options.withDescription(
+      "generate on this policy server (`envtrain serve-policy` URL, e.g. http://127.0.0.1:8000; repeat for several): " +
+        "the weights are pushed to it after every GRPO step"
+    ),
+    Options.repeated
+  ),
   out: Options.text("out").pipe(Options.withDescription("output directory (default runs/<example>)"), Options.optional),
   seed: int("seed", "seed of the model, data and sampling"),
   toolsInPrompt: Options.boolean("tools-in-prompt").pipe(
@@ -117,6 +124,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(out === undefined ? {} : { out }),
     ...(envUrl === undefined ? {} : { envUrl }),
     ...(Object.keys(envUrls).length === 0 ? {} : { envUrls }),
+    ...(f.policyServer.length === 0 ? {} : { policyServers: f.policyServer }),
     ...(rewards === undefined ? {} : { rewards }),
     ...(sftFrom === undefined ? {} : { sftFrom }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
@@ -173,6 +181,11 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    [
+      "policy-server",
+      (settings.policyServers ?? []).every((url) => /^https?:\/\/\S+$/.test(url)),
+      `${(settings.policyServers ?? []).join(", ")}: give the server's root URL, e.g. http://127.0.0.1:8000`
+    ],
     [
       "max-completion-length",
       grpo.maxCompletionLength >= 16,
