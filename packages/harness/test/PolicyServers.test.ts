@@ -5,6 +5,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as Config from "@envtrain/grpo/Config"
 import * as Dataset from "@envtrain/grpo/Dataset"
 import * as Metrics from "@envtrain/grpo/Metrics"
@@ -202,6 +203,41 @@ describe("GRPO generating on envtrain serve-policy", () => {
         const version = yield* policyVersion(first.url)
         yield* Effect.log(`unscoreable_frac per step: ${unscoreable.join(", ")}; restarted server's version ${version}`)
         assert.include([3, 4], version)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "envtrain train with TRL's use_vllm + vllm_mode: server + vllm_server_base_url generates there",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const { dir } = yield* tinyDir
+        const server = yield* startServer(dir, 0)
+        const out = yield* fs.makeTempDirectoryScoped()
+        const file = path.join(out, "catch.yaml")
+        yield* fs.writeFileString(
+          file,
+          [
+            `model: ${dir}`,
+            "backend: cpu",
+            "environment: catch",
+            "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
+            `output_dir: ${path.join(out, "run")}`,
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 4",
+            "maxCompletionLength: 8",
+            "maxSteps: 2",
+            "use_vllm: true",
+            "vllm_mode: server",
+            `vllm_server_base_url: ${server.url}`,
+            "vllm_server_timeout: 30"
+          ].join("\n") + "\n"
+        )
+        yield* CommandFile.train(file, [])
+        // The start's push, then one per step.
+        assert.strictEqual(yield* policyVersion(server.url), 3)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
   )
