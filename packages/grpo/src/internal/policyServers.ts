@@ -72,6 +72,9 @@ interface Server {
   readonly lock: Effect.Semaphore
 }
 
+// Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
+const PROBE_TIMEOUT = Duration.seconds(10)
+
 const trim = (url: string) => url.replace(/\/+$/, "")
 
 // A fetch as an Effect: interruption aborts it; failures are the message (connection refused, reset, timeout).
@@ -154,7 +157,7 @@ export const withPolicyServers = (
 
     // Asks `server` for its model name and version; fails with the reason it could not be reached.
     const probe = (server: Server) =>
-      http(`${server.url}/v1/models`, { headers: auth }, requestTimeout).pipe(
+      http(`${server.url}/v1/models`, { headers: auth }, PROBE_TIMEOUT).pipe(
         Effect.flatMap(({ status, text }) => {
           if (status !== 200) {
             return Effect.fail({ message: `GET ${server.url}/v1/models answered ${status}: ${text.slice(0, 300)}` })
