@@ -48,6 +48,13 @@ const flags = {
     ),
     Options.repeated
   ),
+  policyServerWeights: Options.directory("policy-server-weights").pipe(
+    Options.withDescription(
+      "send the weights to the policy servers through this directory instead of in the request body (shared " +
+        "with them; for a vLLM server, its --model directory, with VLLM_SERVER_DEV_MODE=1)"
+    ),
+    Options.optional
+  ),
   out: Options.text("out").pipe(Options.withDescription("output directory (default runs/<example>)"), Options.optional),
   seed: int("seed", "seed of the model, data and sampling"),
   toolsInPrompt: Options.boolean("tools-in-prompt").pipe(
@@ -125,6 +132,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(envUrl === undefined ? {} : { envUrl }),
     ...(Object.keys(envUrls).length === 0 ? {} : { envUrls }),
     ...(f.policyServer.length === 0 ? {} : { policyServers: f.policyServer }),
+    ...(Option.isSome(f.policyServerWeights) ? { policyServerWeights: f.policyServerWeights.value } : {}),
     ...(rewards === undefined ? {} : { rewards }),
     ...(sftFrom === undefined ? {} : { sftFrom }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",

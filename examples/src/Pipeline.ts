@@ -50,6 +50,8 @@ export interface Settings {
    * are pushed to them after every step. Default: generation in-process.
    */
   readonly policyServers?: ReadonlyArray<string>
+  /** Send the weights to the policy servers through this shared directory (a vLLM server's `--model`). */
+  readonly policyServerWeights?: string
   /**
    * One server per environment, by name, for a recipe over several environments (`--wordle-url`, `--catch-url`);
    * an environment without one runs in-process.
@@ -445,7 +447,10 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       settings.grpo.temperature
     )
     // With policy servers the episodes (GRPO's and the evaluations') sample there; the rest stays local.
-    const model = yield* PolicyServers.withPolicyServers(local, { urls: settings.policyServers ?? [] })
+    const model = yield* PolicyServers.withPolicyServers(local, {
+      urls: settings.policyServers ?? [],
+      ...(settings.policyServerWeights === undefined ? {} : { weightDirectory: settings.policyServerWeights })
+    })
     if (settings.policyServers !== undefined && settings.policyServers.length > 0) {
       yield* say(`generation: policy servers ${settings.policyServers.join(", ")}`)
     }

@@ -266,6 +266,12 @@ export const GRPOConfig = Schema.Struct({
     240,
     "Seconds the policy servers may all stay unreachable (at the start or mid-run) before the run stops (TRL " +
       "vllm_server_timeout)."
+  ),
+  policyServerWeightDirectory: withDefault(
+    Schema.NullOr(Schema.String),
+    null,
+    "Send the weights to the policy servers through this directory (shared with them; for vLLM its --model " +
+      "directory) instead of in the request body; null = push the bytes."
   )
 })
 

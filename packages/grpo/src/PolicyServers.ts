@@ -47,17 +47,18 @@ export const withPolicyServers: (
 
 /**
  * The model for a configuration: `model` itself, or with `policyServers` set, the model generating on them (with
- * `policyServerTimeout`).
+ * `policyServerTimeout` and `policyServerWeightDirectory`).
  *
  * @since 0.0.0
  */
 export const forConfig = (
   model: TrainableModel,
-  config: Pick<Config.GRPOConfig, "policyServers" | "policyServerTimeout">
+  config: Pick<Config.GRPOConfig, "policyServers" | "policyServerTimeout" | "policyServerWeightDirectory">
 ): Effect.Effect<TrainableModel, PolicyServerError> =>
   config.policyServers.length === 0
     ? Effect.succeed(model)
     : withPolicyServers(model, {
       urls: config.policyServers,
-      unreachableTimeout: Duration.seconds(config.policyServerTimeout)
+      unreachableTimeout: Duration.seconds(config.policyServerTimeout),
+      ...(config.policyServerWeightDirectory === null ? {} : { weightDirectory: config.policyServerWeightDirectory })
     })

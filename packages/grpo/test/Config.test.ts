@@ -304,6 +304,9 @@ describe("Config: TRL keys without an envtrain field", () => {
       assert.deepStrictEqual(defaults.policyServers, ["http://0.0.0.0:8000"])
       const several = yield* Config.decode({ policy_servers: ["http://a:1", "http://b:2"] })
       assert.deepStrictEqual(several.policyServers, ["http://a:1", "http://b:2"])
+      assert.strictEqual(several.policyServerWeightDirectory, null)
+      const shared = yield* Config.decode({ policy_servers: ["http://a:1"], policy_server_weight_directory: "/w" })
+      assert.strictEqual(shared.policyServerWeightDirectory, "/w")
       const both = yield* Effect.flip(
         Config.decode({ use_vllm: true, vllm_mode: "server", policyServers: ["http://a:1"] })
       )

@@ -16,6 +16,7 @@ import type { Session } from "@envtrain/rollout/Episode"
 import { Effect, Option, Scope } from "effect"
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
+import * as Http from "node:http"
 import { createServer } from "node:net"
 import { fileURLToPath } from "node:url"
 
@@ -240,6 +241,83 @@ describe("GRPO generating on envtrain serve-policy", () => {
         assert.strictEqual(yield* policyVersion(server.url), 3)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
+  )
+
+  it.scopedLive(
+    "weights through a shared directory: serve-policy reloads it (/update_weights_from_disk)",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const { dir, model } = yield* tinyDir
+        const server = yield* startServer(dir, 0)
+        const weights = yield* fs.makeTempDirectoryScoped()
+        const local = yield* train(Trainer.referenceModel(model), 2)
+        const remote = yield* train(
+          yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
+            urls: [server.url],
+            weightDirectory: weights
+          }),
+          2
+        )
+        assert.deepStrictEqual(
+          remote.result.steps.map((s) => [s.step, s.loss, timeless(s.values)]),
+          local.result.steps.map((s) => [s.step, s.loss, timeless(s.values)])
+        )
+        assert.strictEqual(yield* policyVersion(server.url), 3)
+        assert.deepStrictEqual(yield* fs.readDirectory(weights), ["model.safetensors"])
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "a vLLM server: refused without a weight directory; with one, reload_weights then a cache reset",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const model = yield* Checkpoint.makeModel("tiny", 1)
+        // A stand-in for `VLLM_SERVER_DEV_MODE=1 vllm serve DIR` that records the weight routes (no vLLM here).
+        const calls: Array<string> = []
+        const fake = yield* Effect.acquireRelease(
+          Effect.async<Http.Server>((resume) => {
+            const server = Http.createServer((req, res) => {
+              let body = ""
+              req.on("data", (d: Buffer) => (body += d.toString()))
+              req.on("end", () => {
+                calls.push(`${req.method} ${req.url} ${body}`)
+                res.writeHead(200, { "content-type": "application/json" })
+                res.end(
+                  req.url === "/v1/models"
+                    ? JSON.stringify({ object: "list", data: [{ id: "Qwen/Qwen3-0.6B", owned_by: "vllm" }] })
+                    : req.url === "/collective_rpc"
+                    ? JSON.stringify({ results: [null] })
+                    : "{}"
+                )
+              })
+            })
+            server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+          }),
+          (server) => Effect.promise(() => new Promise<void>((done) => server.close(() => done())))
+        )
+        const url = `http://127.0.0.1:${(fake.address() as { port: number }).port}`
+        const refused = yield* Effect.flip(
+          PolicyServers.withPolicyServers(Trainer.referenceModel(model), { urls: [url] })
+        )
+        assert.include(refused.message, "it is a vLLM server, which takes no pushed weights")
+        calls.length = 0
+        const weights = yield* fs.makeTempDirectoryScoped()
+        yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), { urls: [url], weightDirectory: weights })
+        assert.deepStrictEqual(calls, [
+          "GET /v1/models ",
+          "POST /collective_rpc {\"method\":\"reload_weights\"}",
+          "POST /reset_prefix_cache "
+        ])
+        // What vLLM reloads from its --model directory: the trainer's weights, every tensor.
+        const written = yield* Checkpoint.loadWeights(weights, model.config)
+        for (const [name, t] of model.tensors) assert.deepStrictEqual(written.get(name)?.data, t.data, name)
+        assert.isTrue(yield* fs.exists(path.join(weights, "model.safetensors")))
+      }).pipe(Effect.provide(NodeContext.layer)),
+    60_000
   )
 
   it.scopedLive("a URL that never answers fails at the start, naming it", () =>

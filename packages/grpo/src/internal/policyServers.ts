@@ -26,6 +26,8 @@ import {
   PolicyTransportError
 } from "@envtrain/rollout/Policy"
 import { Data, Duration, Effect } from "effect"
+import * as NodeFs from "node:fs/promises"
+import * as NodePath from "node:path"
 import type { TrainableModel } from "./model.js"
 
 /** Options of {@link withPolicyServers}. */
@@ -45,6 +47,15 @@ export interface PolicyServersOptions {
   readonly retryInterval?: Duration.DurationInput
   /** Bearer token, if the servers want one. */
   readonly apiKey?: string
+  /**
+   * Send the weights through this directory, which the servers see at the same path, instead of in the request
+   * body: each update replaces `model.safetensors` there (written beside it, then renamed) and asks each server to
+   * reload it: envtrain's `POST /update_weights_from_disk {"model_path": DIR}`, or for a vLLM server (its
+   * `/v1/models` says `owned_by: "vllm"`) `POST /collective_rpc {"method": "reload_weights"}` then
+   * `POST /reset_prefix_cache` (vLLM with `VLLM_SERVER_DEV_MODE=1`, started with `--model DIR`). The directory must
+   * not hold a `model.safetensors.index.json` (it would win over the single file).
+   */
+  readonly weightDirectory?: string
 }
 
 /** A policy server cannot be used: unreachable at the start, or it refused or mis-versioned the weights. */
@@ -59,6 +70,8 @@ export class PolicyServerError extends Data.TaggedError("PolicyServerError")<{
 
 interface Server {
   readonly url: string
+  /** vLLM reloads weights its own way (see `weightDirectory`) and reports no policy_version. */
+  vllm: boolean
   /** The served model name (`/v1/models`), sent with every request. */
   model: string
   inFlight: number
@@ -139,6 +152,7 @@ export const withPolicyServers = (
     for (const raw of options.urls) {
       servers.push({
         url: trim(raw),
+        vllm: false,
         model: "",
         inFlight: 0,
         version: undefined,
@@ -150,9 +164,18 @@ export const withPolicyServers = (
     }
     // The local weights as the servers receive them; `generation` counts the local updates.
     const weights: { generation: number; bytes: Uint8Array<ArrayBuffer> } = { generation: 0, bytes: new Uint8Array(0) }
-    const encodeWeights = Effect.map(model.exportState, (state) => {
+    const directory = options.weightDirectory
+    const encodeWeights = Effect.flatMap(model.exportState, (state) => {
       weights.generation++
       weights.bytes = Safetensors.encode(state.weights) as Uint8Array<ArrayBuffer>
+      if (directory === undefined) return Effect.void
+      // Renamed into place, so a server never reads a half-written file.
+      const file = NodePath.join(directory, Safetensors.SINGLE_FILE)
+      const partial = `${file}.partial-${process.pid}`
+      return Effect.promise(async () => {
+        await NodeFs.writeFile(partial, weights.bytes)
+        await NodeFs.rename(partial, file)
+      })
     })
 
     // Asks `server` for its model name and version; fails with the reason it could not be reached.
@@ -163,10 +186,11 @@ export const withPolicyServers = (
             return Effect.fail({ message: `GET ${server.url}/v1/models answered ${status}: ${text.slice(0, 300)}` })
           }
           try {
-            const json = JSON.parse(text) as { data?: ReadonlyArray<{ id?: unknown }> }
+            const json = JSON.parse(text) as { data?: ReadonlyArray<{ id?: unknown; owned_by?: unknown }> }
             const id = json.data?.[0]?.id
             if (typeof id !== "string") throw new Error("no model id")
             server.model = id
+            server.vllm = json.data?.[0]?.owned_by === "vllm"
             server.version = versionOf(text)
             return Effect.void
           } catch {
@@ -182,11 +206,32 @@ export const withPolicyServers = (
         if (server.holds === weights.generation) return
         const generation = weights.generation
         const before = server.version
-        const answer = yield* http(`${server.url}/update_weights`, {
-          method: "POST",
-          headers: { ...auth, "content-type": "application/octet-stream" },
-          body: weights.bytes
-        }, pushTimeout).pipe(Effect.either)
+        if (directory === undefined && server.vllm) {
+          return yield* new PolicyServerError({
+            url: server.url,
+            problem: "it is a vLLM server, which takes no pushed weights. Start it with VLLM_SERVER_DEV_MODE=1 and " +
+              "--model DIR on a disk the trainer can write, and give that DIR as the weight directory " +
+              "(policyServerWeightDirectory / --policy-server-weights DIR); or use envtrain serve-policy."
+          })
+        }
+        const post = (route: string, body: Uint8Array<ArrayBuffer> | string, type: string) =>
+          http(
+            `${server.url}${route}`,
+            { method: "POST", headers: { ...auth, "content-type": type }, body },
+            pushTimeout
+          )
+        const answer = yield* Effect.either(
+          directory === undefined
+            ? post("/update_weights", weights.bytes, "application/octet-stream")
+            : server.vllm
+            ? post("/collective_rpc", JSON.stringify({ method: "reload_weights" }), "application/json").pipe(
+              // Cached prefixes hold keys and values of the old weights.
+              Effect.tap(({ status }) =>
+                status === 200 ? post("/reset_prefix_cache", "", "application/json") : Effect.void
+              )
+            )
+            : post("/update_weights_from_disk", JSON.stringify({ model_path: directory }), "application/json")
+        )
         if (answer._tag === "Left") {
           server.up = false
           server.lastError = answer.left.message
@@ -195,14 +240,17 @@ export const withPolicyServers = (
         const { status, text } = answer.right
         if (status >= 500 && status !== 501) {
           server.up = false
-          server.lastError = `POST /update_weights answered ${status}: ${text.slice(0, 300)}`
+          server.lastError = `the weight update answered ${status}: ${text.slice(0, 300)}`
           return
         }
         if (status !== 200) {
           return yield* new PolicyServerError({
             url: server.url,
-            problem: `POST /update_weights answered ${status}: ${text.slice(0, 500)}. The server must take pushed ` +
-              "safetensors weights (envtrain serve-policy does; see the README for vLLM)."
+            problem: `the weight update answered ${status}: ${text.slice(0, 500)}. ` + (directory === undefined
+              ? "The server must take pushed safetensors weights (POST /update_weights: envtrain serve-policy does)."
+              : server.vllm
+              ? "vLLM reloads from disk only with VLLM_SERVER_DEV_MODE=1 (POST /collective_rpc)."
+              : `The server must read ${directory} (the same path on its machine).`)
           })
         }
         const after = versionOf(text)
@@ -247,6 +295,16 @@ export const withPolicyServers = (
     const downReport = () => servers.map((s) => `${s.url} (${s.lastError})`).join("; ")
 
     // The start: every server must answer within unreachableTimeout, then gets the model's weights.
+    if (directory !== undefined) {
+      const index = NodePath.join(directory, Safetensors.INDEX_FILE)
+      if (yield* Effect.promise(() => NodeFs.access(index).then(() => true, () => false))) {
+        return yield* new PolicyServerError({
+          url: servers[0].url,
+          problem: `the weight directory holds ${index}, which servers would read instead of the model.safetensors ` +
+            "the trainer writes there: give a directory with a single-file checkpoint (or none)."
+        })
+      }
+    }
     yield* encodeWeights
     yield* Effect.forEach(servers, (server) =>
       Effect.gen(function*() {
