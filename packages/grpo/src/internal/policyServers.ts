@@ -172,9 +172,16 @@ export const withPolicyServers = (
       // Renamed into place, so a server never reads a half-written file.
       const file = NodePath.join(directory, Safetensors.SINGLE_FILE)
       const partial = `${file}.partial-${process.pid}`
-      return Effect.promise(async () => {
-        await NodeFs.writeFile(partial, weights.bytes)
-        await NodeFs.rename(partial, file)
+      return Effect.tryPromise({
+        try: async () => {
+          await NodeFs.writeFile(partial, weights.bytes)
+          await NodeFs.rename(partial, file)
+        },
+        catch: (e) =>
+          new PolicyServerError({
+            url: servers.map((x) => x.url).join(", "),
+            problem: `writing the weights to ${file} failed: ${(e as Error).message}`
+          })
       })
     })
 
