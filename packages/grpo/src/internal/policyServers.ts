@@ -1,6 +1,6 @@
 /**
  * A {@link TrainableModel} whose generation runs on policy servers (`envtrain serve-policy`, or any server of the
- * vLLM dialect that takes the pushed weights) while scoring, gradients, the optimizer step and the state stay on
+ * vLLM dialect that takes or reloads the weights) while scoring, gradients, the optimizer step and the state stay on
  * the local model.
  *
  * - Requests: one `POST /v1/completions` per turn with the prompt as token ids and `return_token_ids` (the Policy's
