@@ -14,7 +14,7 @@
  *   the file goes through a shared directory instead (see there; the route a vLLM server can take).
  * - Failures: a request that cannot reach its server (refused, reset, timeout) fails with `PolicyTransportError`,
  *   which ends only that episode, as unscoreable (never trained on a partial completion), and marks the server
- *   down. A down server is tried again (`/health`, then the current weights) at the next push, or when no server
+ *   down. A down server is tried again (`/v1/models`, then the current weights) at the next push, or when no server
  *   is usable; once every server has been down for `unreachableTimeout` the run stops with `PolicyResponseError`
  *   naming the URLs and their last errors.
  */
