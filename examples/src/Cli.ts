@@ -41,6 +41,20 @@ const flags = {
     ),
     Options.optional
   ),
+  policyServer: Options.text("policy-server").pipe(
+    Options.withDescription(
+      "generate on this policy server (`envtrain serve-policy` URL, e.g. http://127.0.0.1:8000; repeat for several): " +
+        "the weights are pushed to it after every GRPO step"
+    ),
+    Options.repeated
+  ),
+  policyServerWeights: Options.directory("policy-server-weights").pipe(
+    Options.withDescription(
+      "send the weights to the policy servers through this directory instead of in the request body (shared " +
+        "with them; for a vLLM server, its --model directory, with VLLM_SERVER_DEV_MODE=1)"
+    ),
+    Options.optional
+  ),
   out: Options.text("out").pipe(Options.withDescription("output directory (default runs/<example>)"), Options.optional),
   seed: int("seed", "seed of the model, data and sampling"),
   toolsInPrompt: Options.boolean("tools-in-prompt").pipe(
@@ -117,6 +131,8 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(out === undefined ? {} : { out }),
     ...(envUrl === undefined ? {} : { envUrl }),
     ...(Object.keys(envUrls).length === 0 ? {} : { envUrls }),
+    ...(f.policyServer.length === 0 ? {} : { policyServers: f.policyServer }),
+    ...(Option.isSome(f.policyServerWeights) ? { policyServerWeights: f.policyServerWeights.value } : {}),
     ...(rewards === undefined ? {} : { rewards }),
     ...(sftFrom === undefined ? {} : { sftFrom }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
@@ -173,6 +189,11 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    [
+      "policy-server",
+      (settings.policyServers ?? []).every((url) => /^https?:\/\/\S+$/.test(url)),
+      `${(settings.policyServers ?? []).join(", ")}: give the server's root URL, e.g. http://127.0.0.1:8000`
+    ],
     [
       "max-completion-length",
       grpo.maxCompletionLength >= 16,

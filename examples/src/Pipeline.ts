@@ -16,7 +16,18 @@
 import { FileSystem, Path } from "@effect/platform"
 import { Environment } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
-import { Advantage, Config, Dataset, Evaluation, Recipe, Report, SftData, SftTrainer, Trainer } from "@envtrain/grpo"
+import {
+  Advantage,
+  Config,
+  Dataset,
+  Evaluation,
+  PolicyServers,
+  Recipe,
+  Report,
+  SftData,
+  SftTrainer,
+  Trainer
+} from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
 import { Console, Effect } from "effect"
 
@@ -34,6 +45,13 @@ export interface Settings {
   readonly backend: "cpu" | "gpu"
   /** An envtrain or OpenEnv server; default in-process environments. */
   readonly envUrl?: string
+  /**
+   * Policy servers (`envtrain serve-policy` URLs) that generate GRPO's and the evaluations' episodes; the weights
+   * are pushed to them after every step. Default: generation in-process.
+   */
+  readonly policyServers?: ReadonlyArray<string>
+  /** Send the weights to the policy servers through this shared directory (a vLLM server's `--model`). */
+  readonly policyServerWeights?: string
   /**
    * One server per environment, by name, for a recipe over several environments (`--wordle-url`, `--catch-url`);
    * an environment without one runs in-process.
@@ -422,12 +440,20 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const sftSeconds = (Date.now() - sftStarted) / 1000
     // GRPO starts from the SFT weights with a fresh optimizer (as a new TRL trainer would): the SFT run's Adam
     // moments would otherwise keep moving the weights even on steps whose advantages are all zero.
-    const model = yield* trainable(
+    const local = yield* trainable(
       warm,
       settings.grpo.numGenerations * settings.grpo.prompts,
       grpoSequence(settings),
       settings.grpo.temperature
     )
+    // With policy servers the episodes (GRPO's and the evaluations') sample there; the rest stays local.
+    const model = yield* PolicyServers.withPolicyServers(local, {
+      urls: settings.policyServers ?? [],
+      ...(settings.policyServerWeights === undefined ? {} : { weightDirectory: settings.policyServerWeights })
+    })
+    if (settings.policyServers !== undefined && settings.policyServers.length > 0) {
+      yield* say(`generation: policy servers ${settings.policyServers.join(", ")}`)
+    }
 
     // 4. Evaluation and GRPO share the rows and the environment sessions.
     const toolDefinitions = settings.toolsInPrompt

@@ -14,6 +14,7 @@
  * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
  * #   environment: { wordle: wordle, catch: catch }   envUrl: { catch: http://127.0.0.1:8001 }
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
+ * policyServers: [http://127.0.0.1:8000]   # optional: generate on `envtrain serve-policy` (weights pushed each step)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
  * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or with a recipe its solver's
@@ -48,6 +49,7 @@ import { Data, Effect, Schema } from "effect"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
+import * as PolicyServers from "./PolicyServers.js"
 import * as Recipe from "./Recipe.js"
 import * as Reward from "./Reward.js"
 import * as SftData from "./SftData.js"
@@ -382,7 +384,7 @@ export const train = Effect.fn("CommandFile.train")(function*(path: string, over
   return yield* withDevice(
     spec,
     Effect.gen(function*() {
-      const model = yield* modelFor(spec, config, sequenceLength(config))
+      const model = yield* PolicyServers.forConfig(yield* modelFor(spec, config, sequenceLength(config)), config)
       return yield* Trainer.train({
         config,
         model,

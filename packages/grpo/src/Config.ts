@@ -251,6 +251,27 @@ export const GRPOConfig = Schema.Struct({
     false,
     "Render with the model's own chat template even when it is not prefix-preserving (by default Qwen3's is " +
       "swapped for its training template, as TRL does); a multi-turn run then fails at its first tool result."
+  ),
+  // --- generation on policy servers ---
+  policyServers: withDefault(
+    Schema.Array(Schema.String.pipe(Schema.pattern(/^https?:\/\/[^\s]+$/, {
+      message: () => "a policy server is an http:// or https:// URL, e.g. http://127.0.0.1:8000"
+    }))),
+    [],
+    "Generate on these policy servers (envtrain serve-policy, URLs) instead of in-process; the weights are pushed " +
+      "to each after every step (TRL's use_vllm + vllm_mode: server + vllm_server_base_url map here)."
+  ),
+  policyServerTimeout: withDefault(
+    Positive,
+    240,
+    "Seconds the policy servers may all stay unreachable (at the start or mid-run) before the run stops (TRL " +
+      "vllm_server_timeout)."
+  ),
+  policyServerWeightDirectory: withDefault(
+    Schema.NullOr(Schema.String),
+    null,
+    "Send the weights to the policy servers through this directory (shared with them; for vLLM its --model " +
+      "directory) instead of in the request body; null = push the bytes."
   )
 })
 
@@ -277,7 +298,8 @@ const aliases: Readonly<Record<string, keyof GRPOConfig>> = {
   vllm_importance_sampling_mode: "importanceSamplingMode",
   vllm_importance_sampling_clip_max: "importanceSamplingClipMax",
   vllm_importance_sampling_cap: "importanceSamplingClipMax",
-  vllm_importance_sampling_clip_min: "importanceSamplingClipMin"
+  vllm_importance_sampling_clip_min: "importanceSamplingClipMin",
+  vllm_server_timeout: "policyServerTimeout"
 }
 
 /** Fields whose command-line value is taken verbatim (never parsed as a number or boolean). */
@@ -369,6 +391,13 @@ const normaliseKeys = (
     if (canonical === undefined) {
       // TRL keys without a field of their own: their envtrain meaning, or what envtrain does instead.
       const snake = key.includes("_") ? key : snakeCase(key)
+      if (snake === "use_vllm") {
+        // TRL's server mode is generation on policy servers; its URL keys become policyServers.
+        const mapped = TrlKeys.vllmServers(v, get)
+        if (typeof mapped === "string") problems.push(`${key}: ${mapped}`)
+        else if (mapped !== undefined) set("policyServers", key, mapped)
+        continue
+      }
       if (snake === "generation_kwargs") {
         const kwargs = v === null ? {} : jsonObject(v)
         if (kwargs === undefined) {

@@ -274,22 +274,52 @@ describe("Config: TRL keys without an envtrain field", () => {
       )
     }))
 
-  it.effect("use_vllm: false is envtrain's own in-process generation; true is refused, naming what exists", () =>
+  it.effect("use_vllm: false is in-process generation; server mode maps onto policyServers; colocate is refused", () =>
     Effect.gen(function*() {
       // TRL ignores the vllm_* settings without use_vllm: true, and so does envtrain.
-      yield* Config.decode({ use_vllm: false, vllm_mode: "server", vllm_server_base_url: "http://127.0.0.1:8000" })
-      const server = yield* Effect.flip(
-        Config.decode({ use_vllm: true, vllm_mode: "server", vllm_server_host: "10.0.0.2", vllm_server_port: 8001 })
+      const off = yield* Config.decode({
+        use_vllm: false,
+        vllm_mode: "server",
+        vllm_server_base_url: "http://127.0.0.1:8000"
+      })
+      assert.deepStrictEqual(off.policyServers, [])
+      assert.strictEqual(off.policyServerTimeout, 240)
+      // Server mode: vllm_server_base_url wins; else host and port (TRL's defaults 0.0.0.0 and 8000).
+      const base = yield* Config.decode({
+        use_vllm: true,
+        vllm_mode: "server",
+        vllm_server_base_url: "http://10.0.0.2:8001/",
+        vllm_server_host: "ignored",
+        vllm_server_timeout: 30
+      })
+      assert.deepStrictEqual([base.policyServers, base.policyServerTimeout], [["http://10.0.0.2:8001"], 30])
+      const hostPort = yield* Config.decode({
+        useVllm: true,
+        vllmMode: "server",
+        vllm_server_host: "10.0.0.2",
+        vllm_server_port: 8001
+      })
+      assert.deepStrictEqual(hostPort.policyServers, ["http://10.0.0.2:8001"])
+      const defaults = yield* Config.decode({ use_vllm: true, vllm_mode: "server" })
+      assert.deepStrictEqual(defaults.policyServers, ["http://0.0.0.0:8000"])
+      const several = yield* Config.decode({ policy_servers: ["http://a:1", "http://b:2"] })
+      assert.deepStrictEqual(several.policyServers, ["http://a:1", "http://b:2"])
+      assert.strictEqual(several.policyServerWeightDirectory, null)
+      const shared = yield* Config.decode({ policy_servers: ["http://a:1"], policy_server_weight_directory: "/w" })
+      assert.strictEqual(shared.policyServerWeightDirectory, "/w")
+      const both = yield* Effect.flip(
+        Config.decode({ use_vllm: true, vllm_mode: "server", policyServers: ["http://a:1"] })
       )
-      assert.include(server.message, "use_vllm: envtrain has no vLLM: envtrain generates with the model it trains")
-      assert.include(server.message, "`envtrain serve-policy`, which is not yet available")
-      assert.include(server.message, "Remove use_vllm and vllm_server_host, vllm_server_port to generate in-process")
+      assert.include(both.message, "set the same field policyServers")
+      const notUrl = yield* Effect.flip(Config.decode({ policyServers: ["localhost:8000"] }))
+      assert.include(notUrl.message, "a policy server is an http:// or https:// URL")
       const colocate = yield* Effect.flip(
         Config.decode({ useVllm: true, vllm_gpu_memory_utilization: 0.2, vllm_tensor_parallel_size: 1 })
       )
-      assert.include(colocate.message, "useVllm: envtrain has no vLLM")
+      assert.include(colocate.message, "useVllm: envtrain has no colocated vLLM")
       assert.include(colocate.message, "which is what vllm_mode: colocate is for")
       assert.include(colocate.message, "Remove use_vllm and vllm_gpu_memory_utilization, vllm_tensor_parallel_size")
+      assert.include(colocate.message, "vllm_mode: server and vllm_server_base_url, or policyServers")
       const mode = yield* Effect.flip(Config.decode({ vllm_mode: "remote" }))
       assert.include(mode.message, `vllm_mode: must be "server" or "colocate"`)
       // The importance-sampling keys are envtrain's sampler correction.

@@ -144,6 +144,8 @@ export interface EpisodeRecord<State = unknown> {
   readonly state: State | undefined
   /** Set when the episode could not finish: it must not be scored (never reward 0). */
   readonly unscoreable?: { readonly reason: string; readonly tag: string }
+  /** The oldest weights' version that sampled one of its turns, when the policy reports versions. */
+  readonly policyVersion?: number
 }
 
 /** Where the episode sits in the run. */
@@ -178,6 +180,8 @@ export class Progress<State> {
   finishReason: FinishReason | undefined = undefined
   stopReason: StopReason = "unscoreable"
   state: State | undefined = undefined
+  /** The oldest `policyVersion` of the turns' completions (undefined while none reported one). */
+  policyVersion: number | undefined = undefined
   constructor(readonly identity: EpisodeIdentity) {}
 
   // Appended turns not yet joined into the arrays: token ids, and the model's logprobs (undefined: a tool suffix).
@@ -335,6 +339,7 @@ class Finished<State> implements EpisodeRecord<State> {
   declare readonly wallTimeMs: number
   declare readonly state: State | undefined
   declare readonly unscoreable?: { readonly reason: string; readonly tag: string }
+  declare readonly policyVersion?: number
   constructor(p: Progress<State>, unscoreable: { readonly reason: string; readonly tag: string } | undefined) {
     const last = p.completionIds[p.completionIds.length - 1]
     let failures = 0
@@ -361,6 +366,7 @@ class Finished<State> implements EpisodeRecord<State> {
     this.wallTimeMs = Date.now() - p.startedAt
     this.state = p.state
     if (unscoreable !== undefined) this.unscoreable = unscoreable
+    if (p.policyVersion !== undefined) this.policyVersion = p.policyVersion
   }
 }
 
@@ -535,6 +541,8 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
     const ids = n === out.tokenIds.length ? out.tokenIds : out.tokenIds.slice(0, n)
     p.appendModel(ids, out.logprobs)
     p.turns++
+    const version = out.policyVersion
+    if (version !== undefined && (p.policyVersion === undefined || version < p.policyVersion)) p.policyVersion = version
     p.finishReason = n < out.tokenIds.length ? "length" : out.finishReason
     const parsed = ToolCallParser.parse(renderer.decode(ids), parseOptions)
     // An entirely truncated turn appends no message (TRL).

@@ -62,6 +62,8 @@ export interface Completion {
   readonly tokenIds: ReadonlyArray<number>
   readonly logprobs: ReadonlyArray<number>
   readonly finishReason: FinishReason
+  /** The weights' version that sampled it, when the server reports one (envtrain's `policy_version`). */
+  readonly policyVersion?: number
 }
 
 /**
@@ -177,6 +179,7 @@ export interface OpenAiCompatibleOptions {
 }
 
 const CompletionResponse = Schema.Struct({
+  policy_version: Schema.optional(Schema.NullOr(Schema.Int)),
   choices: Schema.NonEmptyArray(Schema.Struct({
     finish_reason: Schema.NullOr(Schema.String),
     token_ids: Schema.optional(Schema.NullOr(Schema.Array(Schema.Int))),
@@ -293,7 +296,11 @@ export const openAiCompatible = (
     })
   )
 
-const parseCompletion = (url: string, text: string): Effect.Effect<Completion, PolicyResponseError> =>
+/**
+ * Reads a `/v1/completions` response body (as {@link completionRequestBody} asked for it): the first choice's token
+ * ids, logprobs and finish reason, and the top-level `policy_version` when the server sends one.
+ */
+export const parseCompletion = (url: string, text: string): Effect.Effect<Completion, PolicyResponseError> =>
   Effect.gen(function*() {
     const bad = (problem: string) =>
       new PolicyResponseError({
@@ -317,11 +324,13 @@ const parseCompletion = (url: string, text: string): Effect.Effect<Completion, P
     if (logprobs.some((x) => x === null)) return yield* bad("a sampled token has a null logprob")
     const finish = choice.finish_reason
     if (finish !== "stop" && finish !== "length") return yield* bad(`finish_reason is ${JSON.stringify(finish)}`)
-    return {
+    const completion: Completion = {
       tokenIds: tokenIds as ReadonlyArray<number>,
       logprobs: logprobs as ReadonlyArray<number>,
       finishReason: finish
     }
+    const version = decoded.policy_version
+    return typeof version === "number" ? { ...completion, policyVersion: version } : completion
   })
 
 // ---------------------------------------------------------------------------------------------------------------

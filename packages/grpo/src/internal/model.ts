@@ -4,7 +4,7 @@
  */
 import { Qwen3Reference } from "@envtrain/gpu"
 import type { Checkpoint, ModelConfig, Safetensors } from "@envtrain/gpu"
-import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
+import type { Completion, GenerateRequest, PolicyError } from "@envtrain/rollout/Policy"
 import type { ChatTemplate } from "@envtrain/text/ChatTemplate"
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import { Data, Effect } from "effect"
@@ -148,6 +148,12 @@ export interface TrainableModel {
    * sampler's processed logprobs.
    */
   readonly generate: (requests: ReadonlyArray<GenerateRequest>) => Effect.Effect<ReadonlyArray<Completion>>
+  /**
+   * Optional: one request at a time, failing as the Policy does (a transport failure ends only the episode that
+   * asked). A model whose generation is remote (`withPolicyServers`: the servers batch concurrent requests
+   * themselves) has it, and the episodes' Policy calls it instead of queueing batches for `generate`.
+   */
+  readonly generateEach?: (request: GenerateRequest) => Effect.Effect<Completion, PolicyError>
   /** Logprobs and entropies of the completion tokens under the current weights (no gradient). */
   readonly score: (batch: SequenceBatch, temperature: number) => Effect.Effect<TokenScores>
   /** Forward, then backward of Σ w·l with `w = weightsFor(scores)`, added to the gradient buffers. */

@@ -71,7 +71,7 @@ export type RolloutFunc<State, E, R> = (
   Scope.Scope | R | Policy.Policy | ChatRenderer
 >
 
-/** The policy and renderer layers of a model. */
+/** The policy and renderer layers of a model (its own batching queue, or its per-request remote generation). */
 export const layers = (
   model: TrainableModel,
   enableThinking: boolean,
@@ -79,7 +79,9 @@ export const layers = (
   keepModelTemplate = false
 ) =>
   Layer.merge(
-    Policy.batching({ maxBatchSize: model.maxBatchSize, generateBatch: (requests) => model.generate(requests) }),
+    model.generateEach === undefined
+      ? Policy.batching({ maxBatchSize: model.maxBatchSize, generateBatch: (requests) => model.generate(requests) })
+      : Layer.succeed(Policy.Policy, { generate: model.generateEach }),
     ChatRenderer.layer({
       tokenizer: model.tokenizer,
       template: model.chatTemplate,

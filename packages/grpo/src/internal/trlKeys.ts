@@ -33,24 +33,38 @@ const vllmSettings = [
   "vllm_server_base_url",
   "vllm_server_host",
   "vllm_server_port",
-  "vllm_server_timeout",
   "vllm_group_port",
   "vllm_gpu_memory_utilization",
   "vllm_max_model_length",
   "vllm_tensor_parallel_size"
 ]
 
-const useVllm: Check = (v, get) => {
+/**
+ * `use_vllm`: false (or unset) is in-process generation (`undefined`); true with `vllm_mode: server` is generation
+ * on one policy server, at `vllm_server_base_url`, else `http://{vllm_server_host}:{vllm_server_port}` (TRL's
+ * defaults 0.0.0.0 and 8000), returned as the `policyServers` list; anything else is the problem.
+ */
+export const vllmServers = (
+  v: unknown,
+  get: (snakeKey: string) => unknown
+): ReadonlyArray<string> | string | undefined => {
   if (v === false || nullish(v)) return undefined
   if (v !== true) return "must be true or false"
+  if (get("vllm_mode") === "server") {
+    const base = get("vllm_server_base_url")
+    if (typeof base === "string" && base !== "") return [base.replace(/\/+$/, "")]
+    if (!nullish(base)) return "vllm_server_base_url must be a URL, e.g. http://127.0.0.1:8000"
+    const host = get("vllm_server_host") ?? "0.0.0.0"
+    const port = get("vllm_server_port") ?? 8000
+    if (typeof host !== "string" || !Number.isInteger(port)) {
+      return "vllm_server_host must be a host name and vllm_server_port a port number"
+    }
+    return [`http://${host}:${port}`]
+  }
   const set = vllmSettings.filter((k) => get(k) !== undefined)
-  const remove = `Remove use_vllm${set.length > 0 ? ` and ${set.join(", ")}` : ""} to generate in-process`
-  return get("vllm_mode") === "server"
-    ? `envtrain has no vLLM: ${inProcess}. Generation on a separate server that receives the trained weights after ` +
-      `each step (TRL's vllm_mode: server) arrives with the policy server, \`envtrain serve-policy\`, which is not ` +
-      `yet available. ${remove}.`
-    : `envtrain has no vLLM: ${inProcess}, which is what vllm_mode: colocate is for. ${remove} (the same as ` +
-      `TRL's use_vllm: false).`
+  return `envtrain has no colocated vLLM: ${inProcess}, which is what vllm_mode: colocate is for. Remove use_vllm` +
+    `${set.length > 0 ? ` and ${set.join(", ")}` : ""} (the same as TRL's use_vllm: false), or generate on a ` +
+    "policy server (envtrain serve-policy) with vllm_mode: server and vllm_server_base_url, or policyServers."
 }
 
 const sampler = "envtrain's sampler takes temperature, top_p, top_k, min_p and repetition_penalty as keys of " +
@@ -58,8 +72,7 @@ const sampler = "envtrain's sampler takes temperature, top_p, top_k, min_p and r
 
 /** Per TRL key: how envtrain reads it. */
 export const checks: Readonly<Record<string, Check>> = {
-  // --- generation: vLLM ---
-  use_vllm: useVllm,
+  // --- generation: vLLM (use_vllm itself is read by Config: vllmServers) ---
   vllm_mode: only(
     (v) => v === "server" || v === "colocate" || nullish(v),
     `must be "server" or "colocate" (TRL's values); it only matters with use_vllm: true`

@@ -1,0 +1,419 @@
+/**
+ * A {@link TrainableModel} whose generation runs on policy servers (`envtrain serve-policy`, or any server of the
+ * vLLM dialect that takes or reloads the weights) while scoring, gradients, the optimizer step and the state stay on
+ * the local model.
+ *
+ * - Requests: one `POST /v1/completions` per turn with the prompt as token ids and `return_token_ids` (the Policy's
+ *   `completionRequestBody`), so nothing is re-tokenised; the processed logprobs and the response's
+ *   `policy_version` come back with the tokens. Each request goes to the usable server with the fewest requests in
+ *   flight (ties in turn), so a slow or busy server gets fewer.
+ * - Weights: after every optimizer step (and at the start, and after `importState`), the local weights are encoded
+ *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
+ *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
+ *   else the run stops. A server is only sent requests once it holds the current weights. With `weightDirectory`
+ *   the file goes through a shared directory instead (see there; the route a vLLM server can take).
+ * - Failures: a request that cannot reach its server (refused, reset, timeout) fails with `PolicyTransportError`,
+ *   which ends only that episode, as unscoreable (never trained on a partial completion), and marks the server
+ *   down. A down server is tried again (`/v1/models`, then the current weights) at the next push, or when no server
+ *   is usable; once every server has been down for `unreachableTimeout` the run stops with `PolicyResponseError`
+ *   naming the URLs and their last errors.
+ */
+import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
+import type { Completion, GenerateRequest, PolicyError } from "@envtrain/rollout/Policy"
+import {
+  completionRequestBody,
+  parseCompletion,
+  PolicyResponseError,
+  PolicyTransportError
+} from "@envtrain/rollout/Policy"
+import { Data, Duration, Effect } from "effect"
+import * as NodeFs from "node:fs/promises"
+import * as NodePath from "node:path"
+import type { TrainableModel } from "./model.js"
+
+/** Options of {@link withPolicyServers}. */
+export interface PolicyServersOptions {
+  /** Server roots, e.g. `http://127.0.0.1:8000` (requests go to `${url}/v1/completions`). */
+  readonly urls: ReadonlyArray<string>
+  /**
+   * How long the servers may all stay unreachable (at the start, or mid-run) before the run stops. Default 240 s
+   * (TRL's `vllm_server_timeout`).
+   */
+  readonly unreachableTimeout?: Duration.DurationInput
+  /** Time limit of one completion request. Default 5 minutes. */
+  readonly requestTimeout?: Duration.DurationInput
+  /** Time limit of one weight push. Default 10 minutes. */
+  readonly pushTimeout?: Duration.DurationInput
+  /** How often an unreachable server is tried again while none is usable. Default 1 s. */
+  readonly retryInterval?: Duration.DurationInput
+  /** Bearer token, if the servers want one. */
+  readonly apiKey?: string
+  /**
+   * Send the weights through this directory, which the servers see at the same path, instead of in the request
+   * body: each update replaces `model.safetensors` there (written beside it, then renamed) and asks each server to
+   * reload it: envtrain's `POST /update_weights_from_disk {"model_path": DIR}`, or for a vLLM server (its
+   * `/v1/models` says `owned_by: "vllm"`) `POST /collective_rpc {"method": "reload_weights"}` then
+   * `POST /reset_prefix_cache` (vLLM with `VLLM_SERVER_DEV_MODE=1`, started with `--model DIR`). The directory must
+   * not hold a `model.safetensors.index.json` (it would win over the single file).
+   */
+  readonly weightDirectory?: string
+}
+
+/** A policy server cannot be used: unreachable at the start, or it refused or mis-versioned the weights. */
+export class PolicyServerError extends Data.TaggedError("PolicyServerError")<{
+  readonly url: string
+  readonly problem: string
+}> {
+  override get message() {
+    return `Policy server ${this.url}: ${this.problem}`
+  }
+}
+
+interface Server {
+  readonly url: string
+  /** vLLM reloads weights its own way (see `weightDirectory`) and reports no policy_version. */
+  vllm: boolean
+  /** The served model name (`/v1/models`), sent with every request. */
+  model: string
+  inFlight: number
+  /** The last `policy_version` it reported; undefined for a server that reports none (vLLM). */
+  version: number | undefined
+  /** Which local weights it holds (see `weights.generation`); -1: none known. */
+  holds: number
+  up: boolean
+  lastError: string
+  /** Serialises pushes to this server (a revival and a step's push must not interleave). */
+  readonly lock: Effect.Semaphore
+}
+
+// Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
+const PROBE_TIMEOUT = Duration.seconds(10)
+
+const trim = (url: string) => url.replace(/\/+$/, "")
+
+// A fetch as an Effect: interruption aborts it; failures are the message (connection refused, reset, timeout).
+const http = (
+  url: string,
+  init: RequestInit,
+  timeout: Duration.Duration
+): Effect.Effect<
+  { readonly status: number; readonly text: string },
+  { readonly reason: "connect" | "timeout"; readonly message: string }
+> =>
+  Effect.tryPromise({
+    try: async (signal) => {
+      const res = await fetch(url, { ...init, signal })
+      return { status: res.status, text: await res.text() }
+    },
+    catch: (e) => {
+      const cause = (e as { cause?: { code?: string; message?: string } }).cause
+      const detail = cause?.code ?? cause?.message ?? (e as Error).message
+      return { reason: "connect" as const, message: `${init.method ?? "GET"} ${url} failed: ${detail}` }
+    }
+  }).pipe(
+    Effect.timeoutFail({
+      duration: timeout,
+      onTimeout: () => ({
+        reason: "timeout" as const,
+        message: `${init.method ?? "GET"} ${url} did not answer within ${Duration.format(timeout)}`
+      })
+    })
+  )
+
+const versionOf = (text: string): number | undefined => {
+  try {
+    const json = JSON.parse(text) as { policy_version?: unknown; data?: ReadonlyArray<{ policy_version?: unknown }> }
+    const v = json.policy_version ?? json.data?.[0]?.policy_version
+    return typeof v === "number" ? v : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Wraps `model` so that its generation runs on the policy servers at `options.urls` (see the module comment).
+ * Checks every server at the start (waiting up to `unreachableTimeout` for it to answer `/v1/models`) and pushes
+ * the model's current weights to each, so the servers sample exactly what the local model would.
+ */
+export const withPolicyServers = (
+  model: TrainableModel,
+  options: PolicyServersOptions
+): Effect.Effect<TrainableModel, PolicyServerError> =>
+  Effect.gen(function*() {
+    if (options.urls.length === 0) return model
+    const unreachableTimeout = Duration.decode(options.unreachableTimeout ?? Duration.seconds(240))
+    const requestTimeout = Duration.decode(options.requestTimeout ?? Duration.minutes(5))
+    const pushTimeout = Duration.decode(options.pushTimeout ?? Duration.minutes(10))
+    const retryInterval = Duration.decode(options.retryInterval ?? Duration.seconds(1))
+    const auth: Record<string, string> = options.apiKey === undefined
+      ? {}
+      : { authorization: `Bearer ${options.apiKey}` }
+
+    const servers: Array<Server> = []
+    for (const raw of options.urls) {
+      servers.push({
+        url: trim(raw),
+        vllm: false,
+        model: "",
+        inFlight: 0,
+        version: undefined,
+        holds: -1,
+        up: false,
+        lastError: "not contacted yet",
+        lock: yield* Effect.makeSemaphore(1)
+      })
+    }
+    // The local weights as the servers receive them; `generation` counts the local updates.
+    const weights: { generation: number; bytes: Uint8Array<ArrayBuffer> } = { generation: 0, bytes: new Uint8Array(0) }
+    const directory = options.weightDirectory
+    const encodeWeights = Effect.flatMap(model.exportState, (state) => {
+      weights.generation++
+      weights.bytes = Safetensors.encode(state.weights) as Uint8Array<ArrayBuffer>
+      if (directory === undefined) return Effect.void
+      // Renamed into place, so a server never reads a half-written file.
+      const file = NodePath.join(directory, Safetensors.SINGLE_FILE)
+      const partial = `${file}.partial-${process.pid}`
+      return Effect.tryPromise({
+        try: async () => {
+          await NodeFs.writeFile(partial, weights.bytes)
+          await NodeFs.rename(partial, file)
+        },
+        catch: (e) =>
+          new PolicyServerError({
+            url: servers.map((x) => x.url).join(", "),
+            problem: `writing the weights to ${file} failed: ${(e as Error).message}`
+          })
+      })
+    })
+
+    // Asks `server` for its model name and version; fails with the reason it could not be reached.
+    const probe = (server: Server) =>
+      http(`${server.url}/v1/models`, { headers: auth }, PROBE_TIMEOUT).pipe(
+        Effect.flatMap(({ status, text }) => {
+          if (status !== 200) {
+            return Effect.fail({ message: `GET ${server.url}/v1/models answered ${status}: ${text.slice(0, 300)}` })
+          }
+          try {
+            const json = JSON.parse(text) as { data?: ReadonlyArray<{ id?: unknown; owned_by?: unknown }> }
+            const id = json.data?.[0]?.id
+            if (typeof id !== "string") throw new Error("no model id")
+            server.model = id
+            server.vllm = json.data?.[0]?.owned_by === "vllm"
+            server.version = versionOf(text)
+            return Effect.void
+          } catch {
+            return Effect.fail({ message: `GET ${server.url}/v1/models did not list a model: ${text.slice(0, 300)}` })
+          }
+        })
+      )
+
+    // Pushes the current weights to `server`: up-to-date on success; down on a transport failure; a refusal or a
+    // policy_version other than the previous + 1 is a PolicyServerError (configuration, or another writer).
+    const pushLocked = (server: Server): Effect.Effect<void, PolicyServerError> =>
+      Effect.gen(function*() {
+        if (server.holds === weights.generation) return
+        const generation = weights.generation
+        const before = server.version
+        if (directory === undefined && server.vllm) {
+          return yield* new PolicyServerError({
+            url: server.url,
+            problem: "it is a vLLM server, which takes no pushed weights. Start it with VLLM_SERVER_DEV_MODE=1 and " +
+              "--model DIR on a disk the trainer can write, and give that DIR as the weight directory " +
+              "(policyServerWeightDirectory / --policy-server-weights DIR); or use envtrain serve-policy."
+          })
+        }
+        const post = (route: string, body: Uint8Array<ArrayBuffer> | string, type: string) =>
+          http(
+            `${server.url}${route}`,
+            { method: "POST", headers: { ...auth, "content-type": type }, body },
+            pushTimeout
+          )
+        const answer = yield* Effect.either(
+          directory === undefined
+            ? post("/update_weights", weights.bytes, "application/octet-stream")
+            : server.vllm
+            ? post("/collective_rpc", JSON.stringify({ method: "reload_weights" }), "application/json").pipe(
+              // Cached prefixes hold keys and values of the old weights.
+              Effect.tap(({ status }) =>
+                status === 200 ? post("/reset_prefix_cache", "", "application/json") : Effect.void
+              )
+            )
+            : post("/update_weights_from_disk", JSON.stringify({ model_path: directory }), "application/json")
+        )
+        if (answer._tag === "Left") {
+          server.up = false
+          server.lastError = answer.left.message
+          return
+        }
+        const { status, text } = answer.right
+        if (status >= 500 && status !== 501) {
+          server.up = false
+          server.lastError = `the weight update answered ${status}: ${text.slice(0, 300)}`
+          return
+        }
+        if (status !== 200) {
+          return yield* new PolicyServerError({
+            url: server.url,
+            problem: `the weight update answered ${status}: ${text.slice(0, 500)}. ` + (directory === undefined
+              ? "The server must take pushed safetensors weights (POST /update_weights: envtrain serve-policy does)."
+              : server.vllm
+              ? "vLLM reloads from disk only with VLLM_SERVER_DEV_MODE=1 (POST /collective_rpc)."
+              : `The server must read ${directory} (the same path on its machine).`)
+          })
+        }
+        const after = versionOf(text)
+        if (after !== undefined && before !== undefined && after !== before + 1) {
+          return yield* new PolicyServerError({
+            url: server.url,
+            problem: `after the weight update it reports policy_version ${after}, expected ${before + 1}: another ` +
+              "client updated its weights, or it restarted mid-update. Give each run servers of its own."
+          })
+        }
+        server.version = after
+        server.holds = generation
+        server.up = true
+      })
+    const push = (server: Server) => server.lock.withPermits(1)(pushLocked(server))
+
+    // Brings a down server back: it must answer /v1/models (a restarted server starts at its own version), then
+    // take the current weights.
+    const revive = (server: Server) =>
+      server.lock.withPermits(1)(Effect.suspend(() =>
+        server.up && server.holds === weights.generation
+          ? Effect.void // another request revived it meanwhile
+          : probe(server).pipe(
+            Effect.matchEffect({
+              onFailure: (e) => Effect.sync(() => void (server.lastError = e.message)),
+              onSuccess: () =>
+                Effect.suspend(() => {
+                  // Whatever it held before it went away is gone.
+                  server.holds = -1
+                  return pushLocked(server)
+                })
+            })
+          )
+      ))
+
+    const pushAll = Effect.forEach(servers, (s) => (s.up ? push(s) : revive(s)), {
+      concurrency: "unbounded",
+      discard: true
+    })
+
+    const usable = () => servers.filter((s) => s.up && s.holds === weights.generation)
+    const downReport = () => servers.map((s) => `${s.url} (${s.lastError})`).join("; ")
+
+    // The start: every server must answer within unreachableTimeout, then gets the model's weights.
+    if (directory !== undefined) {
+      const index = NodePath.join(directory, Safetensors.INDEX_FILE)
+      if (yield* Effect.promise(() => NodeFs.access(index).then(() => true, () => false))) {
+        return yield* new PolicyServerError({
+          url: servers[0].url,
+          problem: `the weight directory holds ${index}, which servers would read instead of the model.safetensors ` +
+            "the trainer writes there: give a directory with a single-file checkpoint (or none)."
+        })
+      }
+    }
+    yield* encodeWeights
+    yield* Effect.forEach(servers, (server) =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        while (true) {
+          const probed = yield* Effect.either(probe(server))
+          if (probed._tag === "Right") break
+          server.lastError = probed.left.message
+          if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
+            return yield* new PolicyServerError({
+              url: server.url,
+              problem: `it did not answer within ${Duration.format(unreachableTimeout)} (${probed.left.message}). ` +
+                "Start it first (envtrain serve-policy --model DIR --port N, or vllm serve), or fix the URL " +
+                "(policyServers / --policy-server)."
+            })
+          }
+          yield* Effect.sleep(retryInterval)
+        }
+        server.up = true
+        yield* push(server)
+        if (!server.up) {
+          return yield* new PolicyServerError({
+            url: server.url,
+            problem: `the weights could not be sent: ${server.lastError}`
+          })
+        }
+      }), { concurrency: "unbounded", discard: true })
+
+    let turn = 0
+    // A server for one request: the usable one with the fewest requests in flight; while none is usable, down
+    // servers are tried again until unreachableTimeout has passed.
+    const pick: Effect.Effect<Server, PolicyError> = Effect.gen(function*() {
+      const started = Date.now()
+      while (true) {
+        const candidates = usable()
+        if (candidates.length > 0) {
+          const least = Math.min(...candidates.map((s) => s.inFlight))
+          const tied = candidates.filter((s) => s.inFlight === least)
+          return tied[turn++ % tied.length]
+        }
+        yield* Effect.forEach(servers, revive, { concurrency: "unbounded", discard: true }).pipe(
+          Effect.catchAll((e) => new PolicyResponseError({ message: e.message }))
+        )
+        if (usable().length > 0) continue
+        if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
+          return yield* new PolicyResponseError({
+            message: `No policy server answered for ${Duration.format(unreachableTimeout)} ` +
+              `(policyServerTimeout): ${downReport()}. Restart the server(s), or raise policyServerTimeout.`
+          })
+        }
+        yield* Effect.sleep(retryInterval)
+      }
+    })
+
+    const generateEach = (request: GenerateRequest): Effect.Effect<Completion, PolicyError> =>
+      Effect.gen(function*() {
+        const server = yield* pick
+        const url = `${server.url}/v1/completions`
+        server.inFlight++
+        const answer = yield* http(url, {
+          method: "POST",
+          headers: { ...auth, "content-type": "application/json" },
+          body: JSON.stringify(completionRequestBody({ model: server.model }, request))
+        }, requestTimeout).pipe(
+          Effect.ensuring(Effect.sync(() => void server.inFlight--)),
+          Effect.either
+        )
+        if (answer._tag === "Left") {
+          server.up = false
+          server.lastError = answer.left.message
+          return yield* new PolicyTransportError(answer.left)
+        }
+        const { status, text } = answer.right
+        if (status >= 500) {
+          return yield* new PolicyTransportError({
+            reason: "server",
+            message: `POST ${url} answered ${status}: ${text.slice(0, 500)}`
+          })
+        }
+        if (status >= 400) {
+          return yield* new PolicyResponseError({
+            message: `POST ${url} answered ${status}: ${text.slice(0, 500)}. Check that the server serves the ` +
+              "model being trained and accepts token-id prompts with logprobs."
+          })
+        }
+        const completion = yield* parseCompletion(url, text)
+        if (completion.policyVersion !== undefined) {
+          server.version = Math.max(server.version ?? 0, completion.policyVersion)
+        }
+        return completion
+      })
+
+    // After a local update: the new weights to every server before the next generation uses them.
+    const sync = Effect.zipRight(encodeWeights, pushAll).pipe(Effect.orDie)
+
+    const wrapped: TrainableModel = {
+      ...model,
+      generate: (requests) => Effect.forEach(requests, generateEach, { concurrency: "unbounded" }).pipe(Effect.orDie),
+      generateEach,
+      step: (o) => Effect.tap(model.step(o), () => sync),
+      importState: (state) => Effect.zipRight(model.importState(state), sync)
+    }
+    return wrapped
+  })

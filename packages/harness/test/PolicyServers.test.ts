@@ -1,0 +1,338 @@
+// GRPO with generation on `envtrain serve-policy` child processes (CPU backend) over loopback: the same run as
+// in-process, step for step; one policy_version per step; a server SIGKILLed mid-run and restarted; a URL that
+// never answers. The tiny model is made here, as the other tests do. Live clock throughout.
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as CommandFile from "@envtrain/grpo/CommandFile"
+import * as Config from "@envtrain/grpo/Config"
+import * as Dataset from "@envtrain/grpo/Dataset"
+import * as Metrics from "@envtrain/grpo/Metrics"
+import * as PolicyServers from "@envtrain/grpo/PolicyServers"
+import * as Reward from "@envtrain/grpo/Reward"
+import * as Trainer from "@envtrain/grpo/Trainer"
+import type { Session } from "@envtrain/rollout/Episode"
+import { Effect, Option, Scope } from "effect"
+import type { ChildProcess } from "node:child_process"
+import { spawn } from "node:child_process"
+import * as Http from "node:http"
+import { createServer } from "node:net"
+import { fileURLToPath } from "node:url"
+
+const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
+
+// A free loopback port (so a restarted server can come back on the same URL).
+const freePort = Effect.async<number>((resume) => {
+  const s = createServer()
+  s.listen(0, "127.0.0.1", () => {
+    const port = (s.address() as { port: number }).port
+    s.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+// `envtrain serve-policy --backend cpu` as a child; resolves once it prints its URL. Killed with the scope.
+const startServer = (dir: string, port: number) =>
+  Effect.gen(function*() {
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        spawn(process.execPath, [
+          bin,
+          "serve-policy",
+          "--model",
+          dir,
+          "--backend",
+          "cpu",
+          "--port",
+          String(port),
+          "--served-model-name",
+          "tiny"
+        ])
+      ),
+      (c) => Effect.sync(() => c.kill("SIGKILL"))
+    )
+    const url = yield* Effect.async<string, string>((resume) => {
+      let out = ""
+      const onData = (d: Buffer) => {
+        out += d.toString()
+        const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
+        if (m !== null) resume(Effect.succeed(m[1]))
+      }
+      child.stdout.on("data", onData)
+      child.stderr.on("data", onData)
+      child.on("exit", (code) => resume(Effect.fail(`exited ${code}: ${out}`)))
+    }).pipe(Effect.timeoutFail({ duration: "90 seconds", onTimeout: () => "no URL within 90 s" }))
+    return { child: child as ChildProcess, url }
+  })
+
+const policyVersion = (url: string) =>
+  Effect.promise(() =>
+    fetch(`${url}/v1/models`).then((r) => r.json() as Promise<{ data: Array<{ policy_version: number }> }>)
+  ).pipe(Effect.map((j) => j.data[0].policy_version))
+
+// The parity environment of grpo's tests: no tools, one answer judged on its token ids.
+const open = (row: Readonly<Record<string, unknown>>) =>
+  Effect.succeed<Session<{ readonly seed: number }>>({
+    environment: "parity",
+    observation: Option.none(),
+    toolDefinitions: [],
+    call: () => Effect.die("no tools"),
+    state: Effect.succeed({ seed: Number(row.seed ?? 0) })
+  })
+const parityReward = Reward.perEpisode<{ readonly seed: number }>("even_tokens", (e) => {
+  const ids = e.completionIds
+  return ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length
+})
+
+const train = (
+  model: Trainer.TrainableModel,
+  steps: number,
+  openEpisode: typeof open = open
+) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const dir = yield* fs.makeTempDirectoryScoped()
+    const result = yield* Trainer.train({
+      config: yield* Config.fromSources({
+        outputDir: dir,
+        numGenerations: 4,
+        perDeviceTrainBatchSize: 8,
+        maxCompletionLength: 6,
+        learningRate: 0.05,
+        lrSchedulerType: "constant",
+        loggingSteps: 1,
+        saveSteps: 1000,
+        logCompletions: true,
+        maxSteps: steps
+      }),
+      model,
+      dataset: Dataset.fromSeeds({ prompt: [{ role: "user", content: "Say a" }], seeds: Dataset.range(0, 64) }),
+      open: openEpisode,
+      rewardFunctions: [parityReward],
+      progress: false
+    })
+    const completions = yield* fs.readFileString(path.join(dir, Metrics.files.completions))
+    return { result, completions }
+  })
+
+// Step metrics without the wall-clock ones.
+const timeless = (values: Readonly<Record<string, number>>) =>
+  Object.fromEntries(
+    Object.entries(values).filter(([k]) => !/time|per_second/.test(k))
+  )
+
+const tinyDir = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const model = yield* Checkpoint.makeModel("tiny", 1)
+  const dir = yield* fs.makeTempDirectoryScoped()
+  yield* Checkpoint.save(dir, model)
+  return { model, dir }
+})
+
+describe("GRPO generating on envtrain serve-policy", () => {
+  it.scopedLive(
+    "equals the in-process run step for step; policy_version advances once per step",
+    () =>
+      Effect.gen(function*() {
+        const { dir, model } = yield* tinyDir
+        const servers = [yield* startServer(dir, 0), yield* startServer(dir, 0)]
+        const started = Date.now()
+        const local = yield* train(Trainer.referenceModel(model), 3)
+        const localSeconds = (Date.now() - started) / 1000
+        const remoteModel = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
+          urls: servers.map((s) => s.url)
+        })
+        // The start pushes the trainer's weights: version 1 on each server.
+        for (const s of servers) assert.strictEqual(yield* policyVersion(s.url), 1)
+        const remoteStarted = Date.now()
+        const remote = yield* train(remoteModel, 3)
+        const remoteSeconds = (Date.now() - remoteStarted) / 1000
+        yield* Effect.log(`3 steps: in-process ${localSeconds.toFixed(2)} s, two servers ${remoteSeconds.toFixed(2)} s`)
+        assert.deepStrictEqual(
+          remote.result.steps.map((s) => [s.step, s.loss, timeless(s.values)]),
+          local.result.steps.map((s) => [s.step, s.loss, timeless(s.values)])
+        )
+        // Same completions table (prompts, completions, rewards, advantages), timestamps aside.
+        const rows = (text: string) => text.split("\n").filter((l) => l !== "").map((l) => timeless(JSON.parse(l)))
+        assert.isAbove(rows(local.completions).length, 0)
+        assert.deepStrictEqual(rows(remote.completions), rows(local.completions))
+        // One push per step after the start's, to every server.
+        for (const s of servers) assert.strictEqual(yield* policyVersion(s.url), 1 + 3)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "a server SIGKILLed mid-generation: its episodes are unscoreable; training resumes once it is back",
+    () =>
+      Effect.gen(function*() {
+        const { dir, model } = yield* tinyDir
+        const port = yield* freePort
+        const first = yield* startServer(dir, port)
+        const remoteModel = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
+          urls: [first.url],
+          retryInterval: "100 millis",
+          unreachableTimeout: "60 seconds"
+        })
+        // Step 1 opens episodes 1-8; the kill lands when step 2's fourth episode opens, with its first three
+        // episodes' requests on the way. The server comes back on the same port 2 s later.
+        let opened = 0
+        let restarted: Effect.Effect<void> = Effect.void
+        const scope = yield* Effect.scope
+        const killing = (row: Readonly<Record<string, unknown>>) => {
+          opened++
+          if (opened === 12) {
+            first.child.kill("SIGKILL")
+            restarted = Effect.sleep("2 seconds").pipe(
+              Effect.zipRight(startServer(dir, port)),
+              Effect.provideService(Scope.Scope, scope),
+              Effect.asVoid,
+              Effect.orDie
+            )
+            return Effect.zipRight(Effect.forkDaemon(restarted), open(row))
+          }
+          return open(row)
+        }
+        const { result } = yield* train(remoteModel, 4, killing)
+        assert.strictEqual(result.globalStep, 4)
+        const unscoreable = result.steps.map((s) => s.values["unscoreable_frac"] ?? 0)
+        assert.isAbove(unscoreable[1], 0, `step 2 lost episodes: ${unscoreable.join(", ")}`)
+        assert.strictEqual(unscoreable[0], 0)
+        assert.strictEqual(unscoreable[3], 0)
+        // The restarted server (version 0) got the weights once on revival, then once per later step.
+        const version = yield* policyVersion(first.url)
+        yield* Effect.log(`unscoreable_frac per step: ${unscoreable.join(", ")}; restarted server's version ${version}`)
+        assert.include([3, 4], version)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "envtrain train with TRL's use_vllm + vllm_mode: server + vllm_server_base_url generates there",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const { dir } = yield* tinyDir
+        const server = yield* startServer(dir, 0)
+        const out = yield* fs.makeTempDirectoryScoped()
+        const file = path.join(out, "catch.yaml")
+        yield* fs.writeFileString(
+          file,
+          [
+            `model: ${dir}`,
+            "backend: cpu",
+            "environment: catch",
+            "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
+            `output_dir: ${path.join(out, "run")}`,
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 4",
+            "maxCompletionLength: 8",
+            "maxSteps: 2",
+            "use_vllm: true",
+            "vllm_mode: server",
+            `vllm_server_base_url: ${server.url}`,
+            "vllm_server_timeout: 30"
+          ].join("\n") + "\n"
+        )
+        yield* CommandFile.train(file, [])
+        // The start's push, then one per step.
+        assert.strictEqual(yield* policyVersion(server.url), 3)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "weights through a shared directory: serve-policy reloads it (/update_weights_from_disk)",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const { dir, model } = yield* tinyDir
+        const server = yield* startServer(dir, 0)
+        const weights = yield* fs.makeTempDirectoryScoped()
+        const local = yield* train(Trainer.referenceModel(model), 2)
+        const remote = yield* train(
+          yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
+            urls: [server.url],
+            weightDirectory: weights
+          }),
+          2
+        )
+        assert.deepStrictEqual(
+          remote.result.steps.map((s) => [s.step, s.loss, timeless(s.values)]),
+          local.result.steps.map((s) => [s.step, s.loss, timeless(s.values)])
+        )
+        assert.strictEqual(yield* policyVersion(server.url), 3)
+        assert.deepStrictEqual(yield* fs.readDirectory(weights), ["model.safetensors"])
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "a vLLM server: refused without a weight directory; with one, reload_weights then a cache reset",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const model = yield* Checkpoint.makeModel("tiny", 1)
+        // A stand-in for `VLLM_SERVER_DEV_MODE=1 vllm serve DIR` that records the weight routes (no vLLM here).
+        const calls: Array<string> = []
+        const fake = yield* Effect.acquireRelease(
+          Effect.async<Http.Server>((resume) => {
+            const server = Http.createServer((req, res) => {
+              let body = ""
+              req.on("data", (d: Buffer) => (body += d.toString()))
+              req.on("end", () => {
+                calls.push(`${req.method} ${req.url} ${body}`)
+                res.writeHead(200, { "content-type": "application/json" })
+                res.end(
+                  req.url === "/v1/models"
+                    ? JSON.stringify({ object: "list", data: [{ id: "Qwen/Qwen3-0.6B", owned_by: "vllm" }] })
+                    : req.url === "/collective_rpc"
+                    ? JSON.stringify({ results: [null] })
+                    : "{}"
+                )
+              })
+            })
+            server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+          }),
+          (server) => Effect.promise(() => new Promise<void>((done) => server.close(() => done())))
+        )
+        const url = `http://127.0.0.1:${(fake.address() as { port: number }).port}`
+        const refused = yield* Effect.flip(
+          PolicyServers.withPolicyServers(Trainer.referenceModel(model), { urls: [url] })
+        )
+        assert.include(refused.message, "it is a vLLM server, which takes no pushed weights")
+        calls.length = 0
+        const weights = yield* fs.makeTempDirectoryScoped()
+        yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), { urls: [url], weightDirectory: weights })
+        assert.deepStrictEqual(calls, [
+          "GET /v1/models ",
+          "POST /collective_rpc {\"method\":\"reload_weights\"}",
+          "POST /reset_prefix_cache "
+        ])
+        // What vLLM reloads from its --model directory: the trainer's weights, every tensor.
+        const written = yield* Checkpoint.loadWeights(weights, model.config)
+        for (const [name, t] of model.tensors) assert.deepStrictEqual(written.get(name)?.data, t.data, name)
+        assert.isTrue(yield* fs.exists(path.join(weights, "model.safetensors")))
+      }).pipe(Effect.provide(NodeContext.layer)),
+    60_000
+  )
+
+  it.scopedLive("a URL that never answers fails at the start, naming it", () =>
+    Effect.gen(function*() {
+      const model = yield* Checkpoint.makeModel("tiny", 1)
+      const port = yield* freePort
+      const url = `http://127.0.0.1:${port}`
+      const error = yield* Effect.flip(PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
+        urls: [url],
+        unreachableTimeout: "1 second",
+        retryInterval: "200 millis"
+      }))
+      assert.strictEqual(error._tag, "PolicyServerError")
+      assert.include(error.message, `Policy server ${url}: it did not answer within 1s`)
+      assert.include(error.message, "ECONNREFUSED")
+      assert.include(error.message, "envtrain serve-policy --model DIR")
+    }), 60_000)
+})
