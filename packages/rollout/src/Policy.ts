@@ -62,6 +62,11 @@ export interface Completion {
   readonly tokenIds: ReadonlyArray<number>
   readonly logprobs: ReadonlyArray<number>
   readonly finishReason: FinishReason
+  /**
+   * The policy version (optimizer steps applied to the weights) that produced the tokens: a policy server's
+   * `policy_version`, or the trainer's step count when the request was issued in-process. Absent when unknown.
+   */
+  readonly policyVersion?: number
 }
 
 /**
