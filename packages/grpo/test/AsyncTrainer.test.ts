@@ -2,6 +2,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect } from "effect"
+import * as Config from "../src/Config.js"
 import * as Metrics from "../src/Metrics.js"
 import * as Trainer from "../src/Trainer.js"
 import * as F from "./fixtures.js"
@@ -50,6 +51,18 @@ const shapes: ReadonlyArray<Record<string, unknown>> = [
 ]
 
 describe("Async GRPO", () => {
+  it.effect("config: TRL's async keys; off by default; an in-flight budget below one step is refused", () =>
+    Effect.gen(function*() {
+      const off = yield* Config.resolve(yield* F.config({}))
+      assert.deepStrictEqual([off.async, off.maxInflightTasks, off.maxStaleness], [false, -1, 4])
+      const on = yield* Config.resolve(yield* F.config({ async: true, max_staleness: 2, max_inflight_tasks: 24 }))
+      assert.deepStrictEqual([on.async, on.maxInflightTasks, on.maxStaleness], [true, 24, 2])
+      assert.strictEqual(Config.asyncBatchesInFlight(on), 3)
+      assert.strictEqual(Config.asyncBatchesInFlight({ ...on, maxInflightTasks: -1 }), 3)
+      const small = yield* Effect.flip(Config.resolve(yield* F.config({ async: true, maxInflightTasks: 4 })))
+      assert.match(small.message, /maxInflightTasks \(4\) is less than one optimizer step's episodes \(8/)
+    }))
+
   for (const shape of shapes) {
     it.scoped(
       `maxStaleness 0 equals synchronous GRPO exactly (${JSON.stringify(shape)})`,
