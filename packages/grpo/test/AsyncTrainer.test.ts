@@ -123,6 +123,8 @@ describe("Async GRPO", () => {
         assert.strictEqual(lines.at(-1)!["async/dropped_samples_total"], dropped.length * 8)
         for (const m of lines) assert.isAtMost(m["async/staleness/max"] ?? 0, 1)
         assert.strictEqual(result.globalStep, 5)
+        const fs = yield* FileSystem.FileSystem
+        assert.include(yield* fs.readFileString(result.report), `id="async"`)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
   )

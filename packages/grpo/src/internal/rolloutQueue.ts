@@ -14,7 +14,8 @@
  * synchronous trainer would have generated it).
  *
  * In-process, generation and training share the model: its calls take a lock, so they interleave call by call
- * (an update never runs inside a generate call). A checkpoint holds the data position after the last batch taken
+ * (an update never runs inside a generate call); a model whose generation is remote (`remoteGeneration`, policy
+ * servers) generates without it. A checkpoint holds the data position after the last batch taken
  * and that batch's untrained micro-batches; queued and in-flight batches are discarded and regenerated on resume.
  */
 import type { Completion } from "@envtrain/rollout/Policy"
@@ -171,7 +172,8 @@ export const start = <E, R>(options: StartOptions<E, R>) =>
       })
     const shared: TrainableModel = {
       ...model,
-      generate: (requests) => lock.withPermits(1)(model.generate(requests)),
+      generate: (requests) =>
+        model.remoteGeneration === true ? model.generate(requests) : lock.withPermits(1)(model.generate(requests)),
       score: (batch, temperature) => lock.withPermits(1)(model.score(batch, temperature))
     }
     // The versions the batch's old logprobs were scored at (none: not scored).
