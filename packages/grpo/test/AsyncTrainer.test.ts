@@ -3,6 +3,7 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect } from "effect"
 import * as Config from "../src/Config.js"
+import { behaviorAsOld } from "../src/internal/rolloutQueue.js"
 import * as Metrics from "../src/Metrics.js"
 import * as Trainer from "../src/Trainer.js"
 import * as F from "./fixtures.js"
@@ -88,6 +89,24 @@ describe("Async GRPO", () => {
       300_000
     )
   }
+
+  it("a stale batch trains against its behavior logprobs: old = the sampler's, the sampler correction dropped", () => {
+    const row = { prompt: [1], completion: [2, 3], mask: [1, 1], advantage: 0.5, sampler: [-0.1, -0.2] }
+    const result = {
+      microBatches: [{
+        rows: [{ ...row, old: [-0.3, -0.4], ratio: [1.2, 1.2] }, row],
+        numItemsInBatch: 4,
+        ratioLevel: "sequence" as const
+      }],
+      metrics: {},
+      tokens: 4,
+      samples: []
+    }
+    assert.deepStrictEqual(behaviorAsOld(result).microBatches, [{
+      rows: [{ ...row, old: [-0.1, -0.2] }, { ...row, old: [-0.1, -0.2] }],
+      numItemsInBatch: 4
+    }])
+  })
 
   it.scoped(
     "a producer far ahead: samples staler than maxStaleness are dropped and counted, never trained on",

@@ -307,7 +307,7 @@ export const start = <E, R>(options: StartOptions<E, R>) =>
  * A stale batch: its old logprobs are the sampler's (behavior) logprobs, so the clipped ratio π/π_behavior is the
  * importance-sampling correction; the sampler correction against the trainer's logprobs at generation is dropped.
  */
-const behaviorAsOld = (result: GenerationResult): GenerationResult => ({
+export const behaviorAsOld = (result: GenerationResult): GenerationResult => ({
   ...result,
   microBatches: result.microBatches.map((m): MicroBatch => ({
     rows: m.rows.map((r): TrainRow => {
