@@ -16,6 +16,10 @@
  * 4. metrics (TRL's names) averaged per logging step into `metrics.jsonl`, sample completions, the HTML report,
  *    evaluation every evalSteps on held-out rows with greedy decoding, a checkpoint every saveSteps.
  *
+ * With `async: true` (async GRPO, TRL's `AsyncGRPOTrainer`) step 1's generation batches come from a producer that
+ * runs ahead of the optimizer, bounded by `maxInflightTasks` and `maxStaleness` (internal/rolloutQueue.ts); with
+ * maxStaleness 0 the run equals the synchronous one.
+ *
  * Interruption (SIGINT/SIGTERM through `Main.run`, or fiber interruption) writes a checkpoint of the last completed
  * step before the Effect ends; `resume` continues from a checkpoint with the same data, seeds, optimizer state
  * (AdamW moments and step count, on the CPU reference and the GPU model alike) and pending micro-batches, so the
@@ -216,7 +220,15 @@ const summaryOf = (config: Config.ResolvedGRPOConfig): Record<string, unknown> =
     "temperature",
     "seed"
   ] as const
-  return Object.fromEntries(keys.map((k) => [k, config[k]]))
+  const summary: Record<string, unknown> = Object.fromEntries(keys.map((k) => [k, config[k]]))
+  if (config.async) {
+    Object.assign(summary, {
+      async: true,
+      maxStaleness: config.maxStaleness,
+      maxInflightTasks: config.maxInflightTasks
+    })
+  }
+  return summary
 }
 
 /**
@@ -331,8 +343,8 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
           })
           return { trained, stepped }
         })
-        const { stepped, trained } = yield* (queue === undefined ? update : queue.training(update))
-        const queueMetrics = queue === undefined ? {} : yield* queue.stepped(globalStep, feed.pending.length > 0)
+        const { stepped, trained } = yield* (queue === undefined ? update : queue.training(update, globalStep))
+        const queueMetrics = queue === undefined ? {} : yield* queue.stepped(feed.pending.length > 0)
         const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
         const { loss, values } = stepValues(taken.generated, trained, stepped, {
           learningRate,

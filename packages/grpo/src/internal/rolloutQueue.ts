@@ -157,30 +157,36 @@ export const start = <E, R>(options: StartOptions<E, R>) =>
     let step = { staleness: [] as Array<number>, dropped: 0, waited: 0, started: performance.now(), both: 0 }
     const totals = { staleness: 0, trained: 0 }
 
-    // The model as the producer and evaluation use it: each call under the lock, completions tagged with the
-    // version at the time the request was issued unless the backend reported its own.
-    let tracker: Map<number, number> | undefined
+    // The model as the producer and evaluation use it: each call under the lock (the version changes only inside
+    // it, with the weights), completions tagged with the version when the request was issued unless the backend
+    // reported its own.
+    const locked = <A, E2, R2>(effect: Effect.Effect<A, E2, R2>) => lock.withPermits(1)(effect)
+    const lockedGenerate = <A, E2, R2>(effect: Effect.Effect<A, E2, R2>) =>
+      model.remoteGeneration === true ? effect : locked(effect)
+    let tracker = new Map<number, number>()
     let issuedMin = Infinity
-    const tag = (requests: Parameters<TrainableModel["generate"]>[0]) => (completions: ReadonlyArray<Completion>) =>
-      completions.map((c, i): Completion => {
-        const v = c.policyVersion ?? version
-        issuedMin = Math.min(issuedMin, v)
-        const seed = requests[i].sampling.seed
-        // An episode's turns share its sampling seed: the episode's version is its oldest turn's.
-        if (tracker !== undefined && seed !== undefined) tracker.set(seed, Math.min(tracker.get(seed) ?? v, v))
-        return c.policyVersion === undefined ? { ...c, policyVersion: v } : c
-      })
+    const tag =
+      (requests: Parameters<TrainableModel["generate"]>[0], issued: number) =>
+      (completions: ReadonlyArray<Completion>) =>
+        completions.map((c, i): Completion => {
+          const v = c.policyVersion ?? issued
+          issuedMin = Math.min(issuedMin, v)
+          const seed = requests[i].sampling.seed
+          // An episode's turns share its sampling seed: the episode's version is its oldest turn's.
+          if (seed !== undefined) tracker.set(seed, Math.min(tracker.get(seed) ?? v, v))
+          return c.policyVersion === undefined ? { ...c, policyVersion: v } : c
+        })
     const shared: TrainableModel = {
       ...model,
-      generate: (requests) =>
-        model.remoteGeneration === true ? model.generate(requests) : lock.withPermits(1)(model.generate(requests)),
-      score: (batch, temperature) => lock.withPermits(1)(model.score(batch, temperature))
+      generate: (requests) => lockedGenerate(model.generate(requests)),
+      score: (batch, temperature) => locked(model.score(batch, temperature))
     }
     // The versions the batch's old logprobs were scored at (none: not scored).
     let scored = { min: Infinity, max: -Infinity }
     const producerModel: TrainableModel = {
       ...shared,
-      generate: (requests) => Effect.map(shared.generate(requests), tag(requests)),
+      generate: (requests) =>
+        lockedGenerate(Effect.suspend(() => Effect.map(model.generate(requests), tag(requests, version)))),
       score: (batch, temperature) =>
         lock.withPermits(1)(Effect.suspend(() => {
           scored = { min: Math.min(scored.min, version), max: Math.max(scored.max, version) }
@@ -265,16 +271,22 @@ export const start = <E, R>(options: StartOptions<E, R>) =>
       /** The model for evaluation: its calls take the lock too. */
       model: shared,
       take,
-      /** Runs the update (micro-batches and the optimizer step) under the model lock, as training time. */
-      training: <A, E2, R2>(update: Effect.Effect<A, E2, R2>) =>
-        lock.withPermits(1)(timeline.around("training")(update)),
       /**
-       * The update is applied: the version is `globalStep`; the slots of batches fully trained are released (all
-       * taken this step but the last when it still has micro-batches pending). Returns the step's metrics.
+       * Runs the update (micro-batches and the optimizer step) under the model lock, as training time; the weights
+       * are then version `globalStep`.
        */
-      stepped: (globalStep: number, pendingLeft: boolean) =>
+      training: <A, E2, R2>(update: Effect.Effect<A, E2, R2>, globalStep: number) =>
+        locked(
+          timeline.around("training")(update).pipe(Effect.tap(() => {
+            version = globalStep
+          }))
+        ),
+      /**
+       * After the update: the slots of batches fully trained are released (all taken this step but the last when
+       * it still has micro-batches pending). Returns the step's metrics.
+       */
+      stepped: (pendingLeft: boolean) =>
         Effect.gen(function*() {
-          version = globalStep
           const done = pendingLeft ? held.splice(0, held.length - 1) : held.splice(0)
           if (done.length > 0) yield* slots.release(done.length)
           const now = performance.now()
