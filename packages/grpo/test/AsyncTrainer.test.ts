@@ -1,11 +1,12 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import * as Config from "../src/Config.js"
 import { behaviorAsOld } from "../src/internal/rolloutQueue.js"
 import * as Metrics from "../src/Metrics.js"
 import * as Trainer from "../src/Trainer.js"
+import * as TrainerState from "../src/TrainerState.js"
 import * as F from "./fixtures.js"
 
 /** Trains the tiny model on the parity environment in `dir` (a new temporary directory when absent). */
@@ -166,6 +167,33 @@ describe("Async GRPO", () => {
         // As in a synchronous resume, sample completions are not checkpointed: step 4 trains the resumed half
         // batch, whose completions step 3 logged, so it logs none.
         assert.deepStrictEqual(b.completions, a.completions.filter((c) => c["step"] !== 4))
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+  it.scoped(
+    "interrupted while the producer runs ahead, an async run keeps its last step and resumes exactly",
+    () =>
+      Effect.gen(function*() {
+        const shape = { maxSteps: 4, async: true, maxStaleness: 0, saveSteps: 100 }
+        const whole = yield* trainTiny(shape)
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const reached = yield* Deferred.make<void>()
+        const fiber = yield* Effect.fork(trainTiny(shape, {
+          dir,
+          // After step 2 the producer is generating the next batch; the trainer waits here until interrupted.
+          onStep: (r) =>
+            r.step === 2 ? Deferred.succeed(reached, undefined).pipe(Effect.zipRight(Effect.never)) : Effect.void
+        }))
+        yield* Deferred.await(reached)
+        yield* Fiber.interrupt(fiber)
+        const saved = yield* TrainerState.latest(dir)
+        assert.isTrue(saved._tag === "Some" && saved.value.endsWith("checkpoint-2"), `checkpoint: ${String(saved)}`)
+        const resumed = yield* trainTiny(shape, { dir, resume: true })
+        assert.strictEqual(resumed.result.globalStep, 4)
+        const a = yield* logged(whole.dir)
+        const b = yield* logged(dir)
+        assert.deepStrictEqual(b.metrics, a.metrics)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
   )
