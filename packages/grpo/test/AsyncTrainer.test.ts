@@ -1,6 +1,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { Checkpoint, Gpu } from "@envtrain/gpu"
 import { Deferred, Effect, Fiber } from "effect"
 import * as Config from "../src/Config.js"
 import { behaviorAsOld } from "../src/internal/rolloutQueue.js"
@@ -12,7 +13,7 @@ import * as F from "./fixtures.js"
 /** Trains the tiny model on the parity environment in `dir` (a new temporary directory when absent). */
 const trainTiny = (
   config: Record<string, unknown>,
-  options: Partial<Omit<Trainer.TrainOptions<F.ParityState, never, never>, "config" | "model">> & {
+  options: Partial<Omit<Trainer.TrainOptions<F.ParityState, never, never>, "config">> & {
     readonly dir?: string
   } = {}
 ) =>
@@ -195,6 +196,42 @@ describe("Async GRPO", () => {
         const b = yield* logged(dir)
         assert.deepStrictEqual(b.metrics, a.metrics)
       }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+})
+
+describe("Async GRPO on the GPU model", () => {
+  it.scoped(
+    "maxStaleness 0 equals sync; stale batches train through accumulateLoss with behavior logprobs",
+    () =>
+      Effect.gen(function*() {
+        const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
+        const gpu = () => Trainer.gpuModel(checkpoint, { batch: 8, seq: 32, temperature: 1, slots: 8 })
+        const shape = { maxSteps: 3 }
+        const sync = yield* trainTiny(shape, { model: yield* gpu() })
+        const run = yield* trainTiny({ ...shape, async: true, maxStaleness: 0 }, { model: yield* gpu() })
+        assert.deepStrictEqual((yield* logged(run.dir)).metrics, (yield* logged(sync.dir)).metrics)
+        // After step 1 the trainer waits for batches 1–3 (made at versions 0 and 1; the producer may start batch 3 of
+        // the run's 4): step 2 trains batch 2 at staleness 1 or 2.
+        const events: Array<Trainer.QueueEvent> = []
+        const filled = yield* Deferred.make<void>()
+        const stale = yield* trainTiny({ maxSteps: 4, async: true, maxStaleness: 2 }, {
+          model: yield* gpu(),
+          onQueue: (e) =>
+            Effect.suspend(() => {
+              events.push(e)
+              return events.filter((x) => x._tag === "Produced").length >= 4
+                ? Deferred.succeed(filled, undefined)
+                : Effect.void
+            }),
+          onStep: (r) => r.step === 1 ? Deferred.await(filled) : Effect.void
+        })
+        assert.strictEqual(stale.result.globalStep, 4)
+        for (const s of stale.result.steps) {
+          assert.isTrue(Number.isFinite(s.loss) && Number.isFinite(s.values["grad_norm"]))
+        }
+        assert.isTrue(events.some((e) => e._tag === "Taken" && e.staleness > 0), "no stale batch was trained")
+      }).pipe(Effect.provide(Gpu.layer()), Effect.provide(NodeContext.layer)),
     300_000
   )
 })
