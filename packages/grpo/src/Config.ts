@@ -272,6 +272,25 @@ export const GRPOConfig = Schema.Struct({
     null,
     "Send the weights to the policy servers through this directory (shared with them; for vLLM its --model " +
       "directory) instead of in the request body; null = push the bytes."
+  ),
+  // --- async GRPO (TRL's AsyncGRPOTrainer keys; off = the synchronous trainer) ---
+  async: withDefault(
+    Schema.Boolean,
+    false,
+    "Asynchronous GRPO: rollouts run ahead of the optimizer (bounded by maxInflightTasks and maxStaleness); " +
+      "false = generate, then train (TRL's GRPOTrainer)."
+  ),
+  maxInflightTasks: withDefault(
+    Schema.Int.pipe(Schema.greaterThanOrEqualTo(-1)),
+    -1,
+    "Async: episodes started and not yet trained on (being generated or queued), rounded down to whole " +
+      "generation batches; -1 = (maxStaleness + 1) × one optimizer step's generation batches (TRL max_inflight_tasks)."
+  ),
+  maxStaleness: withDefault(
+    NonNegativeInt,
+    4,
+    "Async: how many policy versions (optimizer steps) older than the trainer a sample may be when it is taken for " +
+      "training; older ones are dropped and counted (TRL max_staleness). 0 = results equal synchronous GRPO."
   )
 })
 
@@ -794,6 +813,17 @@ export const resolve = (
       )
     }
 
+    if (config.async && config.maxInflightTasks !== -1) {
+      const stepEpisodes = asyncBatchesPerStep({ ...config, generationBatchSize }) * generationBatchSize
+      if (config.maxInflightTasks < stepEpisodes) {
+        problems.push(
+          `maxInflightTasks (${config.maxInflightTasks}) is less than one optimizer step's episodes ` +
+            `(${stepEpisodes}, whole generation batches): set it to at least ${stepEpisodes}, or -1 for ` +
+            `(maxStaleness + 1) × ${stepEpisodes}`
+        )
+      }
+    }
+
     if (config.lossType === "luspo" && config.importanceSamplingLevel !== "sequence") {
       warnings.push("luspo expects importanceSamplingLevel \"sequence\" (the paper's setup)")
     }
@@ -830,6 +860,39 @@ export const resolve = (
       warnings
     })
   })
+
+/**
+ * Async GRPO: the generation batches one optimizer step consumes (rounded up; a batch serves
+ * ceil(generationBatchSize / perDeviceTrainBatchSize) × numIterations micro-batches).
+ *
+ * @since 0.0.0
+ */
+export const asyncBatchesPerStep = (
+  config: Pick<
+    ResolvedGRPOConfig,
+    "generationBatchSize" | "perDeviceTrainBatchSize" | "numIterations" | "gradientAccumulationSteps"
+  >
+): number => Math.ceil(config.gradientAccumulationSteps / asyncMicroBatchesPerBatch(config))
+
+/**
+ * Async GRPO: micro-batches one generation batch serves.
+ *
+ * @since 0.0.0
+ */
+export const asyncMicroBatchesPerBatch = (
+  config: Pick<ResolvedGRPOConfig, "generationBatchSize" | "perDeviceTrainBatchSize" | "numIterations">
+): number => Math.ceil(config.generationBatchSize / config.perDeviceTrainBatchSize) * config.numIterations
+
+/**
+ * Async GRPO: generation batches that may be started and not yet trained on (maxInflightTasks in whole batches;
+ * -1 = (maxStaleness + 1) × one step's batches, so the producer keeps up to maxStaleness steps ahead).
+ *
+ * @since 0.0.0
+ */
+export const asyncBatchesInFlight = (config: ResolvedGRPOConfig): number =>
+  config.maxInflightTasks === -1
+    ? (config.maxStaleness + 1) * asyncBatchesPerStep(config)
+    : Math.max(asyncBatchesPerStep(config), Math.floor(config.maxInflightTasks / config.generationBatchSize))
 
 const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b))
 

@@ -225,7 +225,16 @@ export const render = (input: ReportInput): string => {
     lineChart("grad-norm", "gradient norm", [seriesOf(m, "grad_norm")]),
     lineChart("entropy", "entropy", [seriesOf(m, "entropy")]),
     lineChart("clip-ratio", "clip ratios", clip.map((k) => seriesOf(m, k, k.slice("clip_ratio/".length)))),
-    lineChart("throughput", "tokens per second", [seriesOf(m, "tokens_per_second")])
+    lineChart("throughput", "tokens per second", [seriesOf(m, "tokens_per_second")]),
+    // Async GRPO runs only (a sync run's report is unchanged).
+    ...(keysMatching(m, /^async\//).length === 0 ? [] : [
+      lineChart("async", "async: staleness (policy versions), drops and overlap", [
+        seriesOf(m, "async/staleness/mean", "mean staleness"),
+        seriesOf(m, "async/staleness/max", "max staleness"),
+        seriesOf(m, "async/dropped_samples", "dropped samples"),
+        seriesOf(m, "async/overlap", "generation/training overlap")
+      ])
+    ])
   ]
   const last = m[m.length - 1]
   const summary = last === undefined

@@ -16,6 +16,10 @@
  * 4. metrics (TRL's names) averaged per logging step into `metrics.jsonl`, sample completions, the HTML report,
  *    evaluation every evalSteps on held-out rows with greedy decoding, a checkpoint every saveSteps.
  *
+ * With `async: true` (async GRPO, TRL's `AsyncGRPOTrainer`) step 1's generation batches come from a producer that
+ * runs ahead of the optimizer, bounded by `maxInflightTasks` and `maxStaleness` (internal/rolloutQueue.ts); with
+ * maxStaleness 0 the run equals the synchronous one.
+ *
  * Interruption (SIGINT/SIGTERM through `Main.run`, or fiber interruption) writes a checkpoint of the last completed
  * step before the Effect ends; `resume` continues from a checkpoint with the same data, seeds, optimizer state
  * (AdamW moments and step count, on the CPU reference and the GPU model alike) and pending micro-batches, so the
@@ -66,6 +70,8 @@ import type {
   TrainableModel
 } from "./internal/model.js"
 import { optimizerStep } from "./internal/model.js"
+import type { QueueEvent } from "./internal/rolloutQueue.js"
+import * as RolloutQueue from "./internal/rolloutQueue.js"
 import {
   type OpenSession,
   type RolloutFunc,
@@ -88,6 +94,7 @@ export type {
   OptimizerState,
   OptimizerStateMismatch,
   OptimizerStep,
+  QueueEvent,
   RolloutFunc,
   RolloutInput,
   SequenceBatch,
@@ -167,6 +174,8 @@ export interface TrainOptions<State, E, R, RE = never, RR = never> {
   readonly onStep?: (step: StepResult) => Effect.Effect<void>
   /** Stop after this many steps of this call (the schedule still spans maxSteps); for tests and time boxes. */
   readonly stopAfter?: number
+  /** Async GRPO: called as generation batches are produced, dropped as too stale, or taken for training. */
+  readonly onQueue?: (event: QueueEvent) => Effect.Effect<void>
 }
 
 /**
@@ -211,7 +220,15 @@ const summaryOf = (config: Config.ResolvedGRPOConfig): Record<string, unknown> =
     "temperature",
     "seed"
   ] as const
-  return Object.fromEntries(keys.map((k) => [k, config[k]]))
+  const summary: Record<string, unknown> = Object.fromEntries(keys.map((k) => [k, config[k]]))
+  if (config.async) {
+    Object.assign(summary, {
+      async: true,
+      maxStaleness: config.maxStaleness,
+      maxInflightTasks: config.maxInflightTasks
+    })
+  }
+  return summary
 }
 
 /**
@@ -244,50 +261,97 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
     })
     const feed = feedOf(loop.state())
     const flat = yield* flatCounter(loop)
-    const evaluation = evaluator(options, config, loop)
 
-    // A generation batch: take U prompts, roll out a group of G episodes per prompt, score them, compute the
-    // group-relative advantages (and the old / reference logprobs) and cut the rows into micro-batches.
-    const generate = (step: number, microBatch: number) =>
+    // A generation batch at `position`, seeded by the step and micro-batch it is generated for: take U prompts,
+    // roll out a group of G episodes per prompt with `policy`, score them, compute the group-relative advantages
+    // (and the old / reference logprobs) and cut the rows into micro-batches.
+    const generateAt = (slot: RolloutQueue.Slot, position: Dataset.Position, policy: TrainableModel) =>
       Effect.gen(function*() {
-        const prompts = yield* Dataset.batchAt(dataset, feed.position, {
+        const prompts = yield* Dataset.batchAt(dataset, position, {
           promptsPerBatch: U,
           seed: config.seed,
           shuffle: config.shuffleDataset
         })
-        feed.position = prompts.next
-        const records = yield* rollOutGroups(options, config, prompts.rows, step, microBatch)
-        return yield* prepare({
+        const records = yield* rollOutGroups(
+          { ...options, model: policy },
+          config,
+          prompts.rows,
+          slot.step,
+          slot.microBatch
+        )
+        const result = yield* prepare({
           config,
           records,
           rewardFunctions: options.rewardFunctions,
-          trainerState: { globalStep: step, maxSteps: totalSteps, epoch: Dataset.epochOf(dataset, feed.position, U) },
-          model,
+          trainerState: {
+            globalStep: slot.step,
+            maxSteps: totalSteps,
+            epoch: Dataset.epochOf(dataset, prompts.next, U)
+          },
+          model: policy,
           reference,
-          step,
+          step: slot.step,
           // TRL decodes the completions table with skip_special_tokens=True.
           decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
         })
+        return { result, next: prompts.next }
       })
+
+    // Async GRPO: a producer runs ahead and the step takes its batches (see internal/rolloutQueue.ts); sync: the
+    // step generates when its batch is used up.
+    const queue = config.async
+      ? yield* RolloutQueue.start({
+        config,
+        model,
+        version: loop.startStep,
+        position: feed.position,
+        state: loop.state().rolloutQueue,
+        pending: feed.pending.length,
+        stopAt: loop.stopAt,
+        produce: generateAt,
+        onEvent: options.onQueue
+      })
+      : undefined
+    const nextBatch = (step: number, microBatch: number) =>
+      Effect.map(
+        queue === undefined ? generateAt({ step, microBatch }, feed.position, model) : queue.take,
+        (out) => {
+          feed.position = out.next
+          return out.result
+        }
+      )
+    const evaluation = evaluator(queue === undefined ? options : { ...options, model: queue.model }, config, loop)
 
     // One optimizer step: its micro-batches (generating when the batch is used up), forward / loss / backward
     // of each, the clipped AdamW update, then the step's metrics.
     const step = (step: number) =>
       Effect.gen(function*() {
         const started = Date.now()
-        const taken = yield* takeMicroBatches(feed, config, (microBatch) => generate(step, microBatch))
-        const trained = yield* trainMicroBatches(model, taken.micro, config)
+        const taken = yield* takeMicroBatches(feed, config, (microBatch) => nextBatch(step, microBatch))
         const learningRate = lr(step)
-        const stepped = yield* model.step(optimizerStep(config, learningRate))
         const globalStep = step + 1
-        // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this state.
-        loop.commit({ globalStep, position: feed.position, numTokens: feed.numTokens, pending: [...feed.pending] })
+        const update = Effect.gen(function*() {
+          const trained = yield* trainMicroBatches(model, taken.micro, config)
+          const stepped = yield* model.step(optimizerStep(config, learningRate))
+          // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this state.
+          loop.commit({
+            globalStep,
+            position: feed.position,
+            numTokens: feed.numTokens,
+            pending: [...feed.pending],
+            ...(queue === undefined ? {} : { rolloutQueue: queue.state() })
+          })
+          return { trained, stepped }
+        })
+        const { stepped, trained } = yield* (queue === undefined ? update : queue.training(update, globalStep))
+        const queueMetrics = queue === undefined ? {} : yield* queue.stepped(feed.pending.length > 0)
         const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
         const { loss, values } = stepValues(taken.generated, trained, stepped, {
           learningRate,
           numTokens: feed.numTokens,
           seconds
         })
+        Object.assign(values, queueMetrics)
         return {
           values,
           loss,
@@ -305,7 +369,7 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
       evaluation: { evalSteps: config.evalSteps, evaluate: evaluation.evaluate },
       logged: (step) => logCompletions(loop, config, feed.samples, step),
       summary: summaryOf(config),
-      endNote: flat.note,
+      endNote: () => flat.note() + (queue === undefined ? "" : queue.note()),
       onStep: options.onStep
     })
     return {
@@ -317,7 +381,7 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
       checkpoint: run.checkpoint,
       report: run.report
     } satisfies TrainResult
-  }).pipe(Effect.withSpan("Trainer.train"))
+  }).pipe(Effect.scoped, Effect.withSpan("Trainer.train"))
 
 /**
  * Where the data stands between steps: the generation batch's micro-batches not yet trained, the next prompts to

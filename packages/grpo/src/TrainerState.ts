@@ -49,6 +49,15 @@ export interface State {
   readonly numTokens: number
   /** Micro-batches of the current generation batch not yet consumed (JSON), if any. */
   readonly pending?: unknown
+  /**
+   * Async GRPO: the next generation batch's index (its seeds) and the drops so far. Batches queued or in flight
+   * are not kept: a resumed run regenerates them.
+   */
+  readonly rolloutQueue?: {
+    readonly nextBatch: number
+    readonly droppedBatches: number
+    readonly droppedSamples: number
+  }
   /** The configuration the run was started with. */
   readonly config: Readonly<Record<string, unknown>>
   readonly savedAt?: string

@@ -87,7 +87,8 @@ const parityReward = Reward.perEpisode<{ readonly seed: number }>("even_tokens",
 const train = (
   model: Trainer.TrainableModel,
   steps: number,
-  openEpisode: typeof open = open
+  openEpisode: typeof open = open,
+  extra: Readonly<Record<string, unknown>> = {}
 ) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
@@ -104,7 +105,8 @@ const train = (
         loggingSteps: 1,
         saveSteps: 1000,
         logCompletions: true,
-        maxSteps: steps
+        maxSteps: steps,
+        ...extra
       }),
       model,
       dataset: Dataset.fromSeeds({ prompt: [{ role: "user", content: "Say a" }], seeds: Dataset.range(0, 64) }),
@@ -131,6 +133,43 @@ const tinyDir = Effect.gen(function*() {
 })
 
 describe("GRPO generating on envtrain serve-policy", () => {
+  it.scopedLive(
+    "async GRPO on a server: at maxStaleness 0 it equals the synchronous in-process run; at 1 the staleness is " +
+      "counted in optimizer steps (the server's own update count is translated), within 0..1",
+    () =>
+      Effect.gen(function*() {
+        const { dir, model } = yield* tinyDir
+        const server = yield* startServer(dir, 0)
+        const local = yield* train(Trainer.referenceModel(model), 3)
+        const remote = (extra: Readonly<Record<string, unknown>>) =>
+          Effect.flatMap(
+            PolicyServers.withPolicyServers(Trainer.referenceModel(model), { urls: [server.url] }),
+            (m) => train(m, 3, open, { async: true, ...extra })
+          )
+        const strict = yield* remote({ maxStaleness: 0 })
+        const fields = (values: Readonly<Record<string, number>>) =>
+          Object.fromEntries(
+            Object.entries(timeless(values)).filter(([k]) => !k.startsWith("async/") && k !== "buffer_qsize")
+          )
+        assert.deepStrictEqual(
+          strict.result.steps.map((s) => [s.step, s.loss, fields(s.values)]),
+          local.result.steps.map((s) => [s.step, s.loss, fields(s.values)])
+        )
+        const ahead = yield* remote({ maxStaleness: 1 })
+        assert.strictEqual(ahead.result.steps.length, 3)
+        // A step that takes a new generation batch reports its staleness (a batch can feed several steps).
+        const taken = ahead.result.steps.flatMap((s) => {
+          const max = s.values["async/staleness/max"]
+          return max === undefined ? [] : [{ step: s.step, max, mean: s.values["async/staleness/mean"] }]
+        })
+        assert.isAbove(taken.length, 0)
+        for (const t of taken) {
+          assert.isTrue(t.max >= 0 && t.max <= 1 && t.mean !== undefined && t.mean >= 0, JSON.stringify(t))
+        }
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
   it.scopedLive(
     "equals the in-process run step for step; policy_version advances once per step",
     () =>

@@ -62,7 +62,12 @@ export interface Completion {
   readonly tokenIds: ReadonlyArray<number>
   readonly logprobs: ReadonlyArray<number>
   readonly finishReason: FinishReason
-  /** The weights' version that sampled it, when the server reports one (envtrain's `policy_version`). */
+  /**
+   * The policy version (optimizer steps applied to the weights) that produced the tokens: a policy server's
+   * `policy_version`, or the trainer's step count when the request was issued in-process. Absent when unknown.
+   * A trainer compares it with its optimizer step count, so a wrapper over a server reports the step whose weights
+   * the server's version holds (the server counts updates since it started).
+   */
   readonly policyVersion?: number
 }
 

@@ -143,6 +143,11 @@ export interface TrainableModel {
   /** Most generation requests served by one call of `generate`. */
   readonly maxBatchSize: number
   /**
+   * Optional: `generate` runs in another process (policy servers), not on these weights' device, so async GRPO does
+   * not serialize it with the update (in process it takes the model lock).
+   */
+  readonly remoteGeneration?: boolean
+  /**
    * One completion per request, in order. Sampling is seeded by `sampling.seed` and the prompt length (so a turn's
    * tokens do not depend on which other requests share the batch); temperature 0 is greedy. Logprobs are the
    * sampler's processed logprobs.

@@ -78,6 +78,11 @@ interface Server {
   inFlight: number
   /** The last `policy_version` it reported; undefined for a server that reports none (vLLM). */
   version: number | undefined
+  /**
+   * Its `policy_version` after each of our pushes → the optimizer steps those weights had (the trainer's policy
+   * version): the server counts its own updates from its start, the trainer counts steps from the run's start.
+   */
+  readonly trainerVersions: Map<number, number>
   /** Which local weights it holds (see `weights.generation`); -1: none known. */
   holds: number
   up: boolean
@@ -157,6 +162,7 @@ export const withPolicyServers = (
         model: "",
         inFlight: 0,
         version: undefined,
+        trainerVersions: new Map(),
         holds: -1,
         up: false,
         lastError: "not contacted yet",
@@ -164,10 +170,15 @@ export const withPolicyServers = (
       })
     }
     // The local weights as the servers receive them; `generation` counts the local updates.
-    const weights: { generation: number; bytes: Uint8Array<ArrayBuffer> } = { generation: 0, bytes: new Uint8Array(0) }
+    const weights: { generation: number; optimizerStep: number; bytes: Uint8Array<ArrayBuffer> } = {
+      generation: 0,
+      optimizerStep: 0,
+      bytes: new Uint8Array(0)
+    }
     const directory = options.weightDirectory
     const encodeWeights = Effect.flatMap(model.exportState, (state) => {
       weights.generation++
+      weights.optimizerStep = state.optimizerStep
       weights.bytes = Safetensors.encode(state.weights) as Uint8Array<ArrayBuffer>
       if (directory === undefined) return Effect.void
       // Renamed into place, so a server never reads a half-written file.
@@ -213,6 +224,7 @@ export const withPolicyServers = (
       Effect.gen(function*() {
         if (server.holds === weights.generation) return
         const generation = weights.generation
+        const optimizerStep = weights.optimizerStep
         const before = server.version
         if (directory === undefined && server.vllm) {
           return yield* new PolicyServerError({
@@ -270,6 +282,7 @@ export const withPolicyServers = (
           })
         }
         server.version = after
+        if (after !== undefined) server.trainerVersions.set(after, optimizerStep)
         server.holds = generation
         server.up = true
       })
@@ -288,6 +301,7 @@ export const withPolicyServers = (
                 Effect.suspend(() => {
                   // Whatever it held before it went away is gone.
                   server.holds = -1
+                  server.trainerVersions.clear()
                   return pushLocked(server)
                 })
             })
@@ -399,10 +413,13 @@ export const withPolicyServers = (
           })
         }
         const completion = yield* parseCompletion(url, text)
-        if (completion.policyVersion !== undefined) {
-          server.version = Math.max(server.version ?? 0, completion.policyVersion)
-        }
-        return completion
+        if (completion.policyVersion === undefined) return completion // vLLM: the trainer takes the issue-time version
+        server.version = Math.max(server.version ?? 0, completion.policyVersion)
+        // In the trainer's count (async GRPO's staleness compares it with the optimizer step); a version no push of
+        // ours produced (a restarted server's own weights) is unknown, so the trainer takes the issue-time version.
+        const { policyVersion: _served, ...rest } = completion
+        const trainerVersion = server.trainerVersions.get(completion.policyVersion)
+        return trainerVersion === undefined ? rest : { ...rest, policyVersion: trainerVersion }
       })
 
     // After a local update: the new weights to every server before the next generation uses them.
@@ -410,6 +427,8 @@ export const withPolicyServers = (
 
     const wrapped: TrainableModel = {
       ...model,
+      // Generation runs in the servers' processes: async GRPO need not hold the model's lock around it.
+      remoteGeneration: true,
       generate: (requests) => Effect.forEach(requests, generateEach, { concurrency: "unbounded" }).pipe(Effect.orDie),
       generateEach,
       step: (o) => Effect.tap(model.step(o), () => sync),
