@@ -20,7 +20,7 @@
  * import { PolicyBackend } from "@envtrain/harness"
  *
  * const program = Effect.gen(function*() {
- *   const backend = PolicyBackend.cpu(yield* Checkpoint.load("models/tiny"), { maxBatchSize: 16 })
+ *   const backend = yield* PolicyBackend.cpu(yield* Checkpoint.load("models/tiny"), { maxBatchSize: 16 })
  *   const server = yield* PolicyServer.serve(backend, { port: 8000 })
  *   yield* Effect.never
  * }).pipe(Effect.scoped)
