@@ -41,7 +41,7 @@ const run = (name: string, overrides: Record<string, unknown>) =>
     const result = yield* Trainer.train({
       config,
       model: Trainer.referenceModel(checkpoint),
-      dataset: Dataset.fromSeeds({ prompt: Recipe.catchRecipe.prompt(), seeds: Dataset.range(0, 1000) }),
+      dataset: Dataset.fromSeeds({ prompt: Recipe.catchRecipe.prompt({}), seeds: Dataset.range(0, 1000) }),
       open: (row) => Effect.map(Environment.episode(Registry.builtins.catch.environment, row), Episode.fromEnvironment),
       rewardFunctions: Recipe.catchRecipe.rewardFunctions,
       progress: false
@@ -105,7 +105,8 @@ const program = Effect.gen(function*() {
   console.log(md)
 }).pipe(Effect.provide(NodeContext.layer))
 
-Effect.runPromise(program).catch((e) => {
+// The recipes' reward functions carry `any` error and requirement channels; what is left needs nothing.
+Effect.runPromise(program as Effect.Effect<void, unknown>).catch((e) => {
   console.error(e)
   process.exit(1)
 })
