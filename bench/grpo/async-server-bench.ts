@@ -116,7 +116,10 @@ const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Mode
       meanQueueWaitSeconds: mean("queue_wait_time_s"),
       meanOverlap: mean("async/overlap"),
       meanStaleness: mean("async/staleness/mean"),
-      maxStaleness: values("async/staleness/max").reduce<number | null>((a, b) => a === null ? b : Math.max(a, b), null),
+      maxStaleness: values("async/staleness/max").reduce<number | null>(
+        (a, b) => a === null ? b : Math.max(a, b),
+        null
+      ),
       droppedSamples: result.steps.at(-1)?.values["async/dropped_samples_total"] ?? null,
       meanCompletionLength: mean("completions/mean_length"),
       loadBefore,
