@@ -28,9 +28,9 @@ import * as SftTrainer from "../../packages/grpo/src/SftTrainer.js"
 import * as Trainer from "../../packages/grpo/src/Trainer.js"
 
 const steps = Number(process.argv[2] ?? 6)
-const completion = Number(process.argv[3] ?? 64)
+const completion = Number(process.argv[3] ?? 640)
 const rounds = Number(process.argv[4] ?? 1)
-const sftEpisodes = Number(process.argv[5] ?? 32)
+const sftEpisodes = Number(process.argv[5] ?? 64)
 const bin = fileURLToPath(new URL("../../packages/harness/bin/envtrain.mjs", import.meta.url))
 
 // `envtrain serve-policy --backend cpu` as a child; resolves with its URL once printed. Killed with the scope.
