@@ -1,0 +1,226 @@
+/**
+ * Sync vs async GRPO on Catch with generation on a policy server in its own process (`envtrain serve-policy
+ * --backend cpu` as a child), next to sync in process for reference. Same setup as async-bench.ts: the tiny preset
+ * (seed 1) after a short SFT warm-up on Catch's imperfect player (as examples/src/Pipeline.ts does, smaller; 0 SFT
+ * episodes = untrained), saved once and served from disk; Catch's environment, prompt and reward,
+ * G = 4, 8 episodes per step, same seed and steps in every mode. Each server mode gets a fresh child (policy
+ * version 0). Modes alternate per round (server sync, server async, in-process sync) because the machine's two
+ * cores are shared. Saves bench/results/grpo/async-server-bench.json and .md.
+ *
+ *   npx tsx bench/grpo/async-server-bench.ts [steps] [maxCompletionLength] [rounds] [sftEpisodes]
+ */
+import { FileSystem } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { Environment, Registry } from "@envtrain/env"
+import { Checkpoint } from "@envtrain/gpu"
+import * as Episode from "@envtrain/rollout/Episode"
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import { mkdirSync, writeFileSync } from "node:fs"
+import { loadavg } from "node:os"
+import { fileURLToPath } from "node:url"
+import * as Config from "../../packages/grpo/src/Config.js"
+import * as Dataset from "../../packages/grpo/src/Dataset.js"
+import * as PolicyServers from "../../packages/grpo/src/PolicyServers.js"
+import * as Recipe from "../../packages/grpo/src/Recipe.js"
+import * as SftData from "../../packages/grpo/src/SftData.js"
+import * as SftTrainer from "../../packages/grpo/src/SftTrainer.js"
+import * as Trainer from "../../packages/grpo/src/Trainer.js"
+
+const steps = Number(process.argv[2] ?? 6)
+const completion = Number(process.argv[3] ?? 640)
+const rounds = Number(process.argv[4] ?? 1)
+const sftEpisodes = Number(process.argv[5] ?? 64)
+const bin = fileURLToPath(new URL("../../packages/harness/bin/envtrain.mjs", import.meta.url))
+
+// `envtrain serve-policy --backend cpu` as a child; resolves with its URL once printed. Killed with the scope.
+const startServer = (dir: string) =>
+  Effect.gen(function*() {
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        spawn(process.execPath, [bin, "serve-policy", "--model", dir, "--backend", "cpu", "--port", "0"], {
+          stdio: ["ignore", "pipe", "pipe"]
+        })
+      ),
+      (c) => Effect.sync(() => c.kill("SIGKILL"))
+    )
+    return yield* Effect.async<string, string>((resume) => {
+      let out = ""
+      const onData = (d: Buffer) => {
+        out += d.toString()
+        const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
+        if (m !== null) resume(Effect.succeed(m[1]))
+      }
+      child.stdout.on("data", onData)
+      child.stderr.on("data", onData)
+      child.on("exit", (code) => resume(Effect.fail(`serve-policy exited ${code}: ${out}`)))
+    }).pipe(Effect.timeoutFail({ duration: "120 seconds", onTimeout: () => "serve-policy: no URL within 120 s" }))
+  })
+
+type Mode = "server-sync" | "server-async" | "in-process-sync"
+
+const median = (xs: ReadonlyArray<number>) => {
+  if (xs.length === 0) return null
+  const s = [...xs].sort((a, b) => a - b)
+  const h = Math.floor(s.length / 2)
+  return s.length % 2 === 1 ? s[h] : (s[h - 1] + s[h]) / 2
+}
+
+const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Model) =>
+  Effect.scoped(Effect.gen(function*() {
+    const config = yield* Config.fromSources({
+      numGenerations: 4,
+      perDeviceTrainBatchSize: 8,
+      maxCompletionLength: completion,
+      learningRate: 1e-4,
+      lrSchedulerType: "constant",
+      loggingSteps: 1,
+      saveSteps: 10_000,
+      maxSteps: steps,
+      seed: 42,
+      outputDir: `/tmp/envtrain-async-server-bench-${mode}`,
+      ...(mode === "server-async" ? { async: true, maxStaleness: 1 } : {})
+    })
+    const local = Trainer.referenceModel(checkpoint)
+    // The server's start-up (tsx compile, checkpoint load) is outside the timed run; the first weight push is in it.
+    const url = mode === "in-process-sync" ? null : yield* startServer(dir)
+    const loadBefore = loadavg()[0]
+    const started = Date.now()
+    const model = url === null ? local : yield* PolicyServers.withPolicyServers(local, { urls: [url] })
+    const result = yield* Trainer.train({
+      config,
+      model,
+      dataset: Dataset.fromSeeds({ prompt: Recipe.catchRecipe.prompt({}), seeds: Dataset.range(0, 1000) }),
+      open: (row) => Effect.map(Environment.episode(Registry.builtins.catch.environment, row), Episode.fromEnvironment),
+      rewardFunctions: Recipe.catchRecipe.rewardFunctions,
+      progress: false
+    })
+    const seconds = (Date.now() - started) / 1000
+    const values = (k: string) =>
+      result.steps.map((s) => s.values[k]).filter((x): x is number => x !== undefined && !Number.isNaN(x))
+    const mean = (k: string) => {
+      const v = values(k)
+      return v.length === 0 ? null : v.reduce((a, b) => a + b, 0) / v.length
+    }
+    const meanReward = mean("reward")
+    const r = {
+      round,
+      mode,
+      seconds,
+      medianStepSeconds: median(values("step_time")),
+      stepsPerHour: (steps * 3600) / seconds,
+      meanReward,
+      rewardPerWallMinute: meanReward === null ? null : (meanReward * steps) / (seconds / 60),
+      meanGenerationSeconds: mean("time/generation"),
+      meanUpdateSeconds: mean("time/update"),
+      meanQueueWaitSeconds: mean("queue_wait_time_s"),
+      meanOverlap: mean("async/overlap"),
+      meanStaleness: mean("async/staleness/mean"),
+      maxStaleness: values("async/staleness/max").reduce<number | null>(
+        (a, b) => a === null ? b : Math.max(a, b),
+        null
+      ),
+      droppedSamples: result.steps.at(-1)?.values["async/dropped_samples_total"] ?? null,
+      meanCompletionLength: mean("completions/mean_length"),
+      loadBefore,
+      loadAfter: loadavg()[0]
+    }
+    console.log(JSON.stringify(r))
+    return r
+  }))
+
+// Pipeline's warm-up, smaller: the imperfect player's transcripts (error rate 0.2), 2 epochs, batch 4, lr 1e-2.
+const warmUp = Effect.gen(function*() {
+  const base = yield* Checkpoint.makeModel("tiny", 1)
+  if (sftEpisodes === 0) return base
+  const started = Date.now()
+  const transcripts = (yield* SftData.collect(Recipe.catchRecipe, {
+    seeds: Dataset.range(10_000, 10_000 + sftEpisodes),
+    errorRate: 0.2,
+    playerSeed: 0
+  })).map((t) => ({ messages: t.messages }))
+  const model = Trainer.referenceModel(base)
+  yield* SftTrainer.train({
+    config: yield* Config.fromSources({
+      outputDir: "/tmp/envtrain-async-server-bench-sft",
+      perDeviceTrainBatchSize: 4,
+      gradientAccumulationSteps: 1,
+      numTrainEpochs: 2,
+      learningRate: 1e-2,
+      lrSchedulerType: "cosine",
+      warmupRatio: 0.1,
+      loggingSteps: 1,
+      saveSteps: 1_000_000,
+      seed: 0
+    }),
+    model,
+    transcripts,
+    maxLength: 1024,
+    title: "catch (SFT warm-up)",
+    progress: false
+  })
+  sftSeconds = (Date.now() - started) / 1000
+  console.log(`sft: ${transcripts.length} episodes, ${sftSeconds.toFixed(1)} s`)
+  return { ...base, tensors: (yield* model.exportState).weights } satisfies Checkpoint.Model
+})
+let sftSeconds = 0
+
+const program = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const dir = yield* fs.makeTempDirectoryScoped()
+  const checkpoint = yield* warmUp
+  yield* Checkpoint.save(dir, checkpoint)
+  const runs = []
+  for (let round = 1; round <= rounds; round++) {
+    for (const mode of ["server-sync", "server-async", "in-process-sync"] as const) {
+      runs.push(yield* run(mode, round, dir, checkpoint))
+    }
+  }
+  const results = {
+    date: new Date().toISOString(),
+    preset: "tiny",
+    steps,
+    completion,
+    rounds,
+    sftEpisodes,
+    sftSeconds,
+    runs
+  }
+  mkdirSync("bench/results/grpo", { recursive: true })
+  writeFileSync("bench/results/grpo/async-server-bench.json", JSON.stringify(results, null, 2) + "\n")
+  const f = (x: number | null, d = 2) => x === null ? "–" : x.toFixed(d)
+  const md = [
+    `# Sync vs async GRPO with the policy server in its own process (tiny preset, CPU backend, Catch)`,
+    "",
+    `${new Date().toISOString().slice(0, 10)}; ${steps} steps per run, 8 episodes per step (G = 4), ` +
+    `maxCompletionLength ${completion}, seed 42; the tiny preset (seed 1) after ` +
+    (sftEpisodes === 0
+      ? "no SFT (untrained). "
+      : `a short SFT warm-up (${sftEpisodes} imperfect-player episodes, 2 epochs, ${sftSeconds.toFixed(0)} s). `) +
+    `server-*: generation on an \`envtrain serve-policy --backend cpu\` child (fresh per run; its start-up is not ` +
+    `timed, the first weight push is); server-async: maxStaleness 1, maxInflightTasks auto. Machine: 2 CPU cores ` +
+    `shared with other sessions' work, so absolute numbers are noisy; the modes alternate within each round. ` +
+    `Reward per wall-minute = mean step reward × steps / wall minutes. Load = 1-minute load average before → after.`,
+    "",
+    "| round | mode | wall s | step s (median) | steps/hour | mean reward | reward/wall-min | generation s | " +
+    "update s | queue wait s | overlap | staleness mean (max) | dropped | load |",
+    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ...runs.map((r) =>
+      `| ${r.round} | ${r.mode} | ${f(r.seconds, 1)} | ${f(r.medianStepSeconds)} | ${f(r.stepsPerHour, 0)} | ` +
+      `${f(r.meanReward, 3)} | ${f(r.rewardPerWallMinute, 3)} | ${f(r.meanGenerationSeconds)} | ` +
+      `${f(r.meanUpdateSeconds)} | ${f(r.meanQueueWaitSeconds)} | ${f(r.meanOverlap)} | ` +
+      `${f(r.meanStaleness)} (${f(r.maxStaleness, 0)}) | ${r.droppedSamples ?? "–"} | ` +
+      `${f(r.loadBefore)} → ${f(r.loadAfter)} |`
+    ),
+    "",
+    "Reproduce: `npx tsx bench/grpo/async-server-bench.ts " + `${steps} ${completion} ${rounds} ${sftEpisodes}` + "`."
+  ].join("\n")
+  writeFileSync("bench/results/grpo/async-server-bench.md", md + "\n")
+  console.log(md)
+}).pipe(Effect.scoped, Effect.provide(NodeContext.layer))
+
+// The recipes' reward functions carry `any` error and requirement channels; what is left needs nothing.
+Effect.runPromise(program as Effect.Effect<void, unknown>).catch((e) => {
+  console.error(e)
+  process.exit(1)
+})
