@@ -13,12 +13,11 @@ import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { Environment, Registry } from "@envtrain/env"
 import { Checkpoint } from "@envtrain/gpu"
+import { PolicyServerProcess } from "@envtrain/harness"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { loadavg } from "node:os"
-import { fileURLToPath } from "node:url"
 import * as Config from "../../packages/grpo/src/Config.js"
 import * as Dataset from "../../packages/grpo/src/Dataset.js"
 import * as PolicyServers from "../../packages/grpo/src/PolicyServers.js"
@@ -31,31 +30,10 @@ const steps = Number(process.argv[2] ?? 6)
 const completion = Number(process.argv[3] ?? 640)
 const rounds = Number(process.argv[4] ?? 1)
 const sftEpisodes = Number(process.argv[5] ?? 64)
-const bin = fileURLToPath(new URL("../../packages/harness/bin/envtrain.mjs", import.meta.url))
 
-// `envtrain serve-policy --backend cpu` as a child; resolves with its URL once printed. Killed with the scope.
+// `envtrain serve-policy --backend cpu` in its own process, stopped with the scope; its URL.
 const startServer = (dir: string) =>
-  Effect.gen(function*() {
-    const child = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        spawn(process.execPath, [bin, "serve-policy", "--model", dir, "--backend", "cpu", "--port", "0"], {
-          stdio: ["ignore", "pipe", "pipe"]
-        })
-      ),
-      (c) => Effect.sync(() => c.kill("SIGKILL"))
-    )
-    return yield* Effect.async<string, string>((resume) => {
-      let out = ""
-      const onData = (d: Buffer) => {
-        out += d.toString()
-        const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
-        if (m !== null) resume(Effect.succeed(m[1]))
-      }
-      child.stdout.on("data", onData)
-      child.stderr.on("data", onData)
-      child.on("exit", (code) => resume(Effect.fail(`serve-policy exited ${code}: ${out}`)))
-    }).pipe(Effect.timeoutFail({ duration: "120 seconds", onTimeout: () => "serve-policy: no URL within 120 s" }))
-  })
+  Effect.map(PolicyServerProcess.launch({ model: dir, backend: "cpu" }), (server) => server.url)
 
 type Mode = "server-sync" | "server-async" | "in-process-sync"
 

@@ -13,8 +13,8 @@ import { NodeContext } from "@effect/platform-node"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import type { PresetName } from "@envtrain/gpu/model/Preset"
 import * as Trainer from "@envtrain/grpo/Trainer"
+import { PolicyServerProcess } from "@envtrain/harness"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -60,67 +60,44 @@ const program = Effect.gen(function*() {
   }
 
   // The server in its own process.
-  const bin = Path.join(root, "packages/harness/bin/envtrain.mjs")
-  const child = spawn(process.execPath, [
-    bin,
-    "serve-policy",
-    "--model",
-    dir,
-    "--backend",
-    "cpu",
-    "--port",
-    "0",
-    "--max-batch",
-    String(maxBatch),
-    "--served-model-name",
-    "bench"
-  ])
-  const url = yield* Effect.async<string>((resume) => {
-    let out = ""
-    const onData = (d: Buffer) => {
-      out += d.toString()
-      const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
-      if (m !== null) resume(Effect.succeed(m[1]))
-    }
-    child.stdout.on("data", onData)
-    child.stderr.on("data", onData)
+  const { url } = yield* PolicyServerProcess.launch({
+    model: dir,
+    backend: "cpu",
+    maxBatch,
+    servedModelName: "bench"
   })
   const served: Record<number, number> = {}
   const occupancy: Record<number, number> = {}
-  try {
-    for (const c of CONCURRENCY) {
-      const runs: Array<number> = []
-      for (let r = 0; r < ROUNDS; r++) {
-        const t0 = performance.now()
-        const bodies = yield* Effect.promise(() =>
-          Promise.all(
-            prompts(c).map((prompt, i) =>
-              fetch(`${url}/v1/completions`, {
-                method: "POST",
-                headers: { "content-type": "application/json" },
-                body: JSON.stringify({
-                  model: "bench",
-                  prompt,
-                  max_tokens: TOKENS,
-                  temperature: 1,
-                  seed: 1000 * r + i,
-                  ignore_eos: true,
-                  logprobs: 0,
-                  return_token_ids: true
-                })
-              }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
-            )
+  for (const c of CONCURRENCY) {
+    const runs: Array<number> = []
+    for (let r = 0; r < ROUNDS; r++) {
+      const t0 = performance.now()
+      const bodies = yield* Effect.promise(() =>
+        Promise.all(
+          prompts(c).map((prompt, i) =>
+            fetch(`${url}/v1/completions`, {
+              method: "POST",
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({
+                model: "bench",
+                prompt,
+                max_tokens: TOKENS,
+                temperature: 1,
+                seed: 1000 * r + i,
+                ignore_eos: true,
+                logprobs: 0,
+                return_token_ids: true
+              })
+            }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
           )
         )
-        const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
-        runs.push(tokens / ((performance.now() - t0) / 1000))
-      }
-      served[c] = median(runs)
-      const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
-      occupancy[c] = Number(/^envtrain:batch_size_last\{[^}]*\} (\d+)$/m.exec(metrics)?.[1])
+      )
+      const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
+      runs.push(tokens / ((performance.now() - t0) / 1000))
     }
-  } finally {
-    child.kill("SIGKILL")
+    served[c] = median(runs)
+    const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
+    occupancy[c] = Number(/^envtrain:batch_size_last\{[^}]*\} (\d+)$/m.exec(metrics)?.[1])
   }
 
   const rows = CONCURRENCY.map((c) => ({
@@ -158,6 +135,6 @@ const program = Effect.gen(function*() {
   ].join("\n")
   writeFileSync(Path.join(root, `bench/results/${OUT}.md`), md)
   console.log(md)
-}).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
+}).pipe(Effect.scoped, Effect.provide(NodeContext.layer), Effect.orDie)
 
 Effect.runPromise(program).then(() => process.exit(0))

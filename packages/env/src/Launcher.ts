@@ -32,7 +32,7 @@ export class LaunchError extends Data.TaggedError("LaunchError")<{
 }> {
   override get message() {
     const tail = this.output.trim() === "" ? "" : `\n--- output (last lines) ---\n${this.output.trim()}`
-    return `Could not start environment server '${this.command}': ${this.reason}${tail}`
+    return `Could not start server '${this.command}': ${this.reason}${tail}`
   }
 }
 
@@ -73,13 +73,16 @@ export const freePort = (host = "127.0.0.1") =>
     })
   })
 
-/** Polls `GET {url}/health` until it answers `{"status":"healthy"}` or `timeout` passes. */
+/** Polls `GET {url}/health` until it answers 200 with `{"status":"healthy"}` (OpenEnv) or an empty body (vLLM), or `timeout` passes. */
 export const waitForHealth = (url: string, timeout: Duration.DurationInput, failFast?: Effect.Effect<string>) =>
   Effect.tryPromise({
     try: async (signal) => {
       const res = await fetch(`${url}/health`, { signal })
-      const body = await res.json() as { status?: string }
-      if (res.status !== 200 || body.status !== "healthy") throw new Error(`status ${res.status}`)
+      const text = await res.text()
+      // OpenEnv answers {"status": "healthy"}; vLLM and envtrain's policy server answer 200 with an empty body.
+      const healthy = res.status === 200 &&
+        (text === "" || (JSON.parse(text) as { status?: string }).status === "healthy")
+      if (!healthy) throw new Error(`status ${res.status}`)
     },
     catch: (e) => String(e)
   }).pipe(

@@ -4,6 +4,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { Launcher } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as Config from "@envtrain/grpo/Config"
@@ -14,55 +15,16 @@ import * as Reward from "@envtrain/grpo/Reward"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import type { Session } from "@envtrain/rollout/Episode"
 import { Effect, Option, Scope } from "effect"
-import type { ChildProcess } from "node:child_process"
-import { spawn } from "node:child_process"
 import * as Http from "node:http"
-import { createServer } from "node:net"
-import { fileURLToPath } from "node:url"
+import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
-
-// A free loopback port (so a restarted server can come back on the same URL).
-const freePort = Effect.async<number>((resume) => {
-  const s = createServer()
-  s.listen(0, "127.0.0.1", () => {
-    const port = (s.address() as { port: number }).port
-    s.close(() => resume(Effect.succeed(port)))
-  })
-})
-
-// `envtrain serve-policy --backend cpu` as a child; resolves once it prints its URL. Killed with the scope.
-const startServer = (dir: string, port: number) =>
-  Effect.gen(function*() {
-    const child = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        spawn(process.execPath, [
-          bin,
-          "serve-policy",
-          "--model",
-          dir,
-          "--backend",
-          "cpu",
-          "--port",
-          String(port),
-          "--served-model-name",
-          "tiny"
-        ])
-      ),
-      (c) => Effect.sync(() => c.kill("SIGKILL"))
-    )
-    const url = yield* Effect.async<string, string>((resume) => {
-      let out = ""
-      const onData = (d: Buffer) => {
-        out += d.toString()
-        const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
-        if (m !== null) resume(Effect.succeed(m[1]))
-      }
-      child.stdout.on("data", onData)
-      child.stderr.on("data", onData)
-      child.on("exit", (code) => resume(Effect.fail(`exited ${code}: ${out}`)))
-    }).pipe(Effect.timeoutFail({ duration: "90 seconds", onTimeout: () => "no URL within 90 s" }))
-    return { child: child as ChildProcess, url }
+// `envtrain serve-policy --backend cpu` in its own process, stopped with the scope.
+const startServer = (dir: string, port?: number) =>
+  PolicyServerProcess.launch({
+    model: dir,
+    backend: "cpu",
+    servedModelName: "tiny",
+    ...(port === undefined ? {} : { port })
   })
 
 const policyVersion = (url: string) =>
@@ -139,7 +101,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
     () =>
       Effect.gen(function*() {
         const { dir, model } = yield* tinyDir
-        const server = yield* startServer(dir, 0)
+        const server = yield* startServer(dir)
         const local = yield* train(Trainer.referenceModel(model), 3)
         const remote = (extra: Readonly<Record<string, unknown>>) =>
           Effect.flatMap(
@@ -175,7 +137,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
     () =>
       Effect.gen(function*() {
         const { dir, model } = yield* tinyDir
-        const servers = [yield* startServer(dir, 0), yield* startServer(dir, 0)]
+        const servers = [yield* startServer(dir), yield* startServer(dir)]
         const started = Date.now()
         const local = yield* train(Trainer.referenceModel(model), 3)
         const localSeconds = (Date.now() - started) / 1000
@@ -207,7 +169,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
     () =>
       Effect.gen(function*() {
         const { dir, model } = yield* tinyDir
-        const port = yield* freePort
+        const port = yield* Launcher.freePort()
         const first = yield* startServer(dir, port)
         const remoteModel = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
           urls: [first.url],
@@ -222,14 +184,13 @@ describe("GRPO generating on envtrain serve-policy", () => {
         const killing = (row: Readonly<Record<string, unknown>>) => {
           opened++
           if (opened === 12) {
-            first.child.kill("SIGKILL")
             restarted = Effect.sleep("2 seconds").pipe(
               Effect.zipRight(startServer(dir, port)),
               Effect.provideService(Scope.Scope, scope),
               Effect.asVoid,
               Effect.orDie
             )
-            return Effect.zipRight(Effect.forkDaemon(restarted), open(row))
+            return first.kill("SIGKILL").pipe(Effect.zipRight(Effect.forkDaemon(restarted)), Effect.zipRight(open(row)))
           }
           return open(row)
         }
@@ -254,7 +215,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
         const { dir } = yield* tinyDir
-        const server = yield* startServer(dir, 0)
+        const server = yield* startServer(dir)
         const out = yield* fs.makeTempDirectoryScoped()
         const file = path.join(out, "catch.yaml")
         yield* fs.writeFileString(
@@ -288,7 +249,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const { dir, model } = yield* tinyDir
-        const server = yield* startServer(dir, 0)
+        const server = yield* startServer(dir)
         const weights = yield* fs.makeTempDirectoryScoped()
         const local = yield* train(Trainer.referenceModel(model), 2)
         const remote = yield* train(
@@ -362,7 +323,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
   it.scopedLive("a URL that never answers fails at the start, naming it", () =>
     Effect.gen(function*() {
       const model = yield* Checkpoint.makeModel("tiny", 1)
-      const port = yield* freePort
+      const port = yield* Launcher.freePort()
       const url = `http://127.0.0.1:${port}`
       const error = yield* Effect.flip(PolicyServers.withPolicyServers(Trainer.referenceModel(model), {
         urls: [url],

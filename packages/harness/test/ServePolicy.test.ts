@@ -13,9 +13,8 @@ import * as Trainer from "@envtrain/grpo/Trainer"
 import * as ChatRenderer from "@envtrain/rollout/ChatRenderer"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
 import { Effect, Layer } from "effect"
-import { spawn } from "node:child_process"
-import { fileURLToPath } from "node:url"
 import * as PolicyBackend from "../src/PolicyBackend.js"
+import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 
 type Json = Record<string, any>
 
@@ -330,8 +329,6 @@ describe("serve-policy, GPU backend", () => {
   )
 })
 
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
-
 describe("envtrain serve-policy (the command)", () => {
   it.scopedLive("serves a model directory until killed", () =>
     Effect.gen(function*() {
@@ -339,34 +336,7 @@ describe("envtrain serve-policy (the command)", () => {
       const fs = yield* FileSystem.FileSystem
       const dir = yield* fs.makeTempDirectoryScoped()
       yield* Checkpoint.save(dir, a)
-      const child = yield* Effect.acquireRelease(
-        Effect.sync(() =>
-          spawn(process.execPath, [
-            bin,
-            "serve-policy",
-            "--model",
-            dir,
-            "--backend",
-            "cpu",
-            "--port",
-            "0",
-            "--served-model-name",
-            "tiny"
-          ])
-        ),
-        (c) => Effect.sync(() => c.kill("SIGKILL"))
-      )
-      const url = yield* Effect.async<string, string>((resume) => {
-        let out = ""
-        const onData = (d: Buffer) => {
-          out += d.toString()
-          const m = /(http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(out)
-          if (m !== null) resume(Effect.succeed(m[1]))
-        }
-        child.stdout.on("data", onData)
-        child.stderr.on("data", onData)
-        child.on("exit", (code) => resume(Effect.fail(`exited ${code}: ${out}`)))
-      }).pipe(Effect.timeoutFail({ duration: "90 seconds", onTimeout: () => "no URL within 90 s" }))
+      const { url } = yield* PolicyServerProcess.launch({ model: dir, backend: "cpu", servedModelName: "tiny" })
       const models_ = yield* Effect.promise(() => fetch(`${url}/v1/models`).then((r) => r.json() as Promise<Json>))
       assert.strictEqual(models_.data[0].id, "tiny")
       const ids = a.tokenizer.encode("Hello")
