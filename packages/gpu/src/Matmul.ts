@@ -1,6 +1,6 @@
 /**
  * The matmul tier for an adapter: which of `Ops.matmul`'s kernels (see `Ops.MatmulTier`) is fastest that the device
- * can run, for f16 or f32 operands. The kernels themselves are generated in internal/wgsl.ts and lowered in
+ * can run, for f16 or f32 operands. The kernels themselves are generated in the op files (ops/) and lowered in
  * internal/lower.ts; their CPU twin is `Reference.matmul`.
  *
  * @example

@@ -17,7 +17,7 @@ import {
   tensorOf
 } from "../runtime/Arena.js"
 import { type DispatchSpec, over, u } from "./internal/dispatch.js"
-import { builtins, header, linear } from "./internal/wgsl.js"
+import { builtins, header, linear } from "./Wgsl.js"
 
 /** Fused AdamW over the whole "param" group (per shard), reading step.scalars and the clip scale. */
 export interface AdamW {

@@ -7,8 +7,8 @@ import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { atLeast, isU32, need } from "./internal/check.js"
 import { type Bind, type DispatchSpec, f, grid, over, u } from "./internal/dispatch.js"
 import { ids, view } from "./internal/host.js"
-import { type Binding, builtins, header, linear } from "./internal/wgsl.js"
 import { type Numerics, numerics } from "./Numerics.js"
+import { type Binding, builtins, header, linear } from "./Wgsl.js"
 
 export interface Attention {
   readonly kind: "attention"

@@ -7,7 +7,7 @@ import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { atLeast } from "./internal/check.js"
 import { type DispatchSpec, f, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
-import { builtins, header, linear } from "./internal/wgsl.js"
+import { builtins, header, linear } from "./Wgsl.js"
 
 /** y = beta·y + alpha·x over the first n elements. */
 export interface Axpy {

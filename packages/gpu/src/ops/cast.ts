@@ -8,7 +8,7 @@ import { f32ToF16 } from "../runtime/HalfFloat.js"
 import { atLeast, need } from "./internal/check.js"
 import { type DispatchSpec, over, u } from "./internal/dispatch.js"
 import { values, view } from "./internal/host.js"
-import { builtins, header } from "./internal/wgsl.js"
+import { builtins, header } from "./Wgsl.js"
 
 /** Converts between f32 and f16 storage (round to nearest even), n elements. */
 export interface Cast {

@@ -7,7 +7,7 @@ import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { atLeast, isU32 } from "./internal/check.js"
 import { type DispatchSpec, grid, over, u } from "./internal/dispatch.js"
 import { ids, view } from "./internal/host.js"
-import { builtins, header, linear } from "./internal/wgsl.js"
+import { builtins, header, linear } from "./Wgsl.js"
 
 export interface Embedding {
   readonly kind: "embedding"

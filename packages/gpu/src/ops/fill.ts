@@ -6,7 +6,7 @@
 import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { type DispatchSpec, f, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
-import { builtins, header, linear } from "./internal/wgsl.js"
+import { builtins, header, linear } from "./Wgsl.js"
 
 export interface Fill {
   readonly kind: "fill"

@@ -15,7 +15,7 @@ import {
   tensorOf
 } from "../runtime/Arena.js"
 import { type DispatchSpec, u } from "./internal/dispatch.js"
-import { header } from "./internal/wgsl.js"
+import { header } from "./Wgsl.js"
 
 /** Global L2 norm of the "grad" group and the clip scale, into step.results. */
 export interface GradNorm {

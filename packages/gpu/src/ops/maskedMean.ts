@@ -7,7 +7,7 @@ import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { atLeast, need } from "./internal/check.js"
 import { type Bind, type DispatchSpec, f, grid, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
-import { type Binding, builtins, header } from "./internal/wgsl.js"
+import { type Binding, builtins, header } from "./Wgsl.js"
 
 export interface MaskedMean {
   readonly kind: "maskedMean"

@@ -9,7 +9,7 @@ import { type DispatchSpec, f, u } from "./internal/dispatch.js"
 import { strided, view } from "./internal/host.js"
 import * as SM from "./internal/subgroupMatrix.js"
 import { type SubgroupMatrixShape } from "./internal/subgroupMatrix.js"
-import { type Binding, header } from "./internal/wgsl.js"
+import { type Binding, header } from "./Wgsl.js"
 
 /**
  * Matmul kernel tiers. "tiled64": 64×64 tile, 4×4 per thread, scalar loads (the default). "tiled64v4" and

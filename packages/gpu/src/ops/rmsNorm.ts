@@ -7,8 +7,8 @@ import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { atLeast, need } from "./internal/check.js"
 import { type DispatchSpec, f, grid, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
-import { builtins, header, linear, reduce64 } from "./internal/wgsl.js"
 import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
+import { builtins, header, linear, reduce64 } from "./Wgsl.js"
 
 export interface RmsNorm {
   readonly kind: "rmsNorm"

@@ -7,8 +7,8 @@ import { type HostArena, type Tensor } from "../runtime/Arena.js"
 import { atLeast } from "./internal/check.js"
 import { type DispatchSpec, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
-import { builtins, header, linear } from "./internal/wgsl.js"
 import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
+import { builtins, header, linear } from "./Wgsl.js"
 
 export interface Swiglu {
   readonly kind: "swiglu"

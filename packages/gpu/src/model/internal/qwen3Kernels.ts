@@ -1,22 +1,10 @@
 /**
- * WGSL kernels the Qwen3 model adds to the shared ones (`wgsl.ts`): the per-token policy loss, the KV-cache write
+ * WGSL kernels the Qwen3 model adds to the shared ones (`ops/Wgsl.ts`): the per-token policy loss, the KV-cache write
  * and cache attention of generation. Training attention is the shared `Ops.attention` with positions.
- * Binding 0 is the uniform parameter block (as in `wgsl.ts`); bindings 1.. are tensors in the order listed.
+ * Binding 0 is the uniform parameter block (as in `ops/Wgsl.ts`); bindings 1.. are tensors in the order listed.
  * The sampler lives in `sampling.ts`.
  */
-
-type Access = "read" | "read_write"
-type Binding = readonly [name: string, access: Access, type?: "f32" | "u32"]
-
-export const header = (params: string, bindings: ReadonlyArray<Binding>) =>
-  `struct P { ${params} }\n@group(0) @binding(0) var<uniform> p: P;\n` +
-  bindings.map(([name, access, type], i) =>
-    `@group(0) @binding(${i + 1}) var<storage, ${access}> ${name}: array<${type ?? "f32"}>;`
-  ).join("\n") + "\n"
-
-export const builtins =
-  "@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32"
-const linear = (wg: number) => `let wg = wid.y * nwg.x + wid.x;\n  let i = wg * ${wg}u + lid;`
+import { builtins, header, linear } from "../../ops/Wgsl.js"
 
 /**
  * The per-token policy loss of one micro-batch, in one workgroup ("weighted" mode): with c the per-token

@@ -12,7 +12,7 @@
  * Outputs per step: `OutTok[slot, ring]` (0xffffffff when the slot was idle) and `OutLp[slot, ring, 2]`
  * (logprob under softmax(logits / T), sampled logprob).
  */
-import { header } from "./qwen3Kernels.js"
+import { header } from "../../ops/Wgsl.js"
 
 /** Per-slot u32 words. */
 export const SLOT_U = 16
