@@ -130,4 +130,43 @@ describe("generation batch → micro-batches", () => {
       )
       assert.closeTo(total, 0, 1e-12) // on-policy GRPO: advantages of a group sum to zero
     }))
+
+  // A black-box agent's episode can be several token sequences (a rewritten history starts a new one): each segment
+  // is its own row with its own mask and sampler logprobs, and every segment shares the episode's advantage.
+  it.effect("an episode's segments are rows of their own sharing its advantage", () =>
+    Effect.gen(function*() {
+      const config = yield* Effect.flatMap(
+        Config.fromSources({ numGenerations: 2, perDeviceTrainBatchSize: 2, gradientAccumulationSteps: 2 }),
+        (c) => Config.resolve(c)
+      )
+      const segmented: EpisodeRecord<Game> = {
+        ...record(0, 0, "catch", 1),
+        segments: [
+          { promptIds: [1, 2], completionIds: [30, 31], mask: [1, 1], logprobs: [-0.5, -0.5], truncated: false },
+          { promptIds: [5], completionIds: [40, 41, 42], mask: [1, 0, 1], logprobs: [-1, 0, -1], truncated: false }
+        ]
+      }
+      const records = [segmented, record(0, 1, "catch", 0)]
+      const out = yield* prepare({
+        config,
+        records,
+        rewardFunctions: [perEnv("catch")],
+        trainerState: { globalStep: 0, maxSteps: 1, epoch: 0 },
+        model: fakeModel([]),
+        reference: undefined,
+        step: 0,
+        decode: (ids) => ids.join(",")
+      })
+      const rows = out.microBatches.flatMap((m) => m.rows)
+      assert.strictEqual(rows.length, 3)
+      const first = rows.find((r) => r.completion[0] === 30)!
+      const second = rows.find((r) => r.completion[0] === 40)!
+      const other = rows.find((r) => r.completion[0] === 10)!
+      assert.deepStrictEqual([first.prompt, second.prompt], [[1, 2], [5]])
+      assert.deepStrictEqual(second.mask, [1, 0, 1])
+      assert.deepStrictEqual(second.sampler, [-1, 0, -1])
+      assert.isTrue(first.advantage > 0 && first.advantage === second.advantage && other.advantage < 0)
+      // The normaliser counts every segment's loss tokens: 2 + 2 + the other episode's 3.
+      assert.strictEqual(out.microBatches[0].numItemsInBatch, 7)
+    }))
 })

@@ -146,7 +146,35 @@ export interface EpisodeRecord<State = unknown> {
   readonly unscoreable?: { readonly reason: string; readonly tag: string }
   /** The oldest weights' version that sampled one of its turns, when the policy reports versions. */
   readonly policyVersion?: number
+  /**
+   * The episode's training rows when it is more than one token sequence (a black-box agent whose history was
+   * rewritten, or whose auxiliary calls stand apart): each segment is one row sharing the episode's reward and
+   * advantage. Absent: the one row `promptIds` + `completionIds`.
+   */
+  readonly segments?: ReadonlyArray<EpisodeSegment>
 }
+
+/** One training row of an episode: a prompt and what followed it, with the loss mask and the sampler's logprobs. */
+export interface EpisodeSegment {
+  readonly promptIds: ReadonlyArray<number>
+  readonly completionIds: ReadonlyArray<number>
+  /** 1: sampled by the model (in the loss); 0 elsewhere. Same length as completionIds. */
+  readonly mask: ReadonlyArray<0 | 1>
+  /** The sampler's logprob of each model token; 0 at mask-0 positions. Same length as completionIds. */
+  readonly logprobs: ReadonlyArray<number>
+  /** The segment's last completion token is not an end-of-turn token. */
+  readonly truncated: boolean
+}
+
+/** The training rows of an episode: its segments, or its one prompt + completion. */
+export const segmentsOf = (record: EpisodeRecord<unknown>): ReadonlyArray<EpisodeSegment> =>
+  record.segments ?? [{
+    promptIds: record.promptIds,
+    completionIds: record.completionIds,
+    mask: record.mask,
+    logprobs: record.logprobs,
+    truncated: record.truncated
+  }]
 
 /** Where the episode sits in the run. */
 export interface EpisodeIdentity {

@@ -4,7 +4,7 @@
  * `stepsPerGeneration` chunks, repeated `numIterations` times. Micro-batches are plain JSON so a checkpoint can
  * hold the ones not yet consumed.
  */
-import type { EpisodeRecord } from "@envtrain/rollout/Episode"
+import { type EpisodeRecord, segmentsOf } from "@envtrain/rollout/Episode"
 import { Effect } from "effect"
 import * as Advantage from "../Advantage.js"
 import * as CompletionMetrics from "../CompletionMetrics.js"
@@ -90,20 +90,23 @@ export const prepare = <State, RE = never, RR = never>(options: {
       scaleRewards: config.scaleRewards,
       multiObjectiveAggregation: config.multiObjectiveAggregation
     })
-    const masks = records.map((r, i) => {
+    // One row per segment (an episode is one segment unless it says otherwise); a segment shares its episode's
+    // advantage and row mask.
+    const segments = records.flatMap((r, i) => segmentsOf(r).map((segment) => ({ segment, episode: i })))
+    const masks = segments.map(({ episode, segment }) => {
       const m = Loss.lossMask({
         rows: 1,
-        length: r.completionIds.length,
-        completionMask: r.completionIds.map(() => 1),
-        toolMask: r.mask,
-        truncated: [r.truncated],
+        length: segment.completionIds.length,
+        completionMask: segment.completionIds.map(() => 1),
+        toolMask: segment.mask,
+        truncated: [segment.truncated],
         maskTruncatedCompletions: config.maskTruncatedCompletions,
-        rowMask: [adv.rowMask[i]]
+        rowMask: [adv.rowMask[episode]]
       })
       return Array.from(m)
     })
     const numItemsInBatch = masks.reduce((s, m) => s + Loss.countTokens(m), 0)
-    const base = records.map((r) => ({ prompt: r.promptIds, completion: r.completionIds }))
+    const base = segments.map(({ segment }) => ({ prompt: segment.promptIds, completion: segment.completionIds }))
     const chunk = config.perDeviceTrainBatchSize
     const old = needsOldLogprobs(config) ? yield* scoreRows(options.model, base, config.temperature, chunk) : undefined
     const ref = options.reference !== undefined && config.beta !== 0
@@ -112,13 +115,13 @@ export const prepare = <State, RE = never, RR = never>(options: {
 
     let ratioLevel: "token" | "sequence" | undefined
     const samplingMetrics: Array<Record<string, number>> = []
-    const ratios = records.map((r, i) => {
+    const ratios = segments.map(({ segment }, i) => {
       if (!config.importanceSamplingCorrection || old === undefined) return undefined
       const correction = Loss.samplerCorrection({
         rows: 1,
-        length: r.completionIds.length,
+        length: segment.completionIds.length,
         oldLogprobs: old[i],
-        samplerLogprobs: r.logprobs,
+        samplerLogprobs: segment.logprobs,
         mask: masks[i],
         mode: config.importanceSamplingMode,
         clipMin: config.importanceSamplingClipMin,
@@ -129,12 +132,12 @@ export const prepare = <State, RE = never, RR = never>(options: {
       return Array.from(correction.ratio)
     })
 
-    const rows: Array<TrainRow> = records.map((r, i) => ({
-      prompt: r.promptIds,
-      completion: r.completionIds,
+    const rows: Array<TrainRow> = segments.map(({ episode, segment }, i) => ({
+      prompt: segment.promptIds,
+      completion: segment.completionIds,
       mask: masks[i],
-      advantage: adv.advantages[i],
-      sampler: r.logprobs,
+      advantage: adv.advantages[episode],
+      sampler: segment.logprobs,
       ...(old === undefined ? {} : { old: old[i] }),
       ...(ref === undefined ? {} : { ref: ref[i] }),
       ...(ratios[i] === undefined ? {} : { ratio: ratios[i] })

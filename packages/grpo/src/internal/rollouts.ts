@@ -139,10 +139,10 @@ export const rewardEpisode = <State>(
   ...(record.unscoreable === undefined ? {} : { unscoreable: { reason: record.unscoreable.reason } })
 })
 
-/** Model tokens of a record (mask 1). */
+/** Model tokens of a record (mask 1), over all its segments. */
 export const modelTokens = (record: Episode.EpisodeRecord<unknown>): number => {
   let n = 0
-  for (const m of record.mask) n += m
+  for (const segment of Episode.segmentsOf(record)) for (const m of segment.mask) n += m
   return n
 }
 
