@@ -66,7 +66,8 @@ export interface AuxiliaryRule {
  */
 export const titleGeneration: AuxiliaryRule = {
   name: "title_generation",
-  pattern: /\btitle generator\b|\bgenerate a (?:short |concise |brief )?title\b|\btitle for (?:this|the) conversation\b/i
+  pattern:
+    /\btitle generator\b|\bgenerate a (?:short |concise |brief )?title\b|\btitle for (?:this|the) conversation\b/i
 }
 
 /** Options of {@link make}. @since 0.0.0 */
@@ -173,7 +174,9 @@ export const make = (
   Effect.gen(function*() {
     const resolved = resolve(options)
     if (typeof resolved === "string") return yield* new CaptureProxyError({ problem: resolved })
-    const running = yield* internal.make(resolved).pipe(Effect.mapError((problem) => new CaptureProxyError({ problem })))
+    const running = yield* internal.make(resolved).pipe(
+      Effect.mapError((problem) => new CaptureProxyError({ problem }))
+    )
     const find = (sessionId: string) =>
       Effect.suspend(() => {
         const s = running.session(sessionId)
@@ -191,7 +194,9 @@ export const make = (
       close: (id) =>
         Effect.suspend(() => {
           const status = running.close(id)
-          return status === undefined ? Effect.fail(new CaptureSessionNotFound({ sessionId: id })) : Effect.succeed(status)
+          return status === undefined
+            ? Effect.fail(new CaptureSessionNotFound({ sessionId: id }))
+            : Effect.succeed(status)
         })
     } satisfies RunningCaptureProxy
   }).pipe(Effect.withSpan("CaptureProxy.make"))

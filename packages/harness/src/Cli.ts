@@ -27,7 +27,14 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor, Serve.command, ServePolicy.command, ...Model.commands, ...Train.commands, Harness.command])
+  Command.withSubcommands([
+    doctor,
+    Serve.command,
+    ServePolicy.command,
+    ...Model.commands,
+    ...Train.commands,
+    Harness.command
+  ])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */

@@ -148,8 +148,13 @@ const firstBad = <A>(xs: ReadonlyArray<A>, bad: (x: A) => boolean) => {
  * @since 0.0.0
  */
 export const checkTurn = (turn: TrainingTurn, index: number): Either.Either<TrainingTurn, TraceInvalid> => {
-  const { completion_token_ids: completion, loss_mask: mask, node_id, per_token_logps: logps, prompt_token_ids: prompt } =
-    turn
+  const {
+    completion_token_ids: completion,
+    loss_mask: mask,
+    node_id,
+    per_token_logps: logps,
+    prompt_token_ids: prompt
+  } = turn
   for (const [name, ids] of [["prompt_token_ids", prompt], ["completion_token_ids", completion]] as const) {
     const bad = firstBad(ids, (id) => !Number.isSafeInteger(id) || id < 0)
     if (bad) return fail("invalid_token_id", index, node_id, `${name}[${bad.index}] is ${bad.value}`)
@@ -228,7 +233,9 @@ const shapeError = (error: ParseResult.ParseError, input: unknown): TraceInvalid
   const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
   const path = issue?.path ?? []
   const turn = path[0] === "turns" && typeof path[1] === "number" ? path[1] : undefined
-  const nodeId = turn === undefined ? undefined : (input as { turns: Array<{ node_id?: unknown }> }).turns[turn]?.node_id
+  const nodeId = turn === undefined
+    ? undefined
+    : (input as { turns: Array<{ node_id?: unknown }> }).turns[turn]?.node_id
   const at = path.length === 0 ? "" : `at ${path.map(String).join(".")}: `
   return new TraceInvalid({
     rule: "schema",

@@ -23,8 +23,11 @@ const turn = (nodeId: string, extra: Record<string, unknown> = {}) => ({
   metadata: {},
   ...extra
 })
-const good = { schema_version: 1, turns: [turn("0"), turn("1")] }
-const withTurn1 = (extra: Record<string, unknown>) => ({ schema_version: 1, turns: [turn("0"), turn("1", extra)] })
+const good = { schema_version: 1 as const, turns: [turn("0"), turn("1")] }
+const withTurn1 = (extra: Record<string, unknown>) => ({
+  schema_version: 1 as const,
+  turns: [turn("0"), turn("1", extra)]
+})
 
 const broken: ReadonlyArray<readonly [TrainingTrace.Rule, unknown]> = [
   ["schema", { ...good, extra: 1 }],
@@ -61,7 +64,10 @@ describe("TrainingTrace", () => {
       })
       assert.deepStrictEqual(bare.turns[0].metadata, {})
       assert.strictEqual(bare.schema_version, 1)
-      assert.strictEqual(TrainingTrace.summary(trace), "valid TrainingTrace (schema_version 1): 2 turns, 4 prompt tokens, 6 completion tokens, 4 trainable")
+      assert.strictEqual(
+        TrainingTrace.summary(trace),
+        "valid TrainingTrace (schema_version 1): 2 turns, 4 prompt tokens, 6 completion tokens, 4 trainable"
+      )
     }))
 
   it.effect("each rule refuses its malformed trace, naming the rule and the turn", () =>
@@ -80,24 +86,28 @@ describe("TrainingTrace", () => {
       }
     }))
 
-  it.live("`envtrain harness validate FILE`: exit 0 with one line, or 1 naming the rule and the turn", () =>
-    Effect.gen(function*() {
-      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "trace-"))
-      const write = (name: string, v: unknown) => {
-        const p = Path.join(dir, name)
-        Fs.writeFileSync(p, typeof v === "string" ? v : JSON.stringify(v))
-        return p
-      }
-      const ok = yield* runCli(["harness", "validate", write("good.json", good)])
-      assert.strictEqual(ok.code, 0, ok.stderr)
-      assert.match(ok.stdout.trim(), /good\.json: valid TrainingTrace \(schema_version 1\): 2 turns/)
-      assert.strictEqual(ok.stdout.trim().split("\n").length, 1)
-      const bad = yield* runCli(["harness", "validate", write("bad.json", withTurn1({ loss_mask: [0, 1, 1, 0, 1] }))])
-      assert.strictEqual(bad.code, 1)
-      assert.match(bad.stderr, /TraceInvalid: turn 1 \(node_id "1"\) breaks rule trainable_prompt/)
-      const notJson = yield* runCli(["harness", "validate", write("notjson.json", "{oops")])
-      assert.strictEqual(notJson.code, 1)
-      assert.match(notJson.stderr, /TraceFileError: .*notjson\.json: is not JSON/)
-      Fs.rmSync(dir, { recursive: true, force: true })
-    }).pipe(Effect.provide(NodeContext.layer)), 120_000)
+  it.live(
+    "`envtrain harness validate FILE`: exit 0 with one line, or 1 naming the rule and the turn",
+    () =>
+      Effect.gen(function*() {
+        const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "trace-"))
+        const write = (name: string, v: unknown) => {
+          const p = Path.join(dir, name)
+          Fs.writeFileSync(p, typeof v === "string" ? v : JSON.stringify(v))
+          return p
+        }
+        const ok = yield* runCli(["harness", "validate", write("good.json", good)])
+        assert.strictEqual(ok.code, 0, ok.stderr)
+        assert.match(ok.stdout.trim(), /good\.json: valid TrainingTrace \(schema_version 1\): 2 turns/)
+        assert.strictEqual(ok.stdout.trim().split("\n").length, 1)
+        const bad = yield* runCli(["harness", "validate", write("bad.json", withTurn1({ loss_mask: [0, 1, 1, 0, 1] }))])
+        assert.strictEqual(bad.code, 1)
+        assert.match(bad.stderr, /TraceInvalid: turn 1 \(node_id "1"\) breaks rule trainable_prompt/)
+        const notJson = yield* runCli(["harness", "validate", write("notjson.json", "{oops")])
+        assert.strictEqual(notJson.code, 1)
+        assert.match(notJson.stderr, /TraceFileError: .*notjson\.json: is not JSON/)
+        Fs.rmSync(dir, { recursive: true, force: true })
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
 })

@@ -109,7 +109,12 @@ type Block =
 const blocks = (c: Captured): Array<Block> => [
   ...(c.reasoning === undefined ? [] : [{ type: "thinking" as const, thinking: c.reasoning }]),
   ...(c.content !== null && c.content.length > 0 ? [{ type: "text" as const, text: c.content }] : []),
-  ...c.toolCalls.map((t) => ({ type: "tool_use" as const, id: t.id, name: t.name, input: argumentsObject(t.arguments) }))
+  ...c.toolCalls.map((t) => ({
+    type: "tool_use" as const,
+    id: t.id,
+    name: t.name,
+    input: argumentsObject(t.arguments)
+  }))
 ]
 
 const withSignature = (b: Block) => b.type === "thinking" ? { ...b, signature: "" } : b
@@ -199,7 +204,10 @@ export const dialect: Dialect = {
           ev("content_block_start", { index, content_block: { type: "tool_use", id: b.id, name: b.name, input: {} } })
         )
         events.push(
-          ev("content_block_delta", { index, delta: { type: "input_json_delta", partial_json: JSON.stringify(b.input) } })
+          ev("content_block_delta", {
+            index,
+            delta: { type: "input_json_delta", partial_json: JSON.stringify(b.input) }
+          })
         )
       }
       events.push(ev("content_block_stop", { index }))

@@ -108,7 +108,9 @@ export const make = (resolved: Resolved): Effect.Effect<Running, string, Scope.S
             resume(Effect.succeed(text.length === 0 ? {} : JSON.parse(text) as unknown))
           } catch (e) {
             resume(
-              Effect.fail(refused(400, `The request body is not valid JSON: ${(e as Error).message}`, "invalid_request"))
+              Effect.fail(
+                refused(400, `The request body is not valid JSON: ${(e as Error).message}`, "invalid_request")
+              )
             )
           }
         })
@@ -174,7 +176,9 @@ export const make = (resolved: Resolved): Effect.Effect<Running, string, Scope.S
       Effect.gen(function*() {
         yield* adminAllowed(req)
         if (parts.length === 0) {
-          if (method !== "POST") return yield* refused(405, "Use POST /admin/sessions to open a session.", "invalid_request")
+          if (method !== "POST") {
+            return yield* refused(405, "Use POST /admin/sessions to open a session.", "invalid_request")
+          }
           const body = yield* readBody(req)
           const label = isObject(body) && typeof body.label === "string" ? body.label : undefined
           const id = openSession(label)
@@ -185,7 +189,9 @@ export const make = (resolved: Resolved): Effect.Effect<Running, string, Scope.S
         if (session === undefined) {
           return yield* refused(404, `No capture session ${id} (closed, or never opened).`, "not_found")
         }
-        if (what === "trace" && method === "GET") return json(session.trace() satisfies TrainingTrace)
+        if (what === "trace" && method === "GET") {
+          return json(session.trace() satisfies TrainingTrace)
+        }
         if (what === undefined && method === "GET") return json(session.status())
         if (what === undefined && method === "DELETE") return json(closeSession(id))
         return yield* refused(
@@ -244,13 +250,18 @@ export const make = (resolved: Resolved): Effect.Effect<Running, string, Scope.S
       return run.pipe(
         Effect.catchAll((e) => Effect.succeed(json(dialect.error(e.status, e.message, e.kind), e.status))),
         Effect.catchAllDefect((d) =>
-          Effect.succeed(json(dialect.error(500, `Internal error: ${d instanceof Error ? d.message : String(d)}`, "upstream"), 500))
+          Effect.succeed(
+            json(dialect.error(500, `Internal error: ${d instanceof Error ? d.message : String(d)}`, "upstream"), 500)
+          )
         ),
         Effect.flatMap((answer) => Effect.sync(() => send(res, answer))),
         Effect.onExit((exit) =>
           Effect.sync(() => {
-            if (Exit.isFailure(exit) && !res.headersSent) send(res, json(dialect.error(503, "The proxy is closing.", "upstream"), 503))
-            else if (!res.writableEnded) res.destroy()
+            if (Exit.isFailure(exit) && !res.headersSent) {
+              send(res, json(dialect.error(503, "The proxy is closing.", "upstream"), 503))
+            } else if (!res.writableEnded) {
+              res.destroy()
+            }
           })
         )
       )
@@ -301,7 +312,9 @@ export const make = (resolved: Resolved): Effect.Effect<Running, string, Scope.S
           return "none"
         }
       })
-      if (stale === "other") return yield* Effect.fail(`Cannot listen on ${path}: something other than a socket is there`)
+      if (stale === "other") {
+        return yield* Effect.fail(`Cannot listen on ${path}: something other than a socket is there`)
+      }
       if (stale === "socket") yield* Effect.sync(() => Fs.rmSync(path, { force: true }))
       yield* listen(serverFor("socket"), { path }, path)
       yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(path, { force: true })))
