@@ -1,5 +1,6 @@
 /**
- * @envtrain/harness — the `envtrain` command line and process entry points; black-box agent training arrives with its issue.
+ * @envtrain/harness — the `envtrain` command line and process entry points; for black-box agent training so far the
+ * capture proxy and OpenEnv's TrainingTrace (the harness trainer itself is not built yet).
  *
  * @since 0.0.0
  */

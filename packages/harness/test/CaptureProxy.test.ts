@@ -8,7 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Launcher } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
-import { Effect, Exit, Scope } from "effect"
+import { Effect, Exit, Schedule, Scope } from "effect"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Os from "node:os"
@@ -465,6 +465,26 @@ describe("CaptureProxy", () => {
         assert.strictEqual(r3.status, 504)
         assert.match(r3.json.error.message, /did not answer within/)
         assert.match((yield* slow.status(k3)).transport_failure ?? "", /did not answer within/)
+
+        // The agent hanging up mid-call (its own time limit) is noted, but is not a transport failure.
+        const patient = yield* proxyFor(`http://127.0.0.1:${silentPort}`, { upstreamTimeout: "60 seconds" })
+        const k4 = yield* patient.open()
+        const aborted = yield* Effect.promise(() =>
+          fetch(`${patient.url}/v1/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json", authorization: `Bearer ${k4}` },
+            body: JSON.stringify({ messages: msgs }),
+            signal: AbortSignal.timeout(300)
+          }).then(() => "answered", (e: Error) => e.name)
+        )
+        assert.strictEqual(aborted, "TimeoutError")
+        const noted = yield* patient.status(k4).pipe(
+          Effect.filterOrFail((s) => s.failures.length > 0),
+          Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 100 }),
+          Effect.orDie
+        )
+        assert.deepStrictEqual(noted.failures.map((f) => f.kind), ["abandoned"])
+        assert.isNull(noted.transport_failure)
       }),
     120_000
   )

@@ -158,8 +158,13 @@ export const make = (resolved: Resolved): Effect.Effect<Running, string, Scope.S
               refused(failure.status, failure.message, failure.kind === "rejected" ? "invalid_request" : "upstream")
             )
           }),
-          // An exchange interrupted mid-call (the agent hung up, the proxy is closing) leaves a hole in the trace.
-          Effect.onInterrupt(() => Effect.sync(() => session.fail("transport", "a model call was interrupted")))
+          // The agent hung up mid-call (its own timeout, or the sandbox killed at the rollout's time limit): noted,
+          // but not a transport failure, so a timed-out rollout keeps its captured turns and its score.
+          Effect.onInterrupt(() =>
+            Effect.sync(() =>
+              session.fail("abandoned", "the agent hung up before the answer; the call was not recorded")
+            )
+          )
         )
         if (session.open) session.add(dialect.name, request.chat, captured, auxiliary)
         return request.stream

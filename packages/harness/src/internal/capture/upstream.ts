@@ -19,7 +19,8 @@ export interface Upstream {
   readonly extraBody: Readonly<Record<string, unknown>>
 }
 
-export type FailureKind = "transport" | "rejected" | "contract"
+/** `abandoned`: the agent hung up before the answer (its own timeout or kill; not the engine's fault). */
+export type FailureKind = "transport" | "rejected" | "contract" | "abandoned"
 
 export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
   readonly kind: FailureKind
