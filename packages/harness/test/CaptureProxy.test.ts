@@ -8,7 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Launcher } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
-import { Effect, Exit, Schedule, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Os from "node:os"
@@ -344,11 +344,15 @@ describe("CaptureProxy", () => {
   )
 
   it.scopedLive(
-    "unknown or missing keys are refused with 401 in the dialect's shape; a closed session's key too",
+    "(the service) unknown or missing keys are refused with 401 in the dialect's shape; a closed session's key too",
     () =>
       Effect.gen(function*() {
         const server = yield* policyServer
-        const proxy = yield* proxyFor(server.url)
+        // The service, as a rollout uses it in process.
+        const context = yield* Layer.build(
+          CaptureProxy.CaptureProxy.layer({ upstream: server.url, model: "tiny", extraBody: TEMPLATE })
+        )
+        const proxy = Context.get(context, CaptureProxy.CaptureProxy)
         const msgs = [{ role: "user", content: "hi" }]
         const c = yield* chatCall(proxy, "sk-not-a-session", msgs)
         assert.strictEqual(c.status, 401)
