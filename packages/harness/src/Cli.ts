@@ -4,6 +4,7 @@
  * @since 0.0.0
  */
 import { Command, Options } from "@effect/cli"
+import * as Harness from "./commands/Harness.js"
 import * as Model from "./commands/Model.js"
 import * as Serve from "./commands/Serve.js"
 import * as ServePolicy from "./commands/ServePolicy.js"
@@ -26,7 +27,14 @@ export const doctor = Command.make(
 /** The root command. */
 export const envtrain = Command.make("envtrain").pipe(
   Command.withDescription("Train language models on interactive environments (TypeScript, Effect, WebGPU)."),
-  Command.withSubcommands([doctor, Serve.command, ServePolicy.command, ...Model.commands, ...Train.commands])
+  Command.withSubcommands([
+    doctor,
+    Serve.command,
+    ServePolicy.command,
+    ...Model.commands,
+    ...Train.commands,
+    Harness.command
+  ])
 )
 
 /** Parses `argv` (as process.argv: node, script, then arguments) and runs the chosen command. */
