@@ -21,7 +21,7 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { Data, Effect, Option } from "effect"
-import { parse, type TomlTable, TomlSyntaxError } from "./internal/toml.js"
+import { parse, TomlSyntaxError, type TomlTable } from "./internal/toml.js"
 
 /** The parts of task.toml a sandboxed run honours (Harbor's field names in the comments). */
 export interface TaskConfig {
@@ -93,7 +93,8 @@ const tableOf = (root: TomlTable, key: string): TomlTable | undefined => {
 /** Reads task.toml's text into a `TaskConfig`. */
 export const parseConfig = (name: string, text: string, dockerWorkdir: Option.Option<string>) =>
   Effect.gen(function*() {
-    const bad = (problem: string) => new TaskError({ task: name, problem: `task.toml: ${problem}`, fix: "Fix task.toml." })
+    const bad = (problem: string) =>
+      new TaskError({ task: name, problem: `task.toml: ${problem}`, fix: "Fix task.toml." })
     const root = yield* Effect.try({
       try: () => parse(text),
       catch: (e) => bad(e instanceof TomlSyntaxError ? e.message : String(e))
@@ -141,8 +142,11 @@ const checkDockerfile = (name: string, text: string) =>
       if (op === "COPY" && rest.length === 2 && /^\.?\/?workspace\/?$/.test(rest[0])) continue
       return yield* new TaskError({
         task: name,
-        problem: `environment/Dockerfile line ${i + 1} ("${line}") needs an image build, which envtrain's sandboxes do not do.`,
-        fix: "Keep the Dockerfile to FROM, WORKDIR and `COPY workspace/ <workdir>`, and put the starting files in environment/workspace/."
+        problem: `environment/Dockerfile line ${
+          i + 1
+        } ("${line}") needs an image build, which envtrain's sandboxes do not do.`,
+        fix:
+          "Keep the Dockerfile to FROM, WORKDIR and `COPY workspace/ <workdir>`, and put the starting files in environment/workspace/."
       })
     }
     return workdir
@@ -181,7 +185,10 @@ export const load = (dir: string, split: Split = "train") =>
       dockerWorkdir
     )
     if (!(yield* exists("tests/test.sh"))) {
-      return yield* missing("tests/test.sh", "Add the verifier script; it must write the reward to /logs/verifier/reward.txt.")
+      return yield* missing(
+        "tests/test.sh",
+        "Add the verifier script; it must write the reward to /logs/verifier/reward.txt."
+      )
     }
     const solverCommands = (yield* exists("solution/solve.sh"))
       ? commandsOf(yield* read("solution/solve.sh", ""))
