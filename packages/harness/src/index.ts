@@ -1,10 +1,15 @@
 /**
- * @envtrain/harness — the `envtrain` command line and process entry points; black-box agent training arrives with its issue.
+ * @envtrain/harness — the `envtrain` command line and process entry points; Harbor tasks, bubblewrap sandboxes and agents (the built-in
+ * bash loop, mini-swe-agent) for black-box agent training; the training itself arrives with its issue.
  *
  * @since 0.0.0
  */
+export * as BashAgent from "./BashAgent.js"
 export * as Cli from "./Cli.js"
 export * as Doctor from "./Doctor.js"
+export * as HarborTask from "./HarborTask.js"
 export * as Main from "./Main.js"
+export * as MiniSweAgent from "./MiniSweAgent.js"
 export * as PolicyBackend from "./PolicyBackend.js"
 export * as PolicyServerProcess from "./PolicyServerProcess.js"
+export * as Sandbox from "./Sandbox.js"
