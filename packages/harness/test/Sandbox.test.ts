@@ -124,6 +124,22 @@ describe("Sandbox", () => {
       const outside = yield* box.exec("exec 3<>/dev/tcp/1.1.1.1/80", { timeout: "10 seconds" })
       assert.notStrictEqual(outside.exitCode, 0)
       assert.strictEqual(other.connections(), 0)
+      // The proxy's own Unix socket, bound in directly.
+      const fs = yield* FileSystem.FileSystem
+      const socketDir = yield* fs.makeTempDirectoryScoped()
+      const onSocket = yield* Effect.acquireRelease(
+        Effect.async<Http.Server>((resume) => {
+          const server = Http.createServer((_req, res) => res.end("hello over the socket"))
+          server.listen(`${socketDir}/proxy.sock`, () => resume(Effect.succeed(server)))
+        }),
+        (s) =>
+          Effect.async<void>((resume) => {
+            s.close(() => resume(Effect.void))
+          })
+      )
+      assert.isTrue(onSocket.listening)
+      const viaSocket = yield* Sandbox.make({ task, endpoint: { socket: `${socketDir}/proxy.sock` } })
+      assert.include((yield* viaSocket.exec(http(8100), { timeout: "10 seconds" })).stdout, "hello over the socket")
       // Without an endpoint there is no network at all.
       const bare = yield* Sandbox.make({ task })
       assert.notStrictEqual((yield* bare.exec(http(8100), { timeout: "10 seconds" })).exitCode, 0)
