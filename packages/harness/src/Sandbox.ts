@@ -312,7 +312,12 @@ export const make = (options: SandboxOptions): Effect.Effect<
           done(Effect.fail(new SandboxError({ message: `the sandbox exited before it was ready: ${stderr.trim()}` })))
         })
         Readline.createInterface({ input: child.stdout }).on("line", (line) => {
-          const msg = JSON.parse(line) as { ready?: boolean; id?: number } & ExecResult
+          let msg: { ready?: boolean; id?: number } & ExecResult
+          try {
+            msg = JSON.parse(line) as typeof msg
+          } catch {
+            return // only the supervisor writes here, one JSON object a line; anything else is not an answer
+          }
           if (msg.ready === true) return done(Effect.void)
           const resolve = pending.get(msg.id ?? -1)
           pending.delete(msg.id ?? -1)
@@ -353,7 +358,16 @@ export const make = (options: SandboxOptions): Effect.Effect<
           p.pending.set(id, (r) => resume(Effect.succeed(r)))
           p.child.stdin?.write(JSON.stringify({ id, command, timeoutMs, env: o.env ?? {} }) + "\n")
           return Effect.sync(() => p.pending.delete(id))
-        })
+        }).pipe(
+          // The supervisor enforces the timeout; this is the backstop should it stop answering.
+          Effect.timeoutFail({
+            duration: Duration.millis(timeoutMs + 15_000),
+            onTimeout: () =>
+              new SandboxError({
+                message: `the sandbox's supervisor did not answer for "${command.slice(0, 80)}"; close the sandbox.`
+              })
+          })
+        )
       })
 
     yield* boot("agent")
