@@ -3,7 +3,8 @@
 #  1. installs npm dependencies when node_modules is missing or older than the lock file;
 #  2. on Linux, when Dawn finds no WebGPU adapter, installs Mesa's software Vulkan driver (as root)
 #     or stops with the exact command to run;
-#  3. on Linux, installs Debian's chromium when missing (the same way).
+#  3. on Linux, installs Debian's chromium when missing (the same way);
+#  4. on Linux, installs Debian's bubblewrap when missing (the harness's sandboxes; the same way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +33,4 @@ if [ "$(uname -s)" = "Linux" ]; then
 fi
 
 bash scripts/ensure-chromium.sh
+bash scripts/ensure-bubblewrap.sh

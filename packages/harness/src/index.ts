@@ -1,13 +1,18 @@
 /**
- * @envtrain/harness — the `envtrain` command line and process entry points; for black-box agent training so far the
- * capture proxy and OpenEnv's TrainingTrace (the harness trainer itself is not built yet).
+ * @envtrain/harness — the `envtrain` command line and process entry points; for black-box agent training the
+ * capture proxy and OpenEnv's TrainingTrace, Harbor tasks, bubblewrap sandboxes and agents (the built-in bash loop,
+ * mini-swe-agent).
  *
  * @since 0.0.0
  */
+export * as BashAgent from "./BashAgent.js"
 export * as CaptureProxy from "./CaptureProxy.js"
 export * as Cli from "./Cli.js"
 export * as Doctor from "./Doctor.js"
+export * as HarborTask from "./HarborTask.js"
 export * as Main from "./Main.js"
+export * as MiniSweAgent from "./MiniSweAgent.js"
 export * as PolicyBackend from "./PolicyBackend.js"
 export * as PolicyServerProcess from "./PolicyServerProcess.js"
+export * as Sandbox from "./Sandbox.js"
 export * as TrainingTrace from "./TrainingTrace.js"

@@ -1,0 +1,129 @@
+// mini-swe-agent (the PyPI package in .venv), unmodified, inside envtrain's bubblewrap sandbox, reaching the model
+// only through the sandbox's one endpoint. Against a real loopback server replying with fixed OpenAI responses that
+// call the task's solver commands and then its submit command, it executes them and the verifier gives 1; against
+// envtrain's own policy server over a tiny model (which solves nothing), it starts, makes its calls, and exits.
+import { FileSystem } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Checkpoint } from "@envtrain/gpu"
+import { HarborTask, MiniSweAgent, PolicyServerProcess, Sandbox } from "@envtrain/harness"
+import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Http from "node:http"
+import type * as Net from "node:net"
+import * as Python from "../src/Python.js"
+
+const venv = `${Python.root}.venv`
+
+type Request = {
+  readonly auth: string | undefined
+  readonly path: string | undefined
+  readonly body: { model: string; messages: Array<{ role: string }>; tools?: Array<{ function: { name: string } }> }
+}
+
+// A real HTTP server speaking chat completions: the n-th call (n = assistant messages so far) runs commands[n].
+const scriptedServer = (commands: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.async<{ url: string; requests: Array<Request>; server: Http.Server }>((resume) => {
+      const requests: Array<Request> = []
+      const server = Http.createServer((req, res) => {
+        let text = ""
+        req.on("data", (c: Buffer) => (text += c.toString()))
+        req.on("end", () => {
+          const body = JSON.parse(text) as Request["body"]
+          requests.push({ auth: req.headers.authorization, path: req.url, body })
+          const n = Math.min(body.messages.filter((m) => m.role === "assistant").length, commands.length - 1)
+          const message = {
+            role: "assistant",
+            content: `Step ${n}.`,
+            tool_calls: [{
+              id: `call_${n}`,
+              type: "function",
+              function: { name: "bash", arguments: JSON.stringify({ command: commands[n] }) }
+            }]
+          }
+          res.setHeader("content-type", "application/json")
+          res.end(JSON.stringify({
+            id: `chatcmpl-${n}`,
+            object: "chat.completion",
+            created: 0,
+            model: body.model,
+            choices: [{ index: 0, message, finish_reason: "tool_calls" }],
+            usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 }
+          }))
+        })
+      })
+      server.listen(0, "127.0.0.1", () =>
+        resume(
+          Effect.succeed({ url: `http://127.0.0.1:${(server.address() as Net.AddressInfo).port}`, requests, server })
+        ))
+    }),
+    (s) =>
+      Effect.async<void>((resume) => {
+        s.server.close(() => resume(Effect.void))
+      })
+  )
+
+const trajectory = (sandbox: Sandbox.Sandbox) =>
+  JSON.parse(Fs.readFileSync(`${sandbox.workspace}/../logs/agent/mini-swe-agent.traj.json`, "utf8")) as {
+    info: { exit_status: string; model_stats: { api_calls: number } }
+  }
+
+describe("mini-swe-agent in envtrain's sandbox", () => {
+  it.scopedLive("executes the tool calls it is given and submits; the verifier gives 1", () =>
+    Effect.gen(function*() {
+      const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+      const task = suite.train.find((t) => t.name === "fix-config-typo")!
+      const server = yield* scriptedServer([...task.solverCommands, "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"])
+      const sandbox = yield* Sandbox.make({
+        task,
+        endpoint: { url: server.url },
+        readOnlyBinds: yield* MiniSweAgent.binds(venv)
+      })
+      const r = yield* MiniSweAgent.run(sandbox, {
+        task,
+        model: "scripted",
+        apiKey: "capture-session-7",
+        stepLimit: 10
+      })
+      assert.strictEqual(r.exitCode, 0, r.stderr)
+      assert.strictEqual(server.requests.length, task.solverCommands.length + 1)
+      for (const q of server.requests) {
+        assert.strictEqual(q.path, "/v1/chat/completions")
+        assert.strictEqual(q.auth, "Bearer capture-session-7")
+        assert.strictEqual(q.body.model, "scripted")
+        assert.deepStrictEqual(q.body.tools?.map((t) => t.function.name), ["bash"])
+      }
+      // Each later request carries the previous command's observation back.
+      assert.isTrue(server.requests.at(-1)!.body.messages.some((m) => m.role === "tool"))
+      assert.strictEqual(trajectory(sandbox).info.exit_status, "Submitted")
+      const verdict = yield* sandbox.verify
+      assert.deepStrictEqual(verdict.reward, { _tag: "Scored", reward: 1, rewards: { reward: 1 } })
+    }).pipe(Effect.provide(NodeContext.layer)), 180_000)
+
+  it.scopedLive(
+    "against envtrain serve-policy over a tiny model: starts, calls the model, exits at its step limit",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const dir = yield* fs.makeTempDirectoryScoped()
+        yield* Checkpoint.save(dir, yield* Checkpoint.makeModel("tiny", 3))
+        const server = yield* PolicyServerProcess.launch({ model: dir, backend: "cpu", servedModelName: "tiny" })
+        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+        const task = suite.heldOut[0]
+        const sandbox = yield* Sandbox.make({
+          task,
+          endpoint: { url: server.url },
+          readOnlyBinds: yield* MiniSweAgent.binds(venv)
+        })
+        const r = yield* MiniSweAgent.run(sandbox, { task, model: "tiny", apiKey: "none", stepLimit: 2, maxTokens: 16 })
+        assert.strictEqual(r.exitCode, 0, r.stderr)
+        const t = trajectory(sandbox)
+        assert.strictEqual(t.info.model_stats.api_calls, 2)
+        assert.strictEqual(t.info.exit_status, "LimitsExceeded")
+        const verdict = yield* sandbox.verify
+        assert.deepStrictEqual(verdict.reward, { _tag: "Scored", reward: 0, rewards: { reward: 0 } })
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+})

@@ -1,0 +1,3 @@
+#!/bin/bash
+# The scripted solver: one shell command per line, run in /app.
+sort words.txt > sorted.txt
