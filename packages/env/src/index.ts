@@ -3,6 +3,8 @@
  *
  * @since 0.0.0
  */
+export * as Browser from "./Browser.js"
+export * as BrowserGym from "./BrowserGym.js"
 export * as Catch from "./Catch.js"
 export * as Client from "./Client.js"
 export * as Definition from "./Definition.js"
