@@ -20,6 +20,7 @@
 import { Data, Effect, Schema } from "effect"
 import * as nodePath from "node:path"
 import { pathToFileURL } from "node:url"
+import * as BrowserGym from "./BrowserGym.js"
 import * as Catch from "./Catch.js"
 import * as Client from "./Client.js"
 import * as Definition from "./Definition.js"
@@ -34,6 +35,12 @@ import * as Sudoku from "./Sudoku.js"
 import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
 
+/** A served environment's variant: BrowserGym's task, CARLA's scenario (`envtrain serve … --task/--scenario`). */
+export interface Variant {
+  readonly task?: string | undefined
+  readonly scenario?: string | undefined
+}
+
 /** One registered environment: what each command needs of it. */
 export interface Entry<State = any> {
   readonly name: string
@@ -42,6 +49,8 @@ export interface Entry<State = any> {
   readonly environment?: Environment.Environment<State, any> | undefined
   /** What `envtrain serve` serves (absent for a server found by URL: it is served already). */
   readonly openEnv?: OpenEnvDefinition | undefined
+  /** What `envtrain serve` serves for a variant (`--task`, `--scenario`); absent when the entry has no variants. */
+  readonly served?: ((variant: Variant) => Effect.Effect<OpenEnvDefinition, UnknownEnvironment>) | undefined
   /** The same tools played on a server at `url` (absent when there is no typed client). */
   readonly remote?: ((url: string) => Environment.Environment<State, any>) | undefined
   /** The environment's own reward of a finished episode's state (`null` = unscoreable). */
@@ -91,8 +100,33 @@ const game = <
   source: "built-in"
 })
 
+/** `browsergym_env` serving the task `--task` names (default `click-test`). */
+const browserGymServed = (variant: Variant): Effect.Effect<OpenEnvDefinition, UnknownEnvironment> => {
+  if (variant.scenario !== undefined) {
+    return Effect.fail(
+      new UnknownEnvironment({ spec: "browsergym", problem: "has no --scenario (that is carla's): give --task" })
+    )
+  }
+  const task = variant.task ?? "click-test"
+  return BrowserGym.isTask(task)
+    ? Effect.succeed(BrowserGym.openEnvFor({ task }))
+    : Effect.fail(
+      new UnknownEnvironment({
+        spec: "browsergym",
+        problem: `no task '${task}': give --task one of ${BrowserGym.TASKS.join(", ")}`
+      })
+    )
+}
+
 /** The built-in environments by name. */
 export const builtins = {
+  browsergym: {
+    ...game("browsergym", BrowserGym, {
+      reward: BrowserGym.reward,
+      success: (s: BrowserGym.State) => s.success
+    }),
+    served: browserGymServed
+  } satisfies Entry<BrowserGym.State>,
   catch: game("catch", Catch, {
     reward: Catch.reward,
     success: (s: Catch.State) => s.caught
@@ -301,14 +335,36 @@ export const discover = (
     })
   )
 
+const variantFlags = (variant: Variant) => [
+  ...(variant.task === undefined ? [] : ["--task"]),
+  ...(variant.scenario === undefined ? [] : ["--scenario"])
+]
+
+/** The definition an entry serves for a variant; a variant given to an entry without variants is refused. */
+const servedDefinition = (
+  entry: Entry,
+  variant: Variant
+): Effect.Effect<OpenEnvDefinition | undefined, UnknownEnvironment> => {
+  if (entry.served !== undefined) return entry.served(variant)
+  const flags = variantFlags(variant)
+  return flags.length === 0 ? Effect.succeed(entry.openEnv) : Effect.fail(
+    new UnknownEnvironment({
+      spec: entry.name,
+      problem: `has no variants: drop ${flags.join(" and ")} (only browsergym takes --task, carla --scenario)`
+    })
+  )
+}
+
 /**
  * Serves the environment `spec` names (a built-in, or a module's definition) over OpenEnv's protocol until the scope
  * closes, and logs where it listens: what `envtrain serve` and `Launcher.envtrain`'s child run. A URL is refused: it
- * names a server already running, so there is nothing to serve.
+ * names a server already running, so there is nothing to serve. `variant` picks BrowserGym's task or CARLA's
+ * scenario; an entry without variants refuses one.
  */
-export const serve = (spec: string, options: ServerOptions.ServerOptions = {}) =>
+export const serve = (spec: string, options: ServerOptions.ServerOptions = {}, variant: Variant = {}) =>
   Effect.gen(function*() {
-    const definition = isUrl(spec) ? undefined : (yield* load(spec)).openEnv
+    const entry = isUrl(spec) ? undefined : yield* load(spec)
+    const definition = entry === undefined ? undefined : yield* servedDefinition(entry, variant)
     if (definition === undefined) {
       return yield* new UnknownEnvironment({
         spec,

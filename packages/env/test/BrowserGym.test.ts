@@ -1,6 +1,6 @@
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Option, Scope } from "effect"
-import { Browser, BrowserGym, Environment } from "../src/index.js"
+import { Browser, BrowserGym, Client, Environment, Registry } from "../src/index.js"
 import type { StepResult } from "../src/OpenEnv.js"
 
 // One real Chromium for the whole file (launched on first use, closed when the file ends).
@@ -225,4 +225,36 @@ describe("Browser (crash)", () => {
       }),
     { timeout: 60_000 }
   )
+})
+
+describe("BrowserGym served (envtrain serve browsergym --task …)", () => {
+  it.live(
+    "Registry.serve with a task serves browsergym_env; the typed remote plays it to reward 1",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const server = yield* Registry.serve("browsergym", { port: 0 }, { task: "click-link" })
+        const entry = Registry.builtins.browsergym
+        const remote = entry.remote(server.url)
+        const won = yield* Environment.run(remote, { seed: 3, task: "click-link" }, BrowserGym.solver("click-link"))
+        assert.strictEqual(entry.reward(won.state), 1)
+        // The served default task is --task's: a plain reset plays click-link.
+        const client = yield* Client.make({ url: server.url })
+        const first = yield* client.reset({ seed: 1 })
+        assert.match(first.observation.goal as string, /^Click on the link "\w+"\.$/)
+        const state = yield* client.state
+        assert.strictEqual(state.task_name, "click-link")
+        const wrong = yield* client.step({ action_str: BrowserGym.wrongStep("click-link", view(first))! })
+        assert.strictEqual(wrong.reward, 0)
+        assert.isTrue(wrong.done)
+      })),
+    { timeout: 60_000 }
+  )
+
+  it.effect("a task the entry lacks, or a variant given to an entry without variants, is refused naming the flag", () =>
+    Effect.gen(function*() {
+      const unknown = yield* Effect.flip(Effect.scoped(Registry.serve("browsergym", { port: 0 }, { task: "fly" })))
+      assert.match(unknown.message, /no task 'fly': give --task one of click-test/)
+      const catchTask = yield* Effect.flip(Effect.scoped(Registry.serve("catch", { port: 0 }, { task: "click-test" })))
+      assert.match(catchTask.message, /environment 'catch': has no variants: drop --task/)
+    }))
 })
