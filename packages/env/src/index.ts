@@ -3,6 +3,7 @@
  *
  * @since 0.0.0
  */
+export * as Carla from "./Carla.js"
 export * as Catch from "./Catch.js"
 export * as Client from "./Client.js"
 export * as Definition from "./Definition.js"
