@@ -20,6 +20,7 @@
 import { Data, Effect, Schema } from "effect"
 import * as nodePath from "node:path"
 import { pathToFileURL } from "node:url"
+import * as Carla from "./Carla.js"
 import * as Catch from "./Catch.js"
 import * as Client from "./Client.js"
 import * as Definition from "./Definition.js"
@@ -34,6 +35,12 @@ import * as Sudoku from "./Sudoku.js"
 import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
 
+/** A served environment's variant: BrowserGym's task, CARLA's scenario (`envtrain serve … --task/--scenario`). */
+export interface Variant {
+  readonly task?: string | undefined
+  readonly scenario?: string | undefined
+}
+
 /** One registered environment: what each command needs of it. */
 export interface Entry<State = any> {
   readonly name: string
@@ -42,6 +49,8 @@ export interface Entry<State = any> {
   readonly environment?: Environment.Environment<State, any> | undefined
   /** What `envtrain serve` serves (absent for a server found by URL: it is served already). */
   readonly openEnv?: OpenEnvDefinition | undefined
+  /** What `envtrain serve` serves for a variant (`--task`, `--scenario`); when present it replaces `openEnv` there. */
+  readonly served?: ((variant: Variant) => Effect.Effect<OpenEnvDefinition, UnknownEnvironment>) | undefined
   /** The same tools played on a server at `url` (absent when there is no typed client). */
   readonly remote?: ((url: string) => Environment.Environment<State, any>) | undefined
   /** The environment's own reward of a finished episode's state (`null` = unscoreable). */
@@ -91,8 +100,31 @@ const game = <
   source: "built-in"
 })
 
+/** carla_env with the scenario `--scenario` names (default `trolley_saves`); `--task` is not one of its flags. */
+const carlaServed = (variant: Variant): Effect.Effect<OpenEnvDefinition, UnknownEnvironment> => {
+  if (variant.task !== undefined) {
+    return Effect.fail(
+      new UnknownEnvironment({ spec: "carla", problem: "takes --scenario, not --task (e.g. --scenario trolley_saves)" })
+    )
+  }
+  const scenario = variant.scenario ?? Carla.defaultScenario
+  const check = Carla.checkScenario(scenario)
+  return check.ok
+    ? Effect.succeed(Carla.openEnvFor(scenario))
+    : Effect.fail(
+      new UnknownEnvironment({
+        spec: "carla",
+        problem: `--scenario ${scenario}: ${check.message}; known: ${Carla.scenarioNames.join(", ")}`
+      })
+    )
+}
+
 /** The built-in environments by name. */
 export const builtins = {
+  carla: {
+    ...game("carla", Carla, { reward: Carla.reward, success: (s: Carla.State) => Carla.success(s) }),
+    served: carlaServed
+  } satisfies Entry<Carla.State>,
   catch: game("catch", Catch, {
     reward: Catch.reward,
     success: (s: Catch.State) => s.caught
@@ -301,14 +333,33 @@ export const discover = (
     })
   )
 
+/** The flags a variant sets, as the command line spells them. */
+const flagsOf = (variant: Variant): Array<string> => [
+  ...(variant.task === undefined ? [] : ["--task"]),
+  ...(variant.scenario === undefined ? [] : ["--scenario"])
+]
+
 /**
  * Serves the environment `spec` names (a built-in, or a module's definition) over OpenEnv's protocol until the scope
  * closes, and logs where it listens: what `envtrain serve` and `Launcher.envtrain`'s child run. A URL is refused: it
- * names a server already running, so there is nothing to serve.
+ * names a server already running, so there is nothing to serve. A `variant` (`--task`, `--scenario`) goes to an
+ * entry's `served`; an entry without one refuses it, naming the flag.
  */
-export const serve = (spec: string, options: ServerOptions.ServerOptions = {}) =>
+export const serve = (spec: string, options: ServerOptions.ServerOptions = {}, variant: Variant = {}) =>
   Effect.gen(function*() {
-    const definition = isUrl(spec) ? undefined : (yield* load(spec)).openEnv
+    const entry = isUrl(spec) ? undefined : yield* load(spec)
+    const flags = flagsOf(variant)
+    if (entry !== undefined && entry.served === undefined && flags.length > 0) {
+      return yield* new UnknownEnvironment({
+        spec,
+        problem: `has no variants: ${flags.join(" and ")} apply only to an environment that has them`
+      })
+    }
+    const definition = entry === undefined
+      ? undefined
+      : entry.served === undefined
+      ? entry.openEnv
+      : yield* entry.served(variant)
     if (definition === undefined) {
       return yield* new UnknownEnvironment({
         spec,

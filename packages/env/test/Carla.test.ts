@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Either, Option, Schema } from "effect"
-import { Carla, Environment } from "../src/index.js"
+import { Carla, Environment, Registry } from "../src/index.js"
 import type { StepResult } from "../src/OpenEnv.js"
 
 type Obs = Carla.Observation
@@ -251,5 +251,60 @@ describe("Carla (TRL tool level)", () => {
       if (first._tag === "Failure") assert.strictEqual(first.reason, "invalid_arguments")
       assert.strictEqual(result.state.scenario, "trolley_saves")
       assert.strictEqual(result.state.reward, 1)
+    }))
+})
+
+describe("Carla served (envtrain serve carla --scenario …, loopback socket)", () => {
+  it.scoped("the typed client plays the served mock: the escape pays 1, reward and done from the envelope", () =>
+    Effect.gen(function*() {
+      const server = yield* Registry.serve("carla", { port: 0 }, { scenario: "trolley_micro_escape_exists" })
+      const client = yield* Carla.connect(server.url)
+      const first = yield* client.reset({ seed: 7 })
+      assert.strictEqual(first.observation.scenario_name, "trolley_micro_escape_exists")
+      assert.strictEqual(first.reward, null)
+      assert.deepStrictEqual(first.observation.location, [0, 0, 0.5])
+      let last = yield* client.step({ ...action({ action_type: "lane_change", lane_direction: "left" }) })
+      while (!last.done) last = yield* client.step(action({ action_type: "observe" }))
+      assert.strictEqual(last.reward, 1)
+      assert.strictEqual(last.observation.rubric_reward, 1)
+      assert.strictEqual(last.observation.step_number, 50)
+      const state = yield* client.state
+      assert.strictEqual(state.scenario_name, "trolley_micro_escape_exists")
+      assert.strictEqual(state.collisions_count, 0)
+      // The same seed in process gives the same episode.
+      const local = yield* play("trolley_micro_escape_exists", 7, [{
+        action_type: "lane_change",
+        lane_direction: "left"
+      }])
+      assert.deepStrictEqual(last.observation, obs(local.last))
+      // reset can switch the scenario, as carla_env's does.
+      const other = yield* client.reset({ scenario_name: "trolley_saves", seed: 1 })
+      assert.strictEqual(other.observation.scenario_name, "trolley_saves")
+    }))
+
+  it.scoped("TRL's tools on the server: the solver scores 1, idling scores 0", () =>
+    Effect.gen(function*() {
+      const server = yield* Registry.serve("carla", { port: 0 }, { scenario: "trolley_micro_escape_exists" })
+      const solved = yield* Environment.run(Carla.remote(server.url), { seed: 3 }, Carla.solver())
+      assert.isTrue(Carla.success(solved.state))
+      const local = yield* Environment.run(Carla.environment, { seed: 3 }, Carla.solver())
+      assert.deepStrictEqual(solved.steps.map((s) => s.outcome.text), local.steps.map((s) => s.outcome.text))
+      const idle = yield* Environment.run(Carla.remote(server.url), { seed: 3 }, (episode) =>
+        Effect.gen(function*() {
+          for (let i = 0; i < 5; i++) yield* episode.call("observe", {})
+        }))
+      assert.strictEqual(idle.state.reward, 0)
+      assert.isTrue(idle.state.collision)
+    }))
+
+  it.scoped("a variant is refused where it does not apply, and an unknown scenario names the known ones", () =>
+    Effect.gen(function*() {
+      const onCatch = yield* Effect.flip(Registry.serve("catch", { port: 0 }, { scenario: "trolley_saves" }))
+      assert.include(onCatch.message, "--scenario")
+      const task = yield* Effect.flip(Registry.serve("carla", { port: 0 }, { task: "click-test" }))
+      assert.include(task.message, "takes --scenario, not --task")
+      const unknown = yield* Effect.flip(Registry.serve("carla", { port: 0 }, { scenario: "trolley_micro_nope" }))
+      assert.include(unknown.message, "Unknown trolley micro benchmark: nope")
+      assert.include(unknown.message, "trolley_micro_escape_exists")
     }))
 })

@@ -1,5 +1,5 @@
 // The child process Launcher.envtrain starts: `tsx serveMain.ts <env> --port N [--max-concurrent-envs N]
-// [--session-timeout S]`. Its flags are read with node:util's parseArgs so that this library needs no command-line
+// [--session-timeout S] [--scenario NAME]`. Its flags are read with node:util's parseArgs so that this library needs no command-line
 // package; `envtrain serve` (packages/harness) is the user's form of the same Registry.serve.
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Duration, Effect } from "effect"
@@ -12,7 +12,8 @@ const { positionals, values } = parseArgs({
   options: {
     port: { type: "string" },
     "max-concurrent-envs": { type: "string" },
-    "session-timeout": { type: "string" }
+    "session-timeout": { type: "string" },
+    scenario: { type: "string" }
   }
 })
 const maxConcurrentEnvs = values["max-concurrent-envs"]
@@ -22,7 +23,7 @@ Registry.serve(positionals[0], {
   port: Number(values.port ?? 8000),
   ...(maxConcurrentEnvs === undefined ? {} : { maxConcurrentEnvs: Number(maxConcurrentEnvs) }),
   ...(sessionTimeout === undefined ? {} : { sessionTimeout: Duration.millis(Number(sessionTimeout) * 1000) })
-}).pipe(
+}, values.scenario === undefined ? {} : { scenario: values.scenario }).pipe(
   Effect.zipRight(Effect.never),
   Effect.scoped,
   Effect.provide(NodeContext.layer),

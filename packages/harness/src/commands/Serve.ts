@@ -1,5 +1,5 @@
 /**
- * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout]`: serves a built-in environment, or a
+ * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout] [--scenario]`: serves a built-in environment, or a
  * module's definition (`Definition.make`) (`envtrain serve ./my-env.ts`), over OpenEnv's protocol until SIGINT/SIGTERM, then
  * closes every session. The serving itself is `Registry.serve` in `@envtrain/env`; this module is its command line.
  *
@@ -37,10 +37,15 @@ const sessionTimeout = Options.float("session-timeout").pipe(
   Options.withDescription("seconds of inactivity after which a session is closed and its slot freed")
 )
 
+const scenario = Options.text("scenario").pipe(
+  Options.optional,
+  Options.withDescription("carla only: the scenario served (default trolley_saves; e.g. trolley_micro_escape_exists)")
+)
+
 /** `serve <env>`; runs until interrupted (NodeRuntime.runMain turns SIGINT/SIGTERM into interruption). */
 export const command = Command.make(
   "serve",
-  { environment, host, port, maxConcurrentEnvs, sessionTimeout },
+  { environment, host, port, maxConcurrentEnvs, sessionTimeout, scenario },
   (args) =>
     Registry.serve(args.environment, {
       host: args.host,
@@ -50,7 +55,10 @@ export const command = Command.make(
         onNone: () => ({}),
         onSome: (s) => ({ sessionTimeout: Duration.millis(s * 1000) })
       })
-    }).pipe(Effect.zipRight(Effect.never), Effect.scoped)
+    }, Option.match(args.scenario, { onNone: () => ({}), onSome: (name) => ({ scenario: name }) })).pipe(
+      Effect.zipRight(Effect.never),
+      Effect.scoped
+    )
 ).pipe(
   Command.withDescription("Serve an environment (a built-in or ./my-env.ts) over OpenEnv's HTTP/WebSocket protocol.")
 )
