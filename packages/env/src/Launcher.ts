@@ -155,6 +155,8 @@ export interface EnvtrainServerOptions {
   readonly maxConcurrentEnvs?: number
   /** Seconds. */
   readonly sessionTimeout?: number
+  /** The served variant (`--scenario`, carla's), as `envtrain serve` takes it. */
+  readonly scenario?: string
   readonly healthTimeout?: Duration.DurationInput
   readonly env?: Readonly<Record<string, string>>
 }
@@ -177,7 +179,8 @@ export const envtrain = (environment: string, options: EnvtrainServerOptions = {
       "--port",
       "{port}",
       ...(options.maxConcurrentEnvs !== undefined ? ["--max-concurrent-envs", String(options.maxConcurrentEnvs)] : []),
-      ...(options.sessionTimeout !== undefined ? ["--session-timeout", String(options.sessionTimeout)] : [])
+      ...(options.sessionTimeout !== undefined ? ["--session-timeout", String(options.sessionTimeout)] : []),
+      ...(options.scenario !== undefined ? ["--scenario", options.scenario] : [])
     ],
     {
       ...(options.healthTimeout !== undefined ? { healthTimeout: options.healthTimeout } : {}),

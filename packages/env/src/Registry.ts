@@ -21,6 +21,7 @@ import { Data, Effect, Schema } from "effect"
 import * as nodePath from "node:path"
 import { pathToFileURL } from "node:url"
 import * as BrowserGym from "./BrowserGym.js"
+import * as Carla from "./Carla.js"
 import * as Catch from "./Catch.js"
 import * as Client from "./Client.js"
 import * as Definition from "./Definition.js"
@@ -118,6 +119,25 @@ const browserGymServed = (variant: Variant): Effect.Effect<OpenEnvDefinition, Un
     )
 }
 
+/** carla_env with the scenario `--scenario` names (default `trolley_saves`); `--task` is not one of its flags. */
+const carlaServed = (variant: Variant): Effect.Effect<OpenEnvDefinition, UnknownEnvironment> => {
+  if (variant.task !== undefined) {
+    return Effect.fail(
+      new UnknownEnvironment({ spec: "carla", problem: "takes --scenario, not --task (e.g. --scenario trolley_saves)" })
+    )
+  }
+  const scenario = variant.scenario ?? Carla.defaultScenario
+  const check = Carla.checkScenario(scenario)
+  return check.ok
+    ? Effect.succeed(Carla.openEnvFor(scenario))
+    : Effect.fail(
+      new UnknownEnvironment({
+        spec: "carla",
+        problem: `--scenario ${scenario}: ${check.message}; known: ${Carla.scenarioNames.join(", ")}`
+      })
+    )
+}
+
 /** The built-in environments by name. */
 export const builtins = {
   browsergym: {
@@ -127,6 +147,10 @@ export const builtins = {
     }),
     served: browserGymServed
   } satisfies Entry<BrowserGym.State>,
+  carla: {
+    ...game("carla", Carla, { reward: Carla.reward, success: (s: Carla.State) => Carla.success(s) }),
+    served: carlaServed
+  } satisfies Entry<Carla.State>,
   catch: game("catch", Catch, {
     reward: Catch.reward,
     success: (s: Catch.State) => s.caught
@@ -335,6 +359,7 @@ export const discover = (
     })
   )
 
+/** The flags a variant sets, as the command line spells them. */
 const variantFlags = (variant: Variant) => [
   ...(variant.task === undefined ? [] : ["--task"]),
   ...(variant.scenario === undefined ? [] : ["--scenario"])

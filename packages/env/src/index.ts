@@ -5,6 +5,7 @@
  */
 export * as Browser from "./Browser.js"
 export * as BrowserGym from "./BrowserGym.js"
+export * as Carla from "./Carla.js"
 export * as Catch from "./Catch.js"
 export * as Client from "./Client.js"
 export * as Definition from "./Definition.js"

@@ -1,6 +1,6 @@
 // The child process Launcher.envtrain starts: `tsx serveMain.ts <env> --port N [--max-concurrent-envs N]
-// [--session-timeout S] [--task T]`. Its flags are read with node:util's parseArgs so that this library needs no command-line
-// package; `envtrain serve` (packages/harness) is the user's form of the same Registry.serve.
+// [--session-timeout S] [--task T] [--scenario NAME]`. Its flags are read with node:util's parseArgs so that this
+// library needs no command-line package; `envtrain serve` (packages/harness) is the user's form of the same Registry.serve.
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Duration, Effect } from "effect"
 import { parseArgs } from "node:util"
@@ -13,7 +13,8 @@ const { positionals, values } = parseArgs({
     port: { type: "string" },
     "max-concurrent-envs": { type: "string" },
     "session-timeout": { type: "string" },
-    task: { type: "string" }
+    task: { type: "string" },
+    scenario: { type: "string" }
   }
 })
 const maxConcurrentEnvs = values["max-concurrent-envs"]
@@ -23,7 +24,10 @@ Registry.serve(positionals[0], {
   port: Number(values.port ?? 8000),
   ...(maxConcurrentEnvs === undefined ? {} : { maxConcurrentEnvs: Number(maxConcurrentEnvs) }),
   ...(sessionTimeout === undefined ? {} : { sessionTimeout: Duration.millis(Number(sessionTimeout) * 1000) })
-}, values.task === undefined ? {} : { task: values.task }).pipe(
+}, {
+  ...(values.task === undefined ? {} : { task: values.task }),
+  ...(values.scenario === undefined ? {} : { scenario: values.scenario })
+}).pipe(
   Effect.zipRight(Effect.never),
   Effect.scoped,
   Effect.provide(NodeContext.layer),

@@ -1,5 +1,5 @@
 /**
- * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout] [--task]`: serves a built-in environment, or a
+ * `serve <env> [--host] [--port] [--max-concurrent-envs] [--session-timeout] [--task] [--scenario]`: serves a built-in environment, or a
  * module's definition (`Definition.make`) (`envtrain serve ./my-env.ts`), over OpenEnv's protocol until SIGINT/SIGTERM, then
  * closes every session. The serving itself is `Registry.serve` in `@envtrain/env`; this module is its command line.
  *
@@ -39,13 +39,20 @@ const sessionTimeout = Options.float("session-timeout").pipe(
 
 const task = Options.text("task").pipe(
   Options.optional,
-  Options.withDescription("browsergym's task (default click-test), e.g. click-button, enter-text, login-user")
+  Options.withDescription(
+    "browsergym only: the task served (default click-test), e.g. click-button, enter-text, login-user"
+  )
+)
+
+const scenario = Options.text("scenario").pipe(
+  Options.optional,
+  Options.withDescription("carla only: the scenario served (default trolley_saves; e.g. trolley_micro_escape_exists)")
 )
 
 /** `serve <env>`; runs until interrupted (NodeRuntime.runMain turns SIGINT/SIGTERM into interruption). */
 export const command = Command.make(
   "serve",
-  { environment, host, port, maxConcurrentEnvs, sessionTimeout, task },
+  { environment, host, port, maxConcurrentEnvs, sessionTimeout, task, scenario },
   (args) =>
     Registry.serve(args.environment, {
       host: args.host,
@@ -55,7 +62,10 @@ export const command = Command.make(
         onNone: () => ({}),
         onSome: (s) => ({ sessionTimeout: Duration.millis(s * 1000) })
       })
-    }, Option.match(args.task, { onNone: () => ({}), onSome: (t) => ({ task: t }) })).pipe(
+    }, {
+      ...Option.match(args.task, { onNone: () => ({}), onSome: (t) => ({ task: t }) }),
+      ...Option.match(args.scenario, { onNone: () => ({}), onSome: (name) => ({ scenario: name }) })
+    }).pipe(
       Effect.zipRight(Effect.never),
       Effect.scoped
     )
