@@ -4,6 +4,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint } from "@envtrain/gpu"
 import type { GenerateRequest } from "@envtrain/rollout/Policy"
 import { Cause, Effect, Exit, Fiber } from "effect"
+import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
 import { type MicroBatch, trainMicroBatch } from "../src/internal/generation.js"
 import { batchOf, optimizerStep, type TrainableModel } from "../src/internal/model.js"
@@ -197,4 +198,46 @@ describe("async GRPO on the worker model", () => {
       assert.deepStrictEqual(run.metrics, sync.metrics)
       assert.deepStrictEqual(run.completions, sync.completions)
     }).pipe(Effect.provide(NodeContext.layer)), { timeout: 180_000 })
+
+  it.scoped(
+    "envtrain train with async on the CPU backend (the worker model) equals the sync run",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = path.join(dir, "model")
+        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const run = (name: string, extra: ReadonlyArray<string>) =>
+          Effect.gen(function*() {
+            const file = path.join(dir, `${name}.yaml`)
+            const out = path.join(dir, name)
+            yield* fs.writeFileString(
+              file,
+              [
+                `model: ${model}`,
+                "backend: cpu",
+                "recipe: catch",
+                "toolsInPrompt: false",
+                "dataset: { seeds: [0, 8] }",
+                `output_dir: ${out}`,
+                "num_generations: 2",
+                "perDeviceTrainBatchSize: 4",
+                "maxCompletionLength: 12",
+                "maxSteps: 2",
+                "loggingSteps: 1",
+                ...extra
+              ].join("\n") + "\n"
+            )
+            yield* CommandFile.train(file, [])
+            const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(out, Metrics.files.metrics))
+            return metrics.map((m) => Object.fromEntries(Object.entries(m).filter(([k]) => !timing.test(k))))
+          })
+        const sync = yield* run("sync", [])
+        const async = yield* run("async", ["async: true", "maxStaleness: 0"])
+        assert.deepStrictEqual(sync.map((m) => m.step), [1, 2])
+        assert.deepStrictEqual(async, sync)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    { timeout: 180_000 }
+  )
 })
