@@ -18,7 +18,8 @@
  *
  * With `async: true` (async GRPO, TRL's `AsyncGRPOTrainer`) step 1's generation batches come from a producer that
  * runs ahead of the optimizer, bounded by `maxInflightTasks` and `maxStaleness` (internal/rolloutQueue.ts); with
- * maxStaleness 0 the run equals the synchronous one.
+ * maxStaleness 0 the run equals the synchronous one. On the CPU, train on {@link workerModel} for that: the
+ * in-thread model's update is synchronous JavaScript, during which the producer cannot even send its requests.
  *
  * Interruption (SIGINT/SIGTERM through `Main.run`, or fiber interruption) writes a checkpoint of the last completed
  * step before the Effect ends; `resume` continues from a checkpoint with the same data, seeds, optimizer state
