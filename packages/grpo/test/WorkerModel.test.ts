@@ -130,13 +130,13 @@ describe("Trainer.workerModel", () => {
         const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
         const { model, worker } = yield* WorkerModel.start(checkpoint)
         assert.match(worker.name, /^envtrain-cpu-model \(thread \d+\)$/)
-        // A long generation in flight when the thread is killed.
-        const long = yield* Effect.fork(
-          Effect.exit(
-            model.generate([{ promptIds: [1, 2, 3], sampling: { temperature: 1, maxTokens: 4000, seed: 1 } }])
-          )
-        )
-        yield* Effect.sleep("300 millis")
+        // A long generation in flight when the thread is killed: 8 sequences of ~2000 tokens (no stop tokens given,
+        // so none ends early) take seconds even on a fast, idle machine.
+        const long = yield* Effect.fork(Effect.exit(model.generate(Array.from({ length: 8 }, (_, i) => ({
+          promptIds: [1, 2, 3 + i],
+          sampling: { temperature: 1, maxTokens: 4000, seed: i }
+        })))))
+        yield* Effect.sleep("200 millis")
         yield* worker.terminate
         const inFlight = defectOf(yield* Fiber.join(long))
         assert.instanceOf(inFlight, WorkerModel.WorkerModelError)
