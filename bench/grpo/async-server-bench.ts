@@ -1,13 +1,18 @@
 /**
  * Sync vs async GRPO on Catch with generation on a policy server in its own process (`envtrain serve-policy
- * --backend cpu` as a child), next to sync in process for reference. Same setup as async-bench.ts: the tiny preset
+ * --backend cpu` as a child), next to sync in process for reference. server-async trains on the in-thread CPU
+ * model (its update blocks the event loop, so the producer cannot send requests meanwhile); server-async-worker
+ * trains on `Trainer.workerModel` (the same model in a worker thread; its start-up is not timed), so generation on
+ * the server can overlap the update. Same setup as async-bench.ts: the tiny preset
  * (seed 1) after a short SFT warm-up on Catch's imperfect player (as examples/src/Pipeline.ts does, smaller; 0 SFT
  * episodes = untrained), saved once and served from disk; Catch's environment, prompt and reward,
  * G = 4, 8 episodes per step, same seed and steps in every mode. Each server mode gets a fresh child (policy
- * version 0). Modes alternate per round (server sync, server async, in-process sync) because the machine's two
- * cores are shared. Saves bench/results/grpo/async-server-bench.json and .md.
+ * version 0). Modes alternate per round because the machine's two cores are shared. Saves
+ * bench/results/grpo/async-server-bench.json and .md.
  *
- *   npx tsx bench/grpo/async-server-bench.ts [steps] [maxCompletionLength] [rounds] [sftEpisodes]
+ *   npx tsx bench/grpo/async-server-bench.ts [steps] [maxCompletionLength] [rounds] [sftEpisodes] [modes]
+ *
+ * `modes`: comma-separated, default server-sync,server-async,server-async-worker,in-process-sync.
  */
 import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
@@ -17,7 +22,7 @@ import { PolicyServerProcess } from "@envtrain/harness"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
-import { loadavg } from "node:os"
+import { cpus, loadavg } from "node:os"
 import * as Config from "../../packages/grpo/src/Config.js"
 import * as Dataset from "../../packages/grpo/src/Dataset.js"
 import * as PolicyServers from "../../packages/grpo/src/PolicyServers.js"
@@ -30,12 +35,16 @@ const steps = Number(process.argv[2] ?? 6)
 const completion = Number(process.argv[3] ?? 640)
 const rounds = Number(process.argv[4] ?? 1)
 const sftEpisodes = Number(process.argv[5] ?? 64)
+const allModes = ["server-sync", "server-async", "server-async-worker", "in-process-sync"] as const
+type Mode = typeof allModes[number]
+const modes = (process.argv[6] ?? allModes.join(",")).split(",") as ReadonlyArray<Mode>
+for (const mode of modes) {
+  if (!allModes.includes(mode)) throw new Error(`unknown mode ${mode}: give some of ${allModes.join(",")}`)
+}
 
 // `envtrain serve-policy --backend cpu` in its own process, stopped with the scope; its URL.
 const startServer = (dir: string) =>
   Effect.map(PolicyServerProcess.launch({ model: dir, backend: "cpu" }), (server) => server.url)
-
-type Mode = "server-sync" | "server-async" | "in-process-sync"
 
 const median = (xs: ReadonlyArray<number>) => {
   if (xs.length === 0) return null
@@ -57,12 +66,16 @@ const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Mode
       maxSteps: steps,
       seed: 42,
       outputDir: `/tmp/envtrain-async-server-bench-${mode}`,
-      ...(mode === "server-async" ? { async: true, maxStaleness: 1 } : {})
+      ...(mode === "server-async" || mode === "server-async-worker" ? { async: true, maxStaleness: 1 } : {})
     })
-    const local = Trainer.referenceModel(checkpoint)
+    const workerStarted = Date.now()
+    const local = mode === "server-async-worker"
+      ? yield* Trainer.workerModel(checkpoint)
+      : Trainer.referenceModel(checkpoint)
+    const workerStartSeconds = mode === "server-async-worker" ? (Date.now() - workerStarted) / 1000 : null
     // The server's start-up (tsx compile, checkpoint load) is outside the timed run; the first weight push is in it.
     const url = mode === "in-process-sync" ? null : yield* startServer(dir)
-    const loadBefore = loadavg()[0]
+    const [loadBefore, load5Before] = loadavg()
     const started = Date.now()
     const model = url === null ? local : yield* PolicyServers.withPolicyServers(local, { urls: [url] })
     const result = yield* Trainer.train({
@@ -100,8 +113,11 @@ const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Mode
       ),
       droppedSamples: result.steps.at(-1)?.values["async/dropped_samples_total"] ?? null,
       meanCompletionLength: mean("completions/mean_length"),
+      workerStartSeconds,
       loadBefore,
-      loadAfter: loadavg()[0]
+      loadAfter: loadavg()[0],
+      load5Before,
+      load5After: loadavg()[1]
     }
     console.log(JSON.stringify(r))
     return r
@@ -150,7 +166,7 @@ const program = Effect.gen(function*() {
   yield* Checkpoint.save(dir, checkpoint)
   const runs = []
   for (let round = 1; round <= rounds; round++) {
-    for (const mode of ["server-sync", "server-async", "in-process-sync"] as const) {
+    for (const mode of modes) {
       runs.push(yield* run(mode, round, dir, checkpoint))
     }
   }
@@ -162,6 +178,8 @@ const program = Effect.gen(function*() {
     rounds,
     sftEpisodes,
     sftSeconds,
+    cpus: cpus().length,
+    note: "other sessions' jobs shared the machine's cores during the runs (see the load averages)",
     runs
   }
   mkdirSync("bench/results/grpo", { recursive: true })
@@ -176,9 +194,11 @@ const program = Effect.gen(function*() {
       ? "no SFT (untrained). "
       : `a short SFT warm-up (${sftEpisodes} imperfect-player episodes, 2 epochs, ${sftSeconds.toFixed(0)} s). `) +
     `server-*: generation on an \`envtrain serve-policy --backend cpu\` child (fresh per run; its start-up is not ` +
-    `timed, the first weight push is); server-async: maxStaleness 1, maxInflightTasks auto. Machine: 2 CPU cores ` +
-    `shared with other sessions' work, so absolute numbers are noisy; the modes alternate within each round. ` +
-    `Reward per wall-minute = mean step reward × steps / wall minutes. Load = 1-minute load average before → after.`,
+    `timed, the first weight push is); server-async*: maxStaleness 1, maxInflightTasks auto; server-async trains ` +
+    `on the in-thread CPU model, server-async-worker on \`Trainer.workerModel\` (the same model in a worker thread; ` +
+    `its start-up is not timed). Machine: ${cpus().length} CPU cores shared with other sessions' jobs, so absolute ` +
+    `numbers are noisy; the modes alternate within each round. Reward per wall-minute = mean step reward × steps / ` +
+    `wall minutes. Load = 1-minute (5-minute) load average before → after.`,
     "",
     "| round | mode | wall s | step s (median) | steps/hour | mean reward | reward/wall-min | generation s | " +
     "update s | queue wait s | overlap | staleness mean (max) | dropped | load |",
@@ -188,10 +208,11 @@ const program = Effect.gen(function*() {
       `${f(r.meanReward, 3)} | ${f(r.rewardPerWallMinute, 3)} | ${f(r.meanGenerationSeconds)} | ` +
       `${f(r.meanUpdateSeconds)} | ${f(r.meanQueueWaitSeconds)} | ${f(r.meanOverlap)} | ` +
       `${f(r.meanStaleness)} (${f(r.maxStaleness, 0)}) | ${r.droppedSamples ?? "–"} | ` +
-      `${f(r.loadBefore)} → ${f(r.loadAfter)} |`
+      `${f(r.loadBefore)} (${f(r.load5Before)}) → ${f(r.loadAfter)} (${f(r.load5After)}) |`
     ),
     "",
-    "Reproduce: `npx tsx bench/grpo/async-server-bench.ts " + `${steps} ${completion} ${rounds} ${sftEpisodes}` + "`."
+    "Reproduce: `npx tsx bench/grpo/async-server-bench.ts " +
+    `${steps} ${completion} ${rounds} ${sftEpisodes} ${modes.join(",")}` + "`."
   ].join("\n")
   writeFileSync("bench/results/grpo/async-server-bench.md", md + "\n")
   console.log(md)

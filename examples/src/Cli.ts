@@ -76,6 +76,12 @@ const flags = {
   numGenerations: int("num-generations", "GRPO group size G"),
   prompts: int("prompts", "prompts per GRPO step"),
   maxCompletionLength: int("max-completion-length", "completion budget per episode (model and tool tokens)"),
+  maxStaleness: int(
+    "max-staleness",
+    "async GRPO: rollouts run ahead of the optimizer, trained on when at most N policy versions old (0 = the " +
+      "synchronous results); with --backend cpu the update runs in a worker thread, so that generation on a " +
+      "--policy-server overlaps it (default: synchronous GRPO)"
+  ),
   evalEpisodes: int("eval-episodes", "held-out evaluation episodes")
 }
 
@@ -153,7 +159,8 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
       ...(Option.isSome(f.beta) ? { beta: f.beta.value } : {}),
       numGenerations: or(f.numGenerations, defaults.grpo.numGenerations),
       prompts: or(f.prompts, defaults.grpo.prompts),
-      maxCompletionLength: or(f.maxCompletionLength, defaults.grpo.maxCompletionLength)
+      maxCompletionLength: or(f.maxCompletionLength, defaults.grpo.maxCompletionLength),
+      ...(Option.isSome(f.maxStaleness) ? { maxStaleness: f.maxStaleness.value } : {})
     },
     evalEpisodes: or(f.evalEpisodes, defaults.evalEpisodes)
   }
@@ -189,6 +196,11 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    [
+      "max-staleness",
+      grpo.maxStaleness === undefined || (Number.isInteger(grpo.maxStaleness) && grpo.maxStaleness >= 0),
+      `${grpo.maxStaleness}: give a whole number of policy versions >= 0 (0 = the synchronous results)`
+    ],
     [
       "policy-server",
       (settings.policyServers ?? []).every((url) => /^https?:\/\/\S+$/.test(url)),

@@ -102,6 +102,12 @@ export interface Settings {
      * starts) in turn, in order (no shuffle); with `prompts` = the number of strata every step holds each once.
      */
     readonly stratified?: boolean
+    /**
+     * Async GRPO (`async: true` with this `maxStaleness`): rollouts run ahead of the optimizer. With the CPU backend
+     * GRPO then trains in a worker thread (`Trainer.workerModel`), so generation on policy servers overlaps the
+     * update. Default: synchronous GRPO.
+     */
+    readonly maxStaleness?: number
   }
   readonly evalEpisodes: number
   /** Print progress bars and tables. */
@@ -440,12 +446,16 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const sftSeconds = (Date.now() - sftStarted) / 1000
     // GRPO starts from the SFT weights with a fresh optimizer (as a new TRL trainer would): the SFT run's Adam
     // moments would otherwise keep moving the weights even on steps whose advantages are all zero.
-    const local = yield* trainable(
-      warm,
-      settings.grpo.numGenerations * settings.grpo.prompts,
-      grpoSequence(settings),
-      settings.grpo.temperature
-    )
+    // Async on the CPU: the update in a worker thread, so the event loop keeps serving the rollouts meanwhile.
+    const async = settings.grpo.maxStaleness !== undefined
+    const local = async && settings.backend === "cpu"
+      ? yield* Trainer.workerModel(warm)
+      : yield* trainable(
+        warm,
+        settings.grpo.numGenerations * settings.grpo.prompts,
+        grpoSequence(settings),
+        settings.grpo.temperature
+      )
     // With policy servers the episodes (GRPO's and the evaluations') sample there; the rest stays local.
     const model = yield* PolicyServers.withPolicyServers(local, {
       urls: settings.policyServers ?? [],
@@ -492,7 +502,8 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       logCompletions: true,
       numCompletionsToPrint: 1,
       shuffleDataset: !stratified,
-      seed: settings.seed
+      seed: settings.seed,
+      ...(async ? { async: true, maxStaleness: settings.grpo.maxStaleness } : {})
     })
 
     let states: Array<State> = []

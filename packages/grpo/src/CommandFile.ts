@@ -6,7 +6,8 @@
  *
  * ```yaml
  * model: models/tiny-sft        # a Hugging Face model directory
- * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact)
+ * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact;
+ *                               # with async: true it trains in a worker thread, Trainer.workerModel)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
  * recipe: wordle                # instead of environment: a built-in recipe (environment, prompts, rewards, success)
@@ -356,7 +357,11 @@ const thinkingOf = (spec: RunSpec, config: Config.GRPOConfig) => ({
 const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
   Effect.gen(function*() {
     const checkpoint = yield* Checkpoint.load(spec.model)
-    if (spec.backend === "cpu") return Trainer.referenceModel(checkpoint)
+    // Async GRPO on the CPU: the update in a worker thread (for the run's scope), so that the rollouts (on policy
+    // servers, or in the worker between updates) are served while it runs; the same results as in the thread.
+    if (spec.backend === "cpu") {
+      return config.async === true ? yield* Trainer.workerModel(checkpoint) : Trainer.referenceModel(checkpoint)
+    }
     return yield* Trainer.gpuModel(checkpoint, {
       batch: config.perDeviceTrainBatchSize,
       seq,

@@ -18,7 +18,8 @@
  *
  * With `async: true` (async GRPO, TRL's `AsyncGRPOTrainer`) step 1's generation batches come from a producer that
  * runs ahead of the optimizer, bounded by `maxInflightTasks` and `maxStaleness` (internal/rolloutQueue.ts); with
- * maxStaleness 0 the run equals the synchronous one.
+ * maxStaleness 0 the run equals the synchronous one. On the CPU, train on {@link workerModel} for that: the
+ * in-thread model's update is synchronous JavaScript, during which the producer cannot even send its requests.
  *
  * Interruption (SIGINT/SIGTERM through `Main.run`, or fiber interruption) writes a checkpoint of the last completed
  * step before the Effect ends; `resume` continues from a checkpoint with the same data, seeds, optimizer state
@@ -52,7 +53,7 @@
 import type { Checkpoint } from "@envtrain/gpu"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import type { PromptRow } from "@envtrain/rollout/Rollout"
-import { Effect } from "effect"
+import { Effect, type Scope } from "effect"
 import * as Advantage from "./Advantage.js"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
@@ -80,6 +81,7 @@ import {
   type TrainerHandle
 } from "./internal/rollouts.js"
 import * as RunLoop from "./internal/runLoop.js"
+import * as WorkerModel from "./internal/workerModel.js"
 import * as Loss from "./Loss.js"
 import * as LrSchedule from "./LrSchedule.js"
 import * as Metrics from "./Metrics.js"
@@ -103,6 +105,9 @@ export type {
   TrainerHandle
 }
 
+/** @since 0.0.0 */
+export type WorkerModelOptions = WorkerModel.WorkerModelOptions
+
 /**
  * The plain-TypeScript Qwen3 model (`Qwen3Reference`) as a {@link TrainableModel}: exact and slow (tests, tiny
  * models on a CPU). Multi-turn episodes reuse each turn's KV cache for the next (the tokens are those a fresh prefill
@@ -112,6 +117,34 @@ export type {
  */
 export const referenceModel: (model: Checkpoint.Model, options?: { readonly maxBatchSize?: number }) => TrainableModel =
   cachedCpuModel
+
+/**
+ * The CPU reference model ({@link referenceModel}: the same code, bit-identical results) in a worker thread, scoped:
+ * forward, backward, the optimizer step and generation run there, so the trainer's event loop stays free while the
+ * update runs. What async GRPO needs on the CPU backend for generation on a policy server to overlap the update.
+ * The worker ends with the Scope; a worker that exits, crashes or passes `callTimeout` fails the run with
+ * {@link WorkerModelError} naming it. Details: `internal/workerModel.ts`.
+ *
+ * @example
+ * ```ts
+ * const model = yield* Trainer.workerModel(yield* Checkpoint.load("models/tiny-sft"))
+ * ```
+ *
+ * @since 0.0.0
+ */
+export const workerModel: (
+  model: Checkpoint.Model,
+  options?: WorkerModelOptions
+) => Effect.Effect<TrainableModel, WorkerModelError, Scope.Scope> = WorkerModel.workerModel
+
+/**
+ * The CPU model's worker thread stopped, crashed, or did not answer within `callTimeout`.
+ *
+ * @since 0.0.0
+ */
+export const WorkerModelError = WorkerModel.WorkerModelError
+/** @since 0.0.0 */
+export type WorkerModelError = WorkerModel.WorkerModelError
 
 /**
  * The Qwen3 model on the GPU (WebGPU/Dawn) as a {@link TrainableModel}, scoped to the device. `batch` should be
