@@ -1,0 +1,293 @@
+// Training a black-box agent on Harbor tasks (issue 19's example). The agent is envtrain's built-in bash-tool loop
+// (BashAgent), run as a black box: every model call goes through the capture proxy to `envtrain serve-policy`,
+// and the trainer learns only from the captured token ids and masks.
+//
+// 1. SFT warm-up of a tiny/small preset on solver transcripts in the agent's own format: BashAgent itself runs
+//    each training task against a scripted endpoint that answers with the task's solution/solve.sh commands as
+//    `bash` tool calls (then "Done."), in a real sandbox, so the transcripts hold the exact messages, tool schema and
+//    tool results the agent produces.
+// 2. serve-policy on the SFT weights; held-out (and training) task success before GRPO, greedy.
+// 3. Harness GRPO (async) on the training tasks with BashAgent, through HarnessTrainer.
+// 4. Success again; runs/harness/{eval.json, report.html, traces/{before,after}/, metrics.jsonl, harness.jsonl}.
+//
+// `tsx examples/src/harness.ts --help` lists the flags. mini-swe-agent (HarnessSession.miniSweAgent) is not this
+// example's agent: its transcripts have another format (THOUGHT + one ```bash block), which the SFT data here does
+// not produce.
+import { Command, Options } from "@effect/cli"
+import { FileSystem, Path } from "@effect/platform"
+import { Checkpoint } from "@envtrain/gpu"
+import { Config, SftTrainer, Trainer } from "@envtrain/grpo"
+import {
+  BashAgent,
+  HarborTask,
+  HarnessSession,
+  HarnessTrainer,
+  Main,
+  PolicyServerProcess,
+  Sandbox
+} from "@envtrain/harness"
+import type { ChatMessage } from "@envtrain/text/ChatTemplate"
+import { Console, Effect } from "effect"
+import * as Http from "node:http"
+import type * as Net from "node:net"
+
+interface Settings {
+  readonly preset: "tiny" | "small"
+  readonly out: string
+  readonly seed: number
+  readonly sftEpochs: number
+  readonly sftLearningRate: number
+  readonly steps: number
+  readonly numGenerations: number
+  readonly prompts: number
+  readonly learningRate: number
+  readonly temperature: number
+  readonly agentSteps: number
+  readonly maxTokens: number
+  readonly concurrency: number
+}
+
+// A loopback OpenAI chat-completions endpoint that answers the n-th call with the n-th solver command as a bash
+// tool call, then "Done.": BashAgent's own loop produces the transcript.
+const solverEndpoint = (commands: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.async<Http.Server>((resume) => {
+      const server = Http.createServer((req, res) => {
+        let text = ""
+        req.on("data", (c: Buffer) => (text += c.toString()))
+        req.on("end", () => {
+          const body = JSON.parse(text) as { messages: Array<{ role: string }> }
+          const n = body.messages.filter((m) => m.role === "assistant").length
+          const message = n < commands.length
+            ? {
+              role: "assistant",
+              content: "",
+              tool_calls: [{
+                id: `call_${n}`,
+                type: "function",
+                function: { name: "bash", arguments: JSON.stringify({ command: commands[n] }) }
+              }]
+            }
+            : { role: "assistant", content: "Done." }
+          res.setHeader("content-type", "application/json")
+          res.end(JSON.stringify({ choices: [{ index: 0, message, finish_reason: "stop" }] }))
+        })
+      })
+      server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+    }),
+    (server) =>
+      Effect.async<void>((resume) => {
+        server.close(() => resume(Effect.void))
+      })
+  )
+
+const solverTranscript = (task: HarborTask.HarborTask) =>
+  Effect.scoped(Effect.gen(function*() {
+    const endpoint = yield* solverEndpoint(task.solverCommands)
+    const sandbox = yield* Sandbox.make({ task })
+    const run = yield* BashAgent.run(sandbox, {
+      baseUrl: `http://127.0.0.1:${(endpoint.address() as Net.AddressInfo).port}/v1`,
+      apiKey: "solver",
+      model: "solver",
+      instruction: task.instruction
+    })
+    const verdict = yield* sandbox.verify
+    if (verdict.reward._tag !== "Scored" || verdict.reward.reward !== 1) {
+      return yield* Effect.dieMessage(`the solution of ${task.name} does not pass its verifier`)
+    }
+    // Tool calls keep their arguments as the JSON string the agent sends back each turn.
+    const messages = run.messages.map((m) => ({ ...m, content: m.content ?? "" })) as unknown as Array<ChatMessage>
+    return { messages, tools: [BashAgent.bashTool as unknown as Readonly<Record<string, unknown>>] }
+  }))
+
+const pct = (x: number | null) => (x === null ? "-" : `${(x * 100).toFixed(1)} %`)
+
+const run = (settings: Settings) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const started = Date.now()
+    const out = settings.out
+    yield* fs.remove(out, { recursive: true }).pipe(Effect.ignore)
+    yield* fs.makeDirectory(out, { recursive: true })
+    const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+    yield* Console.log(
+      `harness example: agent bash-agent (envtrain's built-in bash-tool loop, run as a black box through the ` +
+        `capture proxy); ${suite.train.length} training tasks, ${suite.heldOut.length} held-out`
+    )
+
+    // 1. SFT on solver transcripts in the agent's own format.
+    const transcripts = yield* Effect.forEach(suite.train, solverTranscript)
+    yield* fs.writeFileString(path.join(out, "sft.jsonl"), transcripts.map((t) => JSON.stringify(t)).join("\n") + "\n")
+    const initial = yield* Checkpoint.makeModel(settings.preset, settings.seed)
+    const sftModel = Trainer.referenceModel(initial)
+    const lengths = yield* Effect.forEach(transcripts, (t) =>
+      SftTrainer.tokenize({ tokenizer: initial.tokenizer, chatTemplate: initial.chatTemplate }, t))
+    const maxLength = Math.max(...lengths.map((l) =>
+      l.ids.length
+    ))
+    yield* Console.log(
+      `sft: ${transcripts.length} solver transcripts (BashAgent format, bash tool schema in the prompt), ` +
+        `${maxLength} tokens at most, ${settings.sftEpochs} epochs`
+    )
+    const sftStarted = Date.now()
+    yield* SftTrainer.train({
+      config: yield* Config.fromSources({
+        outputDir: path.join(out, "sft"),
+        perDeviceTrainBatchSize: 4,
+        gradientAccumulationSteps: 1,
+        numTrainEpochs: settings.sftEpochs,
+        learningRate: settings.sftLearningRate,
+        lrSchedulerType: "cosine",
+        warmupRatio: 0.1,
+        loggingSteps: 5,
+        saveSteps: 1_000_000,
+        seed: settings.seed
+      }),
+      model: sftModel,
+      transcripts,
+      maxLength,
+      title: "harness (SFT warm-up on solver transcripts)",
+      progress: false
+    })
+    const warm: Checkpoint.Model = { ...initial, tensors: (yield* sftModel.exportState).weights }
+    const warmDir = path.join(out, "sft-model")
+    yield* Checkpoint.save(warmDir, warm)
+    const sftSeconds = (Date.now() - sftStarted) / 1000
+    yield* Console.log(`sft: done in ${sftSeconds.toFixed(0)} s -> ${warmDir}`)
+
+    // 2. The policy server on the SFT weights, and success before GRPO (greedy).
+    const server = yield* PolicyServerProcess.launch({ model: warmDir, backend: "cpu", servedModelName: "policy" })
+    const greedy = HarnessSession.bashAgent({
+      maxSteps: settings.agentSteps,
+      maxTokens: settings.maxTokens,
+      temperature: 0
+    })
+    const evaluate = (label: string) =>
+      Effect.gen(function*() {
+        const at = Date.now()
+        const heldOut = yield* HarnessTrainer.evaluate({
+          tasks: suite.heldOut,
+          agent: greedy,
+          policyServer: server.url,
+          tracesDir: path.join(out, "traces", label, "held-out"),
+          concurrency: settings.concurrency
+        })
+        const train = yield* HarnessTrainer.evaluate({
+          tasks: suite.train,
+          agent: greedy,
+          policyServer: server.url,
+          tracesDir: path.join(out, "traces", label, "train"),
+          concurrency: settings.concurrency
+        })
+        yield* Console.log(
+          `${label}: held-out success ${pct(heldOut.successRate)} (${heldOut.successes}/${heldOut.episodes}), ` +
+            `training tasks ${pct(train.successRate)} (${train.successes}/${train.episodes}), tool calls ` +
+            `${heldOut.tasks.reduce((s, t) => s + t.toolCalls, 0) + train.tasks.reduce((s, t) => s + t.toolCalls, 0)}` +
+            ` [${((Date.now() - at) / 1000).toFixed(0)} s]`
+        )
+        return { heldOut, train }
+      })
+    const before = yield* evaluate("before")
+
+    // 3. Harness GRPO on the training tasks (async), generating on the server through capture proxies.
+    const grpoStarted = Date.now()
+    const result = yield* HarnessTrainer.train({
+      config: yield* Config.fromSources({
+        outputDir: out,
+        policyServers: [server.url],
+        numGenerations: settings.numGenerations,
+        perDeviceTrainBatchSize: settings.numGenerations * settings.prompts,
+        gradientAccumulationSteps: 1,
+        maxSteps: settings.steps,
+        learningRate: settings.learningRate,
+        lrSchedulerType: "constant",
+        temperature: settings.temperature,
+        lossType: "dapo",
+        loggingSteps: 1,
+        saveSteps: settings.steps,
+        logCompletions: true,
+        numCompletionsToPrint: 1,
+        async: true,
+        maxStaleness: 1,
+        seed: settings.seed
+      }),
+      model: Trainer.referenceModel(warm),
+      tasks: suite.train,
+      agent: HarnessSession.bashAgent({
+        maxSteps: settings.agentSteps,
+        maxTokens: settings.maxTokens,
+        temperature: settings.temperature
+      }),
+      maxConcurrentRollouts: settings.concurrency,
+      title: "harness GRPO (BashAgent on Harbor tasks)",
+      onStep: (step) =>
+        Console.log(
+          `grpo step ${step.step}: reward ${(step.values["reward"] ?? Number.NaN).toFixed(3)}, loss ${
+            step.loss.toFixed(4)
+          }, unscoreable ${step.values["unscoreable_frac"] ?? 0}`
+        )
+    })
+    const grpoSeconds = (Date.now() - grpoStarted) / 1000
+
+    // 4. Success after (the server holds the trained weights: they are pushed after every step).
+    const after = yield* evaluate("after")
+    const evalJson = {
+      example: "harness",
+      agent: "bash-agent",
+      preset: settings.preset,
+      settings,
+      before,
+      after,
+      seconds: { sft: sftSeconds, grpo: grpoSeconds, total: (Date.now() - started) / 1000 },
+      globalStep: result.globalStep,
+      checkpoint: result.checkpoint ?? null,
+      report: result.report
+    }
+    yield* fs.writeFileString(path.join(out, "eval.json"), JSON.stringify(evalJson, null, 2) + "\n")
+    yield* Console.log(
+      [
+        "",
+        `| ${"bash-agent, greedy"} | before GRPO | after GRPO |`,
+        "| --- | ---: | ---: |",
+        `| held-out success (${before.heldOut.episodes} tasks) | ${pct(before.heldOut.successRate)} | ${
+          pct(after.heldOut.successRate)
+        } |`,
+        `| training-task success (${before.train.episodes} tasks) | ${pct(before.train.successRate)} | ${
+          pct(after.train.successRate)
+        } |`,
+        "",
+        `wrote ${path.join(out, "eval.json")}, ${result.report}, ${path.join(out, "traces")}/ ` +
+        `(${((Date.now() - started) / 60000).toFixed(1)} min)`
+      ].join("\n")
+    )
+    return evalJson
+  }).pipe(Effect.scoped)
+
+const int = (name: string, value: number, description: string) =>
+  Options.integer(name).pipe(Options.withDescription(description), Options.withDefault(value))
+const float = (name: string, value: number, description: string) =>
+  Options.float(name).pipe(Options.withDescription(description), Options.withDefault(value))
+
+const command = Command.make("harness", {
+  preset: Options.choice("preset", ["tiny", "small"]).pipe(Options.withDefault("tiny" as const)),
+  out: Options.text("out").pipe(Options.withDefault("runs/harness")),
+  seed: int("seed", 0, "seed of the model and sampling"),
+  sftEpochs: int("sft-epochs", 40, "SFT epochs over the 12 solver transcripts"),
+  sftLearningRate: float("sft-lr", 1e-2, "SFT learning rate"),
+  steps: int("steps", 8, "GRPO steps"),
+  numGenerations: int("num-generations", 4, "rollouts per task per step"),
+  prompts: int("prompts", 2, "tasks per step"),
+  learningRate: float("lr", 1e-3, "GRPO learning rate"),
+  temperature: float("temperature", 1, "sampling temperature of the GRPO rollouts"),
+  agentSteps: int("agent-steps", 4, "model calls per rollout"),
+  maxTokens: int("max-tokens", 64, "max_tokens per model call"),
+  concurrency: int("concurrency", 4, "rollouts in flight")
+}, (s) => Effect.asVoid(run(s))).pipe(
+  Command.withDescription(
+    "Train envtrain's bash-tool agent on Harbor tasks: SFT on solver transcripts, then harness GRPO through the " +
+      "capture proxy; held-out task success before and after."
+  )
+)
+
+Main.run(Effect.suspend(() => Command.run(command, { name: "harness", version: "0.0.0" })(process.argv)))
