@@ -28,7 +28,7 @@
 import { Context, Data, Duration, Effect, Layer, Option, Scope } from "effect"
 import type { Browser as PwBrowser, BrowserContext, Page } from "playwright-core"
 import { chromium } from "playwright-core"
-import { chromiumChildPids, findChromium } from "./internal/chromium.js"
+import { chromiumChildPids, findChromium, processTree, pssKiB } from "./internal/chromium.js"
 
 /** How the browser is launched and how long page work may take. */
 export interface BrowserOptions {
@@ -78,6 +78,8 @@ export interface Service {
   readonly launches: Effect.Effect<number>
   /** Sessions open now. */
   readonly openSessions: Effect.Effect<number>
+  /** The browser's memory now: PSS (KiB) summed over its process tree (`/proc/<pid>/smaps_rollup`), and the count. */
+  readonly memory: Effect.Effect<Option.Option<{ readonly pssKiB: number; readonly processes: number }>>
 }
 
 interface Running {
@@ -255,7 +257,13 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
         running !== undefined && running.browser.isConnected() ? Option.fromNullable(running.pid) : Option.none()
       ),
       launches: Effect.sync(() => launches),
-      openSessions: Effect.sync(() => open)
+      openSessions: Effect.sync(() => open),
+      memory: Effect.sync(() => {
+        const pid = running?.pid
+        if (pid === undefined || !running?.browser.isConnected()) return Option.none()
+        const tree = processTree(pid)
+        return Option.some({ pssKiB: tree.reduce((sum, p) => sum + pssKiB(p), 0), processes: tree.length })
+      })
     } satisfies Service
   })
 

@@ -164,7 +164,7 @@ describe("BrowserGym (TRL's tools)", () => {
   it.live("the tool solver wins the clicking and typing tasks; reward 1", () =>
     Effect.gen(function*() {
       for (const task of ["click-test", "click-button", "click-link", "enter-text", "login-user", "click-dialog"]) {
-        const result = yield* Environment.run(env, { seed: 5, task }, BrowserGym.solver(task))
+        const result = yield* Environment.run(env, { seed: 5, task }, BrowserGym.solver({ task }))
         assert.isTrue(result.state.success, task)
         assert.strictEqual(BrowserGym.reward(result.state), 1, task)
         assert.match(Option.getOrElse(result.observation, () => ""), /^Goal: .*\n\nPage structure:\n/)
@@ -218,7 +218,11 @@ describe("Browser (crash)", () => {
         assert.isNull(BrowserGym.reward(outcome.state), "a lost episode is unscoreable, never 0")
         assert.isNotNull(outcome.state.lost)
         // A later session works on a relaunched browser.
-        const later = yield* Environment.run(crashEnv, { seed: 4, task: "click-test" }, BrowserGym.solver("click-test"))
+        const later = yield* Environment.run(
+          crashEnv,
+          { seed: 4, task: "click-test" },
+          BrowserGym.solver({ task: "click-test" })
+        )
         assert.strictEqual(BrowserGym.reward(later.state), 1)
         assert.strictEqual(yield* own.launches, 2)
         yield* Scope.close(ownScope, Exit.void)
@@ -235,7 +239,11 @@ describe("BrowserGym served (envtrain serve browsergym --task …)", () => {
         const server = yield* Registry.serve("browsergym", { port: 0 }, { task: "click-link" })
         const entry = Registry.builtins.browsergym
         const remote = entry.remote(server.url)
-        const won = yield* Environment.run(remote, { seed: 3, task: "click-link" }, BrowserGym.solver("click-link"))
+        const won = yield* Environment.run(
+          remote,
+          { seed: 3, task: "click-link" },
+          BrowserGym.solver({ task: "click-link" })
+        )
         assert.strictEqual(entry.reward(won.state), 1)
         // The served default task is --task's: a plain reset plays click-link.
         const client = yield* Client.make({ url: server.url })
