@@ -231,6 +231,33 @@ describe("Browser (crash)", () => {
   )
 })
 
+describe("Browser (hung page)", () => {
+  it.live(
+    "a page that stops answering past the step timeout loses its session; the next reset works",
+    () =>
+      Effect.gen(function*() {
+        const ownScope = yield* Scope.make()
+        const own = yield* Scope.extend(Browser.make({ actionTimeoutMs: 1000, stepTimeoutMs: 3000 }), ownScope)
+        const instance = yield* Scope.extend(BrowserGym.openEnvFor({ browser: own }).make, ownScope)
+        yield* instance.reset({ seed: 1, task_name: "click-test" })
+        const hung = yield* Effect.exit(
+          instance.step({ action_str: "goto('data:text/html,<script>for(;;){}</script>')" })
+        )
+        assert.isTrue(Exit.isFailure(hung))
+        assert.match(
+          String(Exit.isFailure(hung) && hung.cause),
+          /browser session lost: the page did not answer within 3s/
+        )
+        const again = yield* instance.reset({ seed: 2, task_name: "click-test" })
+        const won = yield* instance.step({ action_str: BrowserGym.solveStep("click-test", view(again))! })
+        assert.strictEqual(won.reward, 1)
+        assert.strictEqual(yield* own.launches, 1, "the browser itself survived")
+        yield* Scope.close(ownScope, Exit.void)
+      }),
+    { timeout: 60_000 }
+  )
+})
+
 describe("BrowserGym served (envtrain serve browsergym --task …)", () => {
   it.live(
     "Registry.serve with a task serves browsergym_env; the typed remote plays it to reward 1",
