@@ -153,7 +153,11 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
         clearTimeout(idleTimer)
         idleTimer = undefined
       }
-      if (running !== undefined && running.browser.isConnected()) return Effect.succeed(running)
+      // The session counts as open from here, under the lock, so an idle close cannot race its context.
+      if (running !== undefined && running.browser.isConnected()) {
+        open += 1
+        return Effect.succeed(running)
+      }
       const dead = running
       running = undefined
       return Effect.zipRight(
@@ -162,6 +166,7 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
           Effect.sync(() => {
             running = r
             launches += 1
+            open += 1
           }))
       )
     }))
@@ -178,6 +183,11 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
         }
       }, ms)
       idleTimer.unref()
+    }
+
+    const release = () => {
+      open -= 1
+      scheduleIdleClose()
     }
 
     yield* Effect.addFinalizer(() =>
@@ -199,17 +209,13 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
                 serviceWorkers: "block"
               }),
             catch: (e) => new BrowserLaunchError({ message: `cannot open a browser context: ${describe(e)}` })
-          }),
+          }).pipe(Effect.tapError(() => Effect.sync(release))),
           (c) =>
             Effect.promise(() => c.close().catch(() => undefined)).pipe(
               Effect.timeoutOption(Duration.seconds(5)),
-              Effect.zipRight(Effect.sync(() => {
-                open -= 1
-                scheduleIdleClose()
-              }))
+              Effect.zipRight(Effect.sync(release))
             )
         )
-        open += 1
         context.setDefaultTimeout(options.actionTimeoutMs ?? 5_000)
         context.setDefaultNavigationTimeout(options.actionTimeoutMs ?? 5_000)
         const page = yield* Effect.tryPromise({
