@@ -27,7 +27,6 @@
  */
 import { Context, Data, Duration, Effect, Layer, Option, Scope } from "effect"
 import type { Browser as PwBrowser, BrowserContext, Page } from "playwright-core"
-import { chromium } from "playwright-core"
 import { chromiumChildPids, findChromium, processTree, pssKiB } from "./internal/chromium.js"
 
 /** How the browser is launched and how long page work may take. */
@@ -97,18 +96,22 @@ const launch = (options: BrowserOptions) =>
     }
     const before = new Set(chromiumChildPids())
     const browser = yield* Effect.tryPromise({
+      // Loaded on first launch: importing playwright-core costs over a second, which no other user of the package
+      // should pay.
       try: () =>
-        chromium.launch({
-          executablePath,
-          headless: true,
-          timeout: options.launchTimeoutMs ?? 30_000,
-          args: [
-            `--js-flags=--max-old-space-size=${options.maxHeapMiB ?? 256}`,
-            "--disable-dev-shm-usage",
-            "--disable-gpu",
-            "--no-first-run"
-          ]
-        }),
+        import("playwright-core").then(({ chromium }) =>
+          chromium.launch({
+            executablePath,
+            headless: true,
+            timeout: options.launchTimeoutMs ?? 30_000,
+            args: [
+              `--js-flags=--max-old-space-size=${options.maxHeapMiB ?? 256}`,
+              "--disable-dev-shm-usage",
+              "--disable-gpu",
+              "--no-first-run"
+            ]
+          })
+        ),
       catch: (e) =>
         new BrowserLaunchError({
           message: `cannot launch ${executablePath}: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}; ` +
