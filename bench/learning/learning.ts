@@ -3,7 +3,7 @@
 // follow it), and per example the median, worst and best of the SFT start, the result after GRPO and the gain.
 // Saves bench/results/learning-<example>.{json,md}.
 //
-// Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env ...]
+// Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env|browsergym ...]
 //          [--seeds 0,1,2,3,4] [--jobs 2] [--set '{"grpo":{"steps":16}}'] [--tag NAME] [--smoke]
 //        tsx bench/learning/learning.ts EXAMPLE --from-runs runs/a,runs/b [--tag NAME]   (summarise finished runs)
 // (default: catch, seeds 0-4, one job per core). Each seed runs as its own process (`--worker`), `--jobs` at a time.
@@ -21,6 +21,7 @@ import * as Pipeline from "../../examples/src/Pipeline.js"
 import * as Sizes from "../../examples/src/Sizes.js"
 
 const examples: Record<string, { readonly recipe: Recipe.Recipe<any>; readonly settings: Pipeline.Settings }> = {
+  browsergym: { recipe: Recipe.browsergymRecipe, settings: Sizes.browsergym },
   catch: { recipe: Recipe.catchRecipe, settings: Sizes.catchDemo },
   wordle: { recipe: Recipe.wordleRecipe, settings: { ...Sizes.wordle, rewards: "seed" } },
   "wordle-shaped": { recipe: Recipe.wordleRecipe, settings: { ...Sizes.wordle, rewards: "shaped" } },

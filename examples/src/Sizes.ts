@@ -79,3 +79,14 @@ export const multiEnv: Pipeline.Settings = {
   grpo: { steps: 8, learningRate: 2e-4, numGenerations: 8, prompts: 2, maxCompletionLength: 960, temperature: 0.4 },
   evalEpisodes: 32
 }
+
+/**
+ * BrowserGym: the simplest MiniWoB++-style tasks (one right click wins; the model must copy the bid of the element
+ * the goal names from the accessibility tree). Small sizes: every episode drives a real Chromium.
+ */
+export const browsergym: Pipeline.Settings = {
+  ...Pipeline.defaults,
+  sft: { episodes: 200, errorRate: 0.3, epochs: 2, learningRate: 1e-2, batchSize: 4, maxLength: 512 },
+  grpo: { steps: 8, learningRate: 2e-4, numGenerations: 4, prompts: 5, maxCompletionLength: 256, temperature: 0.7 },
+  evalEpisodes: 40
+}

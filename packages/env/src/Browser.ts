@@ -27,8 +27,7 @@
  */
 import { Context, Data, Duration, Effect, Layer, Option, Scope } from "effect"
 import type { Browser as PwBrowser, BrowserContext, Page } from "playwright-core"
-import { chromium } from "playwright-core"
-import { chromiumChildPids, findChromium } from "./internal/chromium.js"
+import { chromiumChildPids, findChromium, processTree, pssKiB } from "./internal/chromium.js"
 
 /** How the browser is launched and how long page work may take. */
 export interface BrowserOptions {
@@ -78,6 +77,8 @@ export interface Service {
   readonly launches: Effect.Effect<number>
   /** Sessions open now. */
   readonly openSessions: Effect.Effect<number>
+  /** The browser's memory now: PSS (KiB) summed over its process tree (`/proc/<pid>/smaps_rollup`), and the count. */
+  readonly memory: Effect.Effect<Option.Option<{ readonly pssKiB: number; readonly processes: number }>>
 }
 
 interface Running {
@@ -95,18 +96,22 @@ const launch = (options: BrowserOptions) =>
     }
     const before = new Set(chromiumChildPids())
     const browser = yield* Effect.tryPromise({
+      // Loaded on first launch: importing playwright-core costs over a second, which no other user of the package
+      // should pay.
       try: () =>
-        chromium.launch({
-          executablePath,
-          headless: true,
-          timeout: options.launchTimeoutMs ?? 30_000,
-          args: [
-            `--js-flags=--max-old-space-size=${options.maxHeapMiB ?? 256}`,
-            "--disable-dev-shm-usage",
-            "--disable-gpu",
-            "--no-first-run"
-          ]
-        }),
+        import("playwright-core").then(({ chromium }) =>
+          chromium.launch({
+            executablePath,
+            headless: true,
+            timeout: options.launchTimeoutMs ?? 30_000,
+            args: [
+              `--js-flags=--max-old-space-size=${options.maxHeapMiB ?? 256}`,
+              "--disable-dev-shm-usage",
+              "--disable-gpu",
+              "--no-first-run"
+            ]
+          })
+        ),
       catch: (e) =>
         new BrowserLaunchError({
           message: `cannot launch ${executablePath}: ${e instanceof Error ? e.message.split("\n")[0] : String(e)}; ` +
@@ -151,7 +156,11 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
         clearTimeout(idleTimer)
         idleTimer = undefined
       }
-      if (running !== undefined && running.browser.isConnected()) return Effect.succeed(running)
+      // The session counts as open from here, under the lock, so an idle close cannot race its context.
+      if (running !== undefined && running.browser.isConnected()) {
+        open += 1
+        return Effect.succeed(running)
+      }
       const dead = running
       running = undefined
       return Effect.zipRight(
@@ -160,6 +169,7 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
           Effect.sync(() => {
             running = r
             launches += 1
+            open += 1
           }))
       )
     }))
@@ -176,6 +186,11 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
         }
       }, ms)
       idleTimer.unref()
+    }
+
+    const release = () => {
+      open -= 1
+      scheduleIdleClose()
     }
 
     yield* Effect.addFinalizer(() =>
@@ -197,17 +212,13 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
                 serviceWorkers: "block"
               }),
             catch: (e) => new BrowserLaunchError({ message: `cannot open a browser context: ${describe(e)}` })
-          }),
+          }).pipe(Effect.tapError(() => Effect.sync(release))),
           (c) =>
             Effect.promise(() => c.close().catch(() => undefined)).pipe(
               Effect.timeoutOption(Duration.seconds(5)),
-              Effect.zipRight(Effect.sync(() => {
-                open -= 1
-                scheduleIdleClose()
-              }))
+              Effect.zipRight(Effect.sync(release))
             )
         )
-        open += 1
         context.setDefaultTimeout(options.actionTimeoutMs ?? 5_000)
         context.setDefaultNavigationTimeout(options.actionTimeoutMs ?? 5_000)
         const page = yield* Effect.tryPromise({
@@ -255,7 +266,13 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
         running !== undefined && running.browser.isConnected() ? Option.fromNullable(running.pid) : Option.none()
       ),
       launches: Effect.sync(() => launches),
-      openSessions: Effect.sync(() => open)
+      openSessions: Effect.sync(() => open),
+      memory: Effect.sync(() => {
+        const pid = running?.pid
+        if (pid === undefined || !running?.browser.isConnected()) return Option.none()
+        const tree = processTree(pid)
+        return Option.some({ pssKiB: tree.reduce((sum, p) => sum + pssKiB(p), 0), processes: tree.length })
+      })
     } satisfies Service
   })
 

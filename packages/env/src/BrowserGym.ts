@@ -38,6 +38,7 @@ import {
 } from "./internal/browserGymEpisode.js"
 import { tasks } from "./internal/miniwobTasks.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./internal/openEnvSupport.js"
+import * as Prng from "./internal/prng.js"
 import type { OpenEnvDefinition, StepResult } from "./OpenEnv.js"
 import { OpenEnvExecutionError, OpenEnvFactoryError } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
@@ -355,25 +356,38 @@ const toolCallOf = (action: string): { readonly name: string; readonly args: Rec
   return undefined
 }
 
+/** The task an observation shows: the page title (`RootWebArea '<task>'`) is the task's name. */
+export const taskOf = (text: string): string | undefined => /RootWebArea '([\w-]+)'/.exec(text)?.[1]
+
 /**
  * A solver through the tools: reads the goal and the tree from each tool result and clicks/fills its way through
- * the task the episode plays (`task`). Tasks needing actions the tools lack (select_option) are solved by clicking
- * where possible and otherwise stop.
+ * the task (`task`, else the one the page title names). With `errorRate` > 0 each move is, with that probability
+ * (seeded by `seed`), replaced by the task's wrong move where it has one, for imperfect SFT data. Tasks needing
+ * actions the tools lack (select_option) are solved by clicking where possible and otherwise stop.
  */
-export const solver = (task: string = "click-test") => (episode: Environment.Episode<unknown>): Effect.Effect<void> =>
-  Effect.gen(function*() {
-    let text = Option.getOrElse(episode.observation, () => "")
-    for (let i = 0; i < 10; i++) {
-      const action = solveStep(task, viewOf(text))
-      const call = action === undefined ? undefined : toolCallOf(action)
-      if (call === undefined) return
-      const outcome = yield* episode.call(call.name, call.args)
-      if (outcome._tag === "Failure") return
-      text = outcome.text
-      const state = (yield* episode.state) as State
-      if (state.done) return
-    }
-  })
+export const solver = (
+  options: { readonly task?: string; readonly errorRate?: number; readonly seed?: number } = {}
+) => {
+  const prng = Prng.make(options.seed ?? 0)
+  const errorRate = options.errorRate ?? 0
+  return (episode: Environment.Episode<unknown>): Effect.Effect<void> =>
+    Effect.gen(function*() {
+      let text = Option.getOrElse(episode.observation, () => "")
+      const task = options.task ?? taskOf(text) ?? "click-test"
+      for (let i = 0; i < 10; i++) {
+        const view = viewOf(text)
+        const wrong = errorRate > 0 && prng.next() < errorRate ? wrongStep(task, view) : undefined
+        const action = wrong ?? solveStep(task, view)
+        const call = action === undefined ? undefined : toolCallOf(action)
+        if (call === undefined) return
+        const outcome = yield* episode.call(call.name, call.args)
+        if (outcome._tag === "Failure") return
+        text = outcome.text
+        const state = (yield* episode.state) as State
+        if (state.done) return
+      }
+    })
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Remote: the same tools on a served browsergym_env (an envtrain server, or OpenEnv's own)

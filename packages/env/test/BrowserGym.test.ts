@@ -164,7 +164,7 @@ describe("BrowserGym (TRL's tools)", () => {
   it.live("the tool solver wins the clicking and typing tasks; reward 1", () =>
     Effect.gen(function*() {
       for (const task of ["click-test", "click-button", "click-link", "enter-text", "login-user", "click-dialog"]) {
-        const result = yield* Environment.run(env, { seed: 5, task }, BrowserGym.solver(task))
+        const result = yield* Environment.run(env, { seed: 5, task }, BrowserGym.solver({ task }))
         assert.isTrue(result.state.success, task)
         assert.strictEqual(BrowserGym.reward(result.state), 1, task)
         assert.match(Option.getOrElse(result.observation, () => ""), /^Goal: .*\n\nPage structure:\n/)
@@ -218,9 +218,40 @@ describe("Browser (crash)", () => {
         assert.isNull(BrowserGym.reward(outcome.state), "a lost episode is unscoreable, never 0")
         assert.isNotNull(outcome.state.lost)
         // A later session works on a relaunched browser.
-        const later = yield* Environment.run(crashEnv, { seed: 4, task: "click-test" }, BrowserGym.solver("click-test"))
+        const later = yield* Environment.run(
+          crashEnv,
+          { seed: 4, task: "click-test" },
+          BrowserGym.solver({ task: "click-test" })
+        )
         assert.strictEqual(BrowserGym.reward(later.state), 1)
         assert.strictEqual(yield* own.launches, 2)
+        yield* Scope.close(ownScope, Exit.void)
+      }),
+    { timeout: 60_000 }
+  )
+})
+
+describe("Browser (hung page)", () => {
+  it.live(
+    "a page that stops answering past the step timeout loses its session; the next reset works",
+    () =>
+      Effect.gen(function*() {
+        const ownScope = yield* Scope.make()
+        const own = yield* Scope.extend(Browser.make({ actionTimeoutMs: 1000, stepTimeoutMs: 3000 }), ownScope)
+        const instance = yield* Scope.extend(BrowserGym.openEnvFor({ browser: own }).make, ownScope)
+        yield* instance.reset({ seed: 1, task_name: "click-test" })
+        const hung = yield* Effect.exit(
+          instance.step({ action_str: "goto('data:text/html,<script>for(;;){}</script>')" })
+        )
+        assert.isTrue(Exit.isFailure(hung))
+        assert.match(
+          String(Exit.isFailure(hung) && hung.cause),
+          /browser session lost: the page did not answer within 3s/
+        )
+        const again = yield* instance.reset({ seed: 2, task_name: "click-test" })
+        const won = yield* instance.step({ action_str: BrowserGym.solveStep("click-test", view(again))! })
+        assert.strictEqual(won.reward, 1)
+        assert.strictEqual(yield* own.launches, 1, "the browser itself survived")
         yield* Scope.close(ownScope, Exit.void)
       }),
     { timeout: 60_000 }
@@ -235,7 +266,11 @@ describe("BrowserGym served (envtrain serve browsergym --task …)", () => {
         const server = yield* Registry.serve("browsergym", { port: 0 }, { task: "click-link" })
         const entry = Registry.builtins.browsergym
         const remote = entry.remote(server.url)
-        const won = yield* Environment.run(remote, { seed: 3, task: "click-link" }, BrowserGym.solver("click-link"))
+        const won = yield* Environment.run(
+          remote,
+          { seed: 3, task: "click-link" },
+          BrowserGym.solver({ task: "click-link" })
+        )
         assert.strictEqual(entry.reward(won.state), 1)
         // The served default task is --task's: a plain reset plays click-link.
         const client = yield* Client.make({ url: server.url })

@@ -11,7 +11,7 @@
  * ```
  */
 import type { Echo } from "@envtrain/env"
-import { Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
+import { BrowserGym, Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Data, Effect, Option } from "effect"
 import * as Dataset from "./Dataset.js"
@@ -290,6 +290,47 @@ export const echoRecipe: Recipe<Echo.State> = {
 }
 
 // -------------------------------------------------------------------------------------------------------------
+// BrowserGym (§7.6, the text-only `browsergym_llm.py`): MiniWoB++-style tasks in a real Chromium
+// -------------------------------------------------------------------------------------------------------------
+
+/** The simplest tasks (one right click wins), which the example trains and evaluates on, a row's seed picking one. */
+export const BROWSERGYM_TASKS = ["click-test", "click-test-2", "click-button", "click-link", "click-dialog"] as const
+
+// TRL's system prompt, shortened: every prompt token is paid for on every turn by a tiny CPU model.
+const BROWSERGYM_SYSTEM = "You control a web browser. The page lists its elements as [bid] role 'name'. Tools: " +
+  "click(bid), fill(bid, text), send_keys(text), scroll(direction), noop(). One tool call per turn."
+
+/** TRL's reward: 1.0 when the episode ends with a positive step reward, else 0.0; a lost browser session is null. */
+export const browsergymReward = Reward.perEpisode<BrowserGym.State>(
+  "browsergym",
+  (e) => BrowserGym.reward(e.environment)
+)
+
+export const browsergymRecipe: Recipe<BrowserGym.State> = {
+  name: "browsergym",
+  environment: Registry.builtins.browsergym.environment,
+  remote: Registry.builtins.browsergym.remote,
+  columns: (seed) => ({ task: BROWSERGYM_TASKS[seed % BROWSERGYM_TASKS.length] }),
+  prompt: () => [
+    { role: "system", content: BROWSERGYM_SYSTEM },
+    { role: "user", content: "Complete the web task successfully.\n" }
+  ],
+  rewardFunctions: [browsergymReward],
+  success: Registry.builtins.browsergym.success,
+  stratum: (observation) => BrowserGym.taskOf(observation) ?? "unknown",
+  details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
+  player: ({ errorRate, seed }) => BrowserGym.solver({ errorRate, seed }),
+  // The line copies the tree's line of the element about to be clicked, so the call copies its bid from a few
+  // tokens back.
+  reasoning: (seen, _tool, args) => {
+    const bid = String(args.bid ?? "")
+    const line = seen.split("\n").find((l) => l.trim().startsWith(`[${bid}] `))
+    return line === undefined ? "Acting." : `Target: ${line.trim()}.`
+  },
+  closing: (state) => (state.success ? "The task is done." : "The episode is over.")
+}
+
+// -------------------------------------------------------------------------------------------------------------
 // Multi-environment (§7.5): Wordle + Catch through one router, per-environment rewards with null elsewhere
 // -------------------------------------------------------------------------------------------------------------
 
@@ -421,6 +462,7 @@ export const withRewards = <State>(
 
 /** The built-in recipes by name (`recipe: catch` in a train / eval config, the examples, the bench). */
 export const builtins: Readonly<Record<string, Recipe<any>>> = {
+  browsergym: browsergymRecipe,
   catch: catchRecipe,
   wordle: wordleRecipe,
   sudoku: sudokuRecipe,
