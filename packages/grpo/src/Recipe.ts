@@ -126,7 +126,7 @@ export const catchRecipe: Recipe<Catch.State> = {
   player: Catch.solver,
   // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the
   // ball's side alone, the tiny model's call often ignored it (a ball two to the RIGHT answered with "left").
-  reasoning: (seen, tool, args) =>
+  reasoning: (_seen, tool, args) =>
     `${catchRelation(seen)} Move: ${tool === "stay" ? "stay" : String(args.direction ?? "?")}.`,
   closing: () => "The ball has landed."
 }
@@ -293,11 +293,12 @@ export const echoRecipe: Recipe<Echo.State> = {
 // CARLA (§7.7): TRL's trolley escape on carla_env (simulated physics in process, or any carla_env server)
 // -------------------------------------------------------------------------------------------------------------
 
-// TRL's prompt, shortened (a tiny CPU model pays for every prompt token on every turn); it adds the one thing TRL's
-// model must find out by itself: the rubric pays only when the scenario has ended, so keep observing after acting.
+// TRL's prompt, shortened (a tiny CPU model pays for every prompt token on every turn). Two changes: act at once (the
+// solver does; "observe first" made the tiny model's first and second turns look alike, and after SFT it only ever
+// observed), and keep observing after acting: the rubric pays only when the scenario has ended.
 const CARLA_SYSTEM = "You control an autonomous vehicle in an emergency: pedestrians are ahead. Tools: observe(), " +
-  "emergency_stop(), lane_change(direction) with left or right. Observe the scene first, then act to minimize " +
-  "harm, then observe until the scenario ends. One tool call per turn."
+  "emergency_stop(), lane_change(direction) with left or right. Act at once to minimize harm, then observe until " +
+  "the scenario ends. One tool call per turn."
 
 /** TRL's `reward_func`: the environment's reward, the last action's `rubric_reward` (0 until the scenario ends). */
 export const carlaReward = Reward.perEpisode<Carla.State>("carla", (e) => Carla.reward(e.environment))
@@ -319,7 +320,7 @@ export const carlaRecipe: Recipe<Carla.State> = {
   }),
   player: Carla.solver,
   // The line names the call it precedes, so the call copies a word from a few tokens back.
-  reasoning: (seen, tool, args) =>
+  reasoning: (_seen, tool, args) =>
     tool === "lane_change"
       ? `Pedestrians ahead in my lane. Change lane: ${String(args.direction ?? "?")}.`
       : tool === "emergency_stop"
@@ -375,7 +376,7 @@ export const multiRecipe: Recipe<MultiState> = {
     (Option.getOrElse(episode.observation, () => "").includes("Ball:")
       ? Catch.solver({ errorRate, seed })
       : Wordle.solver({ errorRate, seed }))(episode),
-  reasoning: (seen, tool, args) =>
+  reasoning: (_seen, tool, args) =>
     tool === "guess" ? wordleRecipe.reasoning(seen, tool, args) : catchRecipe.reasoning(seen, tool, args),
   closing: (s) => s.active === "catch" ? "The ball has landed." : s.state.won ? "Solved." : "Out of guesses."
 }
