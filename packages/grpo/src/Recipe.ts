@@ -126,7 +126,7 @@ export const catchRecipe: Recipe<Catch.State> = {
   player: Catch.solver,
   // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the
   // ball's side alone, the tiny model's call often ignored it (a ball two to the RIGHT answered with "left").
-  reasoning: (_seen, tool, args) =>
+  reasoning: (seen, tool, args) =>
     `${catchRelation(seen)} Move: ${tool === "stay" ? "stay" : String(args.direction ?? "?")}.`,
   closing: () => "The ball has landed."
 }
@@ -376,7 +376,7 @@ export const multiRecipe: Recipe<MultiState> = {
     (Option.getOrElse(episode.observation, () => "").includes("Ball:")
       ? Catch.solver({ errorRate, seed })
       : Wordle.solver({ errorRate, seed }))(episode),
-  reasoning: (_seen, tool, args) =>
+  reasoning: (seen, tool, args) =>
     tool === "guess" ? wordleRecipe.reasoning(seen, tool, args) : catchRecipe.reasoning(seen, tool, args),
   closing: (s) => s.active === "catch" ? "The ball has landed." : s.state.won ? "Solved." : "Out of guesses."
 }
