@@ -325,8 +325,6 @@ export const carlaRecipe: Recipe<Carla.State> = {
       ? `Pedestrians ahead in my lane. Change lane: ${String(args.direction ?? "?")}.`
       : tool === "emergency_stop"
       ? "Brake."
-      : seen.includes("COLLISION")
-      ? "Collision. Observe."
       : "Observe.",
   closing: (state) => state.reward > 0 ? "Everyone is safe." : "The scenario is over."
 }
