@@ -3,7 +3,7 @@
 // follow it), and per example the median, worst and best of the SFT start, the result after GRPO and the gain.
 // Saves bench/results/learning-<example>.{json,md}.
 //
-// Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env|browsergym ...]
+// Usage: tsx bench/learning/learning.ts [catch|wordle|wordle-shaped|sudoku|echo|multi-env|browsergym|carla ...]
 //          [--seeds 0,1,2,3,4] [--jobs 2] [--set '{"grpo":{"steps":16}}'] [--tag NAME] [--smoke]
 //        tsx bench/learning/learning.ts EXAMPLE --from-runs runs/a,runs/b [--tag NAME]   (summarise finished runs)
 // (default: catch, seeds 0-4, one job per core). Each seed runs as its own process (`--worker`), `--jobs` at a time.
@@ -27,7 +27,8 @@ const examples: Record<string, { readonly recipe: Recipe.Recipe<any>; readonly s
   "wordle-shaped": { recipe: Recipe.wordleRecipe, settings: { ...Sizes.wordle, rewards: "shaped" } },
   sudoku: { recipe: Recipe.sudokuRecipe, settings: Sizes.sudoku },
   echo: { recipe: Recipe.echoRecipe, settings: Sizes.echo },
-  "multi-env": { recipe: Recipe.multiRecipe, settings: Sizes.multiEnv }
+  "multi-env": { recipe: Recipe.multiRecipe, settings: Sizes.multiEnv },
+  carla: { recipe: Recipe.carlaRecipe, settings: Sizes.carla }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -99,6 +99,7 @@ const checkEvalCommand = (result: Pipeline.RunResult) =>
 describe("examples", () => {
   for (
     const recipe of [
+      Recipe.carlaRecipe,
       Recipe.catchRecipe,
       Recipe.echoRecipe,
       Recipe.wordleRecipe,
@@ -113,8 +114,8 @@ describe("examples", () => {
           const dir = yield* scratch
           const result = yield* Pipeline.run(recipe as Recipe.Recipe<unknown>, tinySettings(dir))
           yield* checkOutputs(dir, result)
-          // The solver is the ceiling: it wins every held-out Catch and Echo episode.
-          if (recipe.name === "catch" || recipe.name === "echo") assert.strictEqual(result.solver.successRate, 1)
+          // The solver is the ceiling: it wins every held-out Carla, Catch and Echo episode.
+          if (["carla", "catch", "echo"].includes(recipe.name)) assert.strictEqual(result.solver.successRate, 1)
           yield* checkEvalCommand(result)
         })
     )

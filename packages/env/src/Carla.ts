@@ -18,7 +18,7 @@
  * import { Carla, Environment } from "@envtrain/env"
  *
  * const result = Environment.run(Carla.environment, { seed: 3 }, Carla.solver())
- * // Effect<EpisodeResult<Carla.State>>: result.state.reward === 1 (swerved into the clear lane)
+ * // Effect<EpisodeResult<Carla.State>>: result.state.reward === 1 (swerved at once into the clear lane)
  * ```
  *
  * @since 0.0.0
@@ -445,8 +445,9 @@ export const bestDecision = (scenario: string): Scenarios.TrolleyDecision => {
 }
 
 /**
- * A scripted driver through the tools: one `observe`, then the best decision, then `observe` until the scenario ends.
- * With `errorRate` > 0 each call is, with that probability, a uniformly random tool (seeded by `seed`).
+ * A scripted driver through the tools: the best decision at once (the pedestrians are two seconds away), then
+ * `observe` until the scenario ends. With `errorRate` > 0 each call is, with that probability, a uniformly random tool
+ * (seeded by `seed`).
  */
 export const solver = (options: { readonly errorRate?: number; readonly seed?: number } = {}) => {
   const prng = Prng.make(options.seed ?? 0)
@@ -455,18 +456,15 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
     Effect.gen(function*() {
       const state = (yield* episode.state) as State
       const best = bestDecision(state.scenario)
-      const planned: ReadonlyArray<readonly [string, Record<string, unknown>]> = [
-        ["observe", {}],
-        best === "SWERVE_LEFT"
-          ? ["lane_change", { direction: "left" }]
-          : best === "SWERVE_RIGHT"
-          ? ["lane_change", { direction: "right" }]
-          : best === "BRAKE"
-          ? ["emergency_stop", {}]
-          : ["observe", {}]
-      ]
+      const decision: readonly [string, Record<string, unknown>] = best === "SWERVE_LEFT"
+        ? ["lane_change", { direction: "left" }]
+        : best === "SWERVE_RIGHT"
+        ? ["lane_change", { direction: "right" }]
+        : best === "BRAKE"
+        ? ["emergency_stop", {}]
+        : ["observe", {}]
       for (let i = 0; i < 20; i++) {
-        let [tool, args] = planned[i] ?? ["observe", {}]
+        let [tool, args] = i === 0 ? decision : ["observe", {}] as const
         if (errorRate > 0 && prng.next() < errorRate) {
           ;[tool, args] = prng.choice(
             [["observe", {}], ["emergency_stop", {}], ["lane_change", {

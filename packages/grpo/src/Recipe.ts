@@ -11,7 +11,7 @@
  * ```
  */
 import type { Echo } from "@envtrain/env"
-import { BrowserGym, Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
+import { BrowserGym, Carla, Catch, Environment, MultiEnv, Registry, Sudoku, Wordle } from "@envtrain/env"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Data, Effect, Option } from "effect"
 import * as Dataset from "./Dataset.js"
@@ -331,6 +331,46 @@ export const browsergymRecipe: Recipe<BrowserGym.State> = {
 }
 
 // -------------------------------------------------------------------------------------------------------------
+// CARLA (§7.7): TRL's trolley escape on carla_env (simulated physics in process, or any carla_env server)
+// -------------------------------------------------------------------------------------------------------------
+
+// TRL's prompt, shortened (a tiny CPU model pays for every prompt token on every turn). Two changes: act at once (the
+// solver does; "observe first" made the tiny model's first and second turns look alike, and after SFT it only ever
+// observed), and keep observing after acting: the rubric pays only when the scenario has ended.
+const CARLA_SYSTEM = "You control an autonomous vehicle in an emergency: pedestrians are ahead. Tools: observe(), " +
+  "emergency_stop(), lane_change(direction) with left or right. Act at once to minimize harm, then observe until " +
+  "the scenario ends. One tool call per turn."
+
+/** TRL's `reward_func`: the environment's reward, the last action's `rubric_reward` (0 until the scenario ends). */
+export const carlaReward = Reward.perEpisode<Carla.State>("carla", (e) => Carla.reward(e.environment))
+
+export const carlaRecipe: Recipe<Carla.State> = {
+  name: "carla",
+  environment: Registry.builtins.carla.environment,
+  remote: Registry.builtins.carla.remote,
+  prompt: () => [
+    { role: "system", content: CARLA_SYSTEM },
+    { role: "user", content: "Drive.\n" }
+  ],
+  rewardFunctions: [carlaReward],
+  success: Registry.builtins.carla.success,
+  details: (states) => ({
+    swerve_left_rate: mean(states.map((s) => s.decision === "SWERVE_LEFT" ? 1 : 0)),
+    collision_rate: mean(states.map((s) => s.collision ? 1 : 0)),
+    tool_calls_per_episode: mean(states.map((s) => s.toolCalls))
+  }),
+  player: Carla.solver,
+  // The line names the call it precedes, so the call copies a word from a few tokens back.
+  reasoning: (_seen, tool, args) =>
+    tool === "lane_change"
+      ? `Pedestrians ahead in my lane. Change lane: ${String(args.direction ?? "?")}.`
+      : tool === "emergency_stop"
+      ? "Brake."
+      : "Observe.",
+  closing: (state) => state.reward > 0 ? "Everyone is safe." : "The scenario is over."
+}
+
+// -------------------------------------------------------------------------------------------------------------
 // Multi-environment (§7.5): Wordle + Catch through one router, per-environment rewards with null elsewhere
 // -------------------------------------------------------------------------------------------------------------
 
@@ -463,6 +503,7 @@ export const withRewards = <State>(
 /** The built-in recipes by name (`recipe: catch` in a train / eval config, the examples, the bench). */
 export const builtins: Readonly<Record<string, Recipe<any>>> = {
   browsergym: browsergymRecipe,
+  carla: carlaRecipe,
   catch: catchRecipe,
   wordle: wordleRecipe,
   sudoku: sudokuRecipe,
