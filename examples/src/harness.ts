@@ -223,9 +223,13 @@ const run = (settings: Settings) =>
       title: "harness GRPO (BashAgent on Harbor tasks)",
       onStep: (step) =>
         Console.log(
-          `grpo step ${step.step}: reward ${(step.values["reward"] ?? Number.NaN).toFixed(3)}, loss ${
-            step.loss.toFixed(4)
-          }, unscoreable ${step.values["unscoreable_frac"] ?? 0}`
+          `grpo step ${step.step}: ${
+            step.values["reward"] === undefined
+              ? "(the previous generation batch's next micro-batch)"
+              : `rollout reward ${step.values["reward"].toFixed(3)}, unscoreable ${
+                step.values["unscoreable_frac"] ?? 0
+              }`
+          }, loss ${step.loss.toFixed(4)}`
         )
     })
     const grpoSeconds = (Date.now() - grpoStarted) / 1000

@@ -62,6 +62,7 @@ import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Data, type Duration, Effect } from "effect"
 import * as CaptureProxy from "./CaptureProxy.js"
+import * as HarborRemote from "./HarborRemote.js"
 import type * as HarborTask from "./HarborTask.js"
 import * as HarnessSession from "./HarnessSession.js"
 import { traceRows } from "./internal/traceRows.js"
@@ -93,9 +94,16 @@ export interface HarnessTrainOptions {
   readonly config: Config.GRPOConfig
   /** The local model (scoring, gradients, checkpoints); the servers must serve the same weights at the start. */
   readonly model: Trainer.TrainableModel
-  /** The training tasks: one dataset row per task (its instruction as the user prompt). */
-  readonly tasks: ReadonlyArray<HarborTask.HarborTask>
-  readonly agent: HarnessSession.Agent
+  /** The training tasks: one dataset row per task (its instruction as the user prompt). Not with `harborServer`. */
+  readonly tasks?: ReadonlyArray<HarborTask.HarborTask>
+  /** The agent run in local sandboxes. Not with `harborServer`. */
+  readonly agent?: HarnessSession.Agent
+  /**
+   * Instead of local sandboxes: run every rollout on a Harbor server (`envtrain harness serve`, or OpenEnv's), its
+   * split's tasks as the dataset; it should generate on the trainer's policy server (`llmUrl`). Needs
+   * `maxConcurrentRollouts`; the server must allow that many sessions + 1 (checked first).
+   */
+  readonly harborServer?: HarborRemote.HarborRemoteOptions
   /** TRL's `rollout_reward_fn`; default the verifier's reward. null = unscoreable. */
   readonly rolloutRewardFn?: (outcome: HarnessSession.HarnessRolloutOutcome) => number | null
   /** Rollouts (sandboxes) in flight at once. Default: one generation batch. */
@@ -199,28 +207,76 @@ export const train = (options: HarnessTrainOptions) =>
           "serve-policy --model <the same checkpoint>`); the agents reach it through a capture proxy."
       })
     }
-    if (options.tasks.length === 0) {
-      return yield* new HarnessConfigError({ problem: "No training tasks: pass the suite's train split." })
+    type Source = {
+      readonly rows: ReadonlyArray<
+        { readonly prompt: ReadonlyArray<{ readonly role: "user"; readonly content: string }>; readonly task: string }
+      >
+      readonly rollout: (
+        prompt: ReadonlyArray<HarnessSession.Message>,
+        seed: number,
+        episodeId: string
+      ) => Effect.Effect<HarnessSession.HarnessRolloutOutcome, RunStop, FileSystem.FileSystem | Path.Path>
     }
-    // One capture proxy per policy server; a rollout goes to the one with the fewest rollouts in flight.
-    const proxies = yield* Effect.forEach(config.policyServers, (url) =>
-      Effect.gen(function*() {
-        const model = yield* servedModel(url)
-        const proxy = yield* CaptureProxy.make({
-          upstream: url,
-          model,
-          extraBody: options.extraBody ?? defaultExtraBody
+    const remoteOptions = options.harborServer
+    let source: Source
+    if (remoteOptions !== undefined) {
+      if (options.agent !== undefined || options.tasks !== undefined) {
+        return yield* new HarnessConfigError({
+          problem: "harborServer runs the server's own agents on its own tasks: leave agent and tasks out."
         })
-        const factory = HarnessSession.makeFactory({
-          tasks: options.tasks,
-          agent: options.agent,
-          proxy,
-          model,
-          ...(options.agentTimeout === undefined ? {} : { agentTimeout: options.agentTimeout }),
-          ...(options.sandbox === undefined ? {} : { sandbox: options.sandbox })
+      }
+      if (options.maxConcurrentRollouts === undefined) {
+        return yield* new HarnessConfigError({
+          problem: "With harborServer, set maxConcurrentRollouts (the server must allow that many sessions + 1)."
         })
-        return { factory, inFlight: 0 }
-      }))
+      }
+      const remote = yield* HarborRemote.connect(remoteOptions, options.maxConcurrentRollouts)
+      source = {
+        rows: remote.tasks.map((t) => ({
+          prompt: [{ role: "user" as const, content: t.instruction }],
+          task: t.task_name
+        })),
+        rollout: remote.rollout
+      }
+    } else {
+      const tasks = options.tasks ?? []
+      const agent = options.agent
+      if (tasks.length === 0 || agent === undefined) {
+        return yield* new HarnessConfigError({
+          problem: "Pass the training tasks (the suite's train split) and the agent, or a harborServer."
+        })
+      }
+      // One capture proxy per policy server; a rollout goes to the one with the fewest rollouts in flight.
+      const proxies = yield* Effect.forEach(config.policyServers, (url) =>
+        Effect.gen(function*() {
+          const model = yield* servedModel(url)
+          const proxy = yield* CaptureProxy.make({
+            upstream: url,
+            model,
+            extraBody: options.extraBody ?? defaultExtraBody
+          })
+          const factory = HarnessSession.makeFactory({
+            tasks,
+            agent,
+            proxy,
+            model,
+            ...(options.agentTimeout === undefined ? {} : { agentTimeout: options.agentTimeout }),
+            ...(options.sandbox === undefined ? {} : { sandbox: options.sandbox })
+          })
+          return { factory, inFlight: 0 }
+        }))
+      source = {
+        rows: tasks.map((t) => ({ prompt: [{ role: "user" as const, content: t.instruction }], task: t.name })),
+        rollout: (prompt, seed, episodeId) =>
+          Effect.suspend(() => {
+            const slot = proxies.reduce((a, b) => (b.inFlight < a.inFlight ? b : a))
+            slot.inFlight++
+            return HarnessSession.rollout(slot.factory, prompt, seed, episodeId).pipe(
+              Effect.ensuring(Effect.sync(() => slot.inFlight--))
+            )
+          })
+      }
+    }
     const model = yield* PolicyServers.forConfig(options.model, config)
     const rewardOf = options.rolloutRewardFn ?? ((o: HarnessSession.HarnessRolloutOutcome) => o.envReward)
     const metricsPath = path.join(config.outputDir, harnessMetricsFile)
@@ -230,16 +286,12 @@ export const train = (options: HarnessTrainOptions) =>
 
     const rolloutFunc: Trainer.RolloutFunc<HarnessState, RunStop, never> = (input) =>
       Effect.gen(function*() {
-        const slot = proxies.reduce((a, b) => (b.inFlight < a.inFlight ? b : a))
-        slot.inFlight++
         const episodeId = `step${input.trainer.globalStep}-p${input.promptIndex}-g${input.generation}`
-        const outcome = yield* HarnessSession.rollout(
-          slot.factory,
+        const outcome = yield* source.rollout(
           input.prompt as unknown as ReadonlyArray<HarnessSession.Message>,
           input.envSeed,
           episodeId
         ).pipe(
-          Effect.ensuring(Effect.sync(() => slot.inFlight--)),
           // A malformed capture, or a prompt naming no task (the dataset's fault), stops the run.
           Effect.provide(context)
         )
@@ -328,14 +380,10 @@ export const train = (options: HarnessTrainOptions) =>
         yield* Metrics.append(metricsPath, [line])
       }).pipe(Effect.provideService(FileSystem.FileSystem, fs), Effect.orDie)
 
-    const rows = options.tasks.map((t) => ({
-      prompt: [{ role: "user" as const, content: t.instruction }],
-      task: t.name
-    }))
     return yield* Trainer.train<HarnessState, RunStop, never>({
       config,
       model,
-      dataset: Dataset.fromRows(rows, "harness-tasks"),
+      dataset: Dataset.fromRows(source.rows, "harness-tasks"),
       // Every episode is the rollout function's; the built-in loop (and so `open`) never runs.
       open: () => Effect.die("harness rollouts open no environment session"),
       rewardFunctions: [

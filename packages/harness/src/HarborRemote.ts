@@ -1,0 +1,226 @@
+/**
+ * A Harbor server as the rollout source: envtrain's trainer driving the same MCP contract `envtrain harness serve`
+ * offers (or OpenEnv's `openenv harbor serve`) on any host. Each rollout is one `run_rollout` call on a session of
+ * its own (one socket cannot carry overlapping rollouts); its `HarborRolloutResult` becomes a
+ * `HarnessRolloutOutcome` whose trace is the result's turns (engine token ids, logprobs, loss masks) checked
+ * against every TrainingTrace rule. `ok: false` (the server could not run or grade it) and a lost session are
+ * unscoreable; a turn breaking a rule is a `CaptureContractError`, which stops training.
+ *
+ * {@link connect} first checks the server's session limit: the trainer holds one session for the task list and one
+ * per rollout in flight, so it opens maxConcurrentRollouts + 1 sessions and refuses clearly when the server turns
+ * one away (OpenEnv's advice for `HarborSessionFactory`: `MAX_CONCURRENT_ENVS >= max_inflight + 1`).
+ *
+ * @since 0.0.0
+ */
+import { Client } from "@envtrain/env"
+import type { Scope } from "effect"
+import { Data, Duration, Effect } from "effect"
+import * as HarnessSession from "./HarnessSession.js"
+import * as TrainingTrace from "./TrainingTrace.js"
+
+/** Where and how to run rollouts remotely. @since 0.0.0 */
+export interface HarborRemoteOptions {
+  /** The Harbor server's root, e.g. http://127.0.0.1:8000. */
+  readonly url: string
+  /** Default: the server's first split. */
+  readonly split?: string
+  /** The harness to run; default the server's default. */
+  readonly harness?: string
+  /** The engine the server should generate on (the trainer's policy server); default the server's own. */
+  readonly llmUrl?: string
+  readonly agentTimeoutSec?: number
+  /** Longest wait for one rollout. Default 30 minutes (OpenEnv's client: 1800 s). */
+  readonly rolloutTimeout?: Duration.DurationInput
+}
+
+/** The Harbor server cannot be used as asked. @since 0.0.0 */
+export class HarborServerError extends Data.TaggedError("HarborServerError")<{ readonly problem: string }> {
+  override get message() {
+    return this.problem
+  }
+}
+
+/** A task as the server lists it (OpenEnv's HarborTaskRef). @since 0.0.0 */
+export interface TaskRef {
+  readonly index: number
+  readonly task_id: string
+  readonly task_name: string
+  readonly dataset: string
+  readonly instruction: string
+}
+
+/** A connected Harbor server. @since 0.0.0 */
+export interface HarborRemote {
+  readonly tasks: ReadonlyArray<TaskRef>
+  readonly rollout: (
+    prompt: ReadonlyArray<HarnessSession.Message> | string,
+    seed: number,
+    episodeId: string
+  ) => Effect.Effect<
+    HarnessSession.HarnessRolloutOutcome,
+    HarnessSession.CaptureContractError | HarnessSession.UnknownTask
+  >
+}
+
+const textOf = (result: { readonly content: ReadonlyArray<{ readonly text: string }> }) => result.content[0]?.text ?? ""
+
+const unscoreable = (task: string, reason: string): HarnessSession.HarnessRolloutOutcome => ({
+  envReward: null,
+  completion: [],
+  trace: { schema_version: 1, turns: [] },
+  toolCallCount: 0,
+  toolFailureCount: 0,
+  toolCallsByName: {},
+  timedOut: false,
+  task,
+  unscoreable: reason,
+  metrics: { task }
+})
+
+/**
+ * A `HarborRolloutResult` (JSON) as a rollout outcome: its turns as a validated TrainingTrace.
+ *
+ * @since 0.0.0
+ */
+export const outcomeOf = (
+  result: Readonly<Record<string, any>>,
+  task: string
+): Effect.Effect<HarnessSession.HarnessRolloutOutcome, HarnessSession.CaptureContractError> =>
+  Effect.gen(function*() {
+    if (result.ok !== true) {
+      return unscoreable(task, `the server could not run it: ${result.exception_type ?? "error"}: ${result.error}`)
+    }
+    const turns = (Array.isArray(result.turns) ? result.turns : []) as Array<Record<string, any>>
+    const trace = yield* TrainingTrace.decode({
+      schema_version: 1,
+      turns: turns.map((t, i) => ({
+        node_id: typeof t.node_id === "string" && t.node_id !== "" ? t.node_id : String(i),
+        prompt_token_ids: t.prompt_token_ids ?? [],
+        completion_token_ids: t.completion_token_ids ?? [],
+        per_token_logps: t.per_token_logps ?? [],
+        loss_mask: t.loss_mask ?? [
+          ...(t.prompt_token_ids ?? []).map(() => 0),
+          ...(t.completion_token_ids ?? []).map(() => (t.trainable === false ? 0 : 1))
+        ],
+        request: {
+          messages: t.request_messages ?? [],
+          ...(Array.isArray(t.request_tools) ? { tools: t.request_tools } : {})
+        },
+        response: {
+          choices: [{
+            message: {
+              role: "assistant",
+              content: t.text ?? "",
+              tool_calls: (t.tool_calls ?? []).map((c: Record<string, unknown>, j: number) => ({
+                id: `call_${j}`,
+                type: "function",
+                function: { name: c.name, arguments: c.arguments }
+              }))
+            },
+            finish_reason: t.finish_reason ?? "stop"
+          }]
+        },
+        metadata: { role: t.role ?? "agent" }
+      }))
+    }).pipe(
+      Effect.mapError((e) =>
+        new HarnessSession.CaptureContractError({
+          rule: e.rule,
+          ...(e.turn === undefined ? {} : { turn: e.turn }),
+          detail: `the Harbor server's result: ${e.detail}`
+        })
+      )
+    )
+    const byName = HarnessSession.toolCallsOf(trace)
+    const reward = typeof result.reward === "number" ? result.reward : null
+    const last = turns[turns.length - 1]
+    return {
+      envReward: reward,
+      completion: last === undefined
+        ? []
+        : [...(last.request_messages ?? []), { role: "assistant", content: last.text ?? "" }],
+      trace,
+      toolCallCount: Object.values(byName).reduce((s, n) => s + n, 0),
+      toolFailureCount: 0,
+      toolCallsByName: byName,
+      timedOut: Array.isArray(result.findings) && result.findings.includes("agent_timeout"),
+      task,
+      ...(reward === null ? { unscoreable: "the server returned no reward (never graded)" } : {}),
+      metrics: { task, wall_s: typeof result.wall_s === "number" ? result.wall_s : 0 }
+    } satisfies HarnessSession.HarnessRolloutOutcome
+  })
+
+/**
+ * Connects: checks the session limit (maxConcurrentRollouts + 1 sessions), lists the split's tasks.
+ *
+ * @since 0.0.0
+ */
+export const connect = (
+  options: HarborRemoteOptions,
+  maxConcurrentRollouts: number
+): Effect.Effect<HarborRemote, HarborServerError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const needed = maxConcurrentRollouts + 1
+    // Every probe session stays open until all are: the server counts them together.
+    yield* Effect.scoped(
+      Effect.forEach(
+        Array.from({ length: needed }, (_, i) => i),
+        () =>
+          Client.connect({ url: options.url, connectTimeout: "10 seconds" }).pipe(
+            Effect.mapError((e) =>
+              e._tag === "CapacityReachedError"
+                ? new HarborServerError({
+                  problem: `The Harbor server ${options.url} allows fewer than ${needed} sessions ` +
+                    `(maxConcurrentRollouts ${maxConcurrentRollouts} + 1 for the task list): ${e.message}. Start it ` +
+                    `with MAX_CONCURRENT_ENVS=${needed} (or --max-concurrent-envs ${needed}), or lower ` +
+                    `maxConcurrentRollouts.`
+                })
+                : new HarborServerError({ problem: `The Harbor server ${options.url} cannot be reached: ${e.message}` })
+            )
+          ),
+        { concurrency: 1 }
+      )
+    )
+    const meta = yield* Client.make({ url: options.url, messageTimeout: "60 seconds" })
+    const listed = yield* meta.callTool("list_tasks", { split: options.split ?? "", start: 0, stop: 100_000 }).pipe(
+      Effect.mapError((e) => new HarborServerError({ problem: `list_tasks failed on ${options.url}: ${e.message}` }))
+    )
+    const tasks = JSON.parse(textOf(listed)) as Array<TaskRef>
+    if (tasks.length === 0) {
+      return yield* new HarborServerError({
+        problem: `The Harbor server ${options.url} lists no tasks in split "${options.split ?? ""}".`
+      })
+    }
+    const byInstruction = new Map<string, TaskRef>()
+    for (const t of tasks) if (!byInstruction.has(t.instruction.trim())) byInstruction.set(t.instruction.trim(), t)
+    const timeout = Duration.decode(options.rolloutTimeout ?? Duration.minutes(30))
+
+    const rollout = (prompt: ReadonlyArray<HarnessSession.Message> | string, _seed: number, _episodeId: string) =>
+      Effect.gen(function*() {
+        const instruction = typeof prompt === "string"
+          ? prompt.trim()
+          : String(prompt.filter((m) => m.role === "user").at(-1)?.content ?? "").trim()
+        const task = byInstruction.get(instruction)
+        if (task === undefined) return yield* new HarnessSession.UnknownTask({ instruction })
+        // One session per rollout, closed with it.
+        const called = yield* Effect.scoped(Effect.gen(function*() {
+          const client = yield* Client.make({ url: options.url, messageTimeout: timeout })
+          return yield* client.callTool("run_rollout", {
+            split: task.dataset,
+            task_index: task.index,
+            ...(options.harness === undefined ? {} : { harness: options.harness }),
+            ...(options.llmUrl === undefined ? {} : { llm_url: options.llmUrl }),
+            ...(options.agentTimeoutSec === undefined ? {} : { agent_timeout_sec: options.agentTimeoutSec })
+          })
+        })).pipe(Effect.either)
+        if (called._tag === "Left") return unscoreable(task.task_name, `run_rollout failed: ${called.left.message}`)
+        let result: Record<string, unknown>
+        try {
+          result = JSON.parse(textOf(called.right)) as Record<string, unknown>
+        } catch {
+          return unscoreable(task.task_name, "run_rollout's answer is not HarborRolloutResult JSON")
+        }
+        return yield* outcomeOf(result, task.task_name)
+      })
+    return { tasks, rollout } satisfies HarborRemote
+  })

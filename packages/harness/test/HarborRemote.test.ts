@@ -1,0 +1,104 @@
+// envtrain's trainer driving a Harbor server: `envtrain harness serve`'s definition on env's real OpenEnv server
+// (loopback, 2 sessions), generating through a capture proxy on a `serve-policy` child over a tiny model. A session
+// limit below maxConcurrentRollouts + 1 is refused before anything runs, naming the fix; one GRPO step runs its
+// rollouts remotely (oracle harness) and trains on rows made from the returned turns' tokens; a returned result
+// breaking a TrainingTrace rule is a CaptureContractError, and `ok: false` is unscoreable. Live clock.
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Server } from "@envtrain/env"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as Config from "@envtrain/grpo/Config"
+import * as Trainer from "@envtrain/grpo/Trainer"
+import { Effect } from "effect"
+import * as CaptureProxy from "../src/CaptureProxy.js"
+import * as HarborRemote from "../src/HarborRemote.js"
+import * as HarborServe from "../src/HarborServe.js"
+import * as HarborTask from "../src/HarborTask.js"
+import * as HarnessSession from "../src/HarnessSession.js"
+import * as HarnessTrainer from "../src/HarnessTrainer.js"
+import { traceRows } from "../src/internal/traceRows.js"
+import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
+
+describe("HarborRemote", () => {
+  it.scopedLive(
+    "the trainer runs its rollouts on a Harbor server, after checking its session limit",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const modelDir = path.join(dir, "model")
+        const model = yield* Checkpoint.makeModel("tiny", 2)
+        yield* Checkpoint.save(modelDir, model)
+        const policy = yield* PolicyServerProcess.launch({ model: modelDir, backend: "cpu", servedModelName: "tiny" })
+        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+        const proxy = yield* CaptureProxy.make({ upstream: policy.url, model: "tiny" })
+        const definition = yield* HarborServe.definition({
+          suite,
+          proxy,
+          llmUrl: policy.url,
+          model: "tiny",
+          agents: [HarnessSession.oracleAgent()]
+        })
+        const harbor = yield* Server.serve(definition, { port: 0, maxConcurrentEnvs: 2 })
+
+        // 2 sessions cannot carry 2 rollouts and the task list.
+        const refused = yield* Effect.flip(Effect.scoped(HarborRemote.connect({ url: harbor.url }, 2)))
+        assert.strictEqual(refused._tag, "HarborServerError")
+        assert.include(refused.message, "fewer than 3 sessions")
+        assert.include(refused.message, "MAX_CONCURRENT_ENVS=3")
+
+        const seen: Array<{ outcome: HarnessSession.HarnessRolloutOutcome; segments: unknown }> = []
+        const result = yield* HarnessTrainer.train({
+          config: yield* Config.fromSources({
+            outputDir: path.join(dir, "out"),
+            policyServers: [policy.url],
+            numGenerations: 2,
+            perDeviceTrainBatchSize: 4,
+            maxCompletionLength: 8,
+            loggingSteps: 1,
+            saveSteps: 1000,
+            maxSteps: 1
+          }),
+          model: Trainer.referenceModel(model),
+          harborServer: { url: harbor.url, split: "train", harness: "oracle", llmUrl: policy.url },
+          maxConcurrentRollouts: 1,
+          progress: false,
+          onRollout: (outcome, record) => Effect.sync(() => seen.push({ outcome, segments: record.segments }))
+        })
+        assert.strictEqual(result.globalStep, 1)
+        assert.strictEqual(seen.length, 4)
+        for (const { outcome, segments } of seen) {
+          assert.strictEqual(outcome.envReward, 1)
+          assert.strictEqual(outcome.trace.turns.length, 1)
+          assert.isAbove(outcome.trace.turns[0].prompt_token_ids.length, 10)
+          assert.deepStrictEqual(segments, traceRows(outcome.trace.turns))
+        }
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.effect("a returned result breaking a rule is a CaptureContractError; ok: false is unscoreable", () =>
+    Effect.gen(function*() {
+      const turn = {
+        node_id: "0",
+        prompt_token_ids: [1, 2],
+        completion_token_ids: [3],
+        per_token_logps: [0.5],
+        loss_mask: [0, 0, 1]
+      }
+      const bad = yield* Effect.flip(HarborRemote.outcomeOf({ ok: true, reward: 1, turns: [turn] }, "t"))
+      assert.strictEqual(bad.rule, "positive_logprob")
+      assert.strictEqual(bad.turn, 0)
+      const good = yield* HarborRemote.outcomeOf(
+        { ok: true, reward: 0, turns: [{ ...turn, per_token_logps: [-0.5] }] },
+        "t"
+      )
+      assert.strictEqual(good.envReward, 0)
+      assert.deepStrictEqual(good.trace.turns[0].loss_mask, [0, 0, 1])
+      const failed = yield* HarborRemote.outcomeOf({ ok: false, reward: null, error: "boom", exception_type: "X" }, "t")
+      assert.isNull(failed.envReward)
+      assert.include(failed.unscoreable ?? "", "boom")
+    }))
+})
