@@ -265,10 +265,15 @@ export const train = (options: SftOptions) =>
         batch += 1
         const { loss, tokens } = yield* trainRows(model, rows, B, GA)
         const learningRate = lr(step)
-        const { gradNorm } = yield* model.step(optimizerStep(config, learningRate))
         const globalStep = step + 1
-        numTokens += tokens
-        loop.commit({ globalStep, position: { epoch, batch }, numTokens })
+        // The update and its commit as one against interruption (see Trainer.train).
+        const { gradNorm } = yield* Effect.uninterruptible(Effect.tap(
+          model.step(optimizerStep(config, learningRate)),
+          () => {
+            numTokens += tokens
+            loop.commit({ globalStep, position: { epoch, batch }, numTokens })
+          }
+        ))
         const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
         return {
           values: {

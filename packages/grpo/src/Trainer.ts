@@ -365,15 +365,22 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
         const globalStep = step + 1
         const update = Effect.gen(function*() {
           const trained = yield* trainMicroBatches(model, taken.micro, config)
-          const stepped = yield* model.step(optimizerStep(config, learningRate))
-          // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this state.
-          loop.commit({
-            globalStep,
-            position: feed.position,
-            numTokens: feed.numTokens,
-            pending: [...feed.pending],
-            ...(queue === undefined ? {} : { rolloutQueue: queue.state() })
-          })
+          // The update and its commit as one against interruption: an awaited update (the GPU's, the worker
+          // model's) would otherwise be applied without the commit, and the interruption's checkpoint would pair
+          // the new weights with the previous step's state.
+          const stepped = yield* Effect.uninterruptible(Effect.tap(
+            model.step(optimizerStep(config, learningRate)),
+            () =>
+              // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this
+              // state.
+              loop.commit({
+                globalStep,
+                position: feed.position,
+                numTokens: feed.numTokens,
+                pending: [...feed.pending],
+                ...(queue === undefined ? {} : { rolloutQueue: queue.state() })
+              })
+          ))
           return { trained, stepped }
         })
         const { stepped, trained } = yield* (queue === undefined ? update : queue.training(update, globalStep))

@@ -3,7 +3,7 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint } from "@envtrain/gpu"
 import type { GenerateRequest } from "@envtrain/rollout/Policy"
-import { Cause, Effect, Exit, Fiber } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber } from "effect"
 import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
 import { type MicroBatch, trainMicroBatch } from "../src/internal/generation.js"
@@ -12,6 +12,7 @@ import * as WorkerModel from "../src/internal/workerModel.js"
 import * as Loss from "../src/Loss.js"
 import * as Metrics from "../src/Metrics.js"
 import * as Trainer from "../src/Trainer.js"
+import * as TrainerState from "../src/TrainerState.js"
 import * as F from "./fixtures.js"
 
 /** Whether two f32 tensor maps hold the same names, shapes and bits. */
@@ -237,6 +238,60 @@ describe("async GRPO on the worker model", () => {
         const async = yield* run("async", ["async: true", "maxStaleness: 0"])
         assert.deepStrictEqual(sync.map((m) => m.step), [1, 2])
         assert.deepStrictEqual(async, sync)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    { timeout: 180_000 }
+  )
+
+  it.scoped(
+    "interrupted while the worker applies a step: that step is committed, and the resume equals a whole run",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
+        const options = {
+          dataset: F.dataset(0, 64),
+          open: F.open,
+          rewardFunctions: [F.parityReward],
+          progress: false as const
+        }
+        const base = { maxSteps: 3, saveSteps: 100 }
+        const fingerprint = (s: Trainer.StepResult) => [s.step, s.loss, s.values["grad_norm"], s.values["reward"]]
+        const a = yield* Trainer.train({
+          ...options,
+          config: yield* F.config({ ...base, outputDir: yield* fs.makeTempDirectoryScoped() }),
+          model: Trainer.referenceModel(checkpoint)
+        })
+
+        // The interrupt arrives while the trainer awaits the worker's second optimizer step.
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const config = yield* F.config({ ...base, outputDir: dir })
+        const worker = yield* Trainer.workerModel(checkpoint)
+        const inStep = yield* Deferred.make<void>()
+        let steps = 0
+        const fiber = yield* Effect.fork(Trainer.train({
+          ...options,
+          config,
+          model: {
+            ...worker,
+            step: (o) =>
+              Effect.zipRight(
+                ++steps === 2 ? Deferred.succeed(inStep, undefined) : Effect.void,
+                worker.step(o)
+              )
+          }
+        }))
+        yield* Deferred.await(inStep)
+        yield* Fiber.interrupt(fiber)
+        const saved = yield* TrainerState.latest(dir)
+        assert.isTrue(saved._tag === "Some" && saved.value.endsWith("checkpoint-2"), `checkpoint: ${String(saved)}`)
+
+        const b = yield* Trainer.train({
+          ...options,
+          config,
+          model: yield* Trainer.workerModel(yield* Checkpoint.makeModel("tiny", 7)),
+          resume: true
+        })
+        assert.deepStrictEqual(b.steps.map(fingerprint), a.steps.slice(2).map(fingerprint))
       }).pipe(Effect.provide(NodeContext.layer)),
     { timeout: 180_000 }
   )

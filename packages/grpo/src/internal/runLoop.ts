@@ -53,8 +53,9 @@ export interface Loop {
   readonly state: () => TrainerState.State
   /**
    * Records the end of an optimizer step (the model has stepped): from here on a checkpoint, the interruption's
-   * included, holds this state. Called by the trainer's step right after `model.step`, so no interruption can fall
-   * between the update and its record.
+   * included, holds this state. Called by the trainer's step with `model.step` in one uninterruptible region, so no
+   * interruption can fall between the update and its record (an awaited update, the GPU's or the worker model's,
+   * would otherwise complete without it).
    */
   readonly commit: (patch: Partial<TrainerState.State>) => void
   /** Writes a checkpoint of the committed state. */

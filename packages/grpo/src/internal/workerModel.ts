@@ -143,11 +143,12 @@ export const start = (
       Effect.catchTag("OptimizerStateMismatch", (e) => new WorkerModelError({ worker: name, problem: e.problem }))
     )
 
+    const { chatTemplate, config, generationConfig, tokenizer } = checkpoint
     const proxy = (id: number): TrainableModel => ({
-      config: checkpoint.config,
-      tokenizer: checkpoint.tokenizer,
-      chatTemplate: checkpoint.chatTemplate,
-      generationConfig: checkpoint.generationConfig,
+      config,
+      tokenizer,
+      chatTemplate,
+      generationConfig,
       maxBatchSize: options.maxBatchSize ?? 64,
       generate: (requests) =>
         // The episode loop lends its live context arrays; structured clone copies them at the call.
