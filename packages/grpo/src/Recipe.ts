@@ -356,8 +356,7 @@ export const carlaRecipe: Recipe<Carla.State> = {
   success: Registry.builtins.carla.success,
   details: (states) => ({
     swerve_left_rate: mean(states.map((s) => s.decision === "SWERVE_LEFT" ? 1 : 0)),
-    collision_rate: mean(states.map((s) => s.collision ? 1 : 0)),
-    tool_calls_per_episode: mean(states.map((s) => s.toolCalls))
+    collision_rate: mean(states.map((s) => s.collision ? 1 : 0))
   }),
   player: Carla.solver,
   // The line names the call it precedes, so the call copies a word from a few tokens back.
