@@ -33,9 +33,11 @@ import { chromiumChildPids, findChromium, processTree, pssKiB } from "./internal
 export interface BrowserOptions {
   /** The Chromium binary (default: `CHROMIUM_PATH`, else `/usr/bin/chromium` or `/usr/bin/chromium-browser`). */
   readonly executablePath?: string | undefined
-  /** Playwright's default timeout for each action on a page (default 5 s; BrowserGym's is 10 s). */
+  /** Playwright's default timeout for each action on a page (default 10 s, BrowserGym's). */
   readonly actionTimeoutMs?: number | undefined
-  /** How long one {@link Session.run} may take before the page counts as hung and the session as lost (30 s). */
+  /** Navigation timeout (default 30 s: a loaded machine with many contexts loads pages slowly). */
+  readonly navigationTimeoutMs?: number | undefined
+  /** How long one {@link Session.run} may take before the page counts as hung and the session as lost (60 s). */
   readonly stepTimeoutMs?: number | undefined
   /** Launch timeout (30 s). */
   readonly launchTimeoutMs?: number | undefined
@@ -132,7 +134,7 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
     let launches = 0
     let open = 0
     let idleTimer: ReturnType<typeof setTimeout> | undefined
-    const stepTimeout = Duration.millis(options.stepTimeoutMs ?? 30_000)
+    const stepTimeout = Duration.millis(options.stepTimeoutMs ?? 60_000)
 
     const closeBrowser = (r: Running) =>
       Effect.promise(() => r.browser.close().catch(() => undefined)).pipe(
@@ -219,8 +221,8 @@ export const make = (options: BrowserOptions = {}): Effect.Effect<Service, never
               Effect.zipRight(Effect.sync(release))
             )
         )
-        context.setDefaultTimeout(options.actionTimeoutMs ?? 5_000)
-        context.setDefaultNavigationTimeout(options.actionTimeoutMs ?? 5_000)
+        context.setDefaultTimeout(options.actionTimeoutMs ?? 10_000)
+        context.setDefaultNavigationTimeout(options.navigationTimeoutMs ?? 30_000)
         const page = yield* Effect.tryPromise({
           try: () => context.newPage(),
           catch: (e) => new BrowserLaunchError({ message: `cannot open a page: ${describe(e)}` })

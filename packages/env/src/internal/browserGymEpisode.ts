@@ -145,7 +145,10 @@ export const makeRunner = (
           chat = []
           const target = `${base}/miniwob/${name}.html?seed=${s}`
           yield* session.run((page) => page.goto(target, { waitUntil: "load" }))
-          goal = (yield* session.run((page) => page.locator("#query").innerText())).trim()
+          // Read without waiting: the page has loaded, and a missing #query is an empty goal, not a wait.
+          goal = (yield* session.run((page) =>
+            page.evaluate("(document.getElementById('query') || { innerText: '' }).innerText").then(String)
+          )).trim()
           const { observation } = yield* observe(session, "")
           return { observation, reward: 0, done: false }
         }),
