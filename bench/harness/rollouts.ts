@@ -21,7 +21,7 @@ import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { loadavg } from "node:os"
 
-const repeats = Number(process.argv[2] ?? 3)
+const repeats = Number(process.argv[2] ?? 5)
 const CONCURRENCY = [1, 4, 16] as const
 // Rollouts per batch: enough that the batch is mostly steady state at that concurrency.
 const batchOf = (c: number) => Math.max(4, 2 * c)
