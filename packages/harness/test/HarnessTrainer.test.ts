@@ -3,7 +3,9 @@
 // asks the model once through the proxy and runs the task's solution only when the reply's text has even length,
 // so rewards depend on what the policy sampled. Checked: every record's rows are the captured trace's tokens and
 // masks (never re-tokenised), its reward the rollout's, a null rolloutRewardFn leaves rollouts unscoreable,
-// harness.jsonl beside metrics.jsonl, a checkpoint and resume; `evaluate` on a held-out task. Live clock.
+// harness.jsonl beside metrics.jsonl, a checkpoint and resume; `evaluate` on a held-out task. And a malformed
+// capture (an engine answering a positive "logprob") stops a run with the rule and the turn before any step trains.
+// Live clock.
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
@@ -12,7 +14,9 @@ import * as Config from "@envtrain/grpo/Config"
 import * as Metrics from "@envtrain/grpo/Metrics"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
-import { Effect } from "effect"
+import { Effect, Exit } from "effect"
+import * as Http from "node:http"
+import type * as Net from "node:net"
 import * as BashAgent from "../src/BashAgent.js"
 import * as HarborTask from "../src/HarborTask.js"
 import * as HarnessSession from "../src/HarnessSession.js"
@@ -41,7 +45,102 @@ const parityAgent: HarnessSession.Agent = {
     })
 }
 
+// An OpenAI-style engine that names its model and answers every chat call with one token whose "logprob" is
+// positive (a probability, say): every capture of it breaks TrainingTrace's logprob rule at turn 0.
+const positiveLogprobEngine = Effect.acquireRelease(
+  Effect.async<Http.Server>((resume) => {
+    const server = Http.createServer((req, res) => {
+      req.resume()
+      req.on("end", () => {
+        res.setHeader("content-type", "application/json")
+        res.end(JSON.stringify(
+          req.url === "/v1/models"
+            ? { object: "list", data: [{ id: "tiny", object: "model" }] }
+            : {
+              id: "chatcmpl-1",
+              object: "chat.completion",
+              model: "tiny",
+              prompt_token_ids: [1, 2, 3],
+              choices: [{
+                index: 0,
+                message: { role: "assistant", content: "done" },
+                finish_reason: "stop",
+                token_ids: [7],
+                logprobs: { content: [{ token: "done", logprob: 0.4 }] }
+              }]
+            }
+        ))
+      })
+    })
+    server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+  }),
+  (server) =>
+    Effect.async<void>((resume) => {
+      server.closeAllConnections()
+      server.close(() => resume(Effect.void))
+    })
+)
+
 describe("HarnessTrainer", () => {
+  it.scopedLive(
+    "a malformed capture stops the run with CaptureContractError (rule, turn); nothing is trained",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const engine = yield* positiveLogprobEngine
+        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+        const initial = yield* Checkpoint.makeModel("tiny", 5)
+        const model = Trainer.referenceModel(initial)
+        const out = path.join(dir, "out")
+        const exit = yield* Effect.exit(HarnessTrainer.train({
+          config: yield* Config.fromSources({
+            outputDir: out,
+            policyServers: [`http://127.0.0.1:${(engine.address() as Net.AddressInfo).port}`],
+            numGenerations: 2,
+            perDeviceTrainBatchSize: 4,
+            maxCompletionLength: 8,
+            learningRate: 0.01,
+            loggingSteps: 1,
+            // A checkpoint after every step: a step that trained would leave one.
+            saveSteps: 1,
+            maxSteps: 2,
+            async: true,
+            maxStaleness: 1
+          }),
+          model,
+          tasks: suite.train.slice(0, 2),
+          agent: HarnessSession.bashAgent({ maxSteps: 1 }),
+          maxConcurrentRollouts: 2,
+          progress: false
+        }))
+        if (Exit.isFailure(exit) && exit.cause._tag === "Fail") {
+          const error = exit.cause.error as HarnessSession.CaptureContractError
+          assert.strictEqual(error._tag, "CaptureContractError")
+          assert.strictEqual(error.rule, "positive_logprob")
+          assert.strictEqual(error.turn, 0)
+          assert.include(error.message, "at turn 0 (rule positive_logprob)")
+        } else {
+          assert.fail(`expected the run to fail with a CaptureContractError, got ${String(exit)}`)
+        }
+        // Nothing trained: the optimizer never stepped, the weights are the initial ones, no step was logged or saved.
+        const state = yield* model.exportState
+        assert.strictEqual(state.optimizerStep, 0)
+        assert.strictEqual(state.weights.size, initial.tensors.size)
+        for (const [name, tensor] of initial.tensors) {
+          assert.deepStrictEqual(state.weights.get(name)?.data, tensor.data, name)
+        }
+        const written = (yield* fs.exists(out)) ? yield* fs.readDirectory(out) : []
+        assert.deepStrictEqual(written.filter((f) => f.startsWith("checkpoint-")), [])
+        for (const file of [Metrics.files.metrics, HarnessTrainer.harnessMetricsFile]) {
+          const records = (yield* fs.exists(path.join(out, file))) ? yield* Metrics.read(path.join(out, file)) : []
+          assert.deepStrictEqual(records, [], file)
+        }
+      }).pipe(Effect.provide(NodeContext.layer)),
+    60_000
+  )
+
   it.scopedLive(
     "async harness GRPO on two tasks: rows are the trace's tokens, rewards the rollouts', harness.jsonl, resume",
     () =>
