@@ -1,5 +1,8 @@
 /**
- * BrowserGym on a real Chromium (OpenEnv's `browsergym_env`), with MiniWoB++-style tasks written by envtrain.
+ * BrowserGym on a real Chromium (OpenEnv's `browsergym_env`), with MiniWoB++-style tasks written by envtrain, and the
+ * real MiniWoB++ suite as `miniwob.<name>` when the `miniwob` PyPI package is installed (or `MINIWOB_HTML_DIR` names
+ * its html folder): the package's own pages, started by their own `core.startEpisodeReal()` with the seed, goal =
+ * the page's utterance, reward = BrowserGym's binary reward on the page's raw reward, done = the page's done flag.
  *
  * - {@link openEnvFor} / {@link openEnv}: the OpenEnv-level environment: action `BrowserGymAction{action_str}` in
  *   BrowserGym's action language (`click('13')`, `fill('5', 'text')`, `select_option`, `press`, `hover`, `scroll`,
@@ -36,6 +39,7 @@ import {
   taskNames,
   UnknownTask
 } from "./internal/browserGymEpisode.js"
+import * as Suite from "./internal/miniwobSuite.js"
 import { tasks } from "./internal/miniwobTasks.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./internal/openEnvSupport.js"
 import * as Prng from "./internal/prng.js"
@@ -47,8 +51,34 @@ import * as Tool from "./Tool.js"
 /** The task names envtrain ships (MiniWoB++'s names). */
 export const TASKS: ReadonlyArray<string> = taskNames()
 
-/** Is `name` a task envtrain ships? */
-export const isTask = (name: string): boolean => tasks.has(name)
+/**
+ * Can `name` be played here: a task envtrain ships, or `miniwob.<name>` of the real MiniWoB++ suite when its pages
+ * are found (`MINIWOB_HTML_DIR`, else the `miniwob` package in the project's `.venv`)? If not, the message says why
+ * and names the fix.
+ */
+export const checkTask = (name: string): { readonly ok: true } | { readonly ok: false; readonly message: string } => {
+  if (tasks.has(name)) return { ok: true }
+  if (Suite.isSuiteName(name)) {
+    const found = Suite.resolve(name)
+    return found.ok ? { ok: true } : { ok: false, message: found.message }
+  }
+  return { ok: false, message: new UnknownTask(name).message }
+}
+
+/** Is `name` a task that can be played here (see {@link checkTask})? */
+export const isTask = (name: string): boolean => checkTask(name).ok
+
+/**
+ * The real MiniWoB++ suite's task names (`miniwob.click-test`, …) found here, or the message naming the fix when the
+ * `miniwob` package is not installed.
+ */
+export const suiteTasks = (): { readonly ok: true; readonly tasks: ReadonlyArray<string> } | {
+  readonly ok: false
+  readonly message: string
+} => {
+  const found = Suite.locate()
+  return found.ok ? { ok: true, tasks: Suite.suiteTasks(found.dir) } : found
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // OpenEnv level
@@ -147,7 +177,7 @@ export const openEnvFor = (options: Options = {}): OpenEnvDefinition<Action> => 
             step_count: stepCount,
             benchmark: "miniwob",
             task_name: taskName,
-            task_id: `browsergym/miniwob.${taskName}`,
+            task_id: Suite.isSuiteName(taskName) ? `browsergym/${taskName}` : `browsergym/miniwob.${taskName}`,
             goal: info.goal,
             current_url: info.url,
             max_steps: maxSteps,

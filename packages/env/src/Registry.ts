@@ -109,12 +109,15 @@ const browserGymServed = (variant: Variant): Effect.Effect<OpenEnvDefinition, Un
     )
   }
   const task = variant.task ?? "click-test"
-  return BrowserGym.isTask(task)
+  const check = BrowserGym.checkTask(task)
+  return check.ok
     ? Effect.succeed(BrowserGym.openEnvFor({ task }))
     : Effect.fail(
       new UnknownEnvironment({
         spec: "browsergym",
-        problem: `no task '${task}': give --task one of ${BrowserGym.TASKS.join(", ")}`
+        problem: task.startsWith("miniwob.")
+          ? check.message
+          : `no task '${task}': give --task one of ${BrowserGym.TASKS.join(", ")} (or miniwob.<name>, the real suite)`
       })
     )
 }

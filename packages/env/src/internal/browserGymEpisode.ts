@@ -7,9 +7,10 @@ import type * as Browser from "../Browser.js"
 import * as Actions from "./browserGymActions.js"
 import type { Snapshot } from "./domSnapshot.js"
 import { SNAPSHOT_SCRIPT } from "./domSnapshot.js"
+import * as Suite from "./miniwobSuite.js"
 import { tasks } from "./miniwobTasks.js"
 import { decodeRgb } from "./png.js"
-import { baseUrl } from "./taskServer.js"
+import { baseUrl, suiteUrl } from "./taskServer.js"
 
 export type Observation = {
   readonly text: string
@@ -33,10 +34,17 @@ export interface RunnerOptions {
   readonly screenshot: boolean
 }
 
-/** A task name that does not exist; the message lists the ones that do. */
+/**
+ * A task that cannot be played: no such name (the message lists envtrain's tasks), or a `miniwob.*` task whose
+ * real MiniWoB++ page is not there (the message names the fix).
+ */
 export class UnknownTask extends Error {
-  constructor(readonly task: string) {
-    super(`unknown task '${task}': use one of ${[...tasks.keys()].join(", ")}`)
+  constructor(readonly task: string, message?: string) {
+    super(
+      message ??
+        `unknown task '${task}': use one of ${[...tasks.keys()].join(", ")}, ` +
+          `or miniwob.<name> for the real MiniWoB++ suite`
+    )
   }
 }
 
@@ -133,8 +141,12 @@ export const makeRunner = (
     const runner: Runner = {
       reset: (name, s) =>
         Effect.gen(function*() {
-          const t = tasks.get(name)
-          if (t === undefined) return yield* Effect.fail(new UnknownTask(name))
+          let suitePage: { readonly dir: string; readonly page: string } | undefined
+          if (Suite.isSuiteName(name)) {
+            const found = Suite.resolve(name)
+            if (!found.ok) return yield* Effect.fail(new UnknownTask(name, found.message))
+            suitePage = found
+          } else if (!tasks.has(name)) return yield* Effect.fail(new UnknownTask(name))
           const session = yield* freshSession
           const base = yield* Effect.promise(() => baseUrl())
           task = name
@@ -143,12 +155,24 @@ export const makeRunner = (
           cumReward = 0
           done = false
           chat = []
-          const target = `${base}/miniwob/${name}.html?seed=${s}`
-          yield* session.run((page) => page.goto(target, { waitUntil: "load" }))
-          // Read without waiting: the page has loaded, and a missing #query is an empty goal, not a wait.
-          goal = (yield* session.run((page) =>
-            page.evaluate("(document.getElementById('query') || { innerText: '' }).innerText").then(String)
-          )).trim()
+          if (suitePage !== undefined) {
+            const { dir, page: file } = suitePage
+            const target = yield* Effect.promise(() => suiteUrl(dir, file))
+            yield* session.run((page) => page.goto(target, { waitUntil: "load" }))
+            // The page's own episode start, seeded; then its own readiness flag and utterance.
+            goal = yield* session.run(async (page) => {
+              await page.evaluate(Suite.startScript(s))
+              await page.waitForFunction(Suite.READY_SCRIPT, undefined, { timeout: 5_000 })
+              return String(await page.evaluate(Suite.GOAL_SCRIPT))
+            })
+          } else {
+            const target = `${base}/miniwob/${name}.html?seed=${s}`
+            yield* session.run((page) => page.goto(target, { waitUntil: "load" }))
+            // Read without waiting: the page has loaded, and a missing #query is an empty goal, not a wait.
+            goal = (yield* session.run((page) =>
+              page.evaluate("(document.getElementById('query') || { innerText: '' }).innerText").then(String)
+            )).trim()
+          }
           const { observation } = yield* observe(session, "")
           return { observation, reward: 0, done: false }
         }),

@@ -2,8 +2,9 @@
  * The in-page script that marks every element with a BrowserGym element id (`bid` attribute, kept across steps) and
  * writes the observation texts: the accessibility tree as BrowserGym flattens it (`[bid] role 'name', props`, one
  * tab of indent per level, `StaticText` lines for text) and the pruned HTML (visible elements with a bid and the
- * attributes an agent needs). Roles and names follow the HTML-AAM mappings for the elements tasks use; it is a
- * DOM walk, not Chromium's own accessibility tree.
+ * attributes an agent needs), and the episode's done flag and raw reward (envtrain's `window.WOB`, or the real
+ * MiniWoB++ pages' `WOB_DONE_GLOBAL` / `WOB_RAW_REWARD_GLOBAL`). Roles and names follow the HTML-AAM mappings for
+ * the elements tasks use; it is a DOM walk, not Chromium's own accessibility tree.
  *
  * Kept as a string: a function passed to `page.evaluate` would be serialised after the TypeScript transform, which
  * may add helpers that do not exist in the page.
@@ -144,7 +145,9 @@ export const SNAPSHOT_SCRIPT = String.raw`(() => {
     if (tag === "div" && !el.attributes.length && !inner) return "";
     return "<" + tag + attrs + ">" + inner + "</" + tag + ">";
   };
-  const wob = window.WOB;
+  // envtrain's pages keep the episode in window.WOB; the real MiniWoB++ pages in core.js's globals.
+  const wob = window.WOB || (typeof WOB_DONE_GLOBAL === "undefined" ? undefined
+    : { done: WOB_DONE_GLOBAL, raw: WOB_RAW_REWARD_GLOBAL });
   return {
     title: doc.title, url: location.href, axtree: lines.join("\n"),
     html: doc.body ? "<body>" + html(doc.body) + "</body>" : "",
