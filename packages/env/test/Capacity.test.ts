@@ -90,7 +90,7 @@ describe("Remote sessions and server capacity", () => {
             Environment.run(Catch.remote(s.url, { capacityWait: "200 millis" }), { seed: 3 }, player(3))
           )
         )
-        assert.include(queued.message, "all 1 sessions this process may hold at once are in use")
+        assert.include(queued.message, "every session this process may hold at once (1) is in use")
         assert.include(queued.message, "--max-concurrent-envs N")
         // Once the holder closes, an episode gets the session.
         yield* holder.close

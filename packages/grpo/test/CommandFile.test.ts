@@ -234,6 +234,28 @@ describe("CommandFile", () => {
         assert.deepStrictEqual(remote, local)
         const limited = yield* evalOf([`envUrl: ${server.url}`, "envConcurrency: 1"], "limited")
         assert.deepStrictEqual(limited, local)
+        // A GRPO step's group (2 generations of 2 prompts) on the same 1-session server.
+        const trainFile = path.join(dir, "train.yaml")
+        yield* fs.writeFileString(
+          trainFile,
+          [
+            `model: ${model}`,
+            "backend: cpu",
+            "recipe: catch",
+            "toolsInPrompt: false",
+            `envUrl: ${server.url}`,
+            "dataset: { seeds: [0, 2] }",
+            `output_dir: ${path.join(dir, "train")}`,
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 4",
+            "maxCompletionLength: 8",
+            "maxSteps: 1",
+            "loggingSteps: 1"
+          ].join("\n") + "\n"
+        )
+        yield* CommandFile.train(trainFile, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "train", Metrics.files.metrics))
+        assert.deepStrictEqual(metrics.map((m) => m.step), [1])
         yield* fs.writeFileString(file, [`model: ${model}`, "recipe: catch", "envConcurrency: 1"].join("\n") + "\n")
         const misuse = yield* Effect.flip(CommandFile.evaluate(file, []))
         assert.include(misuse.message, "envConcurrency limits the sessions opened on envUrl's server: set envUrl")

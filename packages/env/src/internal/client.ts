@@ -342,7 +342,7 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
               url,
               activeSessions: gate.active,
               maxSessions: gate.limit ?? -1,
-              serverMessage: `all ${gate.limit ?? gate.active} sessions this process may hold at once are in use`,
+              serverMessage: `every session this process may hold at once (${gate.limit ?? gate.active}) is in use`,
               waitedMs: waited()
             })
         })
