@@ -5,7 +5,8 @@
  * - URL rules as OpenEnv: http→ws, https→wss, no scheme→ws, `/ws` appended.
  * - One request at a time per socket; a connect timeout and a per-message timeout on every wait; keep-alive pings.
  * - A full server (`CAPACITY_REACHED`, sent right after the handshake) is waited out: the open backs off and
- *   retries for at most `capacityWait` (default 5 minutes), and the clients of one process share a per-URL limit
+ *   retries until `capacityWait` (default 5 minutes) passes with no session of the process at that URL opening or
+ *   closing, and the clients of one process share a per-URL limit
  *   (`maxSessions`, {@link limitSessions}, else the limit the server's refusal reports), queueing for a session
  *   locally. Past the bound it fails with {@link CapacityReachedError} naming the limit and the fix;
  *   `capacityWait: 0` fails at the first refusal. Only opening is retried: a refusal reaches no environment.

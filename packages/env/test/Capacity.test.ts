@@ -105,6 +105,32 @@ describe("Remote sessions and server capacity", () => {
     { timeout: 30_000 }
   )
 
+  it.scopedLive(
+    "the bound is on a stall: a queue longer than capacityWait that keeps moving completes",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* Server.serve(Catch.openEnv, { port: 0, maxConcurrentEnvs: 1 })
+        // Queued locally (limit 1), each episode holding its session 100 ms: the last of 6 waits 500+ ms in all,
+        // past a 400 ms bound, but a session opens or closes every ~100 ms.
+        yield* Client.limitSessions(s.url, 1)
+        const slow = (seed: number) => (ep: Environment.Episode<unknown>) =>
+          Effect.zipRight(Effect.sleep("100 millis"), player(seed)(ep as never))
+        const started = Date.now()
+        const remote = yield* Effect.forEach(
+          seeds.slice(0, 6),
+          (seed) => Environment.run(Catch.remote(s.url, { capacityWait: "400 millis" }), { seed }, slow(seed)),
+          { concurrency: "unbounded" }
+        )
+        assert.isAbove(Date.now() - started, 500)
+        const local = yield* Effect.forEach(
+          seeds.slice(0, 6),
+          (seed) => Environment.run(Catch.environment, { seed }, player(seed))
+        )
+        assert.deepStrictEqual(remote.map((r) => r.state), local.map((r) => r.state))
+      }),
+    { timeout: 30_000 }
+  )
+
   it.scopedLive("a waiting episode takes the session as soon as one frees", () =>
     Effect.gen(function*() {
       const s = yield* Server.serve(Catch.openEnv, { port: 0, maxConcurrentEnvs: 1 })

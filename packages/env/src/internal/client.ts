@@ -319,11 +319,16 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
       }
       return conn !== undefined
         ? send(conn)
-        : Effect.flatMap(open(url, { maxPayload, connectTimeoutMs, pingMs }), send)
+        : Effect.flatMap(
+          open(url, { maxPayload, connectTimeoutMs, pingMs }),
+          // A session that opened (and was not refused) is a moving queue for this URL's waiters.
+          (opened) => gate === undefined ? send(opened) : Effect.tap(send(opened), () => Gate.moved(gate))
+        )
     }))
 
   /**
-   * Runs an attempt that may open a session, waiting for a free one at most `capacityWait`: first for a permit of
+   * Runs an attempt that may open a session, waiting for a free one (bounded: at most `capacityWait` without a
+   * session of this process at this URL opening or closing): first for a permit of
    * this process's gate for the server, then, while the server still answers CAPACITY_REACHED (other processes, or
    * a limit not learned yet), retrying with jittered backoff. The refusal's limit becomes the gate's. Only a refused
    * open is retried: a refusal comes right behind the handshake, before any request reached an environment.
@@ -331,20 +336,26 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
   const patiently = <R>(attempt: Effect.Effect<R, Api.ClientError>): Effect.Effect<R, Api.ClientError> =>
     gate === undefined ? attempt : Effect.suspend(() => {
       const started = Date.now()
-      const waited = () => Date.now() - started
-      const permit = holding ? Effect.void : Gate.acquire(gate, () => {
-        holding = true
-      }).pipe(
-        Effect.timeoutFail({
-          duration: Duration.millis(capacityWaitMs),
-          onTimeout: () =>
-            new CapacityReachedError({
-              url,
-              activeSessions: gate.active,
-              maxSessions: gate.limit ?? -1,
-              serverMessage: `every session this process may hold at once (${gate.limit ?? gate.active}) is in use`,
-              waitedMs: waited()
-            })
+      // The bound is on a stall, not on the whole wait: a long queue that keeps moving (a session of this process
+      // at this URL opened or closed within the last `capacityWait`) keeps its place.
+      const stalled = () => Date.now() - Math.max(started, gate.movedAt)
+      const permit = holding ? Effect.void : Effect.raceFirst(
+        Gate.acquire(gate, () => {
+          holding = true
+        }),
+        Effect.suspend(function watch(): Effect.Effect<never, CapacityReachedError> {
+          const left = capacityWaitMs - stalled()
+          return left > 0
+            ? Effect.zipRight(Effect.sleep(Duration.millis(left)), Effect.suspend(watch))
+            : Effect.fail(
+              new CapacityReachedError({
+                url,
+                activeSessions: gate.active,
+                maxSessions: gate.limit ?? -1,
+                serverMessage: `every session this process may hold at once (${gate.limit ?? gate.active}) is in use`,
+                waitedMs: stalled()
+              })
+            )
         })
       )
       return Effect.zipRight(
@@ -355,11 +366,11 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
           ),
           Effect.retry({
             schedule: capacityBackoff,
-            while: (e) => e._tag === "CapacityReachedError" && waited() < capacityWaitMs
+            while: (e) => e._tag === "CapacityReachedError" && stalled() < capacityWaitMs
           }),
           Effect.mapError((e) =>
             e._tag === "CapacityReachedError" && e.waitedMs === undefined
-              ? new CapacityReachedError({ ...e, waitedMs: waited() })
+              ? new CapacityReachedError({ ...e, waitedMs: stalled() })
               : e
           )
         )

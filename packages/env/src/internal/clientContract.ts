@@ -22,9 +22,10 @@ export interface ClientOptions<A = Record<string, unknown>, O = Record<string, u
   readonly maxMessageBytes?: number
   /**
    * How long opening a session may wait for a free one when the server is full (CAPACITY_REACHED): the client
-   * backs off and retries, and clients of this process past the server's limit queue for a session locally. After
-   * this long it fails with {@link CapacityReachedError} naming the limit and the fix. Default 5 minutes; 0 fails
-   * at the first refusal.
+   * backs off and retries, and clients of this process past the server's limit queue for a session locally. When
+   * this long passes with no session of this process at that URL freed, it fails with {@link CapacityReachedError}
+   * naming the limit and the fix (a queue that keeps moving waits on). Default 5 minutes; 0 fails at the first
+   * refusal.
    */
   readonly capacityWait?: Duration.DurationInput
   /**
@@ -68,7 +69,7 @@ export class CapacityReachedError extends Data.TaggedError("CapacityReachedError
     const limit = this.maxSessions > 0
       ? `${this.maxSessions} session${this.maxSessions === 1 ? "" : "s"}`
       : "few sessions"
-    return `${base} No session at ${this.url} became free within ${Math.round(this.waitedMs / 100) / 10} s: ` +
+    return `${base} No session at ${this.url} opened or closed for ${Math.round(this.waitedMs / 100) / 10} s: ` +
       `the server allows ${limit} at once. Start it with more (\`envtrain serve <env> --max-concurrent-envs N\`, ` +
       "or MAX_CONCURRENT_ENVS=N for an OpenEnv server), open fewer at once (`--env-concurrency N`, config key " +
       "envConcurrency, or the client's maxSessions), or wait longer (the client's capacityWait)."

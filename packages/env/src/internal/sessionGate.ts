@@ -13,6 +13,11 @@ export interface Gate {
   /** Clients holding a permit (a session, or the right to open one). */
   active: number
   readonly queue: Array<() => boolean>
+  /**
+   * When a session of this process at this URL last opened or a permit was released (Date.now() ms): a waiter's
+   * bound counts from here, so a queue that keeps moving waits on.
+   */
+  movedAt: number
 }
 
 const gates = new Map<string, Gate>()
@@ -20,7 +25,7 @@ const gates = new Map<string, Gate>()
 export const gateOf = (url: string): Gate => {
   const found = gates.get(url)
   if (found !== undefined) return found
-  const gate: Gate = { url, limit: undefined, fixed: false, active: 0, queue: [] }
+  const gate: Gate = { url, limit: undefined, fixed: false, active: 0, queue: [], movedAt: 0 }
   gates.set(url, gate)
   return gate
 }
@@ -74,5 +79,11 @@ export const acquire = (gate: Gate, onTaken: () => void): Effect.Effect<void> =>
 
 export const release = (gate: Gate): void => {
   gate.active = Math.max(0, gate.active - 1)
+  gate.movedAt = Date.now()
   wake(gate)
+}
+
+/** A session opened (the server accepted it): the queue moved. */
+export const moved = (gate: Gate): void => {
+  gate.movedAt = Date.now()
 }
