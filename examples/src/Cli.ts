@@ -41,6 +41,11 @@ const flags = {
     ),
     Options.optional
   ),
+  envConcurrency: int(
+    "env-concurrency",
+    "most sessions opened at once on each --env-url / --<env>-url server; more episodes wait for a session (default: " +
+      "the limit the server's first CAPACITY_REACHED reports)"
+  ),
   policyServer: Options.text("policy-server").pipe(
     Options.withDescription(
       "generate on this policy server (`envtrain serve-policy` URL, e.g. http://127.0.0.1:8000; repeat for several): " +
@@ -136,6 +141,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(model === undefined ? {} : { model }),
     ...(out === undefined ? {} : { out }),
     ...(envUrl === undefined ? {} : { envUrl }),
+    ...(Option.isSome(f.envConcurrency) ? { envConcurrency: f.envConcurrency.value } : {}),
     ...(Object.keys(envUrls).length === 0 ? {} : { envUrls }),
     ...(f.policyServer.length === 0 ? {} : { policyServers: f.policyServer }),
     ...(Option.isSome(f.policyServerWeights) ? { policyServerWeights: f.policyServerWeights.value } : {}),
@@ -196,6 +202,12 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    [
+      "env-concurrency",
+      settings.envConcurrency === undefined ||
+      (settings.envConcurrency >= 1 && (settings.envUrl !== undefined || settings.envUrls !== undefined)),
+      `${settings.envConcurrency}: give at least 1 session, with --env-url (or --<env>-url) naming the server`
+    ],
     [
       "max-staleness",
       grpo.maxStaleness === undefined || (Number.isInteger(grpo.maxStaleness) && grpo.maxStaleness >= 0),

@@ -14,7 +14,7 @@
  * ```
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Environment } from "@envtrain/env"
+import { Client, Environment } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
 import {
   Advantage,
@@ -45,6 +45,11 @@ export interface Settings {
   readonly backend: "cpu" | "gpu"
   /** An envtrain or OpenEnv server; default in-process environments. */
   readonly envUrl?: string
+  /**
+   * Most sessions opened at once on each environment server (`--env-concurrency`); more episodes wait for a
+   * session, bounded. Default: the limit the server's first CAPACITY_REACHED reports.
+   */
+  readonly envConcurrency?: number
   /**
    * Policy servers (`envtrain serve-policy` URLs) that generate GRPO's and the evaluations' episodes; the weights
    * are pushed to them after every step. Default: generation in-process.
@@ -388,6 +393,9 @@ export const writeEvalConfig = (
       : settings.envUrls !== undefined
       ? [`envUrl: ${JSON.stringify(settings.envUrls)}`]
       : []
+    if (servers.length > 0 && settings.envConcurrency !== undefined) {
+      servers.push(`envConcurrency: ${settings.envConcurrency}`)
+    }
     const lines = [
       `# Written by the ${recipeName} example: \`envtrain eval\` of its checkpoint on the same held-out seeds.`,
       `model: ${JSON.stringify(path.resolve(checkpoint))}`,
@@ -420,6 +428,11 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const say = (text: string) => (settings.verbose ? Console.log(text) : Effect.void)
 
     const environment = yield* Recipe.environmentOf(recipe, settings)
+    if (settings.envConcurrency !== undefined) {
+      for (const url of [settings.envUrl, ...Object.values(settings.envUrls ?? {})]) {
+        if (url !== undefined) yield* Client.limitSessions(url, settings.envConcurrency)
+      }
+    }
     const seeds = episodeSeeds(settings)
 
     // 1. The model: a CPU-reference tiny/small model, or a checkpoint.

@@ -33,6 +33,11 @@ describe("example flags", () => {
       assert.match(yield* refusal(["--lr", "-1"]), /^--lr: -1: give a learning rate > 0/)
       assert.match(yield* refusal(["--eval-episodes", "0"]), /^--eval-episodes: 0/)
       assert.match(yield* refusal(["--seed", "-3"]), /^--seed: -3 is not a whole number/)
+      assert.match(yield* refusal(["--env-concurrency", "2"]), /^--env-concurrency: 2: .*with --env-url/)
+      assert.match(
+        yield* refusal(["--env-url", "http://127.0.0.1:1", "--env-concurrency", "0"]),
+        /^--env-concurrency: 0: give at least 1 session/
+      )
       assert.strictEqual(
         yield* refusal(["--sft-from", "/tmp", "--sft-lr", "0.1", "--error-rate", "0.1"]),
         "--sft-from: skips the SFT warm-up, so --error-rate, --sft-lr would change nothing: drop them or drop --sft-from"

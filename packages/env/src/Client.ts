@@ -4,7 +4,12 @@
  * Semantics (OpenEnv's client plus the session-loss contract OpenEnv lacks):
  * - URL rules as OpenEnv: http→ws, https→wss, no scheme→ws, `/ws` appended.
  * - One request at a time per socket; a connect timeout and a per-message timeout on every wait; keep-alive pings.
- * - A `CAPACITY_REACHED` frame (sent right after the handshake) fails with {@link CapacityReachedError}, retryable.
+ * - A full server (`CAPACITY_REACHED`, sent right after the handshake) is waited out: the open backs off and
+ *   retries until `capacityWait` (default 5 minutes) passes with no session of the process at that URL opening or
+ *   closing, and the clients of one process share a per-URL limit
+ *   (`maxSessions`, {@link limitSessions}, else the limit the server's refusal reports), queueing for a session
+ *   locally. Past the bound it fails with {@link CapacityReachedError} naming the limit and the fix;
+ *   `capacityWait: 0` fails at the first refusal. Only opening is retried: a refusal reaches no environment.
  * - If the socket drops (or a request on it times out or is interrupted) while an episode is active, that request
  *   and every later `step`/`state`/tool call fail with {@link SessionLostError} until the next `reset`: the client
  *   never continues silently on a fresh, un-reset session. A socket whose request timed out or was interrupted is
@@ -56,3 +61,9 @@ export const make: <A = Record<string, unknown>, O = Record<string, unknown>>(
 export const connect: <A = Record<string, unknown>, O = Record<string, unknown>>(
   options: ClientOptions<A, O>
 ) => Effect.Effect<OpenEnvClient<A, O>, ClientError, Scope.Scope> = internal.connect
+
+/**
+ * Sets how many sessions this process opens at once on the server at `url` (the `--env-concurrency` knob): every
+ * client of that URL shares the limit, and one past it waits for a session (at most its `capacityWait`).
+ */
+export const limitSessions: (url: string, maxSessions: number) => Effect.Effect<void> = internal.limitSessions

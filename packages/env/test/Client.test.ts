@@ -44,7 +44,8 @@ describe("Client", () => {
       const s = yield* Server.serve(counter(), { port: 0, maxConcurrentEnvs: 1 })
       const a = yield* Client.connect({ url: s.url })
       yield* a.reset()
-      const b = yield* Client.make({ url: s.url })
+      // capacityWait 0: fail at the first refusal instead of waiting for a session.
+      const b = yield* Client.make({ url: s.url, capacityWait: 0 })
       const refused = yield* Effect.flip(b.reset())
       assert.strictEqual(refused._tag, "CapacityReachedError")
       if (refused._tag === "CapacityReachedError") {
@@ -52,13 +53,13 @@ describe("Client", () => {
         assert.strictEqual(refused.maxSessions, 1)
       }
       // `connect` sees the refusal at connect time: the server sends it right behind the handshake.
-      const c = yield* Effect.flip(Client.connect({ url: s.url }))
+      const c = yield* Effect.flip(Client.connect({ url: s.url, capacityWait: 0 }))
       assert.strictEqual(c._tag, "CapacityReachedError")
       yield* a.close
       yield* eventually(Effect.map(s.activeSessions, (n) => n === 0), "slot freed")
       assert.strictEqual((yield* b.reset()).done, false)
       assert.strictEqual(yield* s.activeSessions, 1)
-      const d = yield* Client.connect({ url: s.url }).pipe(Effect.flip)
+      const d = yield* Client.connect({ url: s.url, capacityWait: 0 }).pipe(Effect.flip)
       assert.strictEqual(d._tag, "CapacityReachedError")
     }))
 

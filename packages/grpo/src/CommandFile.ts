@@ -10,6 +10,8 @@
  *                               # with async: true it trains in a worker thread, Trainer.workerModel)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
+ * envConcurrency: 2             # optional: most sessions opened at once per envUrl server (default: the limit its
+ *                               # first CAPACITY_REACHED reports; extra episodes wait for a session, bounded)
  * recipe: wordle                # instead of environment: a built-in recipe (environment, prompts, rewards, success)
  * rewards: shaped               # the recipe's named reward set
  * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
@@ -43,7 +45,7 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Environment, MultiEnv, Registry } from "@envtrain/env"
+import { Client, Environment, MultiEnv, Registry } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Data, Effect, Schema } from "effect"
@@ -79,6 +81,8 @@ export const RunSpec = Schema.Struct({
     Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))
   ),
   envUrl: Schema.optional(Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))),
+  // Most sessions this process opens at once on each envUrl server (Client.limitSessions).
+  envConcurrency: Schema.optional(Schema.Int.pipe(Schema.positive())),
   routeColumn: Schema.optionalWith(Schema.String, { default: () => "env" }),
   // A built-in recipe (catch | wordle | sudoku | echo | multi-env): its environment, prompts, rewards and success.
   recipe: Schema.optional(Schema.String),
@@ -207,6 +211,16 @@ const native = <S, C>(
  */
 export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
+    if (spec.envConcurrency !== undefined) {
+      if (spec.envUrl === undefined) {
+        return yield* new CommandFileError({
+          path,
+          problem: "envConcurrency limits the sessions opened on envUrl's server: set envUrl, or drop envConcurrency"
+        })
+      }
+      const urls = typeof spec.envUrl === "string" ? [spec.envUrl] : Object.values(spec.envUrl)
+      for (const url of urls) yield* Client.limitSessions(url, spec.envConcurrency)
+    }
     if (spec.recipe !== undefined) return yield* fromRecipe(path, spec, spec.recipe)
     if (spec.rewards !== undefined) {
       return yield* new CommandFileError({ path, problem: "rewards names a recipe's reward set: set recipe too" })

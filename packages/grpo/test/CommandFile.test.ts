@@ -1,7 +1,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Registry, Server } from "@envtrain/env"
+import { Catch, Registry, Server } from "@envtrain/env"
 import { Checkpoint } from "@envtrain/gpu"
 import { Cause, Effect, Exit } from "effect"
 import * as CommandFile from "../src/CommandFile.js"
@@ -197,5 +197,69 @@ describe("CommandFile", () => {
         assert.include(noRecipe.message, "plays a recipe's solver: set recipe")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
+  )
+  // Live clock: waiting for a session backs off in real time.
+  it.scopedLive(
+    "envtrain eval on a server with fewer sessions than held-out episodes: same results as in process",
+    () =>
+      Effect.gen(function*() {
+        const { dir, fs, model, path } = yield* tinyModelDir
+        // Real OpenEnv servers default to 1 session; the evaluation plays all 6 episodes at once.
+        const server = yield* Server.serve(Catch.openEnv, { port: 0, maxConcurrentEnvs: 1 })
+        const file = path.join(dir, "catch.yaml")
+        const evalOf = (extra: ReadonlyArray<string>, out: string) =>
+          Effect.gen(function*() {
+            yield* fs.writeFileString(
+              file,
+              [
+                `model: ${model}`,
+                "backend: cpu",
+                "recipe: catch",
+                "toolsInPrompt: false",
+                "evalDataset: { seeds: [40, 46] }",
+                `output_dir: ${path.join(dir, out)}`,
+                "maxCompletionLength: 8",
+                "seed: 5",
+                ...extra
+              ].join("\n") + "\n"
+            )
+            yield* CommandFile.evaluate(file, [])
+            const evaluation = JSON.parse(yield* fs.readFileString(path.join(dir, out, "eval.json")))
+            return { overall: evaluation.overall, rows: evaluation.rows }
+          })
+        const local = yield* evalOf([], "local")
+        assert.strictEqual(local.overall.episodes, 6)
+        assert.strictEqual(local.overall.unscoreable, 0)
+        const remote = yield* evalOf([`envUrl: ${server.url}`], "remote")
+        assert.deepStrictEqual(remote, local)
+        const limited = yield* evalOf([`envUrl: ${server.url}`, "envConcurrency: 1"], "limited")
+        assert.deepStrictEqual(limited, local)
+        // A GRPO step's group (2 generations of 2 prompts) on the same 1-session server.
+        const trainFile = path.join(dir, "train.yaml")
+        yield* fs.writeFileString(
+          trainFile,
+          [
+            `model: ${model}`,
+            "backend: cpu",
+            "recipe: catch",
+            "toolsInPrompt: false",
+            `envUrl: ${server.url}`,
+            "dataset: { seeds: [0, 2] }",
+            `output_dir: ${path.join(dir, "train")}`,
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 4",
+            "maxCompletionLength: 8",
+            "maxSteps: 1",
+            "loggingSteps: 1"
+          ].join("\n") + "\n"
+        )
+        yield* CommandFile.train(trainFile, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "train", Metrics.files.metrics))
+        assert.deepStrictEqual(metrics.map((m) => m.step), [1])
+        yield* fs.writeFileString(file, [`model: ${model}`, "recipe: catch", "envConcurrency: 1"].join("\n") + "\n")
+        const misuse = yield* Effect.flip(CommandFile.evaluate(file, []))
+        assert.include(misuse.message, "envConcurrency limits the sessions opened on envUrl's server: set envUrl")
+      }).pipe(Effect.provide(NodeContext.layer)),
+    60_000
   )
 })

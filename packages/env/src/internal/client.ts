@@ -1,7 +1,7 @@
 // The OpenEnv client's socket handling: one outstanding request per socket (a lock of its own), replies taken from an
 // inbox filled by the socket's listeners, and a socket that cannot be trusted any more (timeout, interruption, drop)
 // discarded at once.
-import { Deferred, Duration, Effect, Exit, Schema } from "effect"
+import { Deferred, Duration, Effect, Exit, Schedule, Schema } from "effect"
 import { WebSocket } from "ws"
 import type { McpCallToolResult, McpToolDescriptor } from "../OpenEnv.js"
 import * as Wire from "../Wire.js"
@@ -16,6 +16,7 @@ import {
   ServerError,
   SessionLostError
 } from "./clientContract.js"
+import * as Gate from "./sessionGate.js"
 
 type Outcome =
   | { readonly _tag: "Frame"; readonly text: string }
@@ -138,6 +139,12 @@ const startDeadlineTimer = (conn: Conn, ms: number) => {
 
 type Reply = { readonly type: string; readonly data: unknown }
 
+/** Between retries of a refused open: 50 ms growing to at most 2 s, jittered so waiting clients spread out. */
+const capacityBackoff = Schedule.exponential(Duration.millis(50), 1.5).pipe(
+  Schedule.union(Schedule.spaced(Duration.seconds(2))),
+  Schedule.jittered
+)
+
 const makeWithOpen = <A, O>(options: Api.ClientOptions<A, O>) => Effect.gen(() => clientOf(options))
 
 function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
@@ -146,6 +153,18 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
   const messageTimeoutMs = Duration.toMillis(Duration.decode(options.messageTimeout ?? Duration.seconds(60)))
   const pingMs = Duration.toMillis(Duration.decode(options.pingInterval ?? Duration.seconds(20)))
   const maxPayload = options.maxMessageBytes ?? 100 * 1024 * 1024
+  const capacityWaitMs = Duration.toMillis(Duration.decode(options.capacityWait ?? Duration.minutes(5)))
+  // No gate when the client is to fail at the first refusal (and sets no limit): the plain OpenEnv behaviour.
+  const gate = capacityWaitMs > 0 || options.maxSessions !== undefined ? Gate.gateOf(url) : undefined
+  if (gate !== undefined && options.maxSessions !== undefined) Gate.setLimit(gate, options.maxSessions)
+  /** This client holds one of the gate's permits (from its first open until it is closed). */
+  let holding = false
+  const releasePermit = (): void => {
+    if (holding && gate !== undefined) {
+      holding = false
+      Gate.release(gate)
+    }
+  }
   const encodeAction = options.action === undefined
     ? (a: A) => Effect.succeed(a as unknown)
     : (a: A) =>
@@ -282,6 +301,9 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
 
   /** The general path: opens the socket if needed and reports a refusal, under the lock. */
   const slowRequest = (kind: string, text: string, opensEpisode: boolean): Effect.Effect<Reply, Api.ClientError> =>
+    patiently(slowAttempt(kind, text, opensEpisode))
+
+  const slowAttempt = (kind: string, text: string, opensEpisode: boolean): Effect.Effect<Reply, Api.ClientError> =>
     withLock(Effect.suspend(() => {
       if (conn !== undefined) {
         const refused = unsolicitedNow(conn)
@@ -297,8 +319,63 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
       }
       return conn !== undefined
         ? send(conn)
-        : Effect.flatMap(open(url, { maxPayload, connectTimeoutMs, pingMs }), send)
+        : Effect.flatMap(
+          open(url, { maxPayload, connectTimeoutMs, pingMs }),
+          // A session that opened (and was not refused) is a moving queue for this URL's waiters.
+          (opened) => gate === undefined ? send(opened) : Effect.tap(send(opened), () => Gate.moved(gate))
+        )
     }))
+
+  /**
+   * Runs an attempt that may open a session, waiting for a free one (bounded: at most `capacityWait` without a
+   * session of this process at this URL opening or closing): first for a permit of
+   * this process's gate for the server, then, while the server still answers CAPACITY_REACHED (other processes, or
+   * a limit not learned yet), retrying with jittered backoff. The refusal's limit becomes the gate's. Only a refused
+   * open is retried: a refusal comes right behind the handshake, before any request reached an environment.
+   */
+  const patiently = <R>(attempt: Effect.Effect<R, Api.ClientError>): Effect.Effect<R, Api.ClientError> =>
+    gate === undefined ? attempt : Effect.suspend(() => {
+      const started = Date.now()
+      // The bound is on a stall, not on the whole wait: a long queue that keeps moving (a session of this process
+      // at this URL opened or closed within the last `capacityWait`) keeps its place.
+      const stalled = () => Date.now() - Math.max(started, gate.movedAt)
+      const permit = holding ? Effect.void : Effect.raceFirst(
+        Gate.acquire(gate, () => {
+          holding = true
+        }),
+        Effect.suspend(function watch(): Effect.Effect<never, CapacityReachedError> {
+          const left = capacityWaitMs - stalled()
+          return left > 0
+            ? Effect.zipRight(Effect.sleep(Duration.millis(left)), Effect.suspend(watch))
+            : Effect.fail(
+              new CapacityReachedError({
+                url,
+                activeSessions: gate.active,
+                maxSessions: gate.limit ?? -1,
+                serverMessage: `every session this process may hold at once (${gate.limit ?? gate.active}) is in use`,
+                waitedMs: stalled()
+              })
+            )
+        })
+      )
+      return Effect.zipRight(
+        permit,
+        attempt.pipe(
+          Effect.tapError((e) =>
+            e._tag === "CapacityReachedError" ? Effect.sync(() => Gate.learn(gate, e.maxSessions)) : Effect.void
+          ),
+          Effect.retry({
+            schedule: capacityBackoff,
+            while: (e) => e._tag === "CapacityReachedError" && stalled() < capacityWaitMs
+          }),
+          Effect.mapError((e) =>
+            e._tag === "CapacityReachedError" && e.waitedMs === undefined
+              ? new CapacityReachedError({ ...e, waitedMs: stalled() })
+              : e
+          )
+        )
+      )
+    })
 
   /**
    * Sends one frame and takes its one reply; `finish` reads it. `kind` names the request in errors. The hot path
@@ -401,6 +478,7 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
     request(method, { type: "mcp", data: { jsonrpc: "2.0", method, params, id: 1 } }, false, toMcpResult)
 
   const close = withLock(Effect.suspend(() => {
+    releasePermit()
     if (conn === undefined) return Effect.void
     const c = conn
     conn = undefined
@@ -436,7 +514,7 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
     close,
     episodeActive: Effect.sync(() => episodeActive)
   }
-  const openNow = withLock(
+  const openNow = patiently(withLock(
     Effect.suspend(() =>
       conn !== undefined ?
         Effect.void :
@@ -455,7 +533,7 @@ function* clientOf<A, O>(options: Api.ClientOptions<A, O>) {
           )
         })
     )
-  )
+  ))
   return { client, openNow }
 }
 
@@ -464,3 +542,6 @@ export const make = <A, O>(options: Api.ClientOptions<A, O>) =>
 
 export const connect = <A, O>(options: Api.ClientOptions<A, O>) =>
   Effect.flatMap(makeWithOpen(options), ({ client, openNow }) => Effect.as(openNow, client))
+
+export const limitSessions = (url: string, maxSessions: number): Effect.Effect<void> =>
+  Effect.sync(() => Gate.setLimit(Gate.gateOf(Wire.toWebSocketUrl(url)), maxSessions))

@@ -20,6 +20,19 @@ export interface ClientOptions<A = Record<string, unknown>, O = Record<string, u
   readonly pingInterval?: Duration.DurationInput
   /** Largest accepted server frame; default 100 MB (OpenEnv ≥ 0.2.2). */
   readonly maxMessageBytes?: number
+  /**
+   * How long opening a session may wait for a free one when the server is full (CAPACITY_REACHED): the client
+   * backs off and retries, and clients of this process past the server's limit queue for a session locally. When
+   * this long passes with no session of this process at that URL freed, it fails with {@link CapacityReachedError}
+   * naming the limit and the fix (a queue that keeps moving waits on). Default 5 minutes; 0 fails at the first
+   * refusal.
+   */
+  readonly capacityWait?: Duration.DurationInput
+  /**
+   * Most sessions this process opens at once on this server (every client of the same URL shares the limit).
+   * Default: what the server's first CAPACITY_REACHED frame reports (OpenEnv publishes its limit nowhere else).
+   */
+  readonly maxSessions?: number
 }
 
 /** A reset or step reply: `reward` and `done` come from the envelope. */
@@ -36,16 +49,30 @@ export class ConnectError extends Data.TaggedError("ConnectError")<{ readonly ur
   }
 }
 
-/** The server is full (`CAPACITY_REACHED`). Retryable: back off and connect again, or raise MAX_CONCURRENT_ENVS. */
+/**
+ * The server is full (`CAPACITY_REACHED`). Retryable: back off and connect again, or raise MAX_CONCURRENT_ENVS.
+ * With `waitedMs` the client already waited that long (its `capacityWait`) for a free session.
+ */
 export class CapacityReachedError extends Data.TaggedError("CapacityReachedError")<{
   readonly url: string
   readonly activeSessions: number
   readonly maxSessions: number
   readonly serverMessage: string
+  readonly waitedMs?: number
 }> {
   readonly retryable = true
   override get message() {
-    return `Server error: ${this.serverMessage} (code: CAPACITY_REACHED). Retry later or start the server with a higher --max-concurrent-envs.`
+    const base = `Server error: ${this.serverMessage} (code: CAPACITY_REACHED).`
+    if (this.waitedMs === undefined) {
+      return `${base} Retry later or start the server with a higher --max-concurrent-envs.`
+    }
+    const limit = this.maxSessions > 0
+      ? `${this.maxSessions} session${this.maxSessions === 1 ? "" : "s"}`
+      : "few sessions"
+    return `${base} No session at ${this.url} opened or closed for ${Math.round(this.waitedMs / 100) / 10} s: ` +
+      `the server allows ${limit} at once. Start it with more (\`envtrain serve <env> --max-concurrent-envs N\`, ` +
+      "or MAX_CONCURRENT_ENVS=N for an OpenEnv server), open fewer at once (`--env-concurrency N`, config key " +
+      "envConcurrency, or the client's maxSessions), or wait longer (the client's capacityWait)."
   }
 }
 
