@@ -166,7 +166,8 @@ export const connect = (
       Effect.forEach(
         Array.from({ length: needed }, (_, i) => i),
         () =>
-          Client.connect({ url: options.url, connectTimeout: "10 seconds" }).pipe(
+          // capacityWait 0: a refusal here is the answer (the limit is too low), not a queue to wait in.
+          Client.connect({ url: options.url, connectTimeout: "10 seconds", capacityWait: 0 }).pipe(
             Effect.mapError((e) =>
               e._tag === "CapacityReachedError"
                 ? new HarborServerError({
