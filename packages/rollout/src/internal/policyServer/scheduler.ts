@@ -17,6 +17,8 @@ import type {
 } from "../../PolicyServer.js"
 import type { Metrics } from "./metrics.js"
 
+const YIELD_MS = 1
+
 // A macrotask turn: setImmediate runs after the event loop's I/O phase.
 const yieldToIo = Effect.async<void>((resume) => {
   const handle = setImmediate(() => resume(Effect.void))
@@ -142,6 +144,7 @@ export const make = (
 
     const continuousLoop = (decoder: Decoder) => {
       let running: Array<{ readonly item: GenerateItem; readonly sequence: unknown }> = []
+      let lastYield = 0
       const admit = (items: ReadonlyArray<GenerateItem>) =>
         Effect.gen(function*() {
           waiting -= items.length
@@ -185,8 +188,13 @@ export const make = (
           else yield* Deferred.succeed(now[i].item.done, { completion, policyVersion: v })
         }
         metrics.running(running.length)
-        // Lets the event loop read new requests (and hang-ups) before the next step.
-        yield* yieldToIo
+        // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
+        // tiny model's steps are shorter than the turn itself.
+        const t = performance.now()
+        if (t - lastYield >= YIELD_MS) {
+          lastYield = t
+          yield* yieldToIo
+        }
       })
       return Effect.gen(function*() {
         if (running.length === 0) {
