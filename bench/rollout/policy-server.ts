@@ -1,8 +1,9 @@
 /**
  * Policy server benchmark: completion tokens/s of `envtrain serve-policy --backend cpu` (its own process, as
- * deployed; queried over loopback with fetch) at several numbers of concurrent requests, against the same CPU model
- * generating the same batch in process (`Trainer.referenceModel`). Every request samples `--tokens` tokens
- * (`ignore_eos`, temperature 1, its own seed), so both sides do the same work.
+ * deployed; queried over loopback with fetch) at several numbers of concurrent requests, with continuous batching
+ * and with window batching (`--batching`), against the same CPU model generating the same batch in process
+ * (`Trainer.referenceModel`). Every request samples `--tokens` tokens (`ignore_eos`, temperature 1, its own seed),
+ * so all sides do the same work.
  *
  *   npx tsx bench/rollout/policy-server.ts                                   # tiny preset, 1,8,32 requests
  *   npx tsx bench/rollout/policy-server.ts --preset=small --concurrency=1,8 --tokens=16
@@ -59,53 +60,65 @@ const program = Effect.gen(function*() {
     inProcess[c] = median(runs)
   }
 
-  // The server in its own process.
-  const { url } = yield* PolicyServerProcess.launch({
-    model: dir,
-    backend: "cpu",
-    maxBatch,
-    servedModelName: "bench"
-  })
-  const served: Record<number, number> = {}
-  const occupancy: Record<number, number> = {}
-  for (const c of CONCURRENCY) {
-    const runs: Array<number> = []
-    for (let r = 0; r < ROUNDS; r++) {
-      const t0 = performance.now()
-      const bodies = yield* Effect.promise(() =>
-        Promise.all(
-          prompts(c).map((prompt, i) =>
-            fetch(`${url}/v1/completions`, {
-              method: "POST",
-              headers: { "content-type": "application/json" },
-              body: JSON.stringify({
-                model: "bench",
-                prompt,
-                max_tokens: TOKENS,
-                temperature: 1,
-                seed: 1000 * r + i,
-                ignore_eos: true,
-                logprobs: 0,
-                return_token_ids: true
-              })
-            }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
+  // The server in its own process, once per batching mode.
+  const serve = (batching: "continuous" | "window") =>
+    Effect.gen(function*() {
+      const { url } = yield* PolicyServerProcess.launch({
+        model: dir,
+        backend: "cpu",
+        maxBatch,
+        batching,
+        servedModelName: "bench"
+      })
+      const served: Record<number, number> = {}
+      const occupancy: Record<number, number> = {}
+      for (const c of CONCURRENCY) {
+        const runs: Array<number> = []
+        for (let r = 0; r < ROUNDS; r++) {
+          const t0 = performance.now()
+          const bodies = yield* Effect.promise(() =>
+            Promise.all(
+              prompts(c).map((prompt, i) =>
+                fetch(`${url}/v1/completions`, {
+                  method: "POST",
+                  headers: { "content-type": "application/json" },
+                  body: JSON.stringify({
+                    model: "bench",
+                    prompt,
+                    max_tokens: TOKENS,
+                    temperature: 1,
+                    seed: 1000 * r + i,
+                    ignore_eos: true,
+                    logprobs: 0,
+                    return_token_ids: true
+                  })
+                }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
+              )
+            )
           )
-        )
-      )
-      const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
-      runs.push(tokens / ((performance.now() - t0) / 1000))
-    }
-    served[c] = median(runs)
-    const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
-    occupancy[c] = Number(/^envtrain:batch_size_last\{[^}]*\} (\d+)$/m.exec(metrics)?.[1])
-  }
+          const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
+          runs.push(tokens / ((performance.now() - t0) / 1000))
+        }
+        served[c] = median(runs)
+        const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
+        // Continuous: the most sequences in one decode step so far; window: the last batch handed to the backend.
+        const name = batching === "continuous" ? "decode_step_occupancy_max" : "batch_size_last"
+        occupancy[c] = Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(metrics)?.[1])
+      }
+      return { served, occupancy }
+    }).pipe(Effect.scoped)
+  const continuous = yield* serve("continuous")
+  const window = yield* serve("window")
 
   const rows = CONCURRENCY.map((c) => ({
     concurrency: c,
     inProcessTokensPerSecond: inProcess[c],
-    serverTokensPerSecond: served[c],
-    ratio: served[c] / inProcess[c],
-    lastBatchOccupancy: occupancy[c]
+    continuousTokensPerSecond: continuous.served[c],
+    windowTokensPerSecond: window.served[c],
+    continuousRatio: continuous.served[c] / inProcess[c],
+    windowRatio: window.served[c] / inProcess[c],
+    continuousMaxStepOccupancy: continuous.occupancy[c],
+    windowLastBatchOccupancy: window.occupancy[c]
   }))
   const result = {
     preset: PRESET,
@@ -123,13 +136,17 @@ const program = Effect.gen(function*() {
     `\`npx tsx bench/rollout/policy-server.ts --preset=${PRESET}\`: ${TOKENS} sampled tokens per request ` +
     `(ignore_eos, temperature 1), median of ${ROUNDS} rounds, ${Os.cpus().length} CPUs shared with other jobs. ` +
     "In process: `Trainer.referenceModel.generate` on the whole batch. Server: `envtrain serve-policy --backend cpu` " +
-    "in its own process, the requests sent concurrently over loopback.",
+    "in its own process with `--batching continuous` (requests join the running decode between steps) and " +
+    "`--batching window` (a batch decodes to its end before the next), the requests sent concurrently over loopback. " +
+    "Occupancy: continuous, the most sequences in one decode step so far; window, the last batch's size.",
     "",
-    "| concurrent requests | in process (tokens/s) | server (tokens/s) | server / in process | last batch occupancy |",
-    "| --- | --- | --- | --- | --- |",
+    "| concurrent requests | in process (tokens/s) | continuous (tokens/s) | window (tokens/s) | " +
+    "continuous / in process | window / in process | continuous max step occupancy | window last batch |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ...rows.map((r) =>
-      `| ${r.concurrency} | ${r.inProcessTokensPerSecond.toFixed(0)} | ${r.serverTokensPerSecond.toFixed(0)} | ` +
-      `${r.ratio.toFixed(2)} | ${r.lastBatchOccupancy} |`
+      `| ${r.concurrency} | ${r.inProcessTokensPerSecond.toFixed(0)} | ${r.continuousTokensPerSecond.toFixed(0)} | ` +
+      `${r.windowTokensPerSecond.toFixed(0)} | ${r.continuousRatio.toFixed(2)} | ${r.windowRatio.toFixed(2)} | ` +
+      `${r.continuousMaxStepOccupancy} | ${r.windowLastBatchOccupancy} |`
     ),
     ""
   ].join("\n")

@@ -67,6 +67,7 @@ import type {
   OptimizerStateMismatch,
   OptimizerStep,
   SequenceBatch,
+  StepDecoder,
   TokenScores,
   TrainableModel
 } from "./internal/model.js"
@@ -100,6 +101,7 @@ export type {
   RolloutFunc,
   RolloutInput,
   SequenceBatch,
+  StepDecoder,
   TokenScores,
   TrainableModel,
   TrainerHandle

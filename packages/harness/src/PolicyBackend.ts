@@ -2,11 +2,13 @@
  * The generation backends `envtrain serve-policy` serves (`@envtrain/rollout`'s `PolicyServer.Backend`):
  *
  * - {@link cpu}: the trainer's CPU reference model (`Trainer.referenceModel`: exact, batched decoding, multi-turn KV
- *   reuse), so a served completion is token for token what the in-process trainer samples. Top logprobs come from
+ *   reuse), so a served completion is token for token what the in-process trainer samples. It decodes step by step
+ *   (the model's `decoder`), so the server batches continuously: requests join the running batch between steps. Top logprobs come from
  *   one extra forward pass over prompt + completion (log_softmax(logits / T), T = 1 when greedy, before the
  *   top-k/top-p/min-p filters).
  * - {@link gpu}: `@envtrain/rollout`'s `LocalPolicy` (Qwen3 with its `Generation` loop on WebGPU). Weight updates
- *   upload the new tensors to the device; top logprobs are not available (the generator reads back only the
+ *   upload the new tensors to the device; the server batches it by windows (its generator admits requests only
+ *   from inside its own loop, not through the server's step-wise interface); top logprobs are not available (the generator reads back only the
  *   sampled token's logprobs), so asking for them is refused with a 400 that says so.
  *
  * Both load weights from a checkpoint directory (`Checkpoint.loadWeights`: every tensor of the config with its
@@ -160,6 +162,24 @@ export const cpu = (
       for (const [name, t] of state.weights) w[name] = t.data
       return w
     })
+    const withTop = (
+      requests: ReadonlyArray<BackendRequest>,
+      completions: ReadonlyArray<BackendCompletion | undefined>
+    ) =>
+      Effect.gen(function*() {
+        if (!requests.some((r, i) => r.topLogprobs > 0 && completions[i] !== undefined)) return completions
+        const weights = yield* weightsNow
+        return completions.map((c, i) =>
+          c !== undefined && requests[i].topLogprobs > 0
+            ? { ...c, topLogprobs: topLogprobsOf(model.config, weights, requests[i], c.tokenIds) }
+            : c
+        )
+      })
+    const stepwise = trainable.decoder
+    interface Sequence {
+      readonly request: BackendRequest
+      readonly state: unknown
+    }
     return {
       name: "cpu",
       tokenizer: model.tokenizer,
@@ -169,16 +189,22 @@ export const cpu = (
       maxTopLogprobs: 20,
       samplingDefaults: samplingDefaultsOf(model),
       generate: (requests) =>
-        Effect.gen(function*() {
-          const completions = yield* trainable.generate(requests)
-          if (!requests.some((r) => r.topLogprobs > 0)) return completions
-          const weights = yield* weightsNow
-          return completions.map((c, i): BackendCompletion =>
-            requests[i].topLogprobs > 0
-              ? { ...c, topLogprobs: topLogprobsOf(model.config, weights, requests[i], c.tokenIds) }
-              : c
-          )
-        }),
+        Effect.flatMap(
+          trainable.generate(requests),
+          (completions) => withTop(requests, completions) as Effect.Effect<ReadonlyArray<BackendCompletion>>
+        ),
+      ...(stepwise === undefined ? {} : {
+        decoder: {
+          start: (request) => Effect.map(stepwise.start(request), (state): Sequence => ({ request, state })),
+          step: (sequences) => {
+            const seqs = sequences as ReadonlyArray<Sequence>
+            return Effect.flatMap(
+              stepwise.step(seqs.map((s) => s.state)),
+              (completions) => withTop(seqs.map((s) => s.request), completions)
+            )
+          }
+        }
+      }),
       loadWeights: (source) =>
         readWeights(model.config, source).pipe(
           Effect.flatMap((weights) => trainable.importState({ weights, optimizerStep: 0 })),

@@ -31,6 +31,8 @@ export interface LaunchOptions {
   readonly port?: number
   readonly servedModelName?: string
   readonly maxBatch?: number
+  /** `--batching`; default the command's (continuous where the backend can). */
+  readonly batching?: "continuous" | "window"
   /** How long to wait for `/health`. Default 120 s (the model loads first). */
   readonly healthTimeout?: Duration.DurationInput
 }
@@ -58,7 +60,8 @@ export const launch = (options: LaunchOptions) =>
       "{port}",
       ...flag("backend", options.backend),
       ...flag("served-model-name", options.servedModelName),
-      ...flag("max-batch", options.maxBatch)
+      ...flag("max-batch", options.maxBatch),
+      ...flag("batching", options.batching)
     ],
     ...(options.port === undefined ? {} : { port: options.port }),
     healthTimeout: options.healthTimeout ?? "120 seconds"

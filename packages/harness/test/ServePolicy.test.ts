@@ -12,7 +12,7 @@ import { Gpu } from "@envtrain/gpu/runtime/Gpu"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import * as ChatRenderer from "@envtrain/rollout/ChatRenderer"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
-import { Effect, Layer } from "effect"
+import { Effect, Fiber, Layer, Option, Schedule } from "effect"
 import * as PolicyBackend from "../src/PolicyBackend.js"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 
@@ -283,6 +283,51 @@ describe("serve-policy, CPU backend", () => {
       assert.isAbove(max, 1, metrics)
       assert.match(metrics, /^envtrain:batch_size_sum\{[^}]*\} 6$/m)
     }))
+  it.scopedLive(
+    "continuous batching: a request arriving mid-decode joins the running batch; both equal their solo runs",
+    () =>
+      Effect.gen(function*() {
+        const [a] = yield* models
+        const server = yield* serveCpu(a)
+        const gauge = (text: string, name: string) =>
+          Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(text)?.[1])
+        const metrics = Effect.promise(() => fetch(`${server.url}/metrics`).then((r) => r.text()))
+        const poll = (until: (text: string) => boolean) =>
+          metrics.pipe(Effect.repeat({ schedule: Schedule.spaced("2 millis"), until }), Effect.timeout("60 seconds"))
+        // A long seeded sample (no end-of-turn stop) and a short greedy one.
+        const long = {
+          prompt: "Catch the ball",
+          max_tokens: 1500,
+          temperature: 1,
+          seed: 11,
+          ignore_eos: true,
+          logprobs: 0,
+          return_token_ids: true
+        }
+        const short = { prompt: "Hi", max_tokens: 6, temperature: 0, logprobs: 0, return_token_ids: true }
+        const first = yield* Effect.fork(post(`${server.url}/v1/completions`, long))
+        yield* poll((text) => gauge(text, "num_requests_running") === 1)
+        const joined = yield* post(`${server.url}/v1/completions`, short)
+        // The short request was answered while the long one still decodes: it did not wait for that batch to end.
+        assert.isTrue(Option.isNone(yield* Fiber.poll(first)), "the long request finished before the short one")
+        const during = yield* metrics
+        assert.isAtLeast(gauge(during, "decode_step_occupancy_max"), 2, during)
+        const longOut = (yield* Fiber.join(first)).json
+        assert.strictEqual(longOut.choices[0].token_ids.length, 1500)
+        // Solo runs, one at a time: the same tokens and logprobs.
+        const soloLong = (yield* post(`${server.url}/v1/completions`, long)).json
+        const soloShort = (yield* post(`${server.url}/v1/completions`, short)).json
+        assert.deepStrictEqual(longOut.choices[0].token_ids, soloLong.choices[0].token_ids)
+        assert.deepStrictEqual(longOut.choices[0].logprobs, soloLong.choices[0].logprobs)
+        assert.deepStrictEqual(joined.json.choices[0].token_ids, soloShort.choices[0].token_ids)
+        assert.deepStrictEqual(joined.json.choices[0].logprobs, soloShort.choices[0].logprobs)
+        assert.deepStrictEqual(joined.json.choices[0].token_ids, greedy(a, a.tokenizer.encode("Hi"), 6).tokens)
+        const after = yield* metrics
+        assert.strictEqual(gauge(after, "num_requests_running"), 0)
+        assert.strictEqual(gauge(after, "num_requests_waiting"), 0)
+      }),
+    120_000
+  )
 })
 
 describe("serve-policy, GPU backend", () => {

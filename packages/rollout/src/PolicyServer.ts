@@ -10,11 +10,14 @@
  * (→ logprob tokens `"token_id:N"`), `stop_token_ids`, `include_stop_str_in_output`, `skip_special_tokens`,
  * `chat_template_kwargs`; logprobs are the sampler's processed logprobs (vLLM's `--logprobs-mode processed_logprobs`).
  *
- * Batching and weights: requests wait in one queue; a batch of up to `maxBatchSize` (gathered for `batchWindow`
- * after the first) is handed to the backend, which decodes it together; the next batch starts when it finishes.
- * A weight update queues behind the requests already waiting, waits for the running batch, loads, and increments
- * `policy_version`; so every completion is produced entirely by one version, which every response names (the
- * `policy_version` field and the `x-policy-version` header).
+ * Batching and weights: requests wait in one queue. With a backend that decodes step by step (`decoder`: the CPU
+ * backend) the server batches continuously, as vLLM does: one running batch of up to `maxBatchSize` sequences,
+ * queued requests join it between decode steps, and a finished sequence is answered at once and frees its slot.
+ * Otherwise (or with `batching: "window"`) a batch of up to `maxBatchSize` (gathered for `batchWindow` after the
+ * first) is handed to the backend, which decodes it together; the next batch starts when it finishes. A weight
+ * update queues behind the requests already waiting; once it is next, nothing more is admitted, the running
+ * sequences finish, the weights load and `policy_version` increments; so every completion is produced entirely by
+ * one version, which every response names (the `policy_version` field and the `x-policy-version` header).
  *
  * @example
  * ```ts
@@ -72,7 +75,23 @@ export class BackendError extends Data.TaggedError("BackendError")<{
   readonly status: number
 }> {}
 
-/** A generation engine the server serves. The server calls `generate` and `loadWeights` one at a time. */
+/**
+ * Step-wise decoding, for continuous batching. `start` prepares a request as a sequence (an opaque value the server
+ * only passes back); `step` runs one decode step of the given sequences together (a new sequence's first step also
+ * runs its prompt) and returns, per sequence, its completion when it finished at this step, or undefined while it
+ * runs. A sequence's output must not depend on which sequences share its steps.
+ */
+export interface Decoder {
+  readonly start: (request: BackendRequest) => Effect.Effect<unknown, BackendError>
+  readonly step: (
+    sequences: ReadonlyArray<unknown>
+  ) => Effect.Effect<ReadonlyArray<BackendCompletion | undefined>, BackendError>
+}
+
+/**
+ * A generation engine the server serves. The server calls `generate`, the `decoder`'s functions and `loadWeights`
+ * one at a time, and `loadWeights` only while no sequence is running.
+ */
 export interface Backend {
   /** "cpu", "gpu", … (shown in `/v1/models` as `owned_by`). */
   readonly name: string
@@ -95,6 +114,8 @@ export interface Backend {
   readonly generate: (
     requests: ReadonlyArray<BackendRequest>
   ) => Effect.Effect<ReadonlyArray<BackendCompletion>, BackendError>
+  /** Optional: step-wise decoding; the server then batches continuously (see {@link Decoder}). */
+  readonly decoder?: Decoder
   /** Replaces the weights (never called while `generate` runs). */
   readonly loadWeights: (source: WeightSource) => Effect.Effect<void, BackendError>
 }
@@ -109,7 +130,12 @@ export interface PolicyServerOptions {
   readonly servedModelName?: string
   /** Most requests per batch; default (and at most) the backend's `maxBatchSize`. */
   readonly maxBatchSize?: number
-  /** How long a batch waits for more requests after its first; default 2 ms. */
+  /**
+   * "continuous" (default when the backend has a `decoder`): requests join the running batch between decode
+   * steps. "window": a batch is gathered, decoded to its end, then the next (what a backend without a decoder gets).
+   */
+  readonly batching?: "continuous" | "window"
+  /** How long a batch (continuous: an idle server's first step) waits for more requests after its first; default 2 ms. */
   readonly batchWindow?: Duration.DurationInput
   /** Largest request body (pushed weights included); default 1 GiB. */
   readonly maxBodyBytes?: number

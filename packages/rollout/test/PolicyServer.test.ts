@@ -6,7 +6,7 @@ import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Environment } from "@envtrain/env"
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
-import { Effect, Layer } from "effect"
+import { Effect, Fiber, Layer, Option } from "effect"
 import { Episode, Policy, PolicyServer } from "../src/index.js"
 import { catchScript, renderer, tinyModel } from "./fixtures.js"
 
@@ -105,6 +105,45 @@ const serve = (
     const server = yield* PolicyServer.serve(s.backend, { port: 0, servedModelName: "tiny", ...options })
     return { ...s, server, tokenizer, url: server.url }
   })
+
+// A step-wise backend (continuous batching): every step appends token 100 + (weight loads so far) to each sequence
+// and logs the step's occupancy (a load logs -1), so a sequence that straddled an update would mix tokens.
+const stepwise = (tokenizer: Tokenizer, template: PolicyServer.Backend["chatTemplate"], log: Array<number>) => {
+  let loads = 0
+  const backend: PolicyServer.Backend = {
+    name: "stepwise",
+    tokenizer,
+    chatTemplate: template,
+    contextLength: 512,
+    maxBatchSize: 4,
+    maxTopLogprobs: 0,
+    generate: () => Effect.dieMessage("a backend with a decoder is batched continuously"),
+    decoder: {
+      start: (request) => Effect.succeed({ request, tokens: [] as Array<number> }),
+      step: (sequences) =>
+        Effect.gen(function*() {
+          yield* Effect.sleep("3 millis")
+          log.push(sequences.length)
+          return (sequences as ReadonlyArray<{ request: PolicyServer.BackendRequest; tokens: Array<number> }>).map(
+            (s) => {
+              s.tokens.push(100 + loads)
+              return s.tokens.length < s.request.sampling.maxTokens ? undefined : {
+                tokenIds: s.tokens,
+                logprobs: s.tokens.map(() => -1),
+                finishReason: "length" as const
+              }
+            }
+          )
+        })
+    },
+    loadWeights: () =>
+      Effect.sync(() => {
+        loads++
+        log.push(-1)
+      })
+  }
+  return backend
+}
 
 const TOOLS = [{
   type: "function",
@@ -468,6 +507,43 @@ describe("PolicyServer", () => {
       assert.strictEqual(l.policy_version, 3)
       assert.strictEqual(l.choices[0].text, "answer v3")
       assert.match((yield* get(`${url}/metrics`)).text, /^envtrain:policy_version\{[^}]*\} 3$/m)
+    }))
+
+  it.scopedLive("continuous batching: requests join the running decode; an update waits for the running sequences", () =>
+    Effect.gen(function*() {
+      const { template, tokenizer } = yield* tinyModel
+      const log: Array<number> = []
+      const server = yield* PolicyServer.serve(stepwise(tokenizer, template, log), { port: 0, servedModelName: "tiny" })
+      const ask = (maxTokens: number) =>
+        Effect.map(
+          post(`${server.url}/v1/completions`, { prompt: [1, 2, 3], max_tokens: maxTokens, return_token_ids: true }),
+          (r) => JSON.parse(r.text) as Json
+        )
+      const long = yield* Effect.fork(ask(200))
+      yield* Effect.sleep("30 millis")
+      const short = yield* ask(3)
+      assert.isTrue(Option.isNone(yield* Fiber.poll(long)), "the short request waited for the long one")
+      const update = yield* Effect.fork(post(`${server.url}/update_weights_from_disk`, { model_path: "/next" }))
+      yield* Effect.sleep("100 millis")
+      const late = yield* Effect.fork(ask(2))
+      const [l, u, la] = yield* Effect.all([Fiber.join(long), Fiber.join(update), Fiber.join(late)])
+      assert.deepStrictEqual(short.choices[0].token_ids, [100, 100, 100])
+      assert.strictEqual(short.policy_version, 0)
+      // The long sequence finished on the old weights before the load; the request queued after it got the new.
+      assert.deepStrictEqual(l.choices[0].token_ids, Array.from({ length: 200 }, () => 100))
+      assert.strictEqual(l.policy_version, 0)
+      assert.strictEqual(u.status, 200, u.text)
+      assert.deepStrictEqual(la.choices[0].token_ids, [101, 101])
+      assert.strictEqual(la.policy_version, 1)
+      const load = log.indexOf(-1)
+      assert.strictEqual(log.slice(0, load).length, 200)
+      assert.isAtLeast(Math.max(...log.slice(0, load)), 2)
+      assert.deepStrictEqual(log.slice(load + 1), [1, 1])
+      const metrics = (yield* get(`${server.url}/metrics`)).text
+      assert.match(metrics, /^envtrain:decode_step_occupancy_max\{[^}]*\} 2$/m)
+      assert.match(metrics, /^envtrain:decode_step_occupancy_count\{[^}]*\} 202$/m)
+      assert.match(metrics, /^envtrain:batch_size_sum\{[^}]*\} 3$/m)
+      assert.match(metrics, /^envtrain:num_requests_running\{[^}]*\} 0$/m)
     }))
 
   it.scopedLive("Policy.openAiCompatible plays a Catch episode through the server, token ids and logprobs intact", () =>

@@ -10,7 +10,7 @@ import { Qwen3Reference } from "@envtrain/gpu"
 import type { Checkpoint } from "@envtrain/gpu"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect } from "effect"
-import { cpuModel, type TrainableModel } from "./model.js"
+import { cpuModel, type StepDecoder, type TrainableModel } from "./model.js"
 
 interface Entry {
   readonly tokens: Array<number>
@@ -105,50 +105,82 @@ export const cachedCpuModel = (
     }
   }
 
-  // Every request of the batch decodes together: one batched pass per token over the sequences still running
-  // (the same logits as separate passes; the CPU's matmuls are much cheaper per row when batched).
-  const generateAll = (w: Qwen3Reference.Weights, requests: ReadonlyArray<GenerateRequest>): Array<Completion> => {
-    const states = requests.map(start)
-    let active = states.filter((a) => a.maxNew > 0)
-    let rows = active.length === 0 ? [] : Qwen3Reference.extendBatch(
+  interface Running extends Active {
+    /** Tokens to run through the cache at the next step: the uncached prompt, then the last sampled token. */
+    pending: ReadonlyArray<number>
+    step: number
+  }
+
+  const begin = (request: GenerateRequest): Running => {
+    const a = start(request)
+    return { ...a, pending: a.request.promptIds.slice(a.entry.tokens.length), step: 0 }
+  }
+
+  const done = (a: Running): Completion => {
+    // What the cache holds: the prompt and every sampled token but the last.
+    pool.push({ tokens: a.context.slice(0, a.entry.cache.length), cache: a.entry.cache })
+    if (pool.length > poolSize) pool.shift()
+    return { tokenIds: a.tokens, logprobs: a.logprobs, finishReason: a.finishReason }
+  }
+
+  // One batched pass over the given sequences (a new one's uncached prompt, the others' last token; the same logits
+  // as separate passes, and the CPU's matmuls are much cheaper per row when batched), then one sampled token each.
+  // Sampling depends only on the sequence's own seed, prompt length and step, so a sequence's tokens do not depend
+  // on which others share its steps. Returns each sequence's completion when it finished at this step.
+  const stepAll = (w: Qwen3Reference.Weights, states: ReadonlyArray<Running>): Array<Completion | undefined> => {
+    const out: Array<Completion | undefined> = states.map(() => undefined)
+    const live: Array<number> = []
+    states.forEach((a, i) => {
+      if (a.step >= a.maxNew) out[i] = done(a)
+      else live.push(i)
+    })
+    if (live.length === 0) return out
+    const rows = Qwen3Reference.extendBatch(
       config,
       w,
-      active.map((a) => a.entry.cache),
-      active.map((a) => a.request.promptIds.slice(a.entry.tokens.length))
+      live.map((i) => states[i].entry.cache),
+      live.map((i) => states[i].pending)
     )
-    for (let step = 0; active.length > 0; step++) {
-      const next: Array<Active> = []
-      const nextRows: Array<number> = []
-      active.forEach((a, i) => {
-        const s = a.request.sampling
-        const u = a.temperature === 0
-          ? 0
-          : Qwen3Reference.samplingUniform(s.seed ?? 0, a.request.promptIds.length, step)
-        const t = Qwen3Reference.sampleToken(rows[i], a.context, a.params, u)
-        a.tokens.push(t.token)
-        a.logprobs.push(a.temperature === 0 ? t.logprob : t.sampledLogprob)
-        a.context.push(t.token)
-        if (a.stops.has(t.token)) a.finishReason = "stop"
-        else if (step + 1 < a.maxNew) {
-          next.push(a)
-          nextRows.push(t.token)
-        }
-      })
-      active = next
-      if (active.length > 0) {
-        rows = Qwen3Reference.extendBatch(config, w, active.map((a) => a.entry.cache), nextRows.map((t) => [t]))
-      }
-    }
-    return states.map((a) => {
-      // What the cache holds: the prompt and every sampled token but the last.
-      pool.push({ tokens: a.context.slice(0, a.entry.cache.length), cache: a.entry.cache })
-      if (pool.length > poolSize) pool.shift()
-      return { tokenIds: a.tokens, logprobs: a.logprobs, finishReason: a.finishReason }
+    live.forEach((i, r) => {
+      const a = states[i]
+      const s = a.request.sampling
+      const u = a.temperature === 0
+        ? 0
+        : Qwen3Reference.samplingUniform(s.seed ?? 0, a.request.promptIds.length, a.step)
+      const t = Qwen3Reference.sampleToken(rows[r], a.context, a.params, u)
+      a.tokens.push(t.token)
+      a.logprobs.push(a.temperature === 0 ? t.logprob : t.sampledLogprob)
+      a.context.push(t.token)
+      a.step += 1
+      if (a.stops.has(t.token)) a.finishReason = "stop"
+      if (a.stops.has(t.token) || a.step >= a.maxNew) out[i] = done(a)
+      else a.pending = [t.token]
     })
+    return out
+  }
+
+  // Every request of the batch decodes together until the last one finishes.
+  const generateAll = (w: Qwen3Reference.Weights, requests: ReadonlyArray<GenerateRequest>): Array<Completion> => {
+    const states = requests.map(begin)
+    const results: Array<Completion | undefined> = states.map(() => undefined)
+    let active = states.map((_, i) => i)
+    while (active.length > 0) {
+      const out = stepAll(w, active.map((i) => states[i]))
+      active.forEach((i, j) => results[i] = out[j])
+      active = active.filter((_, j) => out[j] === undefined)
+    }
+    return results as Array<Completion>
+  }
+
+  const decoder: StepDecoder = {
+    start: (request) => Effect.sync(() => begin(request)),
+    step: (sequences) =>
+      Effect.flatMap(currentWeights, (w) => Effect.sync(() => stepAll(w, sequences as ReadonlyArray<Running>)))
   }
 
   return {
     ...base,
+    decoder,
     generate: (requests) => Effect.flatMap(currentWeights, (w) => Effect.sync(() => generateAll(w, requests))),
     step: (options) => Effect.tap(base.step(options), () => Effect.sync(stale)),
     importState: (state) => Effect.tap(base.importState(state), () => Effect.sync(stale))

@@ -135,6 +135,17 @@ export const checkMoments = (
  * forward pass. The GRPO trainer passes `w = d loss / d l` from `Loss.compute`, which gives exactly the gradient of
  * the loss (the loss depends on θ only through l).
  */
+/**
+ * Step-wise generation (a policy server's continuous batching): `start` prepares a request as a sequence, `step`
+ * runs one decode step of the given sequences together and returns each one's completion when it finished at that
+ * step (undefined while it runs). A sequence's tokens equal what `generate` gives for its request, whichever
+ * sequences share its steps. Sequences are what `start` returned; the weights must not change while any runs.
+ */
+export interface StepDecoder {
+  readonly start: (request: GenerateRequest) => Effect.Effect<unknown>
+  readonly step: (sequences: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<Completion | undefined>>
+}
+
 export interface TrainableModel {
   readonly config: ModelConfig.ModelConfig
   readonly tokenizer: Tokenizer
@@ -159,6 +170,8 @@ export interface TrainableModel {
    * themselves) has it, and the episodes' Policy calls it instead of queueing batches for `generate`.
    */
   readonly generateEach?: (request: GenerateRequest) => Effect.Effect<Completion, PolicyError>
+  /** Optional: step-wise generation on these weights ({@link StepDecoder}); the CPU reference model has it. */
+  readonly decoder?: StepDecoder
   /** Logprobs and entropies of the completion tokens under the current weights (no gradient). */
   readonly score: (batch: SequenceBatch, temperature: number) => Effect.Effect<TokenScores>
   /** Forward, then backward of Σ w·l with `w = weightsFor(scores)`, added to the gradient buffers. */

@@ -425,8 +425,10 @@ export const withPolicyServers = (
     // After a local update: the new weights to every server before the next generation uses them.
     const sync = Effect.zipRight(encodeWeights, pushAll).pipe(Effect.orDie)
 
+    // The local model's step-wise decoder would bypass the servers: not carried over.
+    const { decoder: _local, ...local } = model
     const wrapped: TrainableModel = {
-      ...model,
+      ...local,
       // Generation runs in the servers' processes: async GRPO need not hold the model's lock around it.
       remoteGeneration: true,
       generate: (requests) => Effect.forEach(requests, generateEach, { concurrency: "unbounded" }).pipe(Effect.orDie),

@@ -176,8 +176,10 @@ export const start = <E, R>(options: StartOptions<E, R>) =>
           if (seed !== undefined) tracker.set(seed, Math.min(tracker.get(seed) ?? v, v))
           return c.policyVersion === undefined ? { ...c, policyVersion: v } : c
         })
+    // A step-wise decoder would bypass the model lock: not carried over.
+    const { decoder: _unlocked, ...unlocked } = model
     const shared: TrainableModel = {
-      ...model,
+      ...unlocked,
       generate: (requests) => lockedGenerate(model.generate(requests)),
       score: (batch, temperature) => locked(model.score(batch, temperature))
     }

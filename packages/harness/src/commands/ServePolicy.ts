@@ -1,6 +1,6 @@
 /**
  * `envtrain serve-policy --model DIR [--backend cpu|gpu] [--host H] [--port P] [--max-batch N]
- * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS]`: serves a model over an OpenAI-compatible
+ * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS] [--batching continuous|window]`: serves a model over an OpenAI-compatible
  * HTTP API in vLLM's dialect (`@envtrain/rollout`'s `PolicyServer`), with weight updates. Runs until interrupted.
  *
  * @example
@@ -40,7 +40,14 @@ const options = {
   ),
   batchWindowMs: Options.float("batch-window-ms").pipe(
     Options.withDefault(2),
-    Options.withDescription("how long a batch waits for more requests after its first")
+    Options.withDescription("how long a batch (continuous: an idle server's first step) waits for more requests")
+  ),
+  batching: Options.choice("batching", ["continuous", "window"] as const).pipe(
+    Options.optional,
+    Options.withDescription(
+      "continuous (default on the cpu backend): requests join the running decode between steps; window: a batch " +
+        "decodes to its end before the next starts (the gpu backend's only mode)"
+    )
   )
 }
 
@@ -62,10 +69,13 @@ export const command = Command.make("serve-policy", options, (a) =>
       host: a.host,
       port: a.port,
       servedModelName,
-      batchWindow: Duration.millis(a.batchWindowMs)
+      batchWindow: Duration.millis(a.batchWindowMs),
+      ...Option.match(a.batching, { onNone: () => ({}), onSome: (batching) => ({ batching }) })
     })
     yield* Effect.logInfo(
-      `serving ${servedModelName} (${backend.name} backend, batches of ${backend.maxBatchSize}, context ` +
+      `serving ${servedModelName} (${backend.name} backend, ` +
+        `${Option.getOrElse(a.batching, () => backend.decoder ? "continuous" : "window")} batches of ` +
+        `${backend.maxBatchSize}, context ` +
         `${backend.contextLength}) on ${server.url}/v1`
     )
     return yield* Effect.never

@@ -8,6 +8,8 @@ export interface Metrics {
   readonly request: (endpoint: string, status: number) => void
   readonly tokens: (prompt: number, completion: number) => void
   readonly batch: (size: number) => void
+  /** One decode step of the continuous batch, with this many sequences. */
+  readonly step: (occupancy: number) => void
   readonly running: (n: number) => void
   readonly waiting: (n: number) => void
   readonly version: (v: number) => void
@@ -21,6 +23,10 @@ export const make = (model: string): Metrics => {
   let completionTokens = 0
   const buckets = BATCH_BUCKETS.map(() => 0)
   let batches = 0
+  const stepBuckets = BATCH_BUCKETS.map(() => 0)
+  let steps = 0
+  let stepSequences = 0
+  let busiest = 0
   let batchedRequests = 0
   let largest = 0
   let last = 0
@@ -48,6 +54,14 @@ export const make = (model: string): Metrics => {
         if (size <= b) buckets[i]++
       })
     },
+    step: (occupancy) => {
+      steps++
+      stepSequences += occupancy
+      busiest = Math.max(busiest, occupancy)
+      BATCH_BUCKETS.forEach((b, i) => {
+        if (occupancy <= b) stepBuckets[i]++
+      })
+    },
     running: (n) => running = n,
     waiting: (n) => waiting = n,
     version: (v) => version = v,
@@ -67,14 +81,33 @@ export const make = (model: string): Metrics => {
       metric("prompt_tokens_total", "counter", "Prompt tokens of served completions.", [[`{${label}}`, promptTokens]])
       metric("generation_tokens_total", "counter", "Tokens generated.", [[`{${label}}`, completionTokens]])
       metric("num_requests_running", "gauge", "Sequences in the batch now decoding.", [[`{${label}}`, running]])
-      metric("num_requests_waiting", "gauge", "Sequences queued for the next batch (queue depth).", [
+      metric("num_requests_waiting", "gauge", "Sequences queued, not yet decoding (queue depth).", [
         [`{${label}}`, waiting]
       ])
-      metric("batch_size", "histogram", "Sequences per batch handed to the backend (batch occupancy).", [
-        ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, buckets[i]]),
-        [`_bucket{${label},le="+Inf"}`, batches],
-        [`_sum{${label}}`, batchedRequests],
-        [`_count{${label}}`, batches]
+      metric(
+        "batch_size",
+        "histogram",
+        "Sequences per batch handed to the backend (continuous batching: per group admitted into the running batch).",
+        [
+          ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, buckets[i]]),
+          [`_bucket{${label},le="+Inf"}`, batches],
+          [`_sum{${label}}`, batchedRequests],
+          [`_count{${label}}`, batches]
+        ]
+      )
+      metric(
+        "decode_step_occupancy",
+        "histogram",
+        "Sequences decoded together per decode step (continuous batching only; the batch occupancy).",
+        [
+          ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, stepBuckets[i]]),
+          [`_bucket{${label},le="+Inf"}`, steps],
+          [`_sum{${label}}`, stepSequences],
+          [`_count{${label}}`, steps]
+        ]
+      )
+      metric("decode_step_occupancy_max", "gauge", "Most sequences in one decode step so far (continuous batching).", [
+        [`{${label}}`, busiest]
       ])
       metric("batch_size_last", "gauge", "Sequences in the last batch.", [[`{${label}}`, last]])
       metric("batch_size_max", "gauge", "Most sequences in one batch so far.", [[`{${label}}`, largest]])

@@ -1,24 +1,44 @@
-// The policy server's one queue: generation requests and weight updates in arrival order. A single loop takes a
-// batch of requests (up to the batch size, waiting `window` after the first), runs it on the backend, and only then
-// looks at the next item; a weight update therefore runs between batches, after the requests queued before it and
-// before those queued after it, and every completion is produced by exactly one policy version.
+// The policy server's one queue: generation requests and weight updates in arrival order, served by a single loop.
+// Window batching: the loop takes a batch of requests (up to the batch size, waiting `window` after the first), runs
+// it on the backend, and only then looks at the next item. Continuous batching (a backend with a `decoder`): the
+// loop keeps one running batch; before every decode step it admits queued requests into free slots, and a sequence
+// that finishes is answered at once. Either way, once a weight update is next in the queue nothing more is
+// admitted: it runs when the running sequences have finished, after the requests queued before it and before those
+// queued after it, so every completion is produced by exactly one policy version.
 import type { Scope } from "effect"
 import { Deferred, Duration, Effect, Option, Queue } from "effect"
-import type { Backend, BackendCompletion, BackendError, BackendRequest, WeightSource } from "../../PolicyServer.js"
+import type {
+  Backend,
+  BackendCompletion,
+  BackendError,
+  BackendRequest,
+  Decoder,
+  WeightSource
+} from "../../PolicyServer.js"
 import type { Metrics } from "./metrics.js"
+
+const YIELD_MS = 1
+
+// A macrotask turn: setImmediate runs after the event loop's I/O phase.
+const yieldToIo = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
 
 export interface Generated {
   readonly completion: BackendCompletion
   readonly policyVersion: number
 }
 
+interface GenerateItem {
+  readonly _tag: "Generate"
+  readonly request: BackendRequest
+  readonly done: Deferred.Deferred<Generated, BackendError>
+  cancelled: boolean
+}
+
 type Item =
-  | {
-    readonly _tag: "Generate"
-    readonly request: BackendRequest
-    readonly done: Deferred.Deferred<Generated, BackendError>
-    cancelled: boolean
-  }
+  | GenerateItem
   | {
     readonly _tag: "Update"
     readonly source: WeightSource
@@ -36,7 +56,7 @@ export interface Scheduler {
 
 export const make = (
   backend: Backend,
-  options: { readonly maxBatchSize: number; readonly window: Duration.Duration },
+  options: { readonly maxBatchSize: number; readonly continuous: boolean; readonly window: Duration.Duration },
   metrics: Metrics
 ): Effect.Effect<Scheduler, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -46,7 +66,7 @@ export const make = (
     // An update polled while gathering a batch, handled right after that batch.
     let held: Option.Option<Item> = Option.none()
 
-    const runBatch = (batch: ReadonlyArray<Extract<Item, { _tag: "Generate" }>>) =>
+    const runBatch = (batch: ReadonlyArray<GenerateItem>) =>
       Effect.gen(function*() {
         const live = batch.filter((item) => !item.cancelled)
         waiting -= batch.length
@@ -97,24 +117,107 @@ export const make = (
       return Queue.take(queue)
     })
 
-    const loop = Effect.gen(function*() {
+    // Adds queued requests to `into` until it holds `room`; an update polled stops it and is held for later.
+    const gather = (into: Array<GenerateItem>, room: number) =>
+      Effect.gen(function*() {
+        while (into.length < room) {
+          const more = yield* Queue.poll(queue)
+          if (Option.isNone(more)) break
+          if (more.value._tag === "Update") {
+            held = more
+            break
+          }
+          into.push(more.value)
+        }
+      })
+
+    const windowLoop = Effect.gen(function*() {
       const first = yield* next
       if (first._tag === "Update") return yield* runUpdate(first)
       const batch = [first]
       if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
         yield* Effect.sleep(options.window)
       }
-      while (batch.length < options.maxBatchSize) {
-        const more = yield* Queue.poll(queue)
-        if (Option.isNone(more)) break
-        if (more.value._tag === "Update") {
-          held = more
-          break
-        }
-        batch.push(more.value)
-      }
+      yield* gather(batch, options.maxBatchSize)
       yield* runBatch(batch)
-    }).pipe(Effect.forever)
+    })
+
+    const continuousLoop = (decoder: Decoder) => {
+      let running: Array<{ readonly item: GenerateItem; readonly sequence: unknown }> = []
+      let lastYield = 0
+      const admit = (items: ReadonlyArray<GenerateItem>) =>
+        Effect.gen(function*() {
+          waiting -= items.length
+          metrics.waiting(waiting)
+          const live = items.filter((item) => !item.cancelled)
+          if (live.length > 0) metrics.batch(live.length)
+          for (const item of live) {
+            const exit = yield* Effect.exit(decoder.start(item.request))
+            if (exit._tag === "Success") running.push({ item, sequence: exit.value })
+            else yield* Deferred.failCause(item.done, exit.cause)
+          }
+        })
+      const step = Effect.gen(function*() {
+        // A sequence whose client went away leaves the batch (its cache with it).
+        running = running.filter((r) => !r.item.cancelled)
+        if (running.length === 0) return metrics.running(0)
+        metrics.running(running.length)
+        metrics.step(running.length)
+        const now = running
+        const exit = yield* Effect.exit(decoder.step(now.map((r) => r.sequence)))
+        if (exit._tag === "Failure" || exit.value.length !== now.length) {
+          running = []
+          metrics.running(0)
+          const message = exit._tag === "Success"
+            ? `the backend returned ${exit.value.length} results for ${now.length} sequences`
+            : ""
+          return yield* Effect.forEach(
+            now,
+            (r) =>
+              exit._tag === "Failure"
+                ? Deferred.failCause(r.item.done, exit.cause)
+                : Deferred.die(r.item.done, new Error(message)),
+            { discard: true }
+          )
+        }
+        const v = version
+        running = []
+        for (let i = 0; i < now.length; i++) {
+          const completion = exit.value[i]
+          if (completion === undefined) running.push(now[i])
+          else yield* Deferred.succeed(now[i].item.done, { completion, policyVersion: v })
+        }
+        metrics.running(running.length)
+        // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
+        // tiny model's steps are shorter than the turn itself.
+        const t = performance.now()
+        if (t - lastYield >= YIELD_MS) {
+          lastYield = t
+          yield* yieldToIo
+        }
+      })
+      return Effect.gen(function*() {
+        if (running.length === 0) {
+          const first = yield* next
+          if (first._tag === "Update") return yield* runUpdate(first)
+          const group = [first]
+          if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
+            yield* Effect.sleep(options.window)
+          }
+          yield* gather(group, options.maxBatchSize)
+          yield* admit(group)
+        } else if (Option.isNone(held)) {
+          const group: Array<GenerateItem> = []
+          yield* gather(group, options.maxBatchSize - running.length)
+          if (group.length > 0) yield* admit(group)
+        }
+        yield* step
+      })
+    }
+
+    const loop = (options.continuous && backend.decoder !== undefined
+      ? continuousLoop(backend.decoder)
+      : windowLoop).pipe(Effect.forever)
     yield* Effect.forkScoped(loop)
 
     const generate = (requests: ReadonlyArray<BackendRequest>) =>

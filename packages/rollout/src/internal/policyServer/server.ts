@@ -35,6 +35,7 @@ interface Resolved {
   readonly port: number
   readonly servedModelName: string
   readonly maxBatchSize: number
+  readonly continuous: boolean
   readonly window: Duration.Duration
   readonly maxBodyBytes: number
   readonly maxQueue: number
@@ -51,6 +52,9 @@ const resolve = (backend: Backend, options: PolicyServerOptions): Resolved | str
   if (maxBatchSize > backend.maxBatchSize) {
     return `maxBatchSize ${maxBatchSize} is more than the ${backend.name} backend takes at once (${backend.maxBatchSize})`
   }
+  if (options.batching === "continuous" && backend.decoder === undefined) {
+    return `the ${backend.name} backend cannot admit requests into a running decode; use batching "window"`
+  }
   const servedModelName = options.servedModelName ?? "envtrain"
   if (servedModelName.length === 0) return "servedModelName must not be empty"
   return {
@@ -58,6 +62,7 @@ const resolve = (backend: Backend, options: PolicyServerOptions): Resolved | str
     port,
     servedModelName,
     maxBatchSize,
+    continuous: backend.decoder !== undefined && options.batching !== "window",
     window: Duration.decode(options.batchWindow ?? Duration.millis(2)),
     maxBodyBytes: options.maxBodyBytes ?? 1024 ** 3,
     maxQueue: options.maxQueue ?? 4096,
@@ -91,7 +96,7 @@ export const make = (
     const metrics = Metrics.make(servedModelName)
     const scheduler = yield* Scheduler.make(
       backend,
-      { maxBatchSize: resolved.maxBatchSize, window: resolved.window },
+      { maxBatchSize: resolved.maxBatchSize, continuous: resolved.continuous, window: resolved.window },
       metrics
     )
     const created = Math.floor(Date.now() / 1000)
