@@ -1,18 +1,20 @@
-// Training a black-box agent on Harbor tasks (issue 19's example). The agent is envtrain's built-in bash-tool loop
-// (BashAgent), run as a black box: every model call goes through the capture proxy to `envtrain serve-policy`,
-// and the trainer learns only from the captured token ids and masks.
+// Training a black-box agent on Harbor tasks (issue 19's example). The agent is mini-swe-agent (PyPI, unmodified,
+// inside each rollout's sandbox) when the project's .venv has it, else envtrain's built-in bash-tool loop
+// (BashAgent); `--agent` picks one and the output says which ran and why. Either runs as a black box: every model
+// call goes through the capture proxy to `envtrain serve-policy`, and the trainer learns only from the captured
+// token ids and masks.
 //
-// 1. SFT warm-up of a tiny/small preset on solver transcripts in the agent's own format: BashAgent itself runs
-//    each training task against a scripted endpoint that answers with the task's solution/solve.sh commands as
-//    `bash` tool calls (then "Done."), in a real sandbox, so the transcripts hold the exact messages, tool schema and
-//    tool results the agent produces.
+// 1. SFT warm-up of a tiny/small preset on solver transcripts in the agent's own format: the agent itself runs each
+//    training task, in a real sandbox, against a scripted endpoint that answers with the task's solution/solve.sh
+//    commands as `bash` tool calls, so the transcripts hold the exact messages, tool schema and tool results the
+//    agent produces. BashAgent's script ends with "Done."; mini-swe-agent's (stock mini.yaml: reasoning text plus
+//    one `bash` tool call per turn) with its submit command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, and its
+//    transcript is the messages of its own last request plus that answer.
 // 2. serve-policy on the SFT weights; held-out (and training) task success before GRPO, greedy.
-// 3. Harness GRPO (async) on the training tasks with BashAgent, through HarnessTrainer.
+// 3. Harness GRPO (async) on the training tasks with the agent, through HarnessTrainer.
 // 4. Success again; runs/harness/{eval.json, report.html, traces/{before,after}/, metrics.jsonl, harness.jsonl}.
 //
-// `tsx examples/src/harness.ts --help` lists the flags. mini-swe-agent (HarnessSession.miniSweAgent) is not this
-// example's agent: its transcripts have another format (THOUGHT + one ```bash block), which the SFT data here does
-// not produce.
+// `tsx examples/src/harness.ts --help` lists the flags.
 import { Command, Options } from "@effect/cli"
 import { FileSystem, Path } from "@effect/platform"
 import { Checkpoint } from "@envtrain/gpu"
@@ -23,16 +25,23 @@ import {
   HarnessSession,
   HarnessTrainer,
   Main,
+  MiniSweAgent,
   PolicyServerProcess,
   Sandbox
 } from "@envtrain/harness"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
-import { Console, Effect } from "effect"
+import { Console, Effect, Option } from "effect"
 import * as Http from "node:http"
 import type * as Net from "node:net"
 
+type AgentName = "mini-swe-agent" | "bash"
+
 interface Settings {
+  /** None: mini-swe-agent when the project's .venv has it, else bash. */
+  readonly agent: Option.Option<AgentName>
   readonly preset: "tiny" | "small"
+  /** None: the preset's, raised to 4096 for mini-swe-agent. */
+  readonly context: Option.Option<number>
   readonly out: string
   readonly seed: number
   readonly sftEpochs: number
@@ -101,6 +110,112 @@ const solverTranscript = (task: HarborTask.HarborTask) =>
     return { messages, tools: [BashAgent.bashTool as unknown as Readonly<Record<string, unknown>>] }
   }))
 
+/** The project's Python environment, where `scripts/ensure-venv.sh` makes it. */
+const projectVenv = new URL("../../.venv", import.meta.url).pathname
+
+/**
+ * Whether mini-swe-agent can run from `venv`: found the way MiniSweAgent does (a venv whose pyvenv.cfg names its
+ * interpreter, bindable into a sandbox) and holding the package's `mini` entry point. The reason says why not.
+ */
+const miniSweAgentAvailable = (venv: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const binds = yield* Effect.either(MiniSweAgent.binds(venv))
+    if (binds._tag === "Left") return { ok: false, reason: binds.left.message }
+    const mini = path.join(venv, "bin", "mini")
+    return (yield* fs.exists(mini).pipe(Effect.orElseSucceed(() => false)))
+      ? { ok: true, reason: `${mini} is installed` }
+      : { ok: false, reason: `${venv} has no bin/mini (pip install -r interop/requirements.txt)` }
+  })
+
+type Recorded = { readonly messages: Array<Record<string, unknown>>; readonly tools: Array<Record<string, unknown>> }
+
+// A loopback OpenAI chat-completions endpoint answering in mini-swe-agent's stock format (mini.yaml: reasoning text
+// plus one `bash` tool call per response): the n-th call runs the n-th solver command, the last submits with the
+// config's own command. It keeps the last request the agent sent and the answer to it.
+const miniSolverEndpoint = (commands: ReadonlyArray<string>) => {
+  const script = [
+    ...commands.map((command, i) => ({
+      content: `Step ${i + 1} of ${commands.length} of my plan for this task.`,
+      command
+    })),
+    { content: "The task is done, so I submit.", command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" }
+  ]
+  const last: { request?: Recorded; answer?: Record<string, unknown> } = {}
+  return Effect.map(
+    Effect.acquireRelease(
+      Effect.async<Http.Server>((resume) => {
+        const server = Http.createServer((req, res) => {
+          let text = ""
+          req.on("data", (c: Buffer) => (text += c.toString()))
+          req.on("end", () => {
+            const body = JSON.parse(text) as Recorded & { model: string }
+            const n = Math.min(body.messages.filter((m) => m["role"] === "assistant").length, script.length - 1)
+            const message = {
+              role: "assistant",
+              content: script[n].content,
+              tool_calls: [{
+                id: `call_${n}`,
+                type: "function",
+                function: { name: "bash", arguments: JSON.stringify({ command: script[n].command }) }
+              }]
+            }
+            last.request = body
+            last.answer = message
+            res.setHeader("content-type", "application/json")
+            res.end(JSON.stringify({
+              id: `chatcmpl-${n}`,
+              object: "chat.completion",
+              created: 0,
+              model: body.model,
+              choices: [{ index: 0, message, finish_reason: "tool_calls" }],
+              usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }
+            }))
+          })
+        })
+        server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+      }),
+      (server) =>
+        Effect.async<void>((resume) => {
+          server.close(() => resume(Effect.void))
+        })
+    ),
+    (server) => ({ server, last })
+  )
+}
+
+const miniSolverTranscript = (venv: string) => (task: HarborTask.HarborTask) =>
+  Effect.scoped(Effect.gen(function*() {
+    const endpoint = yield* miniSolverEndpoint(task.solverCommands)
+    const sandbox = yield* Sandbox.make({
+      task,
+      endpoint: { url: `http://127.0.0.1:${(endpoint.server.address() as Net.AddressInfo).port}` },
+      readOnlyBinds: yield* MiniSweAgent.binds(venv)
+    })
+    const r = yield* MiniSweAgent.run(sandbox, {
+      task,
+      model: "solver",
+      apiKey: "solver",
+      stepLimit: task.solverCommands.length + 2
+    })
+    const verdict = yield* sandbox.verify
+    if (r.exitCode !== 0 || verdict.reward._tag !== "Scored" || verdict.reward.reward !== 1) {
+      return yield* Effect.dieMessage(
+        `mini-swe-agent running the solution of ${task.name} does not pass its verifier (exit ${r.exitCode}): ` +
+          (r.stderr || r.stdout).slice(-600)
+      )
+    }
+    const { answer, request } = endpoint.last
+    if (request === undefined || answer === undefined) {
+      return yield* Effect.dieMessage(`mini-swe-agent made no model call on ${task.name}`)
+    }
+    return {
+      messages: [...request.messages, answer] as unknown as Array<ChatMessage>,
+      tools: request.tools as ReadonlyArray<Readonly<Record<string, unknown>>>
+    }
+  }))
+
 const pct = (x: number | null) => (x === null ? "-" : `${(x * 100).toFixed(1)} %`)
 
 const run = (settings: Settings) =>
@@ -112,25 +227,82 @@ const run = (settings: Settings) =>
     yield* fs.remove(out, { recursive: true }).pipe(Effect.ignore)
     yield* fs.makeDirectory(out, { recursive: true })
     const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+    const available = yield* miniSweAgentAvailable(projectVenv)
+    const agentName: AgentName = Option.getOrElse(settings.agent, () => available.ok ? "mini-swe-agent" : "bash")
+    const why = Option.isSome(settings.agent)
+      ? `--agent ${agentName}`
+      : available.ok
+      ? `default: ${available.reason}`
+      : `default: mini-swe-agent is not available (${available.reason})`
+    if (agentName === "mini-swe-agent" && !available.ok) {
+      return yield* Effect.dieMessage(
+        `--agent mini-swe-agent: ${available.reason}. Run \`bash scripts/ensure-venv.sh\`, or pass --agent bash.`
+      )
+    }
+    const mini = agentName === "mini-swe-agent"
+    const agentLabel = mini ? "mini-swe-agent" : "bash-agent"
     yield* Console.log(
-      `harness example: agent bash-agent (envtrain's built-in bash-tool loop, run as a black box through the ` +
-        `capture proxy); ${suite.train.length} training tasks, ${suite.heldOut.length} held-out`
+      `harness example: agent ${agentLabel} (${
+        mini
+          ? "PyPI mini-swe-agent, unmodified, stock mini.yaml, inside each rollout's sandbox"
+          : "envtrain's built-in bash-tool loop"
+      }, run as a black box through the capture proxy; ${why}); ${suite.train.length} training tasks, ` +
+        `${suite.heldOut.length} held-out`
     )
+    const agent = (temperature: number) =>
+      mini
+        ? HarnessSession.miniSweAgent({
+          venv: projectVenv,
+          stepLimit: settings.agentSteps,
+          maxTokens: settings.maxTokens,
+          temperature
+        })
+        : HarnessSession.bashAgent({ maxSteps: settings.agentSteps, maxTokens: settings.maxTokens, temperature })
 
     // 1. SFT on solver transcripts in the agent's own format.
-    const transcripts = yield* Effect.forEach(suite.train, solverTranscript)
+    const transcripts = yield* (mini
+      ? Effect.forEach(suite.train, miniSolverTranscript(projectVenv))
+      : Effect.forEach(suite.train, solverTranscript))
     yield* fs.writeFileString(path.join(out, "sft.jsonl"), transcripts.map((t) => JSON.stringify(t)).join("\n") + "\n")
-    const initial = yield* Checkpoint.makeModel(settings.preset, settings.seed)
+    const made = yield* Checkpoint.makeModel(settings.preset, settings.seed)
+    // mini-swe-agent's stock prompt (system, a ~3,500-character instance template, its tool schema) is ~2,000 tokens
+    // in the presets' tokenizer, so its transcripts overflow the tiny preset's 2048: by default its context is raised
+    // to 4096. Qwen3 positions are RoPE, computed from the config, so this changes no weight, only how long a
+    // sequence the trainer and the server accept.
+    const contextSetting = Option.getOrElse(
+      settings.context,
+      () => mini ? Math.max(4096, made.config.max_position_embeddings) : made.config.max_position_embeddings
+    )
+    const initial: Checkpoint.Model = {
+      ...made,
+      config: { ...made.config, max_position_embeddings: contextSetting }
+    }
     const sftModel = Trainer.referenceModel(initial)
     const lengths = yield* Effect.forEach(transcripts, (t) =>
       SftTrainer.tokenize({ tokenizer: initial.tokenizer, chatTemplate: initial.chatTemplate }, t))
     const maxLength = Math.max(...lengths.map((l) =>
       l.ids.length
     ))
+    const minLength = Math.min(...lengths.map((l) => l.ids.length))
+    // The prompt of a rollout's last call is at most its transcript less one answer, plus max_tokens per earlier
+    // call's answer: the whole transcript plus agentSteps x maxTokens bounds it.
+    const context = initial.config.max_position_embeddings
+    const needed = maxLength + settings.agentSteps * settings.maxTokens
     yield* Console.log(
-      `sft: ${transcripts.length} solver transcripts (BashAgent format, bash tool schema in the prompt), ` +
-        `${maxLength} tokens at most, ${settings.sftEpochs} epochs`
+      `sft: ${transcripts.length} solver transcripts (${agentLabel} format, its bash tool schema in the prompt), ` +
+        `${minLength}-${maxLength} tokens, ${settings.sftEpochs} epochs; a rollout needs <= ${needed} tokens of ` +
+        `the context of ${context}${
+          context === made.config.max_position_embeddings
+            ? ` (the ${settings.preset} preset's)`
+            : ` (raised from the ${settings.preset} preset's ${made.config.max_position_embeddings}; --context)`
+        }`
     )
+    if (maxLength > context) {
+      return yield* Effect.dieMessage(
+        `the longest ${agentLabel} solver transcript is ${maxLength} tokens, more than the context of ${context}: ` +
+          `pass --context 4096 (or more), or --agent bash.`
+      )
+    }
     const sftStarted = Date.now()
     yield* SftTrainer.train({
       config: yield* Config.fromSources({
@@ -159,11 +331,7 @@ const run = (settings: Settings) =>
 
     // 2. The policy server on the SFT weights, and success before GRPO (greedy).
     const server = yield* PolicyServerProcess.launch({ model: warmDir, backend: "cpu", servedModelName: "policy" })
-    const greedy = HarnessSession.bashAgent({
-      maxSteps: settings.agentSteps,
-      maxTokens: settings.maxTokens,
-      temperature: 0
-    })
+    const greedy = agent(0)
     const evaluate = (label: string) =>
       Effect.gen(function*() {
         const at = Date.now()
@@ -215,13 +383,9 @@ const run = (settings: Settings) =>
       }),
       model: Trainer.referenceModel(warm),
       tasks: suite.train,
-      agent: HarnessSession.bashAgent({
-        maxSteps: settings.agentSteps,
-        maxTokens: settings.maxTokens,
-        temperature: settings.temperature
-      }),
+      agent: agent(settings.temperature),
       maxConcurrentRollouts: settings.concurrency,
-      title: "harness GRPO (BashAgent on Harbor tasks)",
+      title: `harness GRPO (${agentLabel} on Harbor tasks)`,
       onStep: (step) =>
         Console.log(
           `grpo step ${step.step}: ${
@@ -239,7 +403,9 @@ const run = (settings: Settings) =>
     const after = yield* evaluate("after")
     const evalJson = {
       example: "harness",
-      agent: "bash-agent",
+      agent: agentLabel,
+      agentChoice: why,
+      sftTokens: { min: minLength, max: maxLength, context },
       preset: settings.preset,
       settings,
       before,
@@ -253,7 +419,7 @@ const run = (settings: Settings) =>
     yield* Console.log(
       [
         "",
-        `| ${"bash-agent, greedy"} | before GRPO | after GRPO |`,
+        `| ${agentLabel}, greedy | before GRPO | after GRPO |`,
         "| --- | ---: | ---: |",
         `| held-out success (${before.heldOut.episodes} tasks) | ${pct(before.heldOut.successRate)} | ${
           pct(after.heldOut.successRate)
@@ -275,7 +441,17 @@ const float = (name: string, value: number, description: string) =>
   Options.float(name).pipe(Options.withDescription(description), Options.withDefault(value))
 
 const command = Command.make("harness", {
+  agent: Options.choice("agent", ["mini-swe-agent", "bash"]).pipe(
+    Options.withDescription("the agent trained (default: mini-swe-agent when the project's .venv has it, else bash)"),
+    Options.optional
+  ),
   preset: Options.choice("preset", ["tiny", "small"]).pipe(Options.withDefault("tiny" as const)),
+  context: Options.integer("context").pipe(
+    Options.withDescription(
+      "the model's context (max_position_embeddings; default: the preset's, at least 4096 for mini-swe-agent)"
+    ),
+    Options.optional
+  ),
   out: Options.text("out").pipe(Options.withDefault("runs/harness")),
   seed: int("seed", 0, "seed of the model and sampling"),
   sftEpochs: int("sft-epochs", 40, "SFT epochs over the 12 solver transcripts"),
@@ -294,7 +470,7 @@ const command = Command.make("harness", {
   concurrency: int("concurrency", 4, "rollouts in flight")
 }, (s) => Effect.asVoid(run(s))).pipe(
   Command.withDescription(
-    "Train envtrain's bash-tool agent on Harbor tasks: SFT on solver transcripts, then harness GRPO through the " +
+    "Train a black-box agent (mini-swe-agent or envtrain's bash-tool loop) on Harbor tasks: SFT on solver transcripts, then harness GRPO through the " +
       "capture proxy; held-out task success before and after."
   )
 )

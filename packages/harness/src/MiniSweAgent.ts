@@ -74,6 +74,8 @@ export interface MiniSweAgentOptions {
   readonly maxTokens?: number
   /** Timeout of each action it runs (its environment's `timeout`). Default 30 s. */
   readonly actionTimeoutSec?: number
+  /** Sampling temperature sent with every call (0 = greedy). Default: none sent (the server's default). */
+  readonly temperature?: number
 }
 
 /** The command line and environment for `Sandbox.exec`. */
@@ -90,6 +92,7 @@ export const command = (sandbox: Sandbox.Sandbox, options: MiniSweAgentOptions) 
     `-c model.model_kwargs.api_base=${sandbox.endpointUrl}/v1`,
     `-c model.model_kwargs.api_key="$MSWEA_API_KEY"`,
     `-c model.model_kwargs.max_tokens=${options.maxTokens ?? 512}`,
+    ...(options.temperature === undefined ? [] : [`-c model.model_kwargs.temperature=${options.temperature}`]),
     `-c environment.cwd=${options.task.config.workdir}`,
     `-c environment.timeout=${options.actionTimeoutSec ?? 30}`
   ].join(" "),
