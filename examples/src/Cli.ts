@@ -81,6 +81,15 @@ const flags = {
   numGenerations: int("num-generations", "GRPO group size G"),
   prompts: int("prompts", "prompts per GRPO step"),
   maxCompletionLength: int("max-completion-length", "completion budget per episode (model and tool tokens)"),
+  temperature: float("temperature", "GRPO sampling temperature (evaluation is greedy)"),
+  dynamicSampling: Options.choice("dynamic-sampling", ["off", "flat", "failed"]).pipe(
+    Options.withDescription(
+      "re-roll GRPO groups whose rewards all agree (DAPO's dynamic sampling): flat = every such group, failed = " +
+        "those at the batch's lowest reward; off = TRL's behaviour"
+    ),
+    Options.optional
+  ),
+  dynamicSamplingRounds: int("dynamic-sampling-rounds", "re-rolls per flat group at most (default 2)"),
   maxStaleness: int(
     "max-staleness",
     "async GRPO: rollouts run ahead of the optimizer, trained on when at most N policy versions old (0 = the " +
@@ -166,6 +175,9 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
       numGenerations: or(f.numGenerations, defaults.grpo.numGenerations),
       prompts: or(f.prompts, defaults.grpo.prompts),
       maxCompletionLength: or(f.maxCompletionLength, defaults.grpo.maxCompletionLength),
+      temperature: or(f.temperature, defaults.grpo.temperature),
+      ...(Option.isSome(f.dynamicSampling) ? { dynamicSampling: f.dynamicSampling.value } : {}),
+      ...(Option.isSome(f.dynamicSamplingRounds) ? { dynamicSamplingRounds: f.dynamicSamplingRounds.value } : {}),
       ...(Option.isSome(f.maxStaleness) ? { maxStaleness: f.maxStaleness.value } : {})
     },
     evalEpisodes: or(f.evalEpisodes, defaults.evalEpisodes)
@@ -202,6 +214,13 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    ["temperature", grpo.temperature > 0, `${grpo.temperature}: give a sampling temperature > 0 (e.g. 0.4, 1)`],
+    [
+      "dynamic-sampling-rounds",
+      grpo.dynamicSamplingRounds === undefined ||
+      (Number.isInteger(grpo.dynamicSamplingRounds) && grpo.dynamicSamplingRounds >= 1),
+      `${grpo.dynamicSamplingRounds}: give a whole number of re-rolls >= 1 (turn re-rolling off with --dynamic-sampling off)`
+    ],
     [
       "env-concurrency",
       settings.envConcurrency === undefined ||

@@ -108,6 +108,12 @@ export interface Settings {
      */
     readonly stratified?: boolean
     /**
+     * Re-roll groups whose rewards all agree (the GRPO config's `dynamicSampling`, DAPO's dynamic sampling), at most
+     * `dynamicSamplingRounds` times (default 2). Default off.
+     */
+    readonly dynamicSampling?: "off" | "flat" | "failed"
+    readonly dynamicSamplingRounds?: number
+    /**
      * Async GRPO (`async: true` with this `maxStaleness`): rollouts run ahead of the optimizer. With the CPU backend
      * GRPO then trains in a worker thread (`Trainer.workerModel`), so generation on policy servers overlaps the
      * update. Default: synchronous GRPO.
@@ -515,6 +521,10 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       logCompletions: true,
       numCompletionsToPrint: 1,
       shuffleDataset: !stratified,
+      ...(settings.grpo.dynamicSampling === undefined ? {} : { dynamicSampling: settings.grpo.dynamicSampling }),
+      ...(settings.grpo.dynamicSamplingRounds === undefined
+        ? {}
+        : { dynamicSamplingRounds: settings.grpo.dynamicSamplingRounds }),
       seed: settings.seed,
       ...(async ? { async: true, maxStaleness: settings.grpo.maxStaleness } : {})
     })

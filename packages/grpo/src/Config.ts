@@ -147,6 +147,21 @@ export const GRPOConfig = Schema.Struct({
     "Min-p sampling; null = off."
   ),
   repetitionPenalty: withDefault(Positive, 1, "Repetition penalty; 1 = off."),
+  // --- dynamic sampling (DAPO's; not a TRL key) ---
+  dynamicSampling: withDefault(
+    Schema.Literal("off", "flat", "failed"),
+    "off",
+    "Re-roll groups whose rewards all agree (zero advantage, nothing learnt from them) with fresh sampling seeds and " +
+      "keep the first re-roll that varies (DAPO's dynamic sampling): \"flat\" re-rolls every such group, " +
+      "\"failed\" only those at the batch's lowest reward (where the policy needs exploring, not confirming); " +
+      "\"off\" = TRL's behaviour."
+  ),
+  dynamicSamplingRounds: withDefault(
+    PositiveInt,
+    2,
+    "Dynamic sampling: re-rolls per flat group at most; a group still flat after them is trained as it is (zero " +
+      "advantage). Each round costs up to one more generation of those groups."
+  ),
   // --- objective ---
   lossType: withDefault(LossType, "dapo", "Loss variant: grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo."),
   beta: withDefault(NonNegative, 0, "KL (k3) coefficient to the frozen reference model; 0 loads no reference."),

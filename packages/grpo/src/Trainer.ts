@@ -59,7 +59,14 @@ import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
 import { cachedCpuModel } from "./internal/cachedModel.js"
-import { type GenerationResult, type MicroBatch, prepare, trainMicroBatch } from "./internal/generation.js"
+import * as DynamicSampling from "./internal/dynamicSampling.js"
+import {
+  type GenerationResult,
+  type MicroBatch,
+  prepare,
+  scoreRecords,
+  trainMicroBatch
+} from "./internal/generation.js"
 import { gpuModel as makeGpuModel, type GpuModelOptions } from "./internal/gpuModel.js"
 import type {
   ModelState,
@@ -307,28 +314,34 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
           seed: config.seed,
           shuffle: config.shuffleDataset
         })
-        const records = yield* rollOutGroups(
-          { ...options, model: policy },
+        const rollOut = (rows: ReadonlyArray<PromptRow>, round: number) =>
+          rollOutGroups({ ...options, model: policy }, config, rows, slot.step, slot.microBatch, round)
+        const trainerState = {
+          globalStep: slot.step,
+          maxSteps: totalSteps,
+          epoch: Dataset.epochOf(dataset, prompts.next, U)
+        }
+        const scored = yield* resampled(
+          options,
           config,
+          trainerState,
           prompts.rows,
-          slot.step,
-          slot.microBatch
+          yield* rollOut(prompts.rows, 0),
+          rollOut
         )
         const result = yield* prepare({
           config,
-          records,
+          records: scored.records,
+          ...(scored.table === undefined ? {} : { table: scored.table }),
           rewardFunctions: options.rewardFunctions,
-          trainerState: {
-            globalStep: slot.step,
-            maxSteps: totalSteps,
-            epoch: Dataset.epochOf(dataset, prompts.next, U)
-          },
+          trainerState,
           model: policy,
           reference,
           step: slot.step,
           // TRL decodes the completions table with skip_special_tokens=True.
           decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
         })
+        Object.assign(result.metrics, scored.metrics)
         return { result, next: prompts.next }
       })
 
@@ -517,13 +530,17 @@ const resolveConfig = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, R
       : { remoteMaxConcurrentSessions: options.remoteMaxConcurrentSessions })
   })
 
-/** A group of G episodes per prompt with the model as the policy, seeded by the step and the micro-batch. */
+/**
+ * A group of G episodes per prompt with the model as the policy, seeded by the step and the micro-batch (and a
+ * dynamic-sampling re-roll by its round).
+ */
 const rollOutGroups = <State, E, R, RE, RR>(
   options: TrainOptions<State, E, R, RE, RR>,
   config: Config.ResolvedGRPOConfig,
   rows: ReadonlyArray<PromptRow>,
   step: number,
-  microBatch: number
+  microBatch: number,
+  round: number
 ) => {
   const template = Config.templateOptions(config, options.enableThinking)
   return runBatch({
@@ -542,7 +559,9 @@ const rollOutGroups = <State, E, R, RE, RR>(
         repetitionPenalty: config.repetitionPenalty
       }
     },
-    seed: Dataset.mixSeed(config.seed, step, microBatch),
+    seed: round === 0
+      ? Dataset.mixSeed(config.seed, step, microBatch)
+      : Dataset.mixSeed(config.seed, step, microBatch, round),
     concurrency: options.concurrency ?? config.episodesInFlight,
     enableThinking: template.enableThinking,
     chatTemplateKwargs: template.extra,
@@ -552,6 +571,36 @@ const rollOutGroups = <State, E, R, RE, RR>(
     trainer: { globalStep: step, tokenizer: options.model.tokenizer }
   })
 }
+
+/**
+ * Dynamic sampling (`config.dynamicSampling`, internal/dynamicSampling.ts): scores the batch and re-rolls its flat
+ * groups; off, the records pass through unscored (prepare scores them).
+ */
+const resampled = <State, E, R, RE, RR, EO, RO>(
+  options: TrainOptions<State, E, R, RE, RR>,
+  config: Config.ResolvedGRPOConfig,
+  trainerState: Reward.TrainerState,
+  rows: ReadonlyArray<PromptRow>,
+  records: ReadonlyArray<EpisodeRecord<State>>,
+  rollOut: (rows: ReadonlyArray<PromptRow>, round: number) => Effect.Effect<ReadonlyArray<EpisodeRecord<State>>, EO, RO>
+) =>
+  Effect.gen(function*() {
+    if (config.dynamicSampling === "off") return { records, table: undefined, metrics: {} }
+    const score = (batch: ReadonlyArray<EpisodeRecord<State>>) =>
+      scoreRecords({ config, records: batch, rewardFunctions: options.rewardFunctions, trainerState })
+    return yield* DynamicSampling.resample({
+      mode: config.dynamicSampling,
+      rounds: config.dynamicSamplingRounds,
+      numGenerations: config.numGenerations,
+      records,
+      table: yield* score(records),
+      reroll: (groups, round) =>
+        Effect.gen(function*() {
+          const again = yield* rollOut(groups.map((g) => rows[g]), round)
+          return { records: again, table: yield* score(again) }
+        })
+    })
+  })
 
 /**
  * Forward, loss and backward of each micro-batch, summing the losses and the tokens in order; a model that computes

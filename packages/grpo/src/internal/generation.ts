@@ -68,6 +68,22 @@ const scoreRows = (
     return out
   })
 
+/** Runs the reward functions on a batch's records (TRL's `_calculate_rewards`). */
+export const scoreRecords = <State, RE = never, RR = never>(options: {
+  readonly config: ResolvedGRPOConfig
+  readonly records: ReadonlyArray<EpisodeRecord<State>>
+  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, RE, RR>>
+  readonly trainerState: Reward.TrainerState
+}) =>
+  Reward.score(options.rewardFunctions, options.records.map(rewardEpisode), {
+    weights: options.config.rewardWeights,
+    trainerState: options.trainerState
+  })
+
+/**
+ * A scored generation batch made ready to train: advantages, loss masks, old / reference logprobs, the sampler
+ * correction, shuffled micro-batches, and the batch's metrics and sample completions.
+ */
 export const prepare = <State, RE = never, RR = never>(options: {
   readonly config: ResolvedGRPOConfig
   readonly records: ReadonlyArray<EpisodeRecord<State>>
@@ -77,14 +93,13 @@ export const prepare = <State, RE = never, RR = never>(options: {
   readonly reference: TrainableModel | undefined
   readonly step: number
   readonly decode: (ids: ReadonlyArray<number>) => string
+  /** The records' rewards when already scored (dynamic sampling scores before it re-rolls). */
+  readonly table?: Reward.RewardTable
 }) =>
   Effect.gen(function*() {
     const { config, records } = options
     const G = config.numGenerations
-    const table = yield* Reward.score(options.rewardFunctions, records.map(rewardEpisode), {
-      weights: config.rewardWeights,
-      trainerState: options.trainerState
-    })
+    const table = options.table ?? (yield* scoreRecords(options))
     const adv = Advantage.compute(table, {
       numGenerations: G,
       scaleRewards: config.scaleRewards,
