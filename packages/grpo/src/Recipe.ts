@@ -409,6 +409,8 @@ export const multiRecipe: Recipe<MultiState> = {
     )
   ],
   success: (s) => s.active === "catch" ? s.state.caught : s.state.won,
+  // Catch's ball starts and Wordle as one more: the drift stratification removed from Catch alone (Recipe.stratum).
+  stratum: (observation) => observation.includes("Ball:") ? `catch: ${catchRelation(observation)}` : "wordle",
   // The row's game shows in its first observation (Catch reports the ball).
   player: ({ errorRate, seed }) => (episode) =>
     (Option.getOrElse(episode.observation, () => "").includes("Ball:")
