@@ -1,7 +1,7 @@
 /**
  * @envtrain/harness — the `envtrain` command line and process entry points; for black-box agent training the
  * capture proxy and OpenEnv's TrainingTrace, Harbor tasks, bubblewrap sandboxes and agents (the built-in bash loop,
- * mini-swe-agent).
+ * mini-swe-agent), and a scripted model endpoint (solver transcripts in an agent's own format).
  *
  * @since 0.0.0
  */
