@@ -33,20 +33,30 @@ import { Effect } from "effect"
 import * as Http from "node:http"
 import type * as Net from "node:net"
 
-/** One tool call of a scripted reply. @since 0.0.0 */
+/**
+ * One tool call of a scripted reply. `arguments` is sent as its JSON; a string is sent as it is (to script a
+ * malformed call).
+ *
+ * @since 0.0.0
+ */
 export interface ToolCall {
   readonly name: string
-  readonly arguments: Readonly<Record<string, unknown>>
+  readonly arguments: Readonly<Record<string, unknown>> | string
 }
 
-/** One scripted reply: the assistant's text and the tool calls it makes (none: a plain answer). @since 0.0.0 */
+/**
+ * One scripted reply: the assistant's text (null, as OpenAI sends beside tool calls) and the tool calls it makes
+ * (none: a plain answer).
+ *
+ * @since 0.0.0
+ */
 export interface Reply {
-  readonly content: string
+  readonly content: string | null
   readonly toolCalls?: ReadonlyArray<ToolCall>
 }
 
 /** A reply calling the `bash` tool once with `command` (the tool BashAgent and mini-swe-agent offer). @since 0.0.0 */
-export const bash = (command: string, content = ""): Reply => ({
+export const bash = (command: string, content: string | null = ""): Reply => ({
   content,
   toolCalls: [{ name: "bash", arguments: { command } }]
 })
@@ -54,7 +64,7 @@ export const bash = (command: string, content = ""): Reply => ({
 /** The assistant message an endpoint answered with (OpenAI's shape). @since 0.0.0 */
 export interface AssistantMessage {
   readonly role: "assistant"
-  readonly content: string
+  readonly content: string | null
   readonly tool_calls?: ReadonlyArray<{
     readonly id: string
     readonly type: "function"
@@ -92,7 +102,10 @@ const messageOf = (reply: Reply, n: number): AssistantMessage =>
       tool_calls: reply.toolCalls.map((call, i) => ({
         id: reply.toolCalls!.length === 1 ? `call_${n}` : `call_${n}_${i}`,
         type: "function",
-        function: { name: call.name, arguments: JSON.stringify(call.arguments) }
+        function: {
+          name: call.name,
+          arguments: typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments)
+        }
       }))
     }
 

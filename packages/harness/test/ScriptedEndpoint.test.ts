@@ -64,6 +64,22 @@ describe("ScriptedEndpoint", () => {
       )
     }))
 
+  it.scopedLive("sends null content and string arguments as they are (a malformed call scripted)", () =>
+    Effect.gen(function*() {
+      const endpoint = yield* ScriptedEndpoint.make([
+        { content: null, toolCalls: [{ name: "bash", arguments: "{not json" }, { name: "ls", arguments: {} }] }
+      ])
+      const r = yield* post(endpoint.url, { messages: [{ role: "user", content: "go" }] })
+      assert.deepStrictEqual(r.json.choices[0].message, {
+        role: "assistant",
+        content: null,
+        tool_calls: [
+          { id: "call_0_0", type: "function", function: { name: "bash", arguments: "{not json" } },
+          { id: "call_0_1", type: "function", function: { name: "ls", arguments: "{}" } }
+        ]
+      })
+    }))
+
   it.scopedLive("refuses a body without messages, a stream and another route, recording none of them", () =>
     Effect.gen(function*() {
       const endpoint = yield* ScriptedEndpoint.make([{ content: "Hi." }])
