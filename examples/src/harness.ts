@@ -27,12 +27,11 @@ import {
   Main,
   MiniSweAgent,
   PolicyServerProcess,
-  Sandbox
+  Sandbox,
+  ScriptedEndpoint
 } from "@envtrain/harness"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Console, Effect, Option } from "effect"
-import * as Http from "node:http"
-import type * as Net from "node:net"
 
 type AgentName = "mini-swe-agent" | "bash"
 
@@ -57,46 +56,17 @@ interface Settings {
   readonly concurrency: number
 }
 
-// A loopback OpenAI chat-completions endpoint that answers the n-th call with the n-th solver command as a bash
-// tool call, then "Done.": BashAgent's own loop produces the transcript.
-const solverEndpoint = (commands: ReadonlyArray<string>) =>
-  Effect.acquireRelease(
-    Effect.async<Http.Server>((resume) => {
-      const server = Http.createServer((req, res) => {
-        let text = ""
-        req.on("data", (c: Buffer) => (text += c.toString()))
-        req.on("end", () => {
-          const body = JSON.parse(text) as { messages: Array<{ role: string }> }
-          const n = body.messages.filter((m) => m.role === "assistant").length
-          const message = n < commands.length
-            ? {
-              role: "assistant",
-              content: "",
-              tool_calls: [{
-                id: `call_${n}`,
-                type: "function",
-                function: { name: "bash", arguments: JSON.stringify({ command: commands[n] }) }
-              }]
-            }
-            : { role: "assistant", content: "Done." }
-          res.setHeader("content-type", "application/json")
-          res.end(JSON.stringify({ choices: [{ index: 0, message, finish_reason: "stop" }] }))
-        })
-      })
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
-    }),
-    (server) =>
-      Effect.async<void>((resume) => {
-        server.close(() => resume(Effect.void))
-      })
-  )
-
 const solverTranscript = (task: HarborTask.HarborTask) =>
   Effect.scoped(Effect.gen(function*() {
-    const endpoint = yield* solverEndpoint(task.solverCommands)
+    // The n-th call runs the n-th solver command as a bash tool call, then "Done.": BashAgent's own loop makes the
+    // transcript.
+    const endpoint = yield* ScriptedEndpoint.make([
+      ...task.solverCommands.map((command) => ScriptedEndpoint.bash(command)),
+      { content: "Done." }
+    ])
     const sandbox = yield* Sandbox.make({ task })
     const run = yield* BashAgent.run(sandbox, {
-      baseUrl: `http://127.0.0.1:${(endpoint.address() as Net.AddressInfo).port}/v1`,
+      baseUrl: `${endpoint.url}/v1`,
       apiKey: "solver",
       model: "solver",
       instruction: task.instruction
@@ -129,68 +99,21 @@ const miniSweAgentAvailable = (venv: string) =>
       : { ok: false, reason: `${venv} has no bin/mini (pip install -r interop/requirements.txt)` }
   })
 
-type Recorded = { readonly messages: Array<Record<string, unknown>>; readonly tools: Array<Record<string, unknown>> }
-
-// A loopback OpenAI chat-completions endpoint answering in mini-swe-agent's stock format (mini.yaml: reasoning text
-// plus one `bash` tool call per response): the n-th call runs the n-th solver command, the last submits with the
-// config's own command. It keeps the last request the agent sent and the answer to it.
-const miniSolverEndpoint = (commands: ReadonlyArray<string>) => {
-  const script = [
-    ...commands.map((command, i) => ({
-      content: `Step ${i + 1} of ${commands.length} of my plan for this task.`,
-      command
-    })),
-    { content: "The task is done, so I submit.", command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" }
-  ]
-  const last: { request?: Recorded; answer?: Record<string, unknown> } = {}
-  return Effect.map(
-    Effect.acquireRelease(
-      Effect.async<Http.Server>((resume) => {
-        const server = Http.createServer((req, res) => {
-          let text = ""
-          req.on("data", (c: Buffer) => (text += c.toString()))
-          req.on("end", () => {
-            const body = JSON.parse(text) as Recorded & { model: string }
-            const n = Math.min(body.messages.filter((m) => m["role"] === "assistant").length, script.length - 1)
-            const message = {
-              role: "assistant",
-              content: script[n].content,
-              tool_calls: [{
-                id: `call_${n}`,
-                type: "function",
-                function: { name: "bash", arguments: JSON.stringify({ command: script[n].command }) }
-              }]
-            }
-            last.request = body
-            last.answer = message
-            res.setHeader("content-type", "application/json")
-            res.end(JSON.stringify({
-              id: `chatcmpl-${n}`,
-              object: "chat.completion",
-              created: 0,
-              model: body.model,
-              choices: [{ index: 0, message, finish_reason: "tool_calls" }],
-              usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }
-            }))
-          })
-        })
-        server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
-      }),
-      (server) =>
-        Effect.async<void>((resume) => {
-          server.close(() => resume(Effect.void))
-        })
-    ),
-    (server) => ({ server, last })
-  )
-}
+// mini-swe-agent's stock format (mini.yaml: reasoning text plus one `bash` tool call per response): the n-th call
+// runs the n-th solver command, the last submits with the config's own command.
+const miniSolverScript = (commands: ReadonlyArray<string>) => [
+  ...commands.map((command, i) =>
+    ScriptedEndpoint.bash(command, `Step ${i + 1} of ${commands.length} of my plan for this task.`)
+  ),
+  ScriptedEndpoint.bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "The task is done, so I submit.")
+]
 
 const miniSolverTranscript = (venv: string) => (task: HarborTask.HarborTask) =>
   Effect.scoped(Effect.gen(function*() {
-    const endpoint = yield* miniSolverEndpoint(task.solverCommands)
+    const endpoint = yield* ScriptedEndpoint.make(miniSolverScript(task.solverCommands))
     const sandbox = yield* Sandbox.make({
       task,
-      endpoint: { url: `http://127.0.0.1:${(endpoint.server.address() as Net.AddressInfo).port}` },
+      endpoint: { url: endpoint.url },
       readOnlyBinds: yield* MiniSweAgent.binds(venv)
     })
     const r = yield* MiniSweAgent.run(sandbox, {
@@ -206,13 +129,14 @@ const miniSolverTranscript = (venv: string) => (task: HarborTask.HarborTask) =>
           (r.stderr || r.stdout).slice(-600)
       )
     }
-    const { answer, request } = endpoint.last
-    if (request === undefined || answer === undefined) {
+    // The transcript: the messages of its own last request plus the answer to it.
+    const last = endpoint.exchanges.at(-1)
+    if (last === undefined) {
       return yield* Effect.dieMessage(`mini-swe-agent made no model call on ${task.name}`)
     }
     return {
-      messages: [...request.messages, answer] as unknown as Array<ChatMessage>,
-      tools: request.tools as ReadonlyArray<Readonly<Record<string, unknown>>>
+      messages: [...last.request.messages, last.reply] as unknown as Array<ChatMessage>,
+      tools: last.request.tools as ReadonlyArray<Readonly<Record<string, unknown>>>
     }
   }))
 

@@ -2,7 +2,7 @@
 // sizes take ~5 min, so that path is checked by bench/results/learning-harness.md's runs, not here).
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawnSync } from "node:child_process"
+import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -10,21 +10,26 @@ import * as Path from "node:path"
 const root = new URL("../../", import.meta.url).pathname
 
 describe("examples/src/harness.ts", () => {
-  it.effect(
+  // The child runs asynchronously: a worker blocked in spawnSync for over a minute misses vitest's own RPC calls
+  // ("Timeout calling onTaskUpdate", an unhandled error that fails the run).
+  it.live(
     "--agent bash: SFT on 12 solver transcripts, evaluations before and after, one GRPO step",
     () =>
-      Effect.sync(() => {
+      Effect.promise(async () => {
         const out = Fs.mkdtempSync(Path.join(Os.tmpdir(), "harness-example-"))
         try {
-          const r = spawnSync(
-            Path.join(root, "node_modules/.bin/tsx"),
-            [
-              "examples/src/harness.ts",
-              ...["--agent", "bash", "--sft-epochs", "1", "--steps", "1", "--num-generations", "2", "--prompts", "1"],
-              ...["--agent-steps", "2", "--max-tokens", "16", "--out", out]
-            ],
-            { cwd: root, encoding: "utf8", timeout: 170_000 }
-          )
+          const r = await new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+            const child = execFile(
+              Path.join(root, "node_modules/.bin/tsx"),
+              [
+                "examples/src/harness.ts",
+                ...["--agent", "bash", "--sft-epochs", "1", "--steps", "1", "--num-generations", "2", "--prompts", "1"],
+                ...["--agent-steps", "2", "--max-tokens", "16", "--out", out]
+              ],
+              { cwd: root, encoding: "utf8", timeout: 170_000, maxBuffer: 64 * 1024 * 1024 },
+              (_error, stdout, stderr) => resolve({ status: child.exitCode, stdout, stderr })
+            )
+          })
           assert.strictEqual(r.status, 0, r.stderr)
           assert.include(r.stdout, "harness example: agent bash-agent")
           assert.include(r.stdout, "--agent bash")

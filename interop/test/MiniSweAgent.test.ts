@@ -6,63 +6,12 @@ import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint } from "@envtrain/gpu"
-import { HarborTask, MiniSweAgent, PolicyServerProcess, Sandbox } from "@envtrain/harness"
+import { HarborTask, MiniSweAgent, PolicyServerProcess, Sandbox, ScriptedEndpoint } from "@envtrain/harness"
 import { Effect } from "effect"
 import * as Fs from "node:fs"
-import * as Http from "node:http"
-import type * as Net from "node:net"
 import * as Python from "../src/Python.js"
 
 const venv = `${Python.root}.venv`
-
-type Request = {
-  readonly auth: string | undefined
-  readonly path: string | undefined
-  readonly body: { model: string; messages: Array<{ role: string }>; tools?: Array<{ function: { name: string } }> }
-}
-
-// A real HTTP server speaking chat completions: the n-th call (n = assistant messages so far) runs commands[n].
-const scriptedServer = (commands: ReadonlyArray<string>) =>
-  Effect.acquireRelease(
-    Effect.async<{ url: string; requests: Array<Request>; server: Http.Server }>((resume) => {
-      const requests: Array<Request> = []
-      const server = Http.createServer((req, res) => {
-        let text = ""
-        req.on("data", (c: Buffer) => (text += c.toString()))
-        req.on("end", () => {
-          const body = JSON.parse(text) as Request["body"]
-          requests.push({ auth: req.headers.authorization, path: req.url, body })
-          const n = Math.min(body.messages.filter((m) => m.role === "assistant").length, commands.length - 1)
-          const message = {
-            role: "assistant",
-            content: `Step ${n}.`,
-            tool_calls: [{
-              id: `call_${n}`,
-              type: "function",
-              function: { name: "bash", arguments: JSON.stringify({ command: commands[n] }) }
-            }]
-          }
-          res.setHeader("content-type", "application/json")
-          res.end(JSON.stringify({
-            id: `chatcmpl-${n}`,
-            object: "chat.completion",
-            created: 0,
-            model: body.model,
-            choices: [{ index: 0, message, finish_reason: "tool_calls" }],
-            usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 }
-          }))
-        })
-      })
-      server.listen(0, "127.0.0.1", () =>
-        resume(
-          Effect.succeed({ url: `http://127.0.0.1:${(server.address() as Net.AddressInfo).port}`, requests, server })
-        ))
-    }),
-    (s) =>
-      Effect.async<void>((resume) => {
-        s.server.close(() => resume(Effect.void))
-      })
-  )
 
 const trajectory = (sandbox: Sandbox.Sandbox) =>
   JSON.parse(Fs.readFileSync(`${sandbox.workspace}/../logs/agent/mini-swe-agent.traj.json`, "utf8")) as {
@@ -74,7 +23,13 @@ describe("mini-swe-agent in envtrain's sandbox", () => {
     Effect.gen(function*() {
       const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
       const task = suite.train.find((t) => t.name === "fix-config-typo")!
-      const server = yield* scriptedServer([...task.solverCommands, "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"])
+      // A real HTTP server speaking chat completions: the n-th call (n = assistant messages so far) runs the n-th
+      // command.
+      const server = yield* ScriptedEndpoint.make(
+        [...task.solverCommands, "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"].map((command, n) =>
+          ScriptedEndpoint.bash(command, `Step ${n}.`)
+        )
+      )
       const sandbox = yield* Sandbox.make({
         task,
         endpoint: { url: server.url },
@@ -87,15 +42,16 @@ describe("mini-swe-agent in envtrain's sandbox", () => {
         stepLimit: 10
       })
       assert.strictEqual(r.exitCode, 0, r.stderr)
-      assert.strictEqual(server.requests.length, task.solverCommands.length + 1)
-      for (const q of server.requests) {
+      assert.strictEqual(server.exchanges.length, task.solverCommands.length + 1)
+      for (const q of server.exchanges) {
         assert.strictEqual(q.path, "/v1/chat/completions")
-        assert.strictEqual(q.auth, "Bearer capture-session-7")
-        assert.strictEqual(q.body.model, "scripted")
-        assert.deepStrictEqual(q.body.tools?.map((t) => t.function.name), ["bash"])
+        assert.strictEqual(q.authorization, "Bearer capture-session-7")
+        assert.strictEqual(q.request.model, "scripted")
+        const tools = q.request.tools as ReadonlyArray<{ function: { name: string } }> | undefined
+        assert.deepStrictEqual(tools?.map((t) => t.function.name), ["bash"])
       }
       // Each later request carries the previous command's observation back.
-      assert.isTrue(server.requests.at(-1)!.body.messages.some((m) => m.role === "tool"))
+      assert.isTrue(server.exchanges.at(-1)!.request.messages.some((m) => m.role === "tool"))
       assert.strictEqual(trajectory(sandbox).info.exit_status, "Submitted")
       const verdict = yield* sandbox.verify
       assert.deepStrictEqual(verdict.reward, { _tag: "Scored", reward: 1, rewards: { reward: 1 } })

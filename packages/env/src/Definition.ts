@@ -39,8 +39,15 @@ import { Effect, Option, Schema } from "effect"
 import * as Environment from "./Environment.js"
 import { EPISODE_DONE, mcpRemote } from "./internal/mcpRemote.js"
 import { BaseState, episodeIdFrom } from "./internal/openEnvSupport.js"
-import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, OpenEnvInstance, StepResult } from "./OpenEnv.js"
-import { McpAction, McpObservation, McpToolError, OpenEnvExecutionError } from "./OpenEnv.js"
+import type {
+  McpCallToolResult,
+  McpToolDescriptor,
+  McpTools,
+  OpenEnvDefinition,
+  OpenEnvInstance,
+  StepResult
+} from "./OpenEnv.js"
+import { McpAction, McpObservation, mcpStepObservation, McpToolError, OpenEnvExecutionError } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
 
@@ -314,6 +321,7 @@ const served = <State extends object, Columns>(o: ServedOptions<State, Columns>)
       reward: state === undefined ? null : o.reward(state),
       done: state === undefined ? false : o.done(state)
     })
+    const tools: McpTools = { list: Effect.succeed(o.tools.map(descriptorOf)), call }
     const instance: OpenEnvInstance<McpAction> = {
       reset: (kwargs) =>
         Effect.gen(function*() {
@@ -324,30 +332,13 @@ const served = <State extends object, Columns>(o: ServedOptions<State, Columns>)
           return { observation: text === undefined ? {} : { text }, reward: null, done: o.done(s) } satisfies StepResult
         }),
       step: (action) =>
-        Effect.gen(function*() {
+        Effect.suspend(() => {
           stepCount += 1
-          if (action.type === "list_tools") {
-            return envelope({
-              tools: o.tools.map((t) => ({
-                name: t.name,
-                description: t.description,
-                input_schema: descriptorOf(t).inputSchema
-              }))
-            })
-          }
-          const result = yield* Effect.either(call(action.tool_name, action.arguments))
-          return envelope(
-            result._tag === "Right"
-              ? { tool_name: action.tool_name, result: result.right, error: null }
-              : {
-                tool_name: action.tool_name,
-                result: null,
-                error: { error_type: result.left.kind, message: result.left.message }
-              }
-          )
+          // The envelope is read after the call: a call before any reset starts the episode.
+          return Effect.map(mcpStepObservation(action, tools), envelope)
         }),
       state: Effect.sync(() => ({ ...(state ?? {}), episode_id: episodeId, step_count: stepCount })),
-      tools: { list: Effect.succeed(o.tools.map(descriptorOf)), call: (name, args) => call(name, args) }
+      tools
     }
     return instance
   })

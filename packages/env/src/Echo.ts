@@ -21,8 +21,8 @@ import { Context, Effect, Layer, Option, Schema } from "effect"
 import * as Client from "./Client.js"
 import * as Environment from "./Environment.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom } from "./internal/openEnvSupport.js"
-import type { McpCallToolResult, McpToolDescriptor, OpenEnvDefinition, StepResult } from "./OpenEnv.js"
-import { McpAction, McpObservation, McpToolError } from "./OpenEnv.js"
+import type { McpCallToolResult, McpToolDescriptor, McpTools, OpenEnvDefinition, StepResult } from "./OpenEnv.js"
+import { McpAction, McpObservation, mcpStep, McpToolError } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
 import * as Tool from "./Tool.js"
 
@@ -193,38 +193,19 @@ export const openEnvMcp: OpenEnvDefinition<McpAction> = {
   observation: McpObservation,
   make: Effect.sync(() => {
     const counter = episodeCounter()
+    const tools: McpTools = { list: Effect.succeed(mcpTools), call: callMcp }
     return {
       // Observation(metadata={"status": "ready", ...}): metadata never goes on the wire.
       reset: (options) =>
         Effect.as(counter.reset(options), { observation: {}, reward: 0.0, done: false } satisfies StepResult),
       step: (action) =>
-        Effect.gen(function*() {
+        Effect.suspend(() => {
           // Every step, list_tools included, counts.
           counter.step()
-          if (action.type === "list_tools") {
-            return {
-              observation: {
-                tools: mcpTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema }))
-              },
-              reward: null,
-              done: false
-            } satisfies StepResult
-          }
-          const result = yield* Effect.either(callMcp(action.tool_name, action.arguments))
-          return {
-            observation: result._tag === "Right"
-              ? { tool_name: action.tool_name, result: result.right, error: null }
-              : {
-                tool_name: action.tool_name,
-                result: null,
-                error: { error_type: result.left.kind, message: result.left.message }
-              },
-            reward: null,
-            done: false
-          } satisfies StepResult
+          return mcpStep(action, tools)
         }),
       state: counter.state,
-      tools: { list: Effect.succeed(mcpTools), call: callMcp }
+      tools
     }
   })
 }

@@ -141,3 +141,10 @@ export const McpObservation = Schema.Union(
   Schema.Struct({ tool_name: Schema.String, result: Schema.Unknown, error: Schema.NullOr(Schema.Unknown) }),
   Schema.Struct({ tools: Schema.Array(Schema.Unknown) })
 ).annotations({ identifier: "CallToolObservation" })
+
+/**
+ * One MCP step's observation and envelope, as OpenEnv's `MCPEnvironment` answers: `list_tools` →
+ * `{tools: [{name, description, input_schema}]}`; `call_tool` → `{tool_name, result, error}` with a failed tool as
+ * `error: {error_type, message}`. `mcpStep` wraps it with `reward: null, done: false`.
+ */
+export { mcpStep, mcpStepObservation } from "./internal/mcpStep.js"

@@ -330,6 +330,7 @@ export const definition = (options: HarborServeOptions) =>
       make: Effect.sync(() => {
         let stepCount = 0
         let episodeId: string | null = null
+        const mcpTools: OpenEnv.McpTools = { list: Effect.succeed(tools), call }
         return {
           reset: (o) =>
             Effect.sync(() => {
@@ -338,32 +339,12 @@ export const definition = (options: HarborServeOptions) =>
               return { observation: {}, reward: null, done: false }
             }),
           step: (action) =>
-            Effect.gen(function*() {
+            Effect.suspend(() => {
               stepCount++
-              if (action.type === "list_tools") {
-                return {
-                  observation: {
-                    tools: tools.map((t) => ({ name: t.name, description: t.description, input_schema: t.inputSchema }))
-                  },
-                  reward: null,
-                  done: false
-                }
-              }
-              const result = yield* Effect.either(call(action.tool_name, action.arguments))
-              return {
-                observation: result._tag === "Right"
-                  ? { tool_name: action.tool_name, result: result.right, error: null }
-                  : {
-                    tool_name: action.tool_name,
-                    result: null,
-                    error: { error_type: result.left.kind, message: result.left.message }
-                  },
-                reward: null,
-                done: false
-              }
+              return OpenEnv.mcpStep(action, mcpTools)
             }),
           state: Effect.sync(() => ({ episode_id: episodeId, step_count: stepCount })),
-          tools: { list: Effect.succeed(tools), call }
+          tools: mcpTools
         }
       })
     }

@@ -1,7 +1,7 @@
 /**
  * @envtrain/harness — the `envtrain` command line and process entry points; for black-box agent training the
  * capture proxy and OpenEnv's TrainingTrace, Harbor tasks, bubblewrap sandboxes and agents (the built-in bash loop,
- * mini-swe-agent).
+ * mini-swe-agent), and a scripted model endpoint (solver transcripts in an agent's own format).
  *
  * @since 0.0.0
  */
@@ -19,4 +19,5 @@ export * as MiniSweAgent from "./MiniSweAgent.js"
 export * as PolicyBackend from "./PolicyBackend.js"
 export * as PolicyServerProcess from "./PolicyServerProcess.js"
 export * as Sandbox from "./Sandbox.js"
+export * as ScriptedEndpoint from "./ScriptedEndpoint.js"
 export * as TrainingTrace from "./TrainingTrace.js"

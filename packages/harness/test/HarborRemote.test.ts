@@ -3,37 +3,27 @@
 // limit below maxConcurrentRollouts + 1 is refused before anything runs, naming the fix; one GRPO step runs its
 // rollouts remotely (oracle harness) and trains on rows made from the returned turns' tokens; a returned result
 // breaking a TrainingTrace rule is a CaptureContractError, and `ok: false` is unscoreable. Live clock.
-import { FileSystem, Path } from "@effect/platform"
+import { Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Server } from "@envtrain/env"
-import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as Config from "@envtrain/grpo/Config"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import { Effect } from "effect"
-import * as CaptureProxy from "../src/CaptureProxy.js"
 import * as HarborRemote from "../src/HarborRemote.js"
 import * as HarborServe from "../src/HarborServe.js"
-import * as HarborTask from "../src/HarborTask.js"
 import * as HarnessSession from "../src/HarnessSession.js"
 import * as HarnessTrainer from "../src/HarnessTrainer.js"
 import { traceRows } from "../src/internal/traceRows.js"
-import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
+import { tinyHarness } from "./fixtures.js"
 
 describe("HarborRemote", () => {
   it.scopedLive(
     "the trainer runs its rollouts on a Harbor server, after checking its session limit",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const modelDir = path.join(dir, "model")
-        const model = yield* Checkpoint.makeModel("tiny", 2)
-        yield* Checkpoint.save(modelDir, model)
-        const policy = yield* PolicyServerProcess.launch({ model: modelDir, backend: "cpu", servedModelName: "tiny" })
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
-        const proxy = yield* CaptureProxy.make({ upstream: policy.url, model: "tiny" })
+        const { dir, model, proxy, server: policy, suite } = yield* tinyHarness(2)
         const definition = yield* HarborServe.definition({
           suite,
           proxy,

@@ -4,66 +4,19 @@
 // outlives its wall-time limit is killed and marked timed out. A policy server that cannot be reached makes the
 // rollout unscoreable (null, never 0). An engine answering positive "logprobs" is a malformed capture: a tagged
 // error naming the rule and the turn. Live clock throughout.
-import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import { Effect, Exit } from "effect"
-import * as Http from "node:http"
-import type * as Net from "node:net"
 import * as BashAgent from "../src/BashAgent.js"
-import * as CaptureProxy from "../src/CaptureProxy.js"
-import * as HarborTask from "../src/HarborTask.js"
 import * as HarnessSession from "../src/HarnessSession.js"
-import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
-
-const TEMPLATE = { chat_template_kwargs: { enable_thinking: false } }
-
-const tinyServer = Effect.gen(function*() {
-  const fs = yield* FileSystem.FileSystem
-  const dir = yield* fs.makeTempDirectoryScoped()
-  yield* Checkpoint.save(dir, yield* Checkpoint.makeModel("tiny", 3))
-  return yield* PolicyServerProcess.launch({ model: dir, backend: "cpu", servedModelName: "tiny" })
-})
-
-// An engine that answers every call with one token whose "logprob" is positive (a probability, say).
-const positiveLogprobEngine = Effect.acquireRelease(
-  Effect.async<Http.Server>((resume) => {
-    const server = Http.createServer((req, res) => {
-      req.resume()
-      req.on("end", () => {
-        res.setHeader("content-type", "application/json")
-        res.end(JSON.stringify({
-          id: "chatcmpl-1",
-          object: "chat.completion",
-          model: "tiny",
-          prompt_token_ids: [1, 2, 3],
-          choices: [{
-            index: 0,
-            message: { role: "assistant", content: "done" },
-            finish_reason: "stop",
-            token_ids: [7],
-            logprobs: { content: [{ token: "done", logprob: 0.4 }] }
-          }]
-        }))
-      })
-    })
-    server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
-  }),
-  (server) =>
-    Effect.async<void>((resume) => {
-      server.close(() => resume(Effect.void))
-    })
-)
+import { captureProxy, NO_THINKING, positiveLogprobEngine, shippedSuite, tinyHarness } from "./fixtures.js"
 
 describe("HarnessSession", () => {
   it.scopedLive(
     "the oracle solves a task through a real serve-policy child: reward 1, a valid trace of the server's ids",
     () =>
       Effect.gen(function*() {
-        const server = yield* tinyServer
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
-        const proxy = yield* CaptureProxy.make({ upstream: server.url, model: "tiny", extraBody: TEMPLATE })
+        const { proxy, suite } = yield* tinyHarness(3, NO_THINKING)
         const factory = HarnessSession.makeFactory({
           tasks: suite.train,
           agent: HarnessSession.oracleAgent(),
@@ -111,9 +64,7 @@ describe("HarnessSession", () => {
     "an agent that outlives its wall-time limit is killed and the rollout marked timed out",
     () =>
       Effect.gen(function*() {
-        const server = yield* tinyServer
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
-        const proxy = yield* CaptureProxy.make({ upstream: server.url, model: "tiny", extraBody: TEMPLATE })
+        const { proxy, suite } = yield* tinyHarness(3, NO_THINKING)
         const sleeper: HarnessSession.Agent = {
           name: "sleeper",
           run: (c) =>
@@ -153,9 +104,9 @@ describe("HarnessSession", () => {
     "a policy server that cannot be reached makes the rollout unscoreable: null, never 0",
     () =>
       Effect.gen(function*() {
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+        const suite = yield* shippedSuite
         // Port 9 (discard) on loopback: nothing listens, the connection is refused.
-        const proxy = yield* CaptureProxy.make({ upstream: "http://127.0.0.1:9", model: "tiny" })
+        const proxy = yield* captureProxy("http://127.0.0.1:9")
         const factory = HarnessSession.makeFactory({
           tasks: suite.train,
           agent: HarnessSession.bashAgent({ requestTimeout: "10 seconds" }),
@@ -175,12 +126,8 @@ describe("HarnessSession", () => {
     "a malformed capture is a CaptureContractError naming the rule and the turn",
     () =>
       Effect.gen(function*() {
-        const engine = yield* positiveLogprobEngine
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
-        const proxy = yield* CaptureProxy.make({
-          upstream: `http://127.0.0.1:${(engine.address() as Net.AddressInfo).port}`,
-          model: "tiny"
-        })
+        const suite = yield* shippedSuite
+        const proxy = yield* captureProxy(yield* positiveLogprobEngine)
         const factory = HarnessSession.makeFactory({
           tasks: suite.train,
           agent: HarnessSession.bashAgent(),

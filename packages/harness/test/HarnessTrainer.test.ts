@@ -15,14 +15,11 @@ import * as Metrics from "@envtrain/grpo/Metrics"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import { Effect, Exit } from "effect"
-import * as Http from "node:http"
-import type * as Net from "node:net"
 import * as BashAgent from "../src/BashAgent.js"
-import * as HarborTask from "../src/HarborTask.js"
 import * as HarnessSession from "../src/HarnessSession.js"
 import * as HarnessTrainer from "../src/HarnessTrainer.js"
 import { traceRows } from "../src/internal/traceRows.js"
-import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
+import { positiveLogprobEngine, shippedSuite, tinyPolicy } from "./fixtures.js"
 
 // Solves the task when the model's one reply has even length: a reward the policy's samples decide.
 const parityAgent: HarnessSession.Agent = {
@@ -45,42 +42,6 @@ const parityAgent: HarnessSession.Agent = {
     })
 }
 
-// An OpenAI-style engine that names its model and answers every chat call with one token whose "logprob" is
-// positive (a probability, say): every capture of it breaks TrainingTrace's logprob rule at turn 0.
-const positiveLogprobEngine = Effect.acquireRelease(
-  Effect.async<Http.Server>((resume) => {
-    const server = Http.createServer((req, res) => {
-      req.resume()
-      req.on("end", () => {
-        res.setHeader("content-type", "application/json")
-        res.end(JSON.stringify(
-          req.url === "/v1/models"
-            ? { object: "list", data: [{ id: "tiny", object: "model" }] }
-            : {
-              id: "chatcmpl-1",
-              object: "chat.completion",
-              model: "tiny",
-              prompt_token_ids: [1, 2, 3],
-              choices: [{
-                index: 0,
-                message: { role: "assistant", content: "done" },
-                finish_reason: "stop",
-                token_ids: [7],
-                logprobs: { content: [{ token: "done", logprob: 0.4 }] }
-              }]
-            }
-        ))
-      })
-    })
-    server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
-  }),
-  (server) =>
-    Effect.async<void>((resume) => {
-      server.closeAllConnections()
-      server.close(() => resume(Effect.void))
-    })
-)
-
 describe("HarnessTrainer", () => {
   it.scopedLive(
     "a malformed capture stops the run with CaptureContractError (rule, turn); nothing is trained",
@@ -90,14 +51,14 @@ describe("HarnessTrainer", () => {
         const path = yield* Path.Path
         const dir = yield* fs.makeTempDirectoryScoped()
         const engine = yield* positiveLogprobEngine
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+        const suite = yield* shippedSuite
         const initial = yield* Checkpoint.makeModel("tiny", 5)
         const model = Trainer.referenceModel(initial)
         const out = path.join(dir, "out")
         const exit = yield* Effect.exit(HarnessTrainer.train({
           config: yield* Config.fromSources({
             outputDir: out,
-            policyServers: [`http://127.0.0.1:${(engine.address() as Net.AddressInfo).port}`],
+            policyServers: [engine],
             numGenerations: 2,
             perDeviceTrainBatchSize: 4,
             maxCompletionLength: 8,
@@ -147,12 +108,8 @@ describe("HarnessTrainer", () => {
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
         const path = yield* Path.Path
-        const dir = yield* fs.makeTempDirectoryScoped()
-        const modelDir = path.join(dir, "model")
-        const model = yield* Checkpoint.makeModel("tiny", 5)
-        yield* Checkpoint.save(modelDir, model)
-        const server = yield* PolicyServerProcess.launch({ model: modelDir, backend: "cpu", servedModelName: "tiny" })
-        const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+        const { dir, model, server } = yield* tinyPolicy(5)
+        const suite = yield* shippedSuite
         const tasks = suite.train.filter((t) => t.name === "copy-file" || t.name === "create-file")
         const out = path.join(dir, "out")
         const config = (maxSteps: number) =>
