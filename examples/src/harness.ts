@@ -50,6 +50,7 @@ interface Settings {
   readonly trainTasks: number
   readonly heldOutTasks: number
   readonly heldOutFamilyTasks: number
+  readonly vocabulary: number
   /** None: 40 for the 12 shipped tasks; for generated ones about as many transcript passes (480 / tasks). */
   readonly sftEpochs: Option.Option<number>
   readonly sftLearningRate: number
@@ -241,7 +242,8 @@ const run = (settings: Settings) =>
           dir: path.join(out, "tasks"),
           train: settings.trainTasks,
           heldOut: settings.heldOutTasks,
-          perHeldOutFamily: settings.heldOutFamilyTasks
+          perHeldOutFamily: settings.heldOutFamilyTasks,
+          vocabularySize: settings.vocabulary
         })
       )
       : Option.none()
@@ -511,6 +513,7 @@ const command = Command.make("harness", {
   trainTasks: int("train-tasks", 56, "generated: training instances (round-robin over the training families)"),
   heldOutTasks: int("held-out-tasks", 14, "generated: held-out instances of the training families"),
   heldOutFamilyTasks: int("held-out-family-tasks", 2, "generated: instances of each family never trained on"),
+  vocabulary: int("vocabulary", 16, "generated: names and words per vocabulary list (4-16)"),
   sftEpochs: Options.integer("sft-epochs").pipe(
     Options.withDescription("SFT epochs over the solver transcripts (default: 40 shipped, ~480 / tasks generated)"),
     Options.optional

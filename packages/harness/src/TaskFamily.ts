@@ -29,7 +29,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { Random } from "@envtrain/text"
 import { Data, Effect } from "effect"
-import { families, hash } from "./internal/taskFamilies.js"
+import { families, hash, vocabulary } from "./internal/taskFamilies.js"
 
 /** Every family's name, with what its instances ask. */
 export const all: ReadonlyArray<{ readonly name: string; readonly summary: string }> = families.map((f) => ({
@@ -115,14 +115,20 @@ fi
 `
 
 /**
- * The instance of `family` for `seed`: a pure function of the two (same seed, same instance).
+ * The instance of `family` for `seed`: a pure function of the two (same seed, same instance). `vocabularySize`
+ * (default 16, the whole lists; at least 4) keeps only the first names and words of each list: fewer distinct words,
+ * each seen more often in training.
  *
  * @since 0.0.0
  */
-export const make = (family: string, seed: number): Effect.Effect<TaskInstance, TaskFamilyError> => {
+export const make = (
+  family: string,
+  seed: number,
+  vocabularySize = 16
+): Effect.Effect<TaskInstance, TaskFamilyError> => {
   const spec = families.find((f) => f.name === family)
   if (spec === undefined) return Effect.fail(new TaskFamilyError({ family }))
-  const made = spec.make(Random.mulberry32(hash(`${family}:${seed}`)))
+  const made = spec.make(Random.mulberry32(hash(`${family}:${seed}`)), vocabulary(vocabularySize))
   return Effect.succeed({
     family,
     seed,
@@ -183,6 +189,8 @@ export interface SuiteOptions {
   readonly heldOutFamilies?: ReadonlyArray<string>
   /** Instances per held-out family. Default 2. */
   readonly perHeldOutFamily?: number
+  /** Names and words per vocabulary list (see `make`). Default 16. */
+  readonly vocabularySize?: number
 }
 
 /** The suite written: its root (for `HarborTask.loadSuite`) and the instances of each part. */
@@ -218,14 +226,14 @@ export const writeSuite = (options: SuiteOptions) =>
     }
     const train = yield* Effect.forEach(
       Array.from({ length: options.train }, (_, i) => i),
-      (i) => make(trainFamilies[i % trainFamilies.length], Math.floor(i / trainFamilies.length))
+      (i) => make(trainFamilies[i % trainFamilies.length], Math.floor(i / trainFamilies.length), options.vocabularySize)
     )
     const seen = new Set(train.map((t) => t.instruction))
     const fresh = (family: string, count: number) =>
       Effect.gen(function*() {
         const out: Array<TaskInstance> = []
         for (let seed = heldOutSeedBase; out.length < count && seed < heldOutSeedBase + 10_000; seed++) {
-          const t = yield* make(family, seed)
+          const t = yield* make(family, seed, options.vocabularySize)
           if (seen.has(t.instruction)) continue
           seen.add(t.instruction)
           out.push(t)

@@ -19,6 +19,13 @@ describe("TaskFamily", () => {
         for (let seed = 0; seed < 6; seed++) instructions.add((yield* TaskFamily.make(family, seed)).instruction)
         assert.isAtLeast(instructions.size, 5, family)
       }
+      // A smaller vocabulary draws only from the first names and words of each list.
+      const small = new Set<string>()
+      for (let seed = 0; seed < 40; seed++) {
+        for (const m of (yield* TaskFamily.make("write-text", seed, 4)).instruction.matchAll(/`(\w+)/g)) small.add(m[1])
+      }
+      assert.isAtMost(small.size, 8)
+      assert.isAtLeast(small.size, 5)
       const unknown = yield* Effect.flip(TaskFamily.make("no-such-family", 0))
       assert.include(unknown.message, "write-text")
     }))

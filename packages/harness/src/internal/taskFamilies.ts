@@ -20,15 +20,21 @@ export interface Made {
   readonly check: string
 }
 
+/** The names and words an instance may draw. */
+export interface Vocabulary {
+  readonly stems: ReadonlyArray<string>
+  readonly words: ReadonlyArray<string>
+}
+
 export interface FamilySpec {
   readonly name: string
   readonly summary: string
-  readonly make: (rand: () => number) => Made
+  readonly make: (rand: () => number, v: Vocabulary) => Made
 }
 
 // Words that the presets' tokenizer encodes in one or two tokens after a space (checked when chosen), so the
 // model copies short token sequences.
-const stems = [
+const allStems = [
   "river",
   "green",
   "horse",
@@ -46,7 +52,7 @@ const stems = [
   "light",
   "music"
 ] as const
-const words = [
+const allWords = [
   "night",
   "house",
   "sugar",
@@ -64,6 +70,12 @@ const words = [
   "cake",
   "sky"
 ] as const
+/** The first `size` of each list (all 16 when `size` is 16 or more; at least 4, which two-name families need). */
+export const vocabulary = (size: number): Vocabulary => {
+  const k = Math.max(4, Math.min(size, allStems.length))
+  return { stems: allStems.slice(0, k), words: allWords.slice(0, k) }
+}
+
 const junkExtensions = ["log", "tmp", "bak", "old", "out"] as const
 const keptExtensions = ["txt", "md"] as const
 
@@ -80,7 +92,7 @@ const distinct = <A>(rand: () => number, xs: ReadonlyArray<A>, k: number): Array
 const int = (rand: () => number, lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1))
 
 /** `n` lines of one or two words each, as file content (newline-terminated). */
-const lines = (rand: () => number, n: number) =>
+const lines = (rand: () => number, words: ReadonlyArray<string>, n: number) =>
   Array.from({ length: n }, () => rand() < 0.5 ? pick(rand, words) : `${pick(rand, words)} ${pick(rand, words)}`)
 
 const text = (ls: ReadonlyArray<string>) => ls.join("\n") + "\n"
@@ -94,7 +106,7 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "write-text",
     summary: "create FILE containing two given words",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const file = `${pick(rand, stems)}.txt`
       const [a, b] = distinct(rand, words, 2)
       return {
@@ -109,12 +121,12 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "count-lines",
     summary: "count the lines of FILE and write the number to OUT",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const [a, b] = distinct(rand, stems, 2)
       const n = int(rand, 3, 9)
       return {
         instruction: `Count the lines of \`${a}.txt\` and write only the number to a new file \`${b}.txt\`.`,
-        files: [{ path: `${a}.txt`, content: text(lines(rand, n)) }],
+        files: [{ path: `${a}.txt`, content: text(lines(rand, words, n)) }],
         solution: [`wc -l < ${a}.txt > ${b}.txt`],
         check: `[ "$(tr -d ' \\n' < ${b}.txt 2>/dev/null)" = '${n}' ]`
       }
@@ -123,9 +135,9 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "copy-file",
     summary: "copy FILE to a new name, keeping the original",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const [a, b] = distinct(rand, stems, 2)
-      const content = text(lines(rand, int(rand, 2, 4)))
+      const content = text(lines(rand, words, int(rand, 2, 4)))
       return {
         instruction: `Copy \`${a}.txt\` to \`${b}.txt\`; keep the original.`,
         files: [{ path: `${a}.txt`, content }],
@@ -137,9 +149,9 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "append-line",
     summary: "append a given word as a final line of FILE",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const a = pick(rand, stems)
-      const before = lines(rand, int(rand, 2, 4))
+      const before = lines(rand, words, int(rand, 2, 4))
       const w = pick(rand, words)
       return {
         instruction: `Append a final line \`${w}\` to \`${a}.txt\`, keeping the lines already there.`,
@@ -152,7 +164,7 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "make-executable",
     summary: "make a script executable",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       // Both vocabularies: the instruction names only the script, so one vocabulary would give 16 instances.
       const a = pick(rand, [...stems, ...words])
       const content = `#!/bin/bash\necho ${pick(rand, words)}\n`
@@ -167,7 +179,7 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "delete-by-pattern",
     summary: "delete every file with a given extension in a directory, keeping the others",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const dir = pick(rand, words)
       const ext = pick(rand, junkExtensions)
       const names = distinct(rand, stems, 4)
@@ -176,7 +188,7 @@ export const families: ReadonlyArray<FamilySpec> = [
       return {
         instruction:
           `Delete every file ending in \`.${ext}\` in the directory \`${dir}/\`; leave all other files alone.`,
-        files: [...junk, ...kept].map((path) => ({ path, content: text(lines(rand, 1)) })),
+        files: [...junk, ...kept].map((path) => ({ path, content: text(lines(rand, words, 1)) })),
         solution: [`rm -f ${dir}/*.${ext}`],
         check: [...junk.map((f) => `[ ! -e ${f} ]`), ...kept.map((f) => `[ -f ${f} ]`)].join(" && ")
       }
@@ -185,9 +197,9 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "uppercase",
     summary: "write FILE's contents in upper case to OUT",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const [a, b] = distinct(rand, stems, 2)
-      const content = text(lines(rand, int(rand, 1, 3)))
+      const content = text(lines(rand, words, int(rand, 1, 3)))
       return {
         instruction: `Write the contents of \`${a}.txt\` in upper case to a new file \`${b}.txt\`.`,
         files: [{ path: `${a}.txt`, content }],
@@ -199,9 +211,9 @@ export const families: ReadonlyArray<FamilySpec> = [
   {
     name: "rename-file",
     summary: "rename FILE to a given new name",
-    make: (rand) => {
+    make: (rand, { stems, words }) => {
       const [a, b] = distinct(rand, stems, 2)
-      const content = text(lines(rand, int(rand, 1, 3)))
+      const content = text(lines(rand, words, int(rand, 1, 3)))
       return {
         instruction: `Rename \`${a}.txt\` to \`${b}.txt\`.`,
         files: [{ path: `${a}.txt`, content }],
