@@ -2,10 +2,11 @@
 // held-out success (new instances of the training families, and the family never trained on) and training-task
 // success before GRPO (the SFT start) and after, then the median, worst and best of each. Each seed is one run of
 // `examples/src/harness.ts --agent bash --seed N` in its own process (`--jobs` at a time); extra flags after `--`
-// go to the example. Saves bench/results/learning-harness-generated.{json,md} (the md: the tables and the command).
+// go to the example. Saves bench/results/learning-harness-generated.{json,md}: one entry per `--label` (a setting),
+// replaced when run again; the md's hand-written part below its "<!-- notes -->" line is kept.
 //
-// Usage: tsx bench/harness/learning-generated.ts [--seeds 0,1,2,3,4] [--jobs 1] [--runs runs/harness-generated]
-//          [--from-runs] [-- EXAMPLE FLAGS]
+// Usage: tsx bench/harness/learning-generated.ts --label NAME [--seeds 0,1,2,3,4] [--jobs 1]
+//          [--runs runs/harness-generated/NAME] [--from-runs] [-- EXAMPLE FLAGS]
 // `--from-runs` runs nothing: it summarises <runs>/seed<N>/eval.json of finished runs.
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs"
@@ -22,7 +23,8 @@ const flag = (name: string, fallback: string) => {
 }
 const seeds = flag("--seeds", "0,1,2,3,4").split(",").map(Number)
 const jobs = Number(flag("--jobs", "1"))
-const runs = Path.resolve(root, flag("--runs", "runs/harness-generated"))
+const label = flag("--label", "defaults")
+const runs = Path.resolve(root, flag("--runs", `runs/harness-generated/${label}`))
 const fromRuns = own.includes("--from-runs")
 
 interface Report {
@@ -34,6 +36,40 @@ interface EvalJson {
   readonly before: { heldOut: Report; train: Report; novelFamilies: Report | null }
   readonly after: { heldOut: Report; train: Report; novelFamilies: Report | null }
   readonly seconds: { sft: number; grpo: number; total: number }
+}
+
+// What the greedy agent's first command got right, read from a run's traces: the family's shape (the same program
+// as the task's solver, e.g. `cp`, `wc`) and the instance's names (every backticked word of the instruction in it).
+// Success needs both; the split shows which of the two transfers to new instances.
+const firstCommands = (run: string, when: "before" | "after", split: "held-out" | "held-out-families" | "train") => {
+  const dir = Path.join(run, "traces", when, split)
+  const files = Fs.existsSync(dir) ? Fs.readdirSync(dir).filter((f) => f.endsWith(".json")) : []
+  let shape = 0
+  let names = 0
+  for (const file of files) {
+    const task = file.replace(/-\d+\.json$/, "")
+    const solve = Fs.readFileSync(
+      Path.join(run, "tasks", split === "train" ? "train" : "held-out", task, "solution", "solve.sh"),
+      "utf8"
+    ).split("\n").find((l) => l.trim() !== "" && !l.startsWith("#")) ?? ""
+    const trace = JSON.parse(Fs.readFileSync(Path.join(dir, file), "utf8")) as {
+      completion: Array<
+        { role: string; content: string | null; tool_calls?: Array<{ function: { arguments: string } }> }
+      >
+    }
+    const call = trace.completion.find((m) => m.role === "assistant" && (m.tool_calls?.length ?? 0) > 0)
+    let command = ""
+    try {
+      command = (JSON.parse(call?.tool_calls?.[0].function.arguments ?? "{}") as { command?: string }).command ?? ""
+    } catch {
+      command = call?.tool_calls?.[0].function.arguments ?? ""
+    }
+    const instruction = trace.completion.find((m) => m.role === "user")?.content ?? ""
+    const wanted = Array.from(instruction.matchAll(/`([^`]+)`/g), (m) => m[1].replace(/\/$/, "").split(" ")).flat()
+    if (command !== "" && command.split(" ")[0] === solve.split(" ")[0]) shape++
+    if (command !== "" && wanted.every((w) => command.includes(w))) names++
+  }
+  return { episodes: files.length, shape, names }
 }
 
 const runSeed = (seed: number) =>
@@ -59,10 +95,19 @@ const main = async () => {
       for (let s = queue.shift(); s !== undefined; s = queue.shift()) await runSeed(s)
     }))
   }
-  const rows = seeds.map((seed) => ({
-    seed,
-    ...(JSON.parse(Fs.readFileSync(Path.join(runs, `seed${seed}`, "eval.json"), "utf8")) as EvalJson)
-  }))
+  const rows = seeds.map((seed) => {
+    const run = Path.join(runs, `seed${seed}`)
+    const commands = (when: "before" | "after") => ({
+      heldOut: firstCommands(run, when, "held-out"),
+      heldOutFamilies: firstCommands(run, when, "held-out-families"),
+      train: firstCommands(run, when, "train")
+    })
+    return {
+      seed,
+      ...(JSON.parse(Fs.readFileSync(Path.join(run, "eval.json"), "utf8")) as EvalJson),
+      firstCommands: { before: commands("before"), after: commands("after") }
+    }
+  })
   const rate = (r: Report | null) => (r === null || r.episodes === 0 ? null : r.successes / r.episodes)
   const stats = (xs: ReadonlyArray<number | null>) => {
     const v = xs.filter((x): x is number => x !== null).sort((a, b) => a - b)
@@ -97,6 +142,19 @@ const main = async () => {
       } | ${(r.seconds.total / 60).toFixed(1)} |`
     ),
     "",
+    "First commands (greedy): right shape = the family's program (as the solver's), right names = every backticked",
+    "word of the instruction in it; success needs both.",
+    "",
+    "| seed | held-out instances: shape, names before → after | training instances: shape, names before → after |",
+    "| ---: | ---: | ---: |",
+    ...rows.map((r) => {
+      const f = (x: { episodes: number; shape: number; names: number }) =>
+        `${x.shape}/${x.episodes}, ${x.names}/${x.episodes}`
+      return `| ${r.seed} | ${f(r.firstCommands.before.heldOut)} → ${f(r.firstCommands.after.heldOut)} | ${
+        f(r.firstCommands.before.train)
+      } → ${f(r.firstCommands.after.train)} |`
+    }),
+    "",
     "| success (greedy) | before GRPO: median (worst, best) | after GRPO: median (worst, best) | gain: median (worst) |",
     "| --- | ---: | ---: | ---: |",
     ...parts.map(([label]) => {
@@ -107,28 +165,43 @@ const main = async () => {
     })
   ].join("\n")
   console.log(md)
-  const json = {
-    bench: "learning-harness-generated",
-    command: `tsx bench/harness/learning-generated.ts --seeds ${seeds.join(",")}${
+  const entry = {
+    label,
+    command: `tsx bench/harness/learning-generated.ts --label ${label} --seeds ${seeds.join(",")}${
       passed.length > 0 ? ` -- ${passed.join(" ")}` : ""
     }`,
+    example: `tsx examples/src/harness.ts --agent bash --seed N${passed.length > 0 ? ` ${passed.join(" ")}` : ""}`,
     seeds,
     summary,
+    table: md,
     runs: rows
   }
   const results = Path.join(root, "bench", "results")
-  Fs.writeFileSync(Path.join(results, "learning-harness-generated.json"), JSON.stringify(json, null, 2) + "\n")
+  const jsonFile = Path.join(results, "learning-harness-generated.json")
+  const mdFile = Path.join(results, "learning-harness-generated.md")
+  const previous = Fs.existsSync(jsonFile)
+    ? (JSON.parse(Fs.readFileSync(jsonFile, "utf8")) as { settings: Array<typeof entry> }).settings
+    : []
+  const settings = [...previous.filter((e) => e.label !== label), entry]
+  Fs.writeFileSync(jsonFile, JSON.stringify({ bench: "learning-harness-generated", settings }, null, 2) + "\n")
+  const notes = Fs.existsSync(mdFile) ? Fs.readFileSync(mdFile, "utf8").split("<!-- notes -->")[1] ?? "\n" : "\n"
   Fs.writeFileSync(
-    Path.join(results, "learning-harness-generated.md"),
+    mdFile,
     [
-      "# Learning: harness GRPO with bash-agent on generated tasks (TaskFamily instances), several seeds",
+      "# Learning: harness GRPO with bash-agent on generated tasks (TaskFamily instances)",
       "",
-      `Made by \`${json.command}\` (each seed: \`tsx examples/src/harness.ts --agent bash --seed N${
-        passed.length > 0 ? ` ${passed.join(" ")}` : ""
-      }\`); numbers in learning-harness-generated.json. Greedy evaluation, one episode per task.`,
+      "Greedy evaluation, one episode per task; numbers in learning-harness-generated.json (`settings[]`, one per",
+      "label, every run's eval.json summary). Tables written by bench/harness/learning-generated.ts.",
       "",
-      md,
-      ""
+      ...settings.flatMap((e) => [
+        `## ${e.label}`,
+        "",
+        `Reproduce: \`${e.command}\` (each seed: \`${e.example}\`).`,
+        "",
+        e.table,
+        ""
+      ]),
+      "<!-- notes -->" + notes
     ].join("\n")
   )
   console.log(`wrote bench/results/learning-harness-generated.{json,md}`)
