@@ -2,7 +2,7 @@
 // sizes take ~5 min, so that path is checked by bench/results/learning-harness.md's runs, not here).
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawnSync } from "node:child_process"
+import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -16,21 +16,27 @@ type Evaluations = {
 }
 
 describe("examples/src/harness.ts", () => {
-  it.effect(
+  it.live(
     "--agent bash on generated tasks: SFT on 7 solver transcripts, evaluations before and after, one GRPO step",
     () =>
-      Effect.sync(() => {
+      // The child runs asynchronously: a synchronous spawn blocked the test worker for minutes under load, and
+      // vitest reported its own RPC timeout.
+      Effect.promise(async () => {
         const out = Fs.mkdtempSync(Path.join(Os.tmpdir(), "harness-example-"))
         try {
-          const r = spawnSync(
-            Path.join(root, "node_modules/.bin/tsx"),
-            [
-              "examples/src/harness.ts",
-              ...["--agent", "bash", "--sft-epochs", "1", "--steps", "1", "--num-generations", "2", "--prompts", "1"],
-              ...["--agent-steps", "2", "--max-tokens", "16", "--out", out],
-              ...["--train-tasks", "7", "--held-out-tasks", "3", "--held-out-family-tasks", "1"]
-            ],
-            { cwd: root, encoding: "utf8", timeout: 170_000 }
+          const r = await new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) =>
+            execFile(
+              Path.join(root, "node_modules/.bin/tsx"),
+              [
+                "examples/src/harness.ts",
+                ...["--agent", "bash", "--sft-epochs", "1", "--steps", "1", "--num-generations", "2", "--prompts", "1"],
+                ...["--agent-steps", "2", "--max-tokens", "16", "--out", out],
+                ...["--train-tasks", "7", "--held-out-tasks", "3", "--held-out-family-tasks", "1"]
+              ],
+              { cwd: root, encoding: "utf8", timeout: 170_000, maxBuffer: 64 * 1024 * 1024 },
+              (error, stdout, stderr) =>
+                resolve({ status: error === null ? 0 : (error.code as number | null), stdout, stderr })
+            )
           )
           assert.strictEqual(r.status, 0, r.stderr)
           assert.include(r.stdout, "harness example: agent bash-agent")
