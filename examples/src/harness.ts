@@ -28,7 +28,8 @@ import {
   MiniSweAgent,
   PolicyServerProcess,
   Sandbox,
-  ScriptedEndpoint
+  ScriptedEndpoint,
+  TaskFamily
 } from "@envtrain/harness"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Console, Effect, Option } from "effect"
@@ -43,7 +44,14 @@ interface Settings {
   readonly context: Option.Option<number>
   readonly out: string
   readonly seed: number
-  readonly sftEpochs: number
+  /** generated: TaskFamily instances written to <out>/tasks; shipped: packages/harness/tasks. */
+  readonly tasks: "generated" | "shipped"
+  readonly trainTasks: number
+  readonly heldOutTasks: number
+  readonly heldOutFamilyTasks: number
+  readonly vocabulary: number
+  /** None: 40 for the 12 shipped tasks; for generated ones about as many transcript passes (480 / tasks). */
+  readonly sftEpochs: Option.Option<number>
   readonly sftLearningRate: number
   readonly steps: number
   readonly numGenerations: number
@@ -150,7 +158,32 @@ const run = (settings: Settings) =>
     const out = settings.out
     yield* fs.remove(out, { recursive: true }).pipe(Effect.ignore)
     yield* fs.makeDirectory(out, { recursive: true })
-    const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
+    // Generated: many instances of a few task families, so the skill, not the instance, is what SFT and GRPO see;
+    // held-out = new instances of the same families, plus whole families never trained on (reported apart).
+    const generated = settings.tasks === "generated"
+      ? Option.some(
+        yield* TaskFamily.writeSuite({
+          dir: path.join(out, "tasks"),
+          train: settings.trainTasks,
+          heldOut: settings.heldOutTasks,
+          perHeldOutFamily: settings.heldOutFamilyTasks,
+          vocabularySize: settings.vocabulary
+        })
+      )
+      : Option.none()
+    const loaded = yield* HarborTask.loadSuite(
+      Option.match(generated, { onNone: () => HarborTask.shippedSuiteDir, onSome: (g) => g.root })
+    )
+    const novelNames = new Set(Option.match(generated, {
+      onNone: () => [],
+      onSome: (g) => g.heldOutFamilies.map((t) => t.name)
+    }))
+    const suite = { train: loaded.train, heldOut: loaded.heldOut.filter((t) => !novelNames.has(t.name)) }
+    const novel = loaded.heldOut.filter((t) => novelNames.has(t.name))
+    const sftEpochs = Option.getOrElse(
+      settings.sftEpochs,
+      () => Option.isNone(generated) ? 40 : Math.max(4, Math.round(480 / suite.train.length))
+    )
     const available = yield* miniSweAgentAvailable(projectVenv)
     const agentName: AgentName = Option.getOrElse(settings.agent, () => available.ok ? "mini-swe-agent" : "bash")
     const why = Option.isSome(settings.agent)
@@ -170,8 +203,8 @@ const run = (settings: Settings) =>
         mini
           ? "PyPI mini-swe-agent, unmodified, stock mini.yaml, inside each rollout's sandbox"
           : "envtrain's built-in bash-tool loop"
-      }, run as a black box through the capture proxy; ${why}); ${suite.train.length} training tasks, ` +
-        `${suite.heldOut.length} held-out`
+      }, run as a black box through the capture proxy; ${why}); ${settings.tasks} tasks: ${suite.train.length} training, ` +
+        `${suite.heldOut.length} held-out${novel.length > 0 ? `, ${novel.length} of held-out families` : ""}`
     )
     const agent = (temperature: number) =>
       mini
@@ -214,7 +247,7 @@ const run = (settings: Settings) =>
     const needed = maxLength + settings.agentSteps * settings.maxTokens
     yield* Console.log(
       `sft: ${transcripts.length} solver transcripts (${agentLabel} format, its bash tool schema in the prompt), ` +
-        `${minLength}-${maxLength} tokens, ${settings.sftEpochs} epochs; a rollout needs <= ${needed} tokens of ` +
+        `${minLength}-${maxLength} tokens, ${sftEpochs} epochs; a rollout needs <= ${needed} tokens of ` +
         `the context of ${context}${
           context === made.config.max_position_embeddings
             ? ` (the ${settings.preset} preset's)`
@@ -233,7 +266,7 @@ const run = (settings: Settings) =>
         outputDir: path.join(out, "sft"),
         perDeviceTrainBatchSize: 4,
         gradientAccumulationSteps: 1,
-        numTrainEpochs: settings.sftEpochs,
+        numTrainEpochs: sftEpochs,
         learningRate: settings.sftLearningRate,
         lrSchedulerType: "cosine",
         warmupRatio: 0.1,
@@ -273,13 +306,25 @@ const run = (settings: Settings) =>
           tracesDir: path.join(out, "traces", label, "train"),
           concurrency: settings.concurrency
         })
+        const novelFamilies = novel.length === 0 ? null : yield* HarnessTrainer.evaluate({
+          tasks: novel,
+          agent: greedy,
+          policyServer: server.url,
+          tracesDir: path.join(out, "traces", label, "held-out-families"),
+          concurrency: settings.concurrency
+        })
         yield* Console.log(
           `${label}: held-out success ${pct(heldOut.successRate)} (${heldOut.successes}/${heldOut.episodes}), ` +
+            (novelFamilies === null
+              ? ""
+              : `held-out families ${
+                pct(novelFamilies.successRate)
+              } (${novelFamilies.successes}/${novelFamilies.episodes}), `) +
             `training tasks ${pct(train.successRate)} (${train.successes}/${train.episodes}), tool calls ` +
             `${heldOut.tasks.reduce((s, t) => s + t.toolCalls, 0) + train.tasks.reduce((s, t) => s + t.toolCalls, 0)}` +
             ` [${((Date.now() - at) / 1000).toFixed(0)} s]`
         )
-        return { heldOut, train }
+        return { heldOut, train, novelFamilies }
       })
     const before = yield* evaluate("before")
 
@@ -331,7 +376,7 @@ const run = (settings: Settings) =>
       agentChoice: why,
       sftTokens: { min: minLength, max: maxLength, context },
       preset: settings.preset,
-      settings,
+      settings: { ...settings, sftEpochs },
       before,
       after,
       seconds: { sft: sftSeconds, grpo: grpoSeconds, total: (Date.now() - started) / 1000 },
@@ -351,6 +396,11 @@ const run = (settings: Settings) =>
         `| training-task success (${before.train.episodes} tasks) | ${pct(before.train.successRate)} | ${
           pct(after.train.successRate)
         } |`,
+        ...(before.novelFamilies === null || after.novelFamilies === null ? [] : [
+          `| held-out families (${before.novelFamilies.episodes} tasks) | ${pct(before.novelFamilies.successRate)} | ${
+            pct(after.novelFamilies.successRate)
+          } |`
+        ]),
         "",
         `wrote ${path.join(out, "eval.json")}, ${result.report}, ${path.join(out, "traces")}/ ` +
         `(${((Date.now() - started) / 60000).toFixed(1)} min)`
@@ -378,7 +428,20 @@ const command = Command.make("harness", {
   ),
   out: Options.text("out").pipe(Options.withDefault("runs/harness")),
   seed: int("seed", 0, "seed of the model and sampling"),
-  sftEpochs: int("sft-epochs", 40, "SFT epochs over the 12 solver transcripts"),
+  tasks: Options.choice("tasks", ["generated", "shipped"]).pipe(
+    Options.withDescription(
+      "generated: TaskFamily instances written to <out>/tasks (held-out = new instances); shipped: the 12 + 4 tasks"
+    ),
+    Options.withDefault("generated" as const)
+  ),
+  trainTasks: int("train-tasks", 56, "generated: training instances (round-robin over the training families)"),
+  heldOutTasks: int("held-out-tasks", 14, "generated: held-out instances of the training families"),
+  heldOutFamilyTasks: int("held-out-family-tasks", 2, "generated: instances of each family never trained on"),
+  vocabulary: int("vocabulary", 16, "generated: names and words per vocabulary list (4-16)"),
+  sftEpochs: Options.integer("sft-epochs").pipe(
+    Options.withDescription("SFT epochs over the solver transcripts (default: 40 shipped, ~480 / tasks generated)"),
+    Options.optional
+  ),
   sftLearningRate: float("sft-lr", 1e-2, "SFT learning rate"),
   steps: int("steps", 8, "GRPO steps"),
   numGenerations: int("num-generations", 4, "rollouts per task per step"),
