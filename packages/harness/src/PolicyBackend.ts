@@ -202,7 +202,10 @@ export const cpu = (
               stepwise.step(seqs.map((s) => s.state)),
               (completions) => withTop(seqs.map((s) => s.request), completions)
             )
-          }
+          },
+          ...(stepwise.progress === undefined ? {} : {
+            progress: ((show) => (sequence: unknown) => show((sequence as Sequence).state))(stepwise.progress)
+          })
         }
       }),
       loadWeights: (source) =>

@@ -4,7 +4,9 @@
 // loop keeps one running batch; before every decode step it admits queued requests into free slots, and a sequence
 // that finishes is answered at once. Either way, once a weight update is next in the queue nothing more is
 // admitted: it runs when the running sequences have finished, after the requests queued before it and before those
-// queued after it, so every completion is produced by exactly one policy version.
+// queued after it, so every completion is produced by exactly one policy version. With a decoder that shows its
+// progress, a request may be watched: after every decode step its watcher sees the tokens so far (streaming, stop
+// strings), synchronously, from inside the loop.
 import type { Scope } from "effect"
 import { Deferred, Duration, Effect, Option, Queue } from "effect"
 import type {
@@ -30,11 +32,31 @@ export interface Generated {
   readonly policyVersion: number
 }
 
+/** A running sequence after a decode step that did not finish it: everything it has sampled so far. */
+export interface Progress {
+  readonly tokenIds: ReadonlyArray<number>
+  readonly logprobs: ReadonlyArray<number>
+  readonly policyVersion: number
+}
+
+/**
+ * Called after every decode step that ran the sequence without finishing it. "stop": the sequence ends here (a stop
+ * string showed up) and is answered with the tokens so far, finish reason "stop"; "cancel": it leaves the batch
+ * unanswered (its client went away). A watcher must not throw; one that does cancels its sequence.
+ */
+export type Watch = (progress: Progress) => "stop" | "cancel" | undefined
+
 interface GenerateItem {
   readonly _tag: "Generate"
   readonly request: BackendRequest
   readonly done: Deferred.Deferred<Generated, BackendError>
+  readonly watch: Watch | undefined
   cancelled: boolean
+}
+
+interface Running {
+  readonly item: GenerateItem
+  readonly sequence: unknown
 }
 
 type Item =
@@ -46,7 +68,13 @@ type Item =
   }
 
 export interface Scheduler {
-  readonly generate: (requests: ReadonlyArray<BackendRequest>) => Effect.Effect<ReadonlyArray<Generated>, BackendError>
+  /** `watches[i]` (optional) watches request i; only called when {@link Scheduler.watchable}. */
+  readonly generate: (
+    requests: ReadonlyArray<BackendRequest>,
+    watches?: ReadonlyArray<Watch | undefined>
+  ) => Effect.Effect<ReadonlyArray<Generated>, BackendError>
+  /** Continuous batching over a decoder that shows its progress: watchers see every decode step. */
+  readonly watchable: boolean
   /** Loads new weights between batches; returns the new policy version. */
   readonly update: (source: WeightSource) => Effect.Effect<number, BackendError>
   readonly version: () => number
@@ -143,7 +171,17 @@ export const make = (
     })
 
     const continuousLoop = (decoder: Decoder) => {
-      let running: Array<{ readonly item: GenerateItem; readonly sequence: unknown }> = []
+      let running: Array<Running> = []
+      const progress = decoder.progress
+      const watch = (r: Running, policyVersion: number): "stop" | "cancel" | undefined => {
+        if (r.item.watch === undefined || progress === undefined) return undefined
+        try {
+          const p = progress(r.sequence)
+          return r.item.watch({ tokenIds: p.tokenIds, logprobs: p.logprobs, policyVersion })
+        } catch {
+          return "cancel"
+        }
+      }
       let lastYield = 0
       const admit = (items: ReadonlyArray<GenerateItem>) =>
         Effect.gen(function*() {
@@ -184,8 +222,24 @@ export const make = (
         running = []
         for (let i = 0; i < now.length; i++) {
           const completion = exit.value[i]
-          if (completion === undefined) running.push(now[i])
-          else yield* Deferred.succeed(now[i].item.done, { completion, policyVersion: v })
+          const r = now[i]
+          if (completion !== undefined) {
+            yield* Deferred.succeed(r.item.done, { completion, policyVersion: v })
+            continue
+          }
+          const said = watch(r, v)
+          if (said === undefined) running.push(r)
+          else if (said === "cancel") {
+            r.item.cancelled = true
+            yield* Deferred.interrupt(r.item.done)
+          } else {
+            // Only a watcher stops a sequence, so `progress` is there.
+            const p = progress!(r.sequence)
+            yield* Deferred.succeed(r.item.done, {
+              completion: { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" },
+              policyVersion: v
+            })
+          }
         }
         metrics.running(running.length)
         // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
@@ -220,23 +274,26 @@ export const make = (
       : windowLoop).pipe(Effect.forever)
     yield* Effect.forkScoped(loop)
 
-    const generate = (requests: ReadonlyArray<BackendRequest>) =>
+    const watchable = options.continuous && backend.decoder?.progress !== undefined
+    const generate = (requests: ReadonlyArray<BackendRequest>, watches?: ReadonlyArray<Watch | undefined>) =>
       Effect.gen(function*() {
-        const items = yield* Effect.forEach(requests, (request) =>
-          Effect.map(Deferred.make<Generated, BackendError>(), (done) => ({
-            _tag: "Generate" as const,
+        const items = yield* Effect.forEach(requests, (request, i) =>
+          Effect.map(Deferred.make<Generated, BackendError>(), (done): GenerateItem => ({
+            _tag: "Generate",
             request,
             done,
+            watch: watchable ? watches?.[i] : undefined,
             cancelled: false
           })))
         waiting += items.length
         metrics.waiting(waiting)
         yield* Queue.offerAll(queue, items)
-        return yield* Effect.forEach(items, (item) => Deferred.await(item.done)).pipe(
-          Effect.onInterrupt(() =>
-            Effect.sync(() => items.forEach((item) => item.cancelled = true))
+        return yield* Effect.forEach(items, (item) =>
+          Deferred.await(item.done)).pipe(
+            Effect.onInterrupt(() =>
+              Effect.sync(() => items.forEach((item) => item.cancelled = true))
+            )
           )
-        )
       })
 
     const update = (source: WeightSource) =>
@@ -246,5 +303,5 @@ export const make = (
         return yield* Deferred.await(done)
       })
 
-    return { generate, update, version: () => version, waiting: () => waiting }
+    return { generate, watchable, update, version: () => version, waiting: () => waiting }
   })
