@@ -8,7 +8,7 @@
 // progress, a request may be watched: after every decode step its watcher sees the tokens so far (streaming, stop
 // strings), synchronously, from inside the loop.
 import type { Scope } from "effect"
-import { Deferred, Duration, Effect, Option, Queue } from "effect"
+import { Deferred, Duration, Effect, Exit, FiberId, Option, Queue } from "effect"
 import type {
   Backend,
   BackendCompletion,
@@ -170,6 +170,10 @@ export const make = (
       yield* runBatch(batch)
     })
 
+    // One iteration serves an idle server's next item; for requests it then decodes until the batch is empty, in a
+    // plain loop: the per-step work outside the decoder is a few synchronous calls (no fiber hop, no allocation
+    // beyond the step's arrays), which matters at low occupancy, where a tiny model's step is well under a
+    // millisecond.
     const continuousLoop = (decoder: Decoder) => {
       let running: Array<Running> = []
       const progress = decoder.progress
@@ -192,80 +196,85 @@ export const make = (
           for (const item of live) {
             const exit = yield* Effect.exit(decoder.start(item.request))
             if (exit._tag === "Success") running.push({ item, sequence: exit.value })
-            else yield* Deferred.failCause(item.done, exit.cause)
+            else Deferred.unsafeDone(item.done, Exit.failCause(exit.cause))
           }
         })
-      const step = Effect.gen(function*() {
-        // A sequence whose client went away leaves the batch (its cache with it).
-        running = running.filter((r) => !r.item.cancelled)
-        if (running.length === 0) return metrics.running(0)
-        metrics.running(running.length)
-        metrics.step(running.length)
-        const now = running
-        const exit = yield* Effect.exit(decoder.step(now.map((r) => r.sequence)))
-        if (exit._tag === "Failure" || exit.value.length !== now.length) {
-          running = []
-          metrics.running(0)
-          const message = exit._tag === "Success"
-            ? `the backend returned ${exit.value.length} results for ${now.length} sequences`
-            : ""
-          return yield* Effect.forEach(
-            now,
-            (r) =>
-              exit._tag === "Failure"
-                ? Deferred.failCause(r.item.done, exit.cause)
-                : Deferred.die(r.item.done, new Error(message)),
-            { discard: true }
-          )
-        }
+      // After a decode step of `now`: answers the finished, asks the watchers, keeps the rest running.
+      const settle = (now: ReadonlyArray<Running>, results: ReadonlyArray<BackendCompletion | undefined>) => {
         const v = version
-        running = []
+        const next: Array<Running> = []
         for (let i = 0; i < now.length; i++) {
-          const completion = exit.value[i]
+          const completion = results[i]
           const r = now[i]
           if (completion !== undefined) {
-            yield* Deferred.succeed(r.item.done, { completion, policyVersion: v })
+            Deferred.unsafeDone(r.item.done, Exit.succeed({ completion, policyVersion: v }))
             continue
           }
           const said = watch(r, v)
-          if (said === undefined) running.push(r)
+          if (said === undefined) next.push(r)
           else if (said === "cancel") {
             r.item.cancelled = true
-            yield* Deferred.interrupt(r.item.done)
+            Deferred.unsafeDone(r.item.done, Exit.interrupt(FiberId.none))
           } else {
             // Only a watcher stops a sequence, so `progress` is there.
             const p = progress!(r.sequence)
-            yield* Deferred.succeed(r.item.done, {
-              completion: { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" },
-              policyVersion: v
-            })
+            Deferred.unsafeDone(
+              r.item.done,
+              Exit.succeed({
+                completion: { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" },
+                policyVersion: v
+              })
+            )
           }
         }
-        metrics.running(running.length)
-        // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
-        // tiny model's steps are shorter than the turn itself.
-        const t = performance.now()
-        if (t - lastYield >= YIELD_MS) {
-          lastYield = t
-          yield* yieldToIo
+        running = next
+      }
+      const fail = (now: ReadonlyArray<Running>, exit: Exit.Exit<ReadonlyArray<unknown>, BackendError>) => {
+        running = []
+        const message = exit._tag === "Success"
+          ? `the backend returned ${exit.value.length} results for ${now.length} sequences`
+          : ""
+        for (const r of now) {
+          Deferred.unsafeDone(
+            r.item.done,
+            exit._tag === "Failure" ? Exit.failCause(exit.cause) : Exit.die(new Error(message))
+          )
         }
-      })
+      }
       return Effect.gen(function*() {
-        if (running.length === 0) {
-          const first = yield* next
-          if (first._tag === "Update") return yield* runUpdate(first)
-          const group = [first]
-          if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
-            yield* Effect.sleep(options.window)
-          }
-          yield* gather(group, options.maxBatchSize)
-          yield* admit(group)
-        } else if (Option.isNone(held)) {
-          const group: Array<GenerateItem> = []
-          yield* gather(group, options.maxBatchSize - running.length)
-          if (group.length > 0) yield* admit(group)
+        const first = yield* next
+        if (first._tag === "Update") return yield* runUpdate(first)
+        const group = [first]
+        if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
+          yield* Effect.sleep(options.window)
         }
-        yield* step
+        yield* gather(group, options.maxBatchSize)
+        yield* admit(group)
+        while (true) {
+          // A sequence whose client went away leaves the batch (its cache with it).
+          if (running.some((r) => r.item.cancelled)) running = running.filter((r) => !r.item.cancelled)
+          metrics.running(running.length)
+          if (running.length === 0) return
+          metrics.step(running.length)
+          const now = running
+          const exit = yield* Effect.exit(decoder.step(now.map((r) => r.sequence)))
+          if (exit._tag === "Failure" || exit.value.length !== now.length) fail(now, exit)
+          else settle(now, exit.value)
+          metrics.running(running.length)
+          // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
+          // tiny model's steps are shorter than the turn itself.
+          const t = performance.now()
+          if (t - lastYield >= YIELD_MS) {
+            lastYield = t
+            yield* yieldToIo
+          }
+          // Requests queued meanwhile join between steps (unless a weight update is next).
+          if (waiting > 0 && Option.isNone(held) && running.length < options.maxBatchSize) {
+            const more: Array<GenerateItem> = []
+            yield* gather(more, options.maxBatchSize - running.length)
+            if (more.length > 0) yield* admit(more)
+          }
+        }
       })
     }
 
