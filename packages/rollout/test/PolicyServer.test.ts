@@ -230,6 +230,7 @@ describe("PolicyServer", () => {
       assert.include(metrics.headers.get("content-type") ?? "", "text/plain")
       assert.match(metrics.text, /^envtrain:policy_version\{model_name="tiny"\} 0$/m)
       assert.match(metrics.text, /^# TYPE envtrain:batch_size histogram$/m)
+      assert.isAbove(Number(/^process_cpu_seconds_total ([\d.e-]+)$/m.exec(metrics.text)?.[1]), 0, metrics.text)
     }))
 
   it.scopedLive("chat: tool calls become OpenAI tool_calls; malformed ones and tool_choice none stay content", () =>

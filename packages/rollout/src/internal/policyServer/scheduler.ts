@@ -19,7 +19,7 @@ import type {
 } from "../../PolicyServer.js"
 import type { Metrics } from "./metrics.js"
 
-const YIELD_MS = 1
+const YIELD_MS = 2
 
 // A macrotask turn: setImmediate runs after the event loop's I/O phase.
 const yieldToIo = Effect.async<void>((resume) => {
