@@ -27,10 +27,10 @@ const flag = (name: string): string | undefined => {
 const PRESET = (flag("preset") ?? "tiny") as PresetName
 const CONCURRENCY = (flag("concurrency") ?? "1,8,32").split(",").map(Number)
 const TOKENS = Number(flag("tokens") ?? 32)
-const ROUNDS = Number(flag("rounds") ?? 3)
+const ROUNDS = Number(flag("rounds") ?? 5)
 // Untimed rounds first at every concurrency, on every side: the first requests a fresh process serves run cold
 // (JIT, caches), which at 1 request measured start-up rather than serving.
-const WARMUP = Number(flag("warmup") ?? 1)
+const WARMUP = Number(flag("warmup") ?? 3)
 const OUT = flag("out") ?? `policy-server-${PRESET}`
 const root = Path.resolve(import.meta.dirname, "../..")
 
