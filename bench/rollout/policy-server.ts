@@ -27,13 +27,17 @@ const flag = (name: string): string | undefined => {
 const PRESET = (flag("preset") ?? "tiny") as PresetName
 const CONCURRENCY = (flag("concurrency") ?? "1,8,32").split(",").map(Number)
 const TOKENS = Number(flag("tokens") ?? 32)
-const ROUNDS = Number(flag("rounds") ?? 3)
+const ROUNDS = Number(flag("rounds") ?? 5)
+// Untimed rounds first at every concurrency, on every side: the first requests a fresh process serves run cold
+// (JIT, caches), which at 1 request measured start-up rather than serving.
+const WARMUP = Number(flag("warmup") ?? 3)
 const OUT = flag("out") ?? `policy-server-${PRESET}`
 const root = Path.resolve(import.meta.dirname, "../..")
 
 const median = (xs: ReadonlyArray<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 
 const program = Effect.gen(function*() {
+  const loadBefore = Os.loadavg()
   const model = yield* Checkpoint.makeModel(PRESET, 1)
   const dir = mkdtempSync(Path.join(Os.tmpdir(), "policy-bench-"))
   yield* Checkpoint.save(dir, model)
@@ -44,20 +48,28 @@ const program = Effect.gen(function*() {
   // In process: the batch handed to the model at once.
   const local = Trainer.referenceModel(model, { maxBatchSize: maxBatch })
   const inProcess: Record<number, number> = {}
+  const inProcessCpu: Record<number, number> = {}
   for (const c of CONCURRENCY) {
     const runs: Array<number> = []
-    for (let r = 0; r < ROUNDS; r++) {
+    const cpu: Array<number> = []
+    for (let r = -WARMUP; r < ROUNDS; r++) {
+      const c0 = process.cpuUsage()
       const t0 = performance.now()
       const out = yield* local.generate(
         prompts(c).map((promptIds, i) => ({
           promptIds,
-          sampling: { maxTokens: TOKENS, temperature: 1, seed: 1000 * r + i }
+          sampling: { maxTokens: TOKENS, temperature: 1, seed: 1000 * (r + WARMUP) + i }
         }))
       )
       const tokens = out.reduce((s, o) => s + o.tokenIds.length, 0)
-      runs.push(tokens / ((performance.now() - t0) / 1000))
+      const used = process.cpuUsage(c0)
+      if (r >= 0) {
+        runs.push(tokens / ((performance.now() - t0) / 1000))
+        cpu.push((used.user + used.system) / tokens)
+      }
     }
     inProcess[c] = median(runs)
+    inProcessCpu[c] = median(cpu)
   }
 
   // The server in its own process, once per batching mode.
@@ -71,10 +83,19 @@ const program = Effect.gen(function*() {
         servedModelName: "bench"
       })
       const served: Record<number, number> = {}
+      const serverCpu: Record<number, number> = {}
       const occupancy: Record<number, number> = {}
+      // The server process's CPU seconds so far (its /metrics), read outside the timed requests.
+      const cpuNow = Effect.promise(() =>
+        fetch(`${url}/metrics`).then((r) => r.text()).then((text) =>
+          Number(/^process_cpu_seconds_total ([\d.e+-]+)$/m.exec(text)?.[1])
+        )
+      )
       for (const c of CONCURRENCY) {
         const runs: Array<number> = []
-        for (let r = 0; r < ROUNDS; r++) {
+        const cpu: Array<number> = []
+        for (let r = -WARMUP; r < ROUNDS; r++) {
+          const cpu0 = yield* cpuNow
           const t0 = performance.now()
           const bodies = yield* Effect.promise(() =>
             Promise.all(
@@ -87,7 +108,7 @@ const program = Effect.gen(function*() {
                     prompt,
                     max_tokens: TOKENS,
                     temperature: 1,
-                    seed: 1000 * r + i,
+                    seed: 1000 * (r + WARMUP) + i,
                     ignore_eos: true,
                     logprobs: 0,
                     return_token_ids: true
@@ -97,15 +118,21 @@ const program = Effect.gen(function*() {
             )
           )
           const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
-          runs.push(tokens / ((performance.now() - t0) / 1000))
+          const seconds = (performance.now() - t0) / 1000
+          const cpu1 = yield* cpuNow
+          if (r >= 0) {
+            runs.push(tokens / seconds)
+            cpu.push((cpu1 - cpu0) * 1e6 / tokens)
+          }
         }
         served[c] = median(runs)
+        serverCpu[c] = median(cpu)
         const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
         // Continuous: the most sequences in one decode step so far; window: the last batch handed to the backend.
         const name = batching === "continuous" ? "decode_step_occupancy_max" : "batch_size_last"
         occupancy[c] = Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(metrics)?.[1])
       }
-      return { served, occupancy }
+      return { served, serverCpu, occupancy }
     }).pipe(Effect.scoped)
   const continuous = yield* serve("continuous")
   const window = yield* serve("window")
@@ -118,13 +145,19 @@ const program = Effect.gen(function*() {
     continuousRatio: continuous.served[c] / inProcess[c],
     windowRatio: window.served[c] / inProcess[c],
     continuousMaxStepOccupancy: continuous.occupancy[c],
-    windowLastBatchOccupancy: window.occupancy[c]
+    windowLastBatchOccupancy: window.occupancy[c],
+    inProcessCpuMicrosPerToken: inProcessCpu[c],
+    continuousServerCpuMicrosPerToken: continuous.serverCpu[c],
+    windowServerCpuMicrosPerToken: window.serverCpu[c]
   }))
+  const loadAfter = Os.loadavg()
   const result = {
     preset: PRESET,
     tokensPerRequest: TOKENS,
     rounds: ROUNDS,
+    warmupRounds: WARMUP,
     cpus: Os.cpus().length,
+    loadAverage1m: { before: loadBefore[0], after: loadAfter[0] },
     date: new Date().toISOString(),
     rows
   }
@@ -134,11 +167,17 @@ const program = Effect.gen(function*() {
     `# Policy server: tokens/s, ${PRESET} preset, CPU backend`,
     "",
     `\`npx tsx bench/rollout/policy-server.ts --preset=${PRESET}\`: ${TOKENS} sampled tokens per request ` +
-    `(ignore_eos, temperature 1), median of ${ROUNDS} rounds, ${Os.cpus().length} CPUs shared with other jobs. ` +
+    `(ignore_eos, temperature 1), median of ${ROUNDS} rounds after ${WARMUP} untimed warm-up round(s) per ` +
+    `concurrency and side, ${Os.cpus().length} CPUs shared with other jobs (load average ` +
+    `${loadBefore[0].toFixed(1)} at the start, ${loadAfter[0].toFixed(1)} at the end). ` +
     "In process: `Trainer.referenceModel.generate` on the whole batch. Server: `envtrain serve-policy --backend cpu` " +
     "in its own process with `--batching continuous` (requests join the running decode between steps) and " +
     "`--batching window` (a batch decodes to its end before the next), the requests sent concurrently over loopback. " +
-    "Occupancy: continuous, the most sequences in one decode step so far; window, the last batch's size.",
+    "Occupancy: continuous, the most sequences in one decode step so far; window, the last batch's size. " +
+    "CPU per token: the CPU time (user + system) the generating process spent per completion token, in " +
+    "microseconds (in process: the bench process around `generate`; server: the server's " +
+    "`process_cpu_seconds_total` before and after each round, HTTP and JSON included), which other jobs on the " +
+    "machine do not inflate the way they inflate wall time.",
     "",
     "| concurrent requests | in process (tokens/s) | continuous (tokens/s) | window (tokens/s) | " +
     "continuous / in process | window / in process | continuous max step occupancy | window last batch |",
@@ -147,6 +186,15 @@ const program = Effect.gen(function*() {
       `| ${r.concurrency} | ${r.inProcessTokensPerSecond.toFixed(0)} | ${r.continuousTokensPerSecond.toFixed(0)} | ` +
       `${r.windowTokensPerSecond.toFixed(0)} | ${r.continuousRatio.toFixed(2)} | ${r.windowRatio.toFixed(2)} | ` +
       `${r.continuousMaxStepOccupancy} | ${r.windowLastBatchOccupancy} |`
+    ),
+    "",
+    "| concurrent requests | in process CPU (µs/token) | continuous server CPU (µs/token) | " +
+    "window server CPU (µs/token) | continuous / window (CPU) |",
+    "| --- | --- | --- | --- | --- |",
+    ...rows.map((r) =>
+      `| ${r.concurrency} | ${r.inProcessCpuMicrosPerToken.toFixed(0)} | ` +
+      `${r.continuousServerCpuMicrosPerToken.toFixed(0)} | ${r.windowServerCpuMicrosPerToken.toFixed(0)} | ` +
+      `${(r.continuousServerCpuMicrosPerToken / r.windowServerCpuMicrosPerToken).toFixed(2)} |`
     ),
     ""
   ].join("\n")

@@ -166,15 +166,17 @@ export const cpu = (
       requests: ReadonlyArray<BackendRequest>,
       completions: ReadonlyArray<BackendCompletion | undefined>
     ) =>
-      Effect.gen(function*() {
-        if (!requests.some((r, i) => r.topLogprobs > 0 && completions[i] !== undefined)) return completions
-        const weights = yield* weightsNow
-        return completions.map((c, i) =>
-          c !== undefined && requests[i].topLogprobs > 0
-            ? { ...c, topLogprobs: topLogprobsOf(model.config, weights, requests[i], c.tokenIds) }
-            : c
-        )
-      })
+      // Every decode step passes here: no generator unless a finished sequence wants top logprobs.
+      !requests.some((r, i) => r.topLogprobs > 0 && completions[i] !== undefined)
+        ? Effect.succeed(completions)
+        : Effect.gen(function*() {
+          const weights = yield* weightsNow
+          return completions.map((c, i) =>
+            c !== undefined && requests[i].topLogprobs > 0
+              ? { ...c, topLogprobs: topLogprobsOf(model.config, weights, requests[i], c.tokenIds) }
+              : c
+          )
+        })
     const stepwise = trainable.decoder
     interface Sequence {
       readonly request: BackendRequest
@@ -202,7 +204,10 @@ export const cpu = (
               stepwise.step(seqs.map((s) => s.state)),
               (completions) => withTop(seqs.map((s) => s.request), completions)
             )
-          }
+          },
+          ...(stepwise.progress === undefined ? {} : {
+            progress: ((show) => (sequence: unknown) => show((sequence as Sequence).state))(stepwise.progress)
+          })
         }
       }),
       loadWeights: (source) =>

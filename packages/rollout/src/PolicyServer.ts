@@ -18,6 +18,8 @@
  * update queues behind the requests already waiting; once it is next, nothing more is admitted, the running
  * sequences finish, the weights load and `policy_version` increments; so every completion is produced entirely by
  * one version, which every response names (the `policy_version` field and the `x-policy-version` header).
+ * Streams (`stream: true`) go out token by token when the batch is continuous and the decoder shows its `progress`;
+ * otherwise they are cut from the finished completion.
  *
  * @example
  * ```ts
@@ -86,6 +88,14 @@ export interface Decoder {
   readonly step: (
     sequences: ReadonlyArray<unknown>
   ) => Effect.Effect<ReadonlyArray<BackendCompletion | undefined>, BackendError>
+  /**
+   * Optional: the tokens a running sequence has sampled so far and their logprobs (read between steps, not kept).
+   * With it the server streams tokens as they are sampled and ends a sequence at its stop string.
+   */
+  readonly progress?: (sequence: unknown) => {
+    readonly tokenIds: ReadonlyArray<number>
+    readonly logprobs: ReadonlyArray<number>
+  }
 }
 
 /**

@@ -145,6 +145,59 @@ const stepwise = (tokenizer: Tokenizer, template: PolicyServer.Backend["chatTemp
   return backend
 }
 
+// A step-wise backend that shows its progress (so the server streams token by token): each sequence samples
+// `respond(decoded prompt)`'s tokens one per step, then EOS. `longest` records the most tokens any sequence sampled.
+const typing = (
+  tokenizer: Tokenizer,
+  template: PolicyServer.Backend["chatTemplate"],
+  respond: (text: string) => string,
+  longest: Array<number>
+): PolicyServer.Backend => {
+  interface Sequence {
+    readonly script: ReadonlyArray<number>
+    readonly maxTokens: number
+    readonly tokens: Array<number>
+    readonly logprobs: Array<number>
+  }
+  return {
+    name: "typing",
+    tokenizer,
+    chatTemplate: template,
+    contextLength: 512,
+    maxBatchSize: 4,
+    maxTopLogprobs: 0,
+    generate: () => Effect.dieMessage("a backend with a decoder is batched continuously"),
+    decoder: {
+      start: (request) =>
+        Effect.succeed<Sequence>({
+          script: [...tokenizer.encode(respond(tokenizer.decode(request.promptIds))), tokenizer.eosTokenIds[0]],
+          maxTokens: request.sampling.maxTokens,
+          tokens: [],
+          logprobs: []
+        }),
+      step: (sequences) =>
+        Effect.gen(function*() {
+          yield* Effect.sleep("1 millis")
+          return (sequences as ReadonlyArray<Sequence>).map((s) => {
+            const id = s.script[s.tokens.length]
+            s.tokens.push(id)
+            s.logprobs.push(Policy.scriptedLogprob(id))
+            longest.push(s.tokens.length)
+            const eos = id === tokenizer.eosTokenIds[0]
+            return eos || s.tokens.length >= s.maxTokens
+              ? { tokenIds: s.tokens, logprobs: s.logprobs, finishReason: eos ? "stop" as const : "length" as const }
+              : undefined
+          })
+        }),
+      progress: (sequence) => {
+        const s = sequence as Sequence
+        return { tokenIds: s.tokens, logprobs: s.logprobs }
+      }
+    },
+    loadWeights: () => Effect.void
+  }
+}
+
 const TOOLS = [{
   type: "function",
   function: {
@@ -177,6 +230,7 @@ describe("PolicyServer", () => {
       assert.include(metrics.headers.get("content-type") ?? "", "text/plain")
       assert.match(metrics.text, /^envtrain:policy_version\{model_name="tiny"\} 0$/m)
       assert.match(metrics.text, /^# TYPE envtrain:batch_size histogram$/m)
+      assert.isAbove(Number(/^process_cpu_seconds_total ([\d.e-]+)$/m.exec(metrics.text)?.[1]), 0, metrics.text)
     }))
 
   it.scopedLive("chat: tool calls become OpenAI tool_calls; malformed ones and tool_choice none stay content", () =>
@@ -544,6 +598,80 @@ describe("PolicyServer", () => {
       assert.match(metrics, /^envtrain:decode_step_occupancy_count\{[^}]*\} 202$/m)
       assert.match(metrics, /^envtrain:batch_size_sum\{[^}]*\} 3$/m)
       assert.match(metrics, /^envtrain:num_requests_running\{[^}]*\} 0$/m)
+    }))
+
+  it.scopedLive("token by token: whole UTF-8 characters, stop strings and tool calls held back, deltas = the answer", () =>
+    Effect.gen(function*() {
+      const { template, tokenizer } = yield* tinyModel
+      const longest: Array<number> = []
+      const reply = "Hello there, wörld! 日本 🎉"
+      const server = yield* PolicyServer.serve(
+        typing(
+          tokenizer,
+          template,
+          (text) =>
+            text.includes("tools")
+              ? "Moving.\n<tool_call>\n{\"name\": \"move\", \"arguments\": {}}\n</tool_call>"
+              : reply,
+          longest
+        ),
+        { port: 0, servedModelName: "tiny" }
+      )
+      const url = `${server.url}/v1/chat/completions`
+      const chat = (body: Json) =>
+        Effect.gen(function*() {
+          const plain = JSON.parse((yield* post(url, body)).text) as Json
+          const list = events((yield* post(url, { ...body, stream: true })).text)
+          assert.strictEqual(list.at(-1), "[DONE]")
+          const choices = (list.slice(0, -1) as Array<Json>).flatMap((c) => c.choices as Array<Json>)
+          return { plain, choices, content: choices.map((c) => c.delta.content ?? "").join("") }
+        })
+      const text = yield* chat({ messages: [{ role: "user", content: "say hi" }], return_token_ids: true })
+      assert.strictEqual(text.plain.choices[0].message.content, reply)
+      assert.strictEqual(text.content, reply)
+      assert.deepStrictEqual(text.choices.flatMap((c) => c.token_ids ?? []), text.plain.choices[0].token_ids)
+      // A chunk per step; no delta ends inside a character (the byte tokens of ö, 日, 本 and 🎉 wait for their last).
+      const deltas = text.choices.map((c) => c.delta.content ?? "").filter((d) => d.length > 0)
+      assert.isAbove(deltas.length, 8)
+      for (const d of deltas) assert.notInclude(d, "\uFFFD")
+      assert.include(deltas, "ö")
+      assert.include(deltas, "🎉")
+
+      // Tools parsed, thinking off: the content streams up to the call, the call comes parsed at the end.
+      const tools = {
+        messages: [{ role: "user", content: "use tools" }],
+        tools: TOOLS,
+        chat_template_kwargs: { enable_thinking: false }
+      }
+      const called = yield* chat(tools)
+      assert.strictEqual(called.plain.choices[0].message.content, "Moving.")
+      assert.strictEqual(called.content, "Moving.")
+      const firstCall = called.choices.findIndex((c) => c.delta.tool_calls !== undefined)
+      assert.isAbove(firstCall, called.choices.findIndex((c) => c.delta.content === "Moving."))
+      assert.deepStrictEqual(
+        called.choices[firstCall].delta.tool_calls.map((t: Json) => t.function),
+        called.plain.choices[0].message.tool_calls.map((t: Json) => t.function)
+      )
+      for (const c of called.choices) assert.notInclude(c.delta.content ?? "", "<tool")
+      assert.strictEqual(called.choices.at(-1)!.finish_reason, "tool_calls")
+      // Thinking on: text before a later </think> would be reasoning, so the content waits for the end.
+      const thinking = yield* chat({ ...tools, chat_template_kwargs: {} })
+      assert.strictEqual(thinking.content, thinking.plain.choices[0].message.content ?? "")
+
+      // A stop string ends the sequence at the step that completes it, streamed or not.
+      longest.length = 0
+      const body = { prompt: "x", stop: [" wör"], max_tokens: 100, return_token_ids: true }
+      const cut = JSON.parse((yield* post(`${server.url}/v1/completions`, body)).text) as Json
+      assert.strictEqual(cut.choices[0].text, "Hello there,")
+      assert.strictEqual(cut.choices[0].stop_reason, " wör")
+      const full = tokenizer.encode(reply).length
+      assert.isBelow(Math.max(...longest), full)
+      const streamed = events((yield* post(`${server.url}/v1/completions`, { ...body, stream: true })).text)
+        .slice(0, -1) as Array<Json>
+      assert.strictEqual(streamed.map((c) => c.choices[0].text).join(""), "Hello there,")
+      assert.deepStrictEqual(streamed.flatMap((c) => c.choices[0].token_ids ?? []), cut.choices[0].token_ids)
+      assert.strictEqual(streamed.at(-1)!.choices[0].stop_reason, " wör")
+      assert.isBelow(Math.max(...longest), full)
     }))
 
   it.scopedLive("Policy.openAiCompatible plays a Catch episode through the server, token ids and logprobs intact", () =>

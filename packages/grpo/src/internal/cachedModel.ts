@@ -175,7 +175,11 @@ export const cachedCpuModel = (
   const decoder: StepDecoder = {
     start: (request) => Effect.sync(() => begin(request)),
     step: (sequences) =>
-      Effect.flatMap(currentWeights, (w) => Effect.sync(() => stepAll(w, sequences as ReadonlyArray<Running>)))
+      Effect.flatMap(currentWeights, (w) => Effect.sync(() => stepAll(w, sequences as ReadonlyArray<Running>))),
+    progress: (sequence) => {
+      const a = sequence as Running
+      return { tokenIds: a.tokens, logprobs: a.logprobs }
+    }
   }
 
   return {

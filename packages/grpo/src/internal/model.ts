@@ -144,6 +144,11 @@ export const checkMoments = (
 export interface StepDecoder {
   readonly start: (request: GenerateRequest) => Effect.Effect<unknown>
   readonly step: (sequences: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<Completion | undefined>>
+  /** Optional: a running sequence's tokens and logprobs so far (live arrays: read them, do not keep them). */
+  readonly progress?: (sequence: unknown) => {
+    readonly tokenIds: ReadonlyArray<number>
+    readonly logprobs: ReadonlyArray<number>
+  }
 }
 
 export interface TrainableModel {

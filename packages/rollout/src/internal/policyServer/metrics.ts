@@ -1,6 +1,7 @@
 // The policy server's counters and their Prometheus text exposition (format 0.0.4). Names follow vLLM's
 // (`num_requests_running`, `num_requests_waiting`, `prompt_tokens_total`, `generation_tokens_total`) under the
-// `envtrain:` prefix, so dashboards built for vLLM need only the prefix changed.
+// `envtrain:` prefix, so dashboards built for vLLM need only the prefix changed; `process_cpu_seconds_total` keeps
+// its standard unprefixed name.
 
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
@@ -118,6 +119,14 @@ export const make = (model: string): Metrics => {
         [`{${label},outcome="ok"}`, updates],
         [`{${label},outcome="failed"}`, failedUpdates]
       ])
+      // The process's CPU time under its standard name (Prometheus clients export it; vLLM's /metrics has it): what
+      // serving costs, whatever else shares the machine.
+      const cpu = process.cpuUsage()
+      lines.push(
+        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.",
+        "# TYPE process_cpu_seconds_total counter",
+        `process_cpu_seconds_total ${(cpu.user + cpu.system) / 1e6}`
+      )
       return lines.join("\n") + "\n"
     }
   }

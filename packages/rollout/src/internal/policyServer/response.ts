@@ -1,6 +1,6 @@
-// Turning backend completions into OpenAI/vLLM response bodies and SSE chunks. Streamed chunks are cut from the
-// finished completion (one chunk per token, then the tool calls), so their deltas concatenate to exactly the
-// non-streamed answer.
+// Turning backend completions into OpenAI/vLLM response bodies and SSE chunks. Streams that are not token by token
+// (`stream.ts`) are cut from the finished completion (one chunk per token, then the tool calls), so their deltas
+// concatenate to exactly the non-streamed answer.
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import type { BackendCompletion, TokenLogprob } from "../../PolicyServer.js"
 import * as ToolCallParser from "../../ToolCallParser.js"

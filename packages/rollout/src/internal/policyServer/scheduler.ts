@@ -4,9 +4,11 @@
 // loop keeps one running batch; before every decode step it admits queued requests into free slots, and a sequence
 // that finishes is answered at once. Either way, once a weight update is next in the queue nothing more is
 // admitted: it runs when the running sequences have finished, after the requests queued before it and before those
-// queued after it, so every completion is produced by exactly one policy version.
+// queued after it, so every completion is produced by exactly one policy version. With a decoder that shows its
+// progress, a request may be watched: after every decode step its watcher sees the tokens so far (streaming, stop
+// strings), synchronously, from inside the loop.
 import type { Scope } from "effect"
-import { Deferred, Duration, Effect, Option, Queue } from "effect"
+import { Deferred, Duration, Effect, Exit, FiberId, Option, Queue } from "effect"
 import type {
   Backend,
   BackendCompletion,
@@ -17,7 +19,7 @@ import type {
 } from "../../PolicyServer.js"
 import type { Metrics } from "./metrics.js"
 
-const YIELD_MS = 1
+const YIELD_MS = 2
 
 // A macrotask turn: setImmediate runs after the event loop's I/O phase.
 const yieldToIo = Effect.async<void>((resume) => {
@@ -30,11 +32,31 @@ export interface Generated {
   readonly policyVersion: number
 }
 
+/** A running sequence after a decode step that did not finish it: everything it has sampled so far. */
+export interface Progress {
+  readonly tokenIds: ReadonlyArray<number>
+  readonly logprobs: ReadonlyArray<number>
+  readonly policyVersion: number
+}
+
+/**
+ * Called after every decode step that ran the sequence without finishing it. "stop": the sequence ends here (a stop
+ * string showed up) and is answered with the tokens so far, finish reason "stop"; "cancel": it leaves the batch
+ * unanswered (its client went away). A watcher must not throw; one that does cancels its sequence.
+ */
+export type Watch = (progress: Progress) => "stop" | "cancel" | undefined
+
 interface GenerateItem {
   readonly _tag: "Generate"
   readonly request: BackendRequest
   readonly done: Deferred.Deferred<Generated, BackendError>
+  readonly watch: Watch | undefined
   cancelled: boolean
+}
+
+interface Running {
+  readonly item: GenerateItem
+  readonly sequence: unknown
 }
 
 type Item =
@@ -46,7 +68,13 @@ type Item =
   }
 
 export interface Scheduler {
-  readonly generate: (requests: ReadonlyArray<BackendRequest>) => Effect.Effect<ReadonlyArray<Generated>, BackendError>
+  /** `watches[i]` (optional) watches request i; only called when {@link Scheduler.watchable}. */
+  readonly generate: (
+    requests: ReadonlyArray<BackendRequest>,
+    watches?: ReadonlyArray<Watch | undefined>
+  ) => Effect.Effect<ReadonlyArray<Generated>, BackendError>
+  /** Continuous batching over a decoder that shows its progress: watchers see every decode step. */
+  readonly watchable: boolean
   /** Loads new weights between batches; returns the new policy version. */
   readonly update: (source: WeightSource) => Effect.Effect<number, BackendError>
   readonly version: () => number
@@ -142,8 +170,22 @@ export const make = (
       yield* runBatch(batch)
     })
 
+    // One iteration serves an idle server's next item; for requests it then decodes until the batch is empty, in a
+    // plain loop: the per-step work outside the decoder is a few synchronous calls (no fiber hop, no allocation
+    // beyond the step's arrays), which matters at low occupancy, where a tiny model's step is well under a
+    // millisecond.
     const continuousLoop = (decoder: Decoder) => {
-      let running: Array<{ readonly item: GenerateItem; readonly sequence: unknown }> = []
+      let running: Array<Running> = []
+      const progress = decoder.progress
+      const watch = (r: Running, policyVersion: number): "stop" | "cancel" | undefined => {
+        if (r.item.watch === undefined || progress === undefined) return undefined
+        try {
+          const p = progress(r.sequence)
+          return r.item.watch({ tokenIds: p.tokenIds, logprobs: p.logprobs, policyVersion })
+        } catch {
+          return "cancel"
+        }
+      }
       let lastYield = 0
       const admit = (items: ReadonlyArray<GenerateItem>) =>
         Effect.gen(function*() {
@@ -154,64 +196,85 @@ export const make = (
           for (const item of live) {
             const exit = yield* Effect.exit(decoder.start(item.request))
             if (exit._tag === "Success") running.push({ item, sequence: exit.value })
-            else yield* Deferred.failCause(item.done, exit.cause)
+            else Deferred.unsafeDone(item.done, Exit.failCause(exit.cause))
           }
         })
-      const step = Effect.gen(function*() {
-        // A sequence whose client went away leaves the batch (its cache with it).
-        running = running.filter((r) => !r.item.cancelled)
-        if (running.length === 0) return metrics.running(0)
-        metrics.running(running.length)
-        metrics.step(running.length)
-        const now = running
-        const exit = yield* Effect.exit(decoder.step(now.map((r) => r.sequence)))
-        if (exit._tag === "Failure" || exit.value.length !== now.length) {
-          running = []
-          metrics.running(0)
-          const message = exit._tag === "Success"
-            ? `the backend returned ${exit.value.length} results for ${now.length} sequences`
-            : ""
-          return yield* Effect.forEach(
-            now,
-            (r) =>
-              exit._tag === "Failure"
-                ? Deferred.failCause(r.item.done, exit.cause)
-                : Deferred.die(r.item.done, new Error(message)),
-            { discard: true }
+      // After a decode step of `now`: answers the finished, asks the watchers, keeps the rest running.
+      const settle = (now: ReadonlyArray<Running>, results: ReadonlyArray<BackendCompletion | undefined>) => {
+        const v = version
+        const next: Array<Running> = []
+        for (let i = 0; i < now.length; i++) {
+          const completion = results[i]
+          const r = now[i]
+          if (completion !== undefined) {
+            Deferred.unsafeDone(r.item.done, Exit.succeed({ completion, policyVersion: v }))
+            continue
+          }
+          const said = watch(r, v)
+          if (said === undefined) next.push(r)
+          else if (said === "cancel") {
+            r.item.cancelled = true
+            Deferred.unsafeDone(r.item.done, Exit.interrupt(FiberId.none))
+          } else {
+            // Only a watcher stops a sequence, so `progress` is there.
+            const p = progress!(r.sequence)
+            Deferred.unsafeDone(
+              r.item.done,
+              Exit.succeed({
+                completion: { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" },
+                policyVersion: v
+              })
+            )
+          }
+        }
+        running = next
+      }
+      const fail = (now: ReadonlyArray<Running>, exit: Exit.Exit<ReadonlyArray<unknown>, BackendError>) => {
+        running = []
+        const message = exit._tag === "Success"
+          ? `the backend returned ${exit.value.length} results for ${now.length} sequences`
+          : ""
+        for (const r of now) {
+          Deferred.unsafeDone(
+            r.item.done,
+            exit._tag === "Failure" ? Exit.failCause(exit.cause) : Exit.die(new Error(message))
           )
         }
-        const v = version
-        running = []
-        for (let i = 0; i < now.length; i++) {
-          const completion = exit.value[i]
-          if (completion === undefined) running.push(now[i])
-          else yield* Deferred.succeed(now[i].item.done, { completion, policyVersion: v })
-        }
-        metrics.running(running.length)
-        // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
-        // tiny model's steps are shorter than the turn itself.
-        const t = performance.now()
-        if (t - lastYield >= YIELD_MS) {
-          lastYield = t
-          yield* yieldToIo
-        }
-      })
+      }
       return Effect.gen(function*() {
-        if (running.length === 0) {
-          const first = yield* next
-          if (first._tag === "Update") return yield* runUpdate(first)
-          const group = [first]
-          if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
-            yield* Effect.sleep(options.window)
-          }
-          yield* gather(group, options.maxBatchSize)
-          yield* admit(group)
-        } else if (Option.isNone(held)) {
-          const group: Array<GenerateItem> = []
-          yield* gather(group, options.maxBatchSize - running.length)
-          if (group.length > 0) yield* admit(group)
+        const first = yield* next
+        if (first._tag === "Update") return yield* runUpdate(first)
+        const group = [first]
+        if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
+          yield* Effect.sleep(options.window)
         }
-        yield* step
+        yield* gather(group, options.maxBatchSize)
+        yield* admit(group)
+        while (true) {
+          // A sequence whose client went away leaves the batch (its cache with it).
+          if (running.some((r) => r.item.cancelled)) running = running.filter((r) => !r.item.cancelled)
+          metrics.running(running.length)
+          if (running.length === 0) return
+          metrics.step(running.length)
+          const now = running
+          const exit = yield* Effect.exit(decoder.step(now.map((r) => r.sequence)))
+          if (exit._tag === "Failure" || exit.value.length !== now.length) fail(now, exit)
+          else settle(now, exit.value)
+          metrics.running(running.length)
+          // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
+          // tiny model's steps are shorter than the turn itself.
+          const t = performance.now()
+          if (t - lastYield >= YIELD_MS) {
+            lastYield = t
+            yield* yieldToIo
+          }
+          // Requests queued meanwhile join between steps (unless a weight update is next).
+          if (waiting > 0 && Option.isNone(held) && running.length < options.maxBatchSize) {
+            const more: Array<GenerateItem> = []
+            yield* gather(more, options.maxBatchSize - running.length)
+            if (more.length > 0) yield* admit(more)
+          }
+        }
       })
     }
 
@@ -220,23 +283,26 @@ export const make = (
       : windowLoop).pipe(Effect.forever)
     yield* Effect.forkScoped(loop)
 
-    const generate = (requests: ReadonlyArray<BackendRequest>) =>
+    const watchable = options.continuous && backend.decoder?.progress !== undefined
+    const generate = (requests: ReadonlyArray<BackendRequest>, watches?: ReadonlyArray<Watch | undefined>) =>
       Effect.gen(function*() {
-        const items = yield* Effect.forEach(requests, (request) =>
-          Effect.map(Deferred.make<Generated, BackendError>(), (done) => ({
-            _tag: "Generate" as const,
+        const items = yield* Effect.forEach(requests, (request, i) =>
+          Effect.map(Deferred.make<Generated, BackendError>(), (done): GenerateItem => ({
+            _tag: "Generate",
             request,
             done,
+            watch: watchable ? watches?.[i] : undefined,
             cancelled: false
           })))
         waiting += items.length
         metrics.waiting(waiting)
         yield* Queue.offerAll(queue, items)
-        return yield* Effect.forEach(items, (item) => Deferred.await(item.done)).pipe(
-          Effect.onInterrupt(() =>
-            Effect.sync(() => items.forEach((item) => item.cancelled = true))
+        return yield* Effect.forEach(items, (item) =>
+          Deferred.await(item.done)).pipe(
+            Effect.onInterrupt(() =>
+              Effect.sync(() => items.forEach((item) => item.cancelled = true))
+            )
           )
-        )
       })
 
     const update = (source: WeightSource) =>
@@ -246,5 +312,5 @@ export const make = (
         return yield* Deferred.await(done)
       })
 
-    return { generate, update, version: () => version, waiting: () => waiting }
+    return { generate, watchable, update, version: () => version, waiting: () => waiting }
   })

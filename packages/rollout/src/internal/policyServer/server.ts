@@ -1,7 +1,8 @@
 // The policy server on node:http, run inside Effect: every HTTP exchange is a fiber in one FiberSet owned by the
 // server's scope (closing the scope ends them), a client that hangs up interrupts its exchange (its queued requests
-// are dropped from the next batch), and every failure becomes an OpenAI-style error body, so one bad request never
-// stops the server.
+// are dropped from the next batch, its running sequences leave it), and every failure becomes an OpenAI-style error
+// body, so one bad request never stops the server. On a continuous batch whose decoder shows its progress, streams
+// are written token by token from the decode loop (`stream.ts`); otherwise they are cut from the finished answer.
 import type { Scope } from "effect"
 import { Cause, Duration, Effect, Exit, Fiber, FiberSet, Random } from "effect"
 import { randomUUID } from "node:crypto"
@@ -27,6 +28,7 @@ import {
 } from "./request.js"
 import * as Response from "./response.js"
 import * as Scheduler from "./scheduler.js"
+import { ChoiceText, type Holds } from "./stream.js"
 
 const VERSION_HEADER = "x-policy-version"
 
@@ -74,6 +76,8 @@ type Answer =
   | { readonly _tag: "Json"; readonly status: number; readonly body: unknown }
   | { readonly _tag: "Text"; readonly status: number; readonly body: string; readonly contentType: string }
   | { readonly _tag: "Sse"; readonly events: ReadonlyArray<unknown> }
+  /** Already written (a token-by-token stream). */
+  | { readonly _tag: "Streamed" }
 
 const json = (body: unknown, status = 200): Answer => ({ _tag: "Json", status, body })
 const hex = () => randomUUID().replace(/-/g, "")
@@ -189,13 +193,118 @@ export const make = (
         return out
       })
 
-    const run = (requests: ReadonlyArray<BackendRequest>) =>
-      scheduler.generate(requests).pipe(
+    const withTimeout = <A>(effect: Effect.Effect<A, ApiError>) =>
+      Effect.timeoutFail(effect, {
+        duration: resolved.requestTimeout,
+        onTimeout: () => apiError(504, `The request did not finish within ${Duration.format(resolved.requestTimeout)}.`)
+      })
+
+    const holdsOf = (spec: ChatRequest | CompletionRequest, tools?: { readonly thinking: boolean }): Holds => ({
+      stop: spec.stop,
+      skipSpecialTokens: spec.skipSpecialTokens,
+      ...(tools === undefined ? {} : { tools })
+    })
+
+    // Token by token: on a continuous batch that shows its progress, unless top logprobs are asked for (the CPU
+    // backend computes them in one pass once the sequence has finished).
+    const incremental = (spec: ChatRequest | CompletionRequest) => scheduler.watchable && spec.topLogprobs === 0
+
+    // A sequence with stop strings ends at the step that completes one (the answer is cut there either way).
+    const run = (requests: ReadonlyArray<BackendRequest>, spec: ChatRequest | CompletionRequest) =>
+      withTimeout(
+        scheduler.generate(
+          requests,
+          incremental(spec) && spec.stop.length > 0
+            ? requests.map(() => {
+              const text = new ChoiceText(tokenizer, holdsOf(spec))
+              return (p: Scheduler.Progress) => text.read(p.tokenIds) === "stop" ? "stop" : undefined
+            })
+            : undefined
+        ).pipe(Effect.mapError((e: BackendError) => apiError(e.status, e.message)))
+      )
+
+    // The answer to a streamed request as SSE on `res`; the head goes out with the first event, once the policy
+    // version is known.
+    const sse = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
+      let started = false
+      return {
+        started: () => started,
+        /** Writes the head; false when it was already written. */
+        start: (version: number) => {
+          if (started) return false
+          started = true
+          metrics.request(new URL(req.url ?? "/", "http://localhost").pathname, 200)
+          res.writeHead(200, {
+            [VERSION_HEADER]: String(version),
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-cache"
+          })
+          return true
+        },
+        event: (e: unknown) => {
+          if (!res.destroyed) res.write(`data: ${JSON.stringify(e)}\n\n`)
+        },
+        end: () => {
+          if (!res.destroyed) res.end("data: [DONE]\n\n")
+        }
+      }
+    }
+    type Sse = ReturnType<typeof sse>
+
+    // The partial choice of a running sequence, for the logprob builders.
+    const partial = (p: Scheduler.Progress): Response.Choice => ({
+      tokenIds: p.tokenIds,
+      logprobs: p.logprobs,
+      topLogprobs: undefined,
+      text: "",
+      finishReason: "length",
+      stopReason: null,
+      pieces: []
+    })
+
+    /**
+     * Runs `requests` (one choice each) with every decode step streamed: `step(i, text, from, to, progress)` after a
+     * step that sampled tokens `from..to` of choice i, `done(i, generated, text)` when choice i has finished (each
+     * choice on its own, as soon as it finishes). A failure once the head is out ends the stream with an error event.
+     */
+    const streamChoices = (
+      out: Sse,
+      requests: ReadonlyArray<BackendRequest>,
+      texts: ReadonlyArray<ChoiceText>,
+      start: (version: number) => void,
+      step: (i: number, text: string, from: number, to: number, progress: Scheduler.Progress) => void,
+      done: (i: number, generated: Scheduler.Generated) => Response.Choice
+    ): Effect.Effect<ReadonlyArray<Response.Choice> | undefined, ApiError> =>
+      Effect.forEach(
+        requests,
+        (request, i) => {
+          const text = texts[i]
+          const watch: Scheduler.Watch = (p) => {
+            const piece = text.read(p.tokenIds)
+            if (piece === "stop") return "stop"
+            if (p.tokenIds.length === text.sentTokens && piece.length === 0) return undefined
+            start(p.policyVersion)
+            step(i, piece, text.sentTokens, p.tokenIds.length, p)
+            text.sentTokens = p.tokenIds.length
+            return undefined
+          }
+          return Effect.map(
+            scheduler.generate([request], [watch]),
+            ([generated]) => {
+              start(generated.policyVersion)
+              return done(i, generated)
+            }
+          )
+        },
+        { concurrency: "unbounded" }
+      ).pipe(
         Effect.mapError((e: BackendError) => apiError(e.status, e.message)),
-        Effect.timeoutFail({
-          duration: resolved.requestTimeout,
-          onTimeout: () =>
-            apiError(504, `The request did not finish within ${Duration.format(resolved.requestTimeout)}.`)
+        withTimeout,
+        Effect.catchAll((e) => {
+          if (!out.started()) return Effect.fail(e)
+          out.event(e.body)
+          out.end()
+          return Effect.succeed(undefined)
         })
       )
 
@@ -206,7 +315,176 @@ export const make = (
       return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
     }
 
-    const chat = (body: unknown) =>
+    // A chat stream token by token: the role chunks, a chunk per decode step (content, token ids, logprobs), then
+    // per choice the rest of the answer, the parsed tool calls and the finish reason; usage; [DONE].
+    const chatStream = (
+      spec: ChatRequest,
+      promptIds: ReadonlyArray<number>,
+      requests: ReadonlyArray<BackendRequest>,
+      thinking: boolean,
+      req: Http.IncomingMessage,
+      res: Http.ServerResponse
+    ) =>
+      Effect.gen(function*() {
+        const out = sse(req, res)
+        const head = {
+          id: `chatcmpl-${hex()}`,
+          object: "chat.completion.chunk",
+          created: Math.floor(Date.now() / 1000)
+        }
+        let version = 0
+        const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+          ...head,
+          model: servedModelName,
+          choices: [choice],
+          ...extra,
+          policy_version: version
+        })
+        const texts = requests.map(() =>
+          new ChoiceText(tokenizer, holdsOf(spec, spec.parseTools ? { thinking } : undefined))
+        )
+        const start = (v: number) => {
+          if (!out.start(v)) return
+          version = v
+          requests.forEach((_, i) =>
+            out.event(chunk(
+              { index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null },
+              spec.returnTokenIds && i === 0 ? { prompt_token_ids: promptIds } : {}
+            ))
+          )
+        }
+        const tokens = (i: number, delta: Record<string, unknown>, choice: Response.Choice, from: number, to: number) =>
+          out.event(chunk({
+            index: i,
+            delta,
+            logprobs: spec.logprobs ? Response.chatLogprobs(tokenizer, spec, choice, from, to) : null,
+            finish_reason: null,
+            ...(spec.returnTokenIds ? { token_ids: choice.tokenIds.slice(from, to) } : {})
+          }))
+        const choices = yield* streamChoices(
+          out,
+          requests,
+          texts,
+          start,
+          (i, text, from, to, p) => tokens(i, { content: text }, partial(p), from, to),
+          (i, generated) => {
+            const c = Response.finish(tokenizer, generated.completion, spec)
+            const m = Response.chatMessage(c, spec.parseTools, thinking, () => `chatcmpl-tool-${hex()}`)
+            const text = texts[i]
+            const from = Math.min(text.sentTokens, c.tokenIds.length)
+            const message = m.message as {
+              content: string | null
+              reasoning_content?: string
+              tool_calls?: ReadonlyArray<unknown>
+            }
+            if (!m.toolCalls) {
+              const rest = text.rest(c.text)
+              if (rest.length > 0 || from < c.tokenIds.length) tokens(i, { content: rest }, c, from, c.tokenIds.length)
+            } else {
+              if (from < c.tokenIds.length) tokens(i, {}, c, from, c.tokenIds.length)
+              const piece = (delta: Record<string, unknown>) =>
+                out.event(chunk({ index: i, delta, logprobs: null, finish_reason: null }))
+              if (message.reasoning_content !== undefined) piece({ reasoning_content: message.reasoning_content })
+              const rest = text.rest(message.content ?? "")
+              if (rest.length > 0) piece({ content: rest })
+              piece({ tool_calls: (message.tool_calls ?? []).map((t, j) => ({ index: j, ...(t as object) })) })
+            }
+            out.event(chunk({
+              index: i,
+              delta: {},
+              logprobs: null,
+              finish_reason: m.toolCalls ? "tool_calls" : c.finishReason,
+              stop_reason: c.stopReason
+            }))
+            return c
+          }
+        )
+        if (choices === undefined) return { _tag: "Streamed" } satisfies Answer
+        if (spec.includeUsage) {
+          out.event({
+            ...head,
+            model: servedModelName,
+            choices: [],
+            usage: usageOf([promptIds], choices),
+            policy_version: version
+          })
+        } else usageOf([promptIds], choices)
+        out.end()
+        return { _tag: "Streamed" } satisfies Answer
+      })
+
+    // A completions stream token by token: a chunk per decode step (text, token ids, logprobs; the prompt's ids on
+    // each choice's first), the rest of each choice with its finish reason, usage, [DONE].
+    const completionStream = (
+      spec: CompletionRequest,
+      prompts: ReadonlyArray<ReadonlyArray<number>>,
+      requests: ReadonlyArray<BackendRequest>,
+      req: Http.IncomingMessage,
+      res: Http.ServerResponse
+    ) =>
+      Effect.gen(function*() {
+        const out = sse(req, res)
+        const head = { id: `cmpl-${hex()}`, object: "text_completion", created: Math.floor(Date.now() / 1000) }
+        let version = 0
+        const chunk = (choice: Record<string, unknown>) => ({
+          ...head,
+          model: servedModelName,
+          choices: [choice],
+          policy_version: version
+        })
+        const promptOf = (i: number) => prompts[Math.floor(i / spec.n)]
+        const texts = requests.map(() => new ChoiceText(tokenizer, holdsOf(spec)))
+        const start = (v: number) => {
+          if (out.start(v)) version = v
+        }
+        const tokens = (i: number, text: string, choice: Response.Choice, from: number, to: number, offset: number) =>
+          out.event(chunk({
+            index: i,
+            text,
+            logprobs: spec.logprobs ? Response.completionLogprobs(tokenizer, spec, choice, from, to, offset) : null,
+            finish_reason: null,
+            ...(spec.returnTokenIds
+              ? { token_ids: choice.tokenIds.slice(from, to), ...(from === 0 ? { prompt_token_ids: promptOf(i) } : {}) }
+              : {})
+          }))
+        const choices = yield* streamChoices(
+          out,
+          requests,
+          texts,
+          start,
+          (i, text, from, to, p) => tokens(i, text, partial(p), from, to, texts[i].offset),
+          (i, generated) => {
+            const c = Response.finish(tokenizer, generated.completion, spec)
+            const text = texts[i]
+            const from = Math.min(text.sentTokens, c.tokenIds.length)
+            const rest = text.rest(c.text)
+            if (rest.length > 0 || from < c.tokenIds.length) {
+              const offset = c.pieces.slice(0, from).reduce((s, piece) => s + piece.length, 0)
+              tokens(i, rest, c, from, c.tokenIds.length, offset)
+            }
+            out.event(chunk({
+              index: i,
+              text: "",
+              logprobs: null,
+              finish_reason: c.finishReason,
+              stop_reason: c.stopReason,
+              ...(spec.returnTokenIds && c.tokenIds.length === 0
+                ? { token_ids: [], prompt_token_ids: promptOf(i) }
+                : {})
+            }))
+            return c
+          }
+        )
+        if (choices === undefined) return { _tag: "Streamed" } satisfies Answer
+        const usage = usageOf(prompts, choices)
+        if (spec.includeUsage) {
+          out.event({ ...head, model: servedModelName, choices: [], usage, policy_version: version })
+        }
+        out.end()
+        return { _tag: "Streamed" } satisfies Answer
+      })
+
+    const chat = (body: unknown, req: Http.IncomingMessage, res: Http.ServerResponse) =>
       Effect.gen(function*() {
         const spec = yield* tryApi(() => chatRequest(body, backend.maxTopLogprobs))
         yield* checkModel(spec.model)
@@ -217,14 +495,15 @@ export const make = (
           )
         )
         const requests = yield* backendRequests([promptIds], spec)
-        const generated = yield* run(requests)
+        const thinking = typeof spec.chatTemplateKwargs.enable_thinking === "boolean"
+          ? spec.chatTemplateKwargs.enable_thinking
+          : true
+        if (spec.stream && incremental(spec)) return yield* chatStream(spec, promptIds, requests, thinking, req, res)
+        const generated = yield* run(requests, spec)
         const version = generated[0].policyVersion
         const choices = generated.map((g) => Response.finish(tokenizer, g.completion, spec))
         const usage = usageOf([promptIds], choices)
         const id = `chatcmpl-${hex()}`
-        const thinking = typeof spec.chatTemplateKwargs.enable_thinking === "boolean"
-          ? spec.chatTemplateKwargs.enable_thinking
-          : true
         const messages = choices.map((c) =>
           Response.chatMessage(c, spec.parseTools, thinking, () => `chatcmpl-tool-${hex()}`)
         )
@@ -306,13 +585,14 @@ export const make = (
         return { _tag: "Sse", events } satisfies Answer
       })
 
-    const completions = (body: unknown) =>
+    const completions = (body: unknown, req: Http.IncomingMessage, res: Http.ServerResponse) =>
       Effect.gen(function*() {
         const spec = yield* tryApi(() => completionRequest(body, backend.maxTopLogprobs))
         yield* checkModel(spec.model)
         const prompts = yield* tryApi(() => spec.prompts.map(promptIdsOf))
         const requests = yield* backendRequests(prompts, spec)
-        const generated = yield* run(requests)
+        if (spec.stream && incremental(spec)) return yield* completionStream(spec, prompts, requests, req, res)
+        const generated = yield* run(requests, spec)
         const version = generated[0].policyVersion
         const choices = generated.map((g) => Response.finish(tokenizer, g.completion, spec))
         const usage = usageOf(prompts, choices)
@@ -426,7 +706,7 @@ export const make = (
         catch: (e) => apiError(400, `The request body is not valid JSON: ${(e as Error).message}`)
       })
 
-    const route = (req: Http.IncomingMessage): Effect.Effect<Answer, ApiError> => {
+    const route = (req: Http.IncomingMessage, res: Http.ServerResponse): Effect.Effect<Answer, ApiError> => {
       const path = new URL(req.url ?? "/", "http://localhost").pathname.replace(/\/+$/, "") || "/"
       const method = req.method ?? "GET"
       const expect = (m: string, f: () => Effect.Effect<Answer, ApiError>) =>
@@ -445,9 +725,15 @@ export const make = (
         case "/v1/models":
           return expect("GET", () => Effect.succeed(models()))
         case "/v1/chat/completions":
-          return expect("POST", () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), chat))
+          return expect(
+            "POST",
+            () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), (body) => chat(body, req, res))
+          )
         case "/v1/completions":
-          return expect("POST", () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), completions))
+          return expect(
+            "POST",
+            () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), (body) => completions(body, req, res))
+          )
         case "/update_weights_from_disk":
           return expect("POST", () =>
             Effect.gen(function*() {
@@ -478,6 +764,7 @@ export const make = (
     }
 
     const send = (req: Http.IncomingMessage, res: Http.ServerResponse, answer: Answer) => {
+      if (answer._tag === "Streamed") return
       const headers = { [VERSION_HEADER]: String(scheduler.version()) }
       const endpoint = new URL(req.url ?? "/", "http://localhost").pathname
       if (answer._tag === "Sse") {
@@ -502,7 +789,7 @@ export const make = (
     }
 
     const handle = (req: Http.IncomingMessage, res: Http.ServerResponse) =>
-      route(req).pipe(
+      route(req, res).pipe(
         Effect.catchAll((e) => Effect.succeed(json(e.body, e.status))),
         Effect.catchAllDefect((defect) =>
           Effect.succeed(
