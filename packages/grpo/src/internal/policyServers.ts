@@ -255,7 +255,11 @@ export const withPolicyServers = (
         if (answer._tag === "Left") {
           server.up = false
           server.lastError = answer.left.message
-          return
+          // Not silent: it is retried before the next generation, but a run that ends here leaves the old weights.
+          return yield* Effect.logWarning(
+            `policy server ${server.url}: the weight push failed (${answer.left.message}); marked down until it ` +
+              "answers again"
+          )
         }
         const { status, text } = answer.right
         if (status >= 500 && status !== 501) {
