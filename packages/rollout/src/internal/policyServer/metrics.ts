@@ -85,27 +85,26 @@ export const make = (model: string): Metrics => {
       metric("num_requests_waiting", "gauge", "Sequences queued, not yet decoding (queue depth).", [
         [`{${label}}`, waiting]
       ])
-      metric(
+      const histogram = (name: string, help: string, counts: ReadonlyArray<number>, count: number, sum: number) =>
+        metric(name, "histogram", help, [
+          ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, counts[i]]),
+          [`_bucket{${label},le="+Inf"}`, count],
+          [`_sum{${label}}`, sum],
+          [`_count{${label}}`, count]
+        ])
+      histogram(
         "batch_size",
-        "histogram",
         "Sequences per batch handed to the backend (continuous batching: per group admitted into the running batch).",
-        [
-          ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, buckets[i]]),
-          [`_bucket{${label},le="+Inf"}`, batches],
-          [`_sum{${label}}`, batchedRequests],
-          [`_count{${label}}`, batches]
-        ]
+        buckets,
+        batches,
+        batchedRequests
       )
-      metric(
+      histogram(
         "decode_step_occupancy",
-        "histogram",
         "Sequences decoded together per decode step (continuous batching only; the batch occupancy).",
-        [
-          ...BATCH_BUCKETS.map((b, i): [string, number] => [`_bucket{${label},le="${b}"}`, stepBuckets[i]]),
-          [`_bucket{${label},le="+Inf"}`, steps],
-          [`_sum{${label}}`, stepSequences],
-          [`_count{${label}}`, steps]
-        ]
+        stepBuckets,
+        steps,
+        stepSequences
       )
       metric("decode_step_occupancy_max", "gauge", "Most sequences in one decode step so far (continuous batching).", [
         [`{${label}}`, busiest]
