@@ -79,6 +79,7 @@ const flags = {
   lr: float("lr", "GRPO learning rate"),
   beta: float("beta", "GRPO KL coefficient to the SFT weights (default 0)"),
   numGenerations: int("num-generations", "GRPO group size G"),
+  numIterations: int("num-iterations", "GRPO updates per generation batch (TRL's num_iterations, μ; default 1)"),
   prompts: int("prompts", "prompts per GRPO step"),
   maxCompletionLength: int("max-completion-length", "completion budget per episode (model and tool tokens)"),
   temperature: float("temperature", "GRPO sampling temperature (evaluation is greedy)"),
@@ -173,6 +174,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
       learningRate: or(f.lr, defaults.grpo.learningRate),
       ...(Option.isSome(f.beta) ? { beta: f.beta.value } : {}),
       numGenerations: or(f.numGenerations, defaults.grpo.numGenerations),
+      ...(Option.isSome(f.numIterations) ? { numIterations: f.numIterations.value } : {}),
       prompts: or(f.prompts, defaults.grpo.prompts),
       maxCompletionLength: or(f.maxCompletionLength, defaults.grpo.maxCompletionLength),
       temperature: or(f.temperature, defaults.grpo.temperature),
@@ -212,6 +214,11 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       "num-generations",
       grpo.numGenerations >= 2,
       `${grpo.numGenerations}: a GRPO group needs at least 2 episodes (the advantage is relative to the group)`
+    ],
+    [
+      "num-iterations",
+      grpo.numIterations === undefined || (Number.isInteger(grpo.numIterations) && grpo.numIterations >= 1),
+      `${grpo.numIterations}: give a whole number of updates per generation batch >= 1 (1 = TRL's default)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
     ["temperature", grpo.temperature > 0, `${grpo.temperature}: give a sampling temperature > 0 (e.g. 0.4, 1)`],

@@ -103,6 +103,11 @@ export interface Settings {
     /** KL coefficient to the GRPO start (the SFT weights); default 0, TRL's default. */
     readonly beta?: number
     /**
+     * μ (TRL's `num_iterations`): optimizer updates per generation batch, each clipped against the sampling
+     * policy's logprobs. Default 1.
+     */
+    readonly numIterations?: number
+    /**
      * Prompts drawn so that each step's rows take the recipe's strata (`Recipe.stratum`: for Catch, where the ball
      * starts) in turn, in order (no shuffle); with `prompts` = the number of strata every step holds each once.
      */
@@ -515,6 +520,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       temperature: settings.grpo.temperature,
       lossType: "dapo",
       beta: settings.grpo.beta ?? 0,
+      numIterations: settings.grpo.numIterations ?? 1,
       loggingSteps: 1,
       evalSteps: 1_000_000,
       saveSteps: 1_000_000,
