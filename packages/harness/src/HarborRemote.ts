@@ -15,6 +15,7 @@
 import { Client } from "@envtrain/env"
 import type { Scope } from "effect"
 import { Data, Duration, Effect } from "effect"
+import type * as HarborServe from "./HarborServe.js"
 import * as HarnessSession from "./HarnessSession.js"
 import * as TrainingTrace from "./TrainingTrace.js"
 
@@ -41,13 +42,7 @@ export class HarborServerError extends Data.TaggedError("HarborServerError")<{ r
 }
 
 /** A task as the server lists it (OpenEnv's HarborTaskRef). @since 0.0.0 */
-export interface TaskRef {
-  readonly index: number
-  readonly task_id: string
-  readonly task_name: string
-  readonly dataset: string
-  readonly instruction: string
-}
+export type TaskRef = HarborServe.HarborTaskRef
 
 /** A connected Harbor server. @since 0.0.0 */
 export interface HarborRemote {
