@@ -2,7 +2,8 @@
 `envtrain` binary serves the Harbor MCP contract over the shipped task suite in bubblewrap sandboxes, generating on
 `envtrain serve-policy` (a tiny model made here) through the capture proxy. The client lists tasks, reads the
 capabilities, runs a rollout with the oracle harness (one captured model call, then the task's solution: reward 1,
-the engine's token ids in the turns) and gets failures back as `ok=False` results, never as exceptions.
+the engine's token ids in the turns) and gets failures back as `ok=False` results, never as exceptions. Its Task API
+methods (`splits`, `num_tasks`, `get_task`, `get_task_range`: plain HTTP on `/harbor_env/...`) read the same tasks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 
+import httpx
 import pytest
 from conftest import BIN, ROOT, TSX, free_port, wait_for_port
 from openenv.harbor.client import HarborEnv
@@ -104,3 +106,34 @@ def test_openenv_harbor_client_runs_rollouts_on_envtrain(harbor_url) -> None:
         assert not unknown.ok and "no-such-agent" in (unknown.error or "")
         elsewhere = env.run_rollout(split="train", task_index=0, harness="oracle", llm_url="http://127.0.0.1:9")
         assert not elsewhere.ok and "llm_url" in (elsewhere.error or "")
+
+
+def test_openenv_harbor_client_reads_the_task_api(harbor_url) -> None:
+    """The client's Task API methods (plain HTTP, `/harbor_env/...`) against envtrain's routes: the same tasks as
+    `list_tasks`, Python's slice for ranges, HTTP errors for an unknown split or an index outside the split."""
+    url, _ = harbor_url
+    with HarborEnv(base_url=url) as env:
+        assert env.splits() == [{"name": "train", "num_tasks": 12}, {"name": "held-out", "num_tasks": 4}]
+        assert env.num_tasks("train") == 12 and env.num_tasks("held-out") == 4 and env.num_tasks() == 12
+
+        listed = json.loads(env._call("list_tasks", split="train", start=0, stop=20)["content"][0]["text"])
+        ranged = env.get_task_range("train")
+        assert [t.model_dump() for t in ranged] == listed
+        assert [t.index for t in ranged] == list(range(12))
+        assert [t.index for t in env.get_task_range("train", 10, 50)] == [10, 11]
+        assert [t.index for t in env.get_task_range("held-out", -2, 4)] == [2, 3]
+        assert env.get_task_range("train", 5, 5) == []
+
+        task = env.get_task("held-out", 1)
+        assert task.dataset == "held-out" and task.index == 1 and task.instruction
+        assert task == env.get_task_range("held-out", 1, 2)[0]
+        assert task.task_id == f"held-out/{task.task_name}"
+
+        with pytest.raises(httpx.HTTPStatusError) as unknown:
+            env.num_tasks("test")
+        assert unknown.value.response.status_code == 404
+        assert "train, held-out" in unknown.value.response.json()["detail"]
+        with pytest.raises(httpx.HTTPStatusError) as outside:
+            env.get_task("train", 12)
+        assert outside.value.response.status_code == 400
+        assert "0..11" in outside.value.response.json()["detail"]

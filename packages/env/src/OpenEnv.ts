@@ -12,6 +12,7 @@
 import type { Effect, Scope } from "effect"
 import { Data, Schema } from "effect"
 import { actionStruct } from "./internal/openEnvSupport.js"
+import type { TaskProvider } from "./TaskApi.js"
 
 /** The observation envelope `{observation, reward, done}` sent for reset and step (metadata is never sent). */
 export interface StepResult {
@@ -120,6 +121,11 @@ export interface OpenEnvDefinition<Action = any> {
   readonly defaultMaxConcurrentEnvs: number
   /** Creates a fresh instance; it is closed when the scope closes. */
   readonly make: Effect.Effect<OpenEnvInstance<Action>, OpenEnvFactoryError, Scope.Scope>
+  /**
+   * The tasks it offers, served as OpenEnv's plain-HTTP Task API (`/<name>/splits`, `/<name>/task_range`, …; see
+   * `TaskApi`). Without them those routes answer 501, as OpenEnv's do for an environment without task methods.
+   */
+  readonly tasks?: TaskProvider
 }
 
 /** `ListToolsAction`. */

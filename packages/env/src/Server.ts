@@ -2,8 +2,9 @@
  * The OpenEnv-compatible server: serves any {@link OpenEnvDefinition} over OpenEnv's wire protocol — `GET /health`,
  * `/metadata`, `/schema`, `/openapi.json`, `/state`, stateless `POST /reset` and `/step`, the `/ws` session protocol,
  * and MCP over `POST /mcp`, `WS /mcp` and `{"type":"mcp"}` frames (an HTTP-MCP session drives `/ws` too when the socket
- * names it, `/ws?session_id=`, as OpenEnv's `MCPToolClient` does) — so TRL's and OpenEnv's Python clients work against
- * it unchanged.
+ * names it, `/ws?session_id=`, as OpenEnv's `MCPToolClient` does), and OpenEnv's plain-HTTP Task API
+ * (`/list_environments`, `/<env>/splits`, `/<env>/task_range`, …) over the definition's `tasks` (see `TaskApi`) — so
+ * TRL's and OpenEnv's Python clients work against it unchanged.
  *
  * Frames are read as OpenEnv's server reads them (CPython's `json.loads`: NaN/Infinity accepted, its
  * `JSONDecodeError` texts in INVALID_JSON; pydantic's error entries, `url` included, in VALIDATION_ERROR) and

@@ -6,15 +6,18 @@
  * against every TrainingTrace rule. `ok: false` (the server could not run or grade it) and a lost session are
  * unscoreable; a turn breaking a rule is a `CaptureContractError`, which stops training.
  *
- * {@link connect} first checks the server's session limit: the trainer holds one session for the task list and one
- * per rollout in flight, so it opens maxConcurrentRollouts + 1 sessions and refuses clearly when the server turns
- * one away (OpenEnv's advice for `HarborSessionFactory`: `MAX_CONCURRENT_ENVS >= max_inflight + 1`).
+ * {@link connect} lists the split's tasks through OpenEnv's plain-HTTP Task API (`POST /harbor_env/task_range`)
+ * when the server offers it (`envtrain harness serve` and `openenv harbor serve` do), else through the `list_tasks`
+ * tool on a session of its own. It first checks the server's session limit: one session per rollout in flight, plus
+ * the listing's when it needs one (OpenEnv's advice for `HarborSessionFactory`: `MAX_CONCURRENT_ENVS >=
+ * max_inflight + 1`), opened together, and refuses clearly when the server turns one away.
  *
  * @since 0.0.0
  */
 import { Client } from "@envtrain/env"
 import type { Scope } from "effect"
 import { Data, Duration, Effect } from "effect"
+import type * as HarborServe from "./HarborServe.js"
 import * as HarnessSession from "./HarnessSession.js"
 import * as TrainingTrace from "./TrainingTrace.js"
 
@@ -41,13 +44,7 @@ export class HarborServerError extends Data.TaggedError("HarborServerError")<{ r
 }
 
 /** A task as the server lists it (OpenEnv's HarborTaskRef). @since 0.0.0 */
-export interface TaskRef {
-  readonly index: number
-  readonly task_id: string
-  readonly task_name: string
-  readonly dataset: string
-  readonly instruction: string
-}
+export type TaskRef = HarborServe.HarborTaskRef
 
 /** A connected Harbor server. @since 0.0.0 */
 export interface HarborRemote {
@@ -150,8 +147,39 @@ export const outcomeOf = (
     } satisfies HarnessSession.HarnessRolloutOutcome
   })
 
+/** What the Task API answered: the tasks, a refusal to pass on, or nothing usable (fall back to `list_tasks`). */
+type Listing =
+  | { readonly _tag: "Tasks"; readonly tasks: ReadonlyArray<TaskRef> }
+  | { readonly _tag: "Refused"; readonly detail: string }
+  | { readonly _tag: "Unavailable" }
+
+/** `POST /harbor_env/task_range` for the whole split (stop null: Python's open slice), bounded by 10 s. */
+const taskRange = (url: string, split: string): Effect.Effect<Listing> =>
+  Effect.tryPromise(async (signal) => {
+    const response = await fetch(`${url.replace(/\/+$/, "")}/harbor_env/task_range`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ split, start: 0, stop: null }),
+      signal
+    })
+    const body = await response.json().catch(() => undefined) as Record<string, unknown> | undefined
+    if (response.ok && Array.isArray(body?.tasks)) {
+      return { _tag: "Tasks", tasks: body.tasks as Array<TaskRef> } as const
+    }
+    // An unknown split is the answer; any other status (no Task API: 404 Not Found, 501) means ask list_tasks.
+    const detail = body?.detail
+    if (response.status === 404 && typeof detail === "string" && detail.startsWith("unknown split")) {
+      return { _tag: "Refused", detail } as const
+    }
+    return { _tag: "Unavailable" } as const
+  }).pipe(
+    Effect.timeout(Duration.seconds(10)),
+    Effect.orElseSucceed((): Listing => ({ _tag: "Unavailable" }))
+  )
+
 /**
- * Connects: checks the session limit (maxConcurrentRollouts + 1 sessions), lists the split's tasks.
+ * Connects: lists the split's tasks (Task API, else `list_tasks`), after checking the session limit
+ * (maxConcurrentRollouts sessions, + 1 when the listing needs one).
  *
  * @since 0.0.0
  */
@@ -160,7 +188,11 @@ export const connect = (
   maxConcurrentRollouts: number
 ): Effect.Effect<HarborRemote, HarborServerError, Scope.Scope> =>
   Effect.gen(function*() {
-    const needed = maxConcurrentRollouts + 1
+    const listing = yield* taskRange(options.url, options.split ?? "")
+    if (listing._tag === "Refused") {
+      return yield* new HarborServerError({ problem: `The Harbor server ${options.url} refused: ${listing.detail}` })
+    }
+    const needed = maxConcurrentRollouts + (listing._tag === "Tasks" ? 0 : 1)
     // Every probe session stays open until all are: the server counts them together.
     yield* Effect.scoped(
       Effect.forEach(
@@ -172,7 +204,9 @@ export const connect = (
               e._tag === "CapacityReachedError"
                 ? new HarborServerError({
                   problem: `The Harbor server ${options.url} allows fewer than ${needed} sessions ` +
-                    `(maxConcurrentRollouts ${maxConcurrentRollouts} + 1 for the task list): ${e.message}. Start it ` +
+                    `(maxConcurrentRollouts ${maxConcurrentRollouts}` +
+                    (listing._tag === "Tasks" ? "" : " + 1 for the task list, as it has no Task API") +
+                    `): ${e.message}. Start it ` +
                     `with MAX_CONCURRENT_ENVS=${needed} (or --max-concurrent-envs ${needed}), or lower ` +
                     `maxConcurrentRollouts.`
                 })
@@ -182,11 +216,13 @@ export const connect = (
         { concurrency: 1 }
       )
     )
-    const meta = yield* Client.make({ url: options.url, messageTimeout: "60 seconds" })
-    const listed = yield* meta.callTool("list_tasks", { split: options.split ?? "", start: 0, stop: 100_000 }).pipe(
-      Effect.mapError((e) => new HarborServerError({ problem: `list_tasks failed on ${options.url}: ${e.message}` }))
-    )
-    const tasks = JSON.parse(textOf(listed)) as Array<TaskRef>
+    const tasks = listing._tag === "Tasks" ? listing.tasks : yield* Effect.gen(function*() {
+      const meta = yield* Client.make({ url: options.url, messageTimeout: "60 seconds" })
+      const listed = yield* meta.callTool("list_tasks", { split: options.split ?? "", start: 0, stop: 100_000 }).pipe(
+        Effect.mapError((e) => new HarborServerError({ problem: `list_tasks failed on ${options.url}: ${e.message}` }))
+      )
+      return JSON.parse(textOf(listed)) as Array<TaskRef>
+    })
     if (tasks.length === 0) {
       return yield* new HarborServerError({
         problem: `The Harbor server ${options.url} lists no tasks in split "${options.split ?? ""}".`

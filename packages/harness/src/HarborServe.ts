@@ -14,14 +14,20 @@
  *   instruction`).
  * - `capabilities()` → JSON: `harnesses`, `sandboxes`, `datasets` (splits with task counts), `llm`.
  *
- * Splits are the suite's directories (`train`, `held-out`); `split=""` is the first. OpenEnv's plain-HTTP Task API
- * (`/harbor_env/splits`, …) is not served: env's server has no custom routes (use `list_tasks`).
+ * OpenEnv's plain-HTTP Task API is served beside it (the definition's `tasks`, see env's `TaskApi`):
+ * `GET /harbor_env/splits` → `[{"name", "num_tasks"}]`, `POST /harbor_env/num_tasks {"split"}` → `{"num_tasks"}`,
+ * `POST /harbor_env/task {"split", "index"}` → `{"task": HarborTaskRef}`, `POST /harbor_env/task_range {"split",
+ * "start", "stop"}` → `{"tasks": [HarborTaskRef]}` (Python's slice: stop exclusive, bounds clamped), and
+ * `POST /harbor_env/tasks {"split"}`; an unknown split is 404 naming the splits, an index outside the split 400.
+ * `list_tasks`, `capabilities`, `run_rollout` and these routes read one task list ({@link taskProvider}).
+ *
+ * Splits are the suite's directories (`train`, `held-out`); `split=""` is the first.
  *
  * @since 0.0.0
  */
 import type { FileSystem, Path } from "@effect/platform"
-import { OpenEnv } from "@envtrain/env"
-import { Effect, Schema } from "effect"
+import { OpenEnv, TaskApi } from "@envtrain/env"
+import { Effect, Either, Schema } from "effect"
 import type { RunningCaptureProxy } from "./CaptureProxy.js"
 import type * as HarborTask from "./HarborTask.js"
 import * as HarnessSession from "./HarnessSession.js"
@@ -99,13 +105,34 @@ const splitsOf = (suite: HarborTask.Suite) => [
   { name: "held-out", tasks: suite.heldOut }
 ]
 
-const taskRef = (split: string, task: HarborTask.HarborTask, index: number) => ({
+/** A task as OpenEnv's Task API and `list_tasks` give it (`HarborTaskRef`). @since 0.0.0 */
+export interface HarborTaskRef {
+  readonly index: number
+  readonly task_id: string
+  readonly task_name: string
+  readonly dataset: string
+  readonly instruction: string
+}
+
+const taskRef = (split: string, task: HarborTask.HarborTask, index: number): HarborTaskRef => ({
   index,
   task_id: `${split}/${task.name}`,
   task_name: task.name,
   dataset: split,
   instruction: task.instruction
 })
+
+/**
+ * The suite's task list, the one every tool and route reads: a split per suite directory (`train`, `held-out`) of
+ * `HarborTaskRef`s; `split=""` is `train`, as OpenEnv's Harbor reads an empty split as its first dataset.
+ *
+ * @since 0.0.0
+ */
+export const taskProvider = (suite: HarborTask.Suite): TaskApi.TaskProvider =>
+  TaskApi.make(
+    splitsOf(suite).map((s) => ({ name: s.name, tasks: s.tasks.map((t, i) => taskRef(s.name, t, i)) })),
+    { defaultSplit: "train" }
+  )
 
 /** One failed rollout as OpenEnv returns it (`ok: false`, never raised). @since 0.0.0 */
 export const failedResult = (fields: Readonly<Record<string, unknown>>, error: string, exceptionType: string) => ({
@@ -208,9 +235,9 @@ export const definition = (options: HarborServeOptions) =>
   Effect.gen(function*() {
     const runtime = yield* Effect.runtime<FileSystem.FileSystem | Path.Path>()
     const splits = splitsOf(options.suite)
+    const provider = taskProvider(options.suite)
     const agents = new Map(options.agents.map((a) => [a.name, a]))
     const defaultAgent = options.agents[0]
-    const splitOf = (name: string) => (name === "" ? splits[0] : splits.find((s) => s.name === name))
 
     const runRollout = (args: Readonly<Record<string, unknown>>) =>
       Effect.gen(function*() {
@@ -219,22 +246,17 @@ export const definition = (options: HarborServeOptions) =>
         const harness = asString(args.harness, defaultAgent.name)
         const sandbox = asString(args.sandbox, "bubblewrap")
         const identity = { split, harness, sandbox, dataset: split || splits[0].name }
-        const chosen = splitOf(split)
-        if (chosen === undefined) {
+        const found = TaskApi.task(provider, split, index)
+        if (Either.isLeft(found)) {
           return failedResult(
             identity,
-            `no split "${split}"; this server has ${splits.map((s) => s.name).join(", ")}`,
-            "KeyError"
+            found.left.message,
+            found.left._tag === "UnknownSplit" ? "KeyError" : "IndexError"
           )
         }
-        const task = chosen.tasks[index]
-        if (!Number.isInteger(index) || task === undefined) {
-          return failedResult(
-            identity,
-            `task_index ${index} is out of range: ${chosen.name} has ${chosen.tasks.length} tasks`,
-            "IndexError"
-          )
-        }
+        const ref = found.right as HarborTaskRef
+        const chosen = splits.find((s) => s.name === ref.dataset)!
+        const task = chosen.tasks[ref.index]
         const agent = agents.get(harness) ??
           (harness === "opencode" || harness === "" ? defaultAgent : undefined)
         const withTask = {
@@ -292,20 +314,20 @@ export const definition = (options: HarborServeOptions) =>
       Effect.suspend((): Effect.Effect<OpenEnv.McpCallToolResult, OpenEnv.McpToolError> => {
         if (name === "run_rollout") return Effect.map(Effect.provide(runRollout(args), runtime), text)
         if (name === "list_tasks") {
-          const split = splitOf(asString(args.split, ""))
-          const start = asNumber(args.start, 0)
-          const stop = asNumber(args.stop, 20)
-          return Effect.succeed(text(
-            split === undefined
-              ? []
-              : split.tasks.slice(start, stop).map((t, i) => taskRef(split.name, t, start + i))
-          ))
+          // The Task API's task_range, as OpenEnv's tool is (an unknown split lists nothing here).
+          const listed = TaskApi.range(
+            provider,
+            asString(args.split, ""),
+            asNumber(args.start, 0),
+            asNumber(args.stop, 20)
+          )
+          return Effect.succeed(text(Either.getOrElse(listed, () => [])))
         }
         if (name === "capabilities") {
           return Effect.succeed(text({
             harnesses: options.agents.map((a) => a.name),
             sandboxes: ["bubblewrap"],
-            datasets: splits.map((s) => ({ name: s.name, num_tasks: s.tasks.length })),
+            datasets: TaskApi.descriptors(provider),
             llm: { url: options.llmUrl, model: options.model, tier: "train" }
           }))
         }
@@ -327,6 +349,7 @@ export const definition = (options: HarborServeOptions) =>
       state: Schema.Struct({ episode_id: Schema.NullOr(Schema.String), step_count: Schema.Int }),
       supportsConcurrentSessions: true,
       defaultMaxConcurrentEnvs: options.defaultMaxConcurrentEnvs ?? 8,
+      tasks: provider,
       make: Effect.sync(() => {
         let stepCount = 0
         let episodeId: string | null = null

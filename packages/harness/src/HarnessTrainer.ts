@@ -101,7 +101,7 @@ export interface HarnessTrainOptions {
   /**
    * Instead of local sandboxes: run every rollout on a Harbor server (`envtrain harness serve`, or OpenEnv's), its
    * split's tasks as the dataset; it should generate on the trainer's policy server (`llmUrl`). Needs
-   * `maxConcurrentRollouts`; the server must allow that many sessions + 1 (checked first).
+   * `maxConcurrentRollouts`; the server must allow that many sessions, + 1 without the Task API (checked first).
    */
   readonly harborServer?: HarborRemote.HarborRemoteOptions
   /** TRL's `rollout_reward_fn`; default the verifier's reward. null = unscoreable. */
@@ -227,7 +227,8 @@ export const train = (options: HarnessTrainOptions) =>
       }
       if (options.maxConcurrentRollouts === undefined) {
         return yield* new HarnessConfigError({
-          problem: "With harborServer, set maxConcurrentRollouts (the server must allow that many sessions + 1)."
+          problem: "With harborServer, set maxConcurrentRollouts (the server must allow that many sessions, " +
+            "+ 1 if it has no Task API)."
         })
       }
       const remote = yield* HarborRemote.connect(remoteOptions, options.maxConcurrentRollouts)

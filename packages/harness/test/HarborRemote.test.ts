@@ -1,6 +1,7 @@
 // envtrain's trainer driving a Harbor server: `envtrain harness serve`'s definition on env's real OpenEnv server
 // (loopback, 2 sessions), generating through a capture proxy on a `serve-policy` child over a tiny model. A session
-// limit below maxConcurrentRollouts + 1 is refused before anything runs, naming the fix; one GRPO step runs its
+// limit below maxConcurrentRollouts (+ 1 for the task list on a server without the Task API, where it falls back to
+// `list_tasks`) is refused before anything runs, naming the fix; an unknown split is refused; one GRPO step runs its
 // rollouts remotely (oracle harness) and trains on rows made from the returned turns' tokens; a returned result
 // breaking a TrainingTrace rule is a CaptureContractError, and `ok: false` is unscoreable. Live clock.
 import { Path } from "@effect/platform"
@@ -33,11 +34,24 @@ describe("HarborRemote", () => {
         })
         const harbor = yield* Server.serve(definition, { port: 0, maxConcurrentEnvs: 2 })
 
-        // 2 sessions cannot carry 2 rollouts and the task list.
-        const refused = yield* Effect.flip(Effect.scoped(HarborRemote.connect({ url: harbor.url }, 2)))
+        // The Task API lists the tasks without a session: 2 sessions carry 2 rollouts, not 3.
+        const connected = yield* Effect.scoped(HarborRemote.connect({ url: harbor.url }, 2))
+        assert.deepStrictEqual(connected.tasks.map((t) => t.index), suite.train.map((_, i) => i))
+        const refused = yield* Effect.flip(Effect.scoped(HarborRemote.connect({ url: harbor.url }, 3)))
         assert.strictEqual(refused._tag, "HarborServerError")
         assert.include(refused.message, "fewer than 3 sessions")
         assert.include(refused.message, "MAX_CONCURRENT_ENVS=3")
+        const unknown = yield* Effect.flip(Effect.scoped(HarborRemote.connect({ url: harbor.url, split: "test" }, 1)))
+        assert.include(unknown.message, "unknown split \"test\"; this server has train, held-out")
+
+        // Without the Task API, list_tasks on a session of its own: 2 sessions cannot carry 2 rollouts and the list.
+        const { tasks: _tasks, ...withoutTasks } = definition
+        const plain = yield* Server.serve(withoutTasks, { port: 0, maxConcurrentEnvs: 2 })
+        const refusedPlain = yield* Effect.flip(Effect.scoped(HarborRemote.connect({ url: plain.url }, 2)))
+        assert.include(refusedPlain.message, "fewer than 3 sessions")
+        assert.include(refusedPlain.message, "+ 1 for the task list")
+        const listed = yield* Effect.scoped(HarborRemote.connect({ url: plain.url, split: "held-out" }, 1))
+        assert.deepStrictEqual(listed.tasks.map((t) => t.task_name), suite.heldOut.map((t) => t.name))
 
         const seen: Array<{ outcome: HarnessSession.HarnessRolloutOutcome; segments: unknown }> = []
         const result = yield* HarnessTrainer.train({

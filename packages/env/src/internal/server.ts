@@ -15,6 +15,7 @@ import * as PyJsonParse from "./pyJsonParse.js"
 import * as PythonText from "./pythonText.js"
 import { type Session, SessionTable } from "./sessions.js"
 import { syncStepOf } from "./syncStep.js"
+import * as TaskRoutes from "./taskApi.js"
 
 export interface Running {
   readonly host: string
@@ -441,7 +442,13 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
           ["/reset", "post"],
           ["/step", "post"],
           ["/state", "get"],
-          ["/mcp", "post"]
+          ["/mcp", "post"],
+          ["/list_environments", "get"],
+          ["/{env_name}/splits", "get"],
+          ["/{env_name}/tasks", "post"],
+          ["/{env_name}/num_tasks", "post"],
+          ["/{env_name}/task", "post"],
+          ["/{env_name}/task_range", "post"]
         ] as const).map(([p, m]) => [p, { [m]: { summary: p.slice(1), responses: { "200": { description: "OK" } } } }])
       )
     }
@@ -531,8 +538,61 @@ export const make = (definition: OpenEnvDefinition, options: ResolvedServerOptio
               ? json(res, 200, httpEnvelope(result.right), httpEnvelopeSchema)
               : internalError(res)
           }
+          case "GET /list_environments":
+            return json(res, 200, [definition.name])
           default: {
-            const known = ["/health", "/metadata", "/schema", "/openapi.json", "/state", "/reset", "/step", "/mcp"]
+            // OpenEnv's Task API, served for every environment (501 without tasks), as OpenEnv's server does.
+            const task = TaskRoutes.match(path)
+            if (task !== undefined) {
+              if (method !== task.method) return json(res, 405, { detail: "Method Not Allowed" })
+              if (task.method === "GET") {
+                const answer = TaskRoutes.answer(definition, task, {})
+                return json(res, answer.status, answer.body)
+              }
+              const body = yield* Effect.either(readBody(req))
+              if (Either.isLeft(body)) return json(res, 413, { detail: body.left })
+              if (body.right.trim() === "") {
+                // FastAPI's answer to a required body that is absent.
+                return json(res, 422, {
+                  detail: [{ type: "missing", loc: ["body"], msg: "Field required", input: null }]
+                })
+              }
+              const parsed = parseJson(body.right)
+              if (Either.isLeft(parsed)) {
+                return json(res, 422, {
+                  detail: [{
+                    type: "json_invalid",
+                    loc: ["body", 0],
+                    msg: "JSON decode error",
+                    input: {},
+                    ctx: { error: parsed.left }
+                  }]
+                })
+              }
+              if (!isObject(parsed.right)) {
+                return json(res, 422, {
+                  detail: [{
+                    type: "model_attributes_type",
+                    loc: ["body"],
+                    msg: "Input should be a valid dictionary or object to extract fields from",
+                    input: parsed.right
+                  }]
+                })
+              }
+              const answer = TaskRoutes.answer(definition, task, parsed.right)
+              return json(res, answer.status, answer.body)
+            }
+            const known = [
+              "/health",
+              "/metadata",
+              "/schema",
+              "/openapi.json",
+              "/state",
+              "/reset",
+              "/step",
+              "/mcp",
+              "/list_environments"
+            ]
             return known.includes(path)
               ? json(res, 405, { detail: "Method Not Allowed" })
               : json(res, 404, { detail: "Not Found" })

@@ -1,8 +1,8 @@
 /**
  * `envtrain harness …`: black-box agent training's commands. `envtrain harness validate FILE` checks a
  * {@link TrainingTrace} file (OpenEnv's schema and rules) and prints one line; a trace that breaks a rule exits 1
- * with the rule and the turn. `envtrain harness serve --llm-url URL` serves OpenEnv's Harbor MCP contract
- * (`HarborServe`) over a task suite, a capture proxy in front of the policy server, and the agents.
+ * with the rule and the turn. `envtrain harness serve --llm-url URL` serves OpenEnv's Harbor MCP contract and its
+ * Task API (`HarborServe`) over a task suite, a capture proxy in front of the policy server, and the agents.
  *
  * @example
  * ```ts
@@ -90,15 +90,17 @@ export const serve = Command.make(
         ...Option.match(args.maxConcurrentEnvs, { onNone: () => ({}), onSome: (n) => ({ maxConcurrentEnvs: n }) })
       })
       yield* Console.log(
-        `harbor_env on ${server.url} (MCP tools run_rollout, list_tasks, capabilities; ${server.maxConcurrentEnvs} ` +
+        `harbor_env on ${server.url} (MCP tools run_rollout, list_tasks, capabilities; Task API /harbor_env/splits, ` +
+          `num_tasks, task, task_range; ${server.maxConcurrentEnvs} ` +
           `sessions; harnesses ${agents.map((a) => a.name).join(", ")}; generating on ${args.llmUrl} as ${model})`
       )
       return yield* Effect.never
     }).pipe(Effect.scoped)
 ).pipe(
   Command.withDescription(
-    "Serve OpenEnv's Harbor MCP contract (run_rollout, list_tasks, capabilities) over envtrain's tasks, sandboxes " +
-      "and agents, so OpenEnv's HarborEnv client drives them."
+    "Serve OpenEnv's Harbor MCP contract (run_rollout, list_tasks, capabilities) and its plain-HTTP Task API " +
+      "(/harbor_env/splits, num_tasks, task, task_range) over envtrain's tasks, sandboxes and agents, so OpenEnv's " +
+      "HarborEnv client drives them."
   )
 )
 
