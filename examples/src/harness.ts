@@ -107,18 +107,9 @@ const miniSweAgentAvailable = (venv: string) =>
       : { ok: false, reason: `${venv} has no bin/mini (pip install -r interop/requirements.txt)` }
   })
 
-// mini-swe-agent's stock format (mini.yaml: reasoning text plus one `bash` tool call per response): the n-th call
-// runs the n-th solver command, the last submits with the config's own command.
-const miniSolverScript = (commands: ReadonlyArray<string>) => [
-  ...commands.map((command, i) =>
-    ScriptedEndpoint.bash(command, `Step ${i + 1} of ${commands.length} of my plan for this task.`)
-  ),
-  ScriptedEndpoint.bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "The task is done, so I submit.")
-]
-
 const miniSolverTranscript = (venv: string) => (task: HarborTask.HarborTask) =>
   Effect.scoped(Effect.gen(function*() {
-    const endpoint = yield* ScriptedEndpoint.make(miniSolverScript(task.solverCommands))
+    const endpoint = yield* ScriptedEndpoint.make(MiniSweAgent.solverScript(task.solverCommands))
     const sandbox = yield* Sandbox.make({
       task,
       endpoint: { url: endpoint.url },

@@ -24,12 +24,8 @@ describe("mini-swe-agent in envtrain's sandbox", () => {
       const suite = yield* HarborTask.loadSuite(HarborTask.shippedSuiteDir)
       const task = suite.train.find((t) => t.name === "fix-config-typo")!
       // A real HTTP server speaking chat completions: the n-th call (n = assistant messages so far) runs the n-th
-      // command.
-      const server = yield* ScriptedEndpoint.make(
-        [...task.solverCommands, "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"].map((command, n) =>
-          ScriptedEndpoint.bash(command, `Step ${n}.`)
-        )
-      )
+      // command, the last submits.
+      const server = yield* ScriptedEndpoint.make(MiniSweAgent.solverScript(task.solverCommands))
       const sandbox = yield* Sandbox.make({
         task,
         endpoint: { url: server.url },

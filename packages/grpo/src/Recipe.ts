@@ -22,6 +22,17 @@ export type Player = (options: { readonly errorRate: number; readonly seed: numb
   episode: Environment.Episode<any>
 ) => Effect.Effect<void>
 
+/**
+ * A recipe's reward function, as the trainer calls it: over the episodes' final `State`s, with each episode's prompt
+ * and completion as chat messages; it fails with nothing and needs nothing of its own (so any trainer or evaluation
+ * can run it).
+ */
+export type RecipeReward<State> = Reward.RewardFunction<
+  State,
+  ReadonlyArray<ChatMessage>,
+  ReadonlyArray<ChatMessage>
+>
+
 /** One example. */
 export interface Recipe<State> {
   readonly name: string
@@ -40,12 +51,12 @@ export interface Recipe<State> {
   readonly prompt: (row: Readonly<Record<string, unknown>>) => ReadonlyArray<ChatMessage>
   /** Extra dataset columns for a seed. */
   readonly columns?: (seed: number) => Readonly<Record<string, unknown>>
-  readonly rewardFunctions: ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>
+  readonly rewardFunctions: ReadonlyArray<RecipeReward<State>>
   /**
    * Named reward sets to choose from (`--rewards NAME`); the first is the default and equals `rewardFunctions`.
    * Absent when the recipe has one set.
    */
-  readonly rewardVariants?: Readonly<Record<string, ReadonlyArray<Reward.RewardFunction<State, any, any, any, any>>>>
+  readonly rewardVariants?: Readonly<Record<string, ReadonlyArray<RecipeReward<State>>>>
   readonly success: (state: State) => boolean
   /**
    * The class of a row's first observation (e.g. where Catch's ball starts), for GRPO batches that hold every class

@@ -280,12 +280,56 @@ const summaryOf = (config: Config.ResolvedGRPOConfig): Record<string, unknown> =
  */
 export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions<State, E, R, RE, RR>) =>
   Effect.gen(function*() {
+    const run = yield* openRun(options)
+    const batches = yield* batchSource(options, run)
+    const evaluation = evaluator(
+      batches.queue === undefined ? options : { ...options, model: batches.queue.model },
+      run.config,
+      run.loop
+    )
+    const finished = yield* RunLoop.run({
+      loop: run.loop,
+      step: optimizerSteps(options, run, batches),
+      loggingSteps: run.config.loggingSteps,
+      saveSteps: run.config.saveSteps,
+      evaluation: { evalSteps: run.config.evalSteps, evaluate: evaluation.evaluate },
+      logged: (step) => logCompletions(run.loop, run.config, run.feed.samples, step),
+      summary: summaryOf(run.config),
+      endNote: () => run.flat.note() + (batches.queue === undefined ? "" : batches.queue.note()),
+      onStep: options.onStep
+    })
+    return {
+      outputDir: run.loop.outputDir,
+      globalStep: finished.globalStep,
+      totalSteps: run.totalSteps,
+      steps: finished.results,
+      evaluations: evaluation.results,
+      checkpoint: finished.checkpoint,
+      report: finished.report
+    } satisfies TrainResult
+  }).pipe(Effect.scoped, Effect.withSpan("Trainer.train"))
+
+/** An opened run: the resolved config and its schedule, the KL reference, the run loop and where the data stands. */
+interface Run {
+  readonly config: Config.ResolvedGRPOConfig
+  readonly totalSteps: number
+  readonly lr: (step: number) => number
+  readonly reference: TrainableModel | undefined
+  readonly loop: RunLoop.Loop
+  readonly feed: Feed
+  readonly flat: FlatCounter
+}
+
+/**
+ * Resolves the config, takes the KL reference (the model before any update, and before a resumed checkpoint is
+ * loaded) and opens the run: output directory, resumed state, logs.
+ */
+const openRun = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>) =>
+  Effect.gen(function*() {
     const { dataset, model } = options
     const config = yield* resolveConfig(options)
     const totalSteps = Config.totalSteps(config, dataset.rows.length)
     const lr = LrSchedule.fromConfig(config, totalSteps)
-    const U = config.promptsPerGeneration
-    // The reference is the model before any update (and before a resumed checkpoint is loaded).
     const reference = config.beta !== 0 ? options.reference ?? (yield* model.frozenCopy) : undefined
     const loop = yield* RunLoop.open(options, {
       kind: "grpo",
@@ -303,140 +347,154 @@ export const train = <State, E, R, RE = never, RR = never>(options: TrainOptions
     })
     const feed = feedOf(loop.state())
     const flat = yield* flatCounter(loop)
+    return { config, totalSteps, lr, reference, loop, feed, flat } satisfies Run
+  })
 
-    // A generation batch at `position`, seeded by the step and micro-batch it is generated for: take U prompts,
-    // roll out a group of G episodes per prompt with `policy`, score them, compute the group-relative advantages
-    // (and the old / reference logprobs) and cut the rows into micro-batches.
-    const generateAt = (slot: RolloutQueue.Slot, position: Dataset.Position, policy: TrainableModel) =>
-      Effect.gen(function*() {
-        const prompts = yield* Dataset.batchAt(dataset, position, {
-          promptsPerBatch: U,
-          seed: config.seed,
-          shuffle: config.shuffleDataset
-        })
-        const rollOut = (rows: ReadonlyArray<PromptRow>, round: number) =>
-          rollOutGroups({ ...options, model: policy }, config, rows, slot.step, slot.microBatch, round)
-        const trainerState = {
-          globalStep: slot.step,
-          maxSteps: totalSteps,
-          epoch: Dataset.epochOf(dataset, prompts.next, U)
-        }
-        const scored = yield* resampled(
-          options,
-          config,
-          trainerState,
-          prompts.rows,
-          yield* rollOut(prompts.rows, 0),
-          rollOut
-        )
-        const result = yield* prepare({
-          config,
-          records: scored.records,
-          ...(scored.table === undefined ? {} : { table: scored.table }),
-          rewardFunctions: options.rewardFunctions,
-          trainerState,
-          model: policy,
-          reference,
-          step: slot.step,
-          // TRL decodes the completions table with skip_special_tokens=True.
-          decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
-        })
-        Object.assign(result.metrics, scored.metrics)
-        return { result, next: prompts.next }
-      })
+/**
+ * A generation batch at `position`, seeded by the step and micro-batch it is generated for: take U prompts, roll
+ * out a group of G episodes per prompt with `policy`, score them, compute the group-relative advantages (and the
+ * old / reference logprobs) and cut the rows into micro-batches.
+ */
+const generationBatch = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>, run: Run) =>
+(
+  slot: RolloutQueue.Slot,
+  position: Dataset.Position,
+  policy: TrainableModel
+) =>
+  Effect.gen(function*() {
+    const { config } = run
+    const { dataset, model } = options
+    const U = config.promptsPerGeneration
+    const prompts = yield* Dataset.batchAt(dataset, position, {
+      promptsPerBatch: U,
+      seed: config.seed,
+      shuffle: config.shuffleDataset
+    })
+    const rollOut = (rows: ReadonlyArray<PromptRow>, round: number) =>
+      rollOutGroups({ ...options, model: policy }, config, rows, slot.step, slot.microBatch, round)
+    const trainerState = {
+      globalStep: slot.step,
+      maxSteps: run.totalSteps,
+      epoch: Dataset.epochOf(dataset, prompts.next, U)
+    }
+    const scored = yield* resampled(
+      options,
+      config,
+      trainerState,
+      prompts.rows,
+      yield* rollOut(prompts.rows, 0),
+      rollOut
+    )
+    const result = yield* prepare({
+      config,
+      records: scored.records,
+      ...(scored.table === undefined ? {} : { table: scored.table }),
+      rewardFunctions: options.rewardFunctions,
+      trainerState,
+      model: policy,
+      reference: run.reference,
+      step: slot.step,
+      // TRL decodes the completions table with skip_special_tokens=True.
+      decode: (ids) => model.tokenizer.decode(ids, { skipSpecialTokens: true })
+    })
+    Object.assign(result.metrics, scored.metrics)
+    return { result, next: prompts.next }
+  })
 
-    // Async GRPO: a producer runs ahead and the step takes its batches (see internal/rolloutQueue.ts); sync: the
-    // step generates when its batch is used up.
+/**
+ * Where the steps' generation batches come from. Async GRPO: a producer runs ahead and the step takes its batches
+ * (see internal/rolloutQueue.ts); sync: the step generates when its batch is used up. Either way the data position
+ * moves past the batch taken.
+ */
+const batchSource = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>, run: Run) =>
+  Effect.gen(function*() {
+    const { config, feed, loop } = run
+    const generate = generationBatch(options, run)
     const queue = config.async
       ? yield* RolloutQueue.start({
         config,
-        model,
+        model: options.model,
         version: loop.startStep,
         position: feed.position,
         state: loop.state().rolloutQueue,
         pending: feed.pending.length,
         stopAt: loop.stopAt,
-        produce: generateAt,
+        produce: generate,
         onEvent: options.onQueue
       })
       : undefined
-    const nextBatch = (step: number, microBatch: number) =>
+    const next = (step: number, microBatch: number) =>
       Effect.map(
-        queue === undefined ? generateAt({ step, microBatch }, feed.position, model) : queue.take,
+        queue === undefined ? generate({ step, microBatch }, feed.position, options.model) : queue.take,
         (out) => {
           feed.position = out.next
           return out.result
         }
       )
-    const evaluation = evaluator(queue === undefined ? options : { ...options, model: queue.model }, config, loop)
+    return { queue, next }
+  })
 
-    // One optimizer step: its micro-batches (generating when the batch is used up), forward / loss / backward
-    // of each, the clipped AdamW update, then the step's metrics.
-    const step = (step: number) =>
-      Effect.gen(function*() {
-        const started = Date.now()
-        const taken = yield* takeMicroBatches(feed, config, (microBatch) => nextBatch(step, microBatch))
-        const learningRate = lr(step)
-        const globalStep = step + 1
-        const update = Effect.gen(function*() {
-          const trained = yield* trainMicroBatches(model, taken.micro, config)
-          // The update and its commit as one against interruption: an awaited update (the GPU's, the worker
-          // model's) would otherwise be applied without the commit, and the interruption's checkpoint would pair
-          // the new weights with the previous step's state.
-          const stepped = yield* Effect.uninterruptible(Effect.tap(
-            model.step(optimizerStep(config, learningRate)),
-            () =>
-              // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this
-              // state.
-              loop.commit({
-                globalStep,
-                position: feed.position,
-                numTokens: feed.numTokens,
-                pending: [...feed.pending],
-                ...(queue === undefined ? {} : { rolloutQueue: queue.state() })
-              })
-          ))
-          return { trained, stepped }
-        })
-        const { stepped, trained } = yield* (queue === undefined ? update : queue.training(update, globalStep))
-        const queueMetrics = queue === undefined ? {} : yield* queue.stepped(feed.pending.length > 0)
-        const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
-        const { loss, values } = stepValues(taken.generated, trained, stepped, {
-          learningRate,
-          numTokens: feed.numTokens,
-          seconds
-        })
-        Object.assign(values, queueMetrics)
-        return {
-          values,
-          loss,
-          epoch: Dataset.epochOf(dataset, feed.position, U),
-          progress: { reward: values["reward"], flat: flat.add(globalStep, values) },
-          result: { step: globalStep, loss, values } satisfies StepResult
-        }
-      })
+/** What a step needs of the async queue. */
+type StepQueue = Pick<RolloutQueue.Handle<never, never>, "training" | "stepped" | "state">
 
-    const run = yield* RunLoop.run({
-      loop,
-      step,
-      loggingSteps: config.loggingSteps,
-      saveSteps: config.saveSteps,
-      evaluation: { evalSteps: config.evalSteps, evaluate: evaluation.evaluate },
-      logged: (step) => logCompletions(loop, config, feed.samples, step),
-      summary: summaryOf(config),
-      endNote: () => flat.note() + (queue === undefined ? "" : queue.note()),
-      onStep: options.onStep
+/**
+ * One optimizer step: its micro-batches (generating when the batch is used up), forward / loss / backward of each,
+ * the clipped AdamW update, then the step's metrics.
+ */
+const optimizerSteps = <EB, RB>(
+  options: { readonly dataset: Dataset.Dataset; readonly model: TrainableModel },
+  run: Run,
+  batches: {
+    readonly queue: StepQueue | undefined
+    readonly next: (step: number, microBatch: number) => Effect.Effect<GenerationResult, EB, RB>
+  }
+) =>
+(step: number) =>
+  Effect.gen(function*() {
+    const { config, feed, loop } = run
+    const { model } = options
+    const { queue } = batches
+    const started = Date.now()
+    const taken = yield* takeMicroBatches(feed, config, (microBatch) => batches.next(step, microBatch))
+    const learningRate = run.lr(step)
+    const globalStep = step + 1
+    const update = Effect.gen(function*() {
+      const trained = yield* trainMicroBatches(model, taken.micro, config)
+      // The update and its commit as one against interruption: an awaited update (the GPU's, the worker
+      // model's) would otherwise be applied without the commit, and the interruption's checkpoint would pair
+      // the new weights with the previous step's state.
+      const stepped = yield* Effect.uninterruptible(Effect.tap(
+        model.step(optimizerStep(config, learningRate)),
+        () =>
+          // A copy: the next step shifts micro-batches off `feed.pending`, and an interrupt inside it saves this
+          // state.
+          loop.commit({
+            globalStep,
+            position: feed.position,
+            numTokens: feed.numTokens,
+            pending: [...feed.pending],
+            ...(queue === undefined ? {} : { rolloutQueue: queue.state() })
+          })
+      ))
+      return { trained, stepped }
     })
+    const { stepped, trained } = yield* (queue === undefined ? update : queue.training(update, globalStep))
+    const queueMetrics = queue === undefined ? {} : yield* queue.stepped(feed.pending.length > 0)
+    const seconds = Math.max(1e-9, (Date.now() - started) / 1000)
+    const { loss, values } = stepValues(taken.generated, trained, stepped, {
+      learningRate,
+      numTokens: feed.numTokens,
+      seconds
+    })
+    Object.assign(values, queueMetrics)
     return {
-      outputDir: loop.outputDir,
-      globalStep: run.globalStep,
-      totalSteps,
-      steps: run.results,
-      evaluations: evaluation.results,
-      checkpoint: run.checkpoint,
-      report: run.report
-    } satisfies TrainResult
-  }).pipe(Effect.scoped, Effect.withSpan("Trainer.train"))
+      values,
+      loss,
+      epoch: Dataset.epochOf(options.dataset, feed.position, config.promptsPerGeneration),
+      progress: { reward: values["reward"], flat: run.flat.add(globalStep, values) },
+      result: { step: globalStep, loss, values } satisfies StepResult
+    }
+  })
 
 /**
  * Where the data stands between steps: the generation batch's micro-batches not yet trained, the next prompts to
@@ -694,6 +752,8 @@ const logCompletions = (
     yield* Metrics.append(loop.file(Metrics.files.completions), logged)
     yield* loop.progress.log(Metrics.formatCompletions(logged, config.numCompletionsToPrint))
   })
+
+type FlatCounter = Effect.Effect.Success<ReturnType<typeof flatCounter>>
 
 /**
  * Counts the flat steps (no advantage signal): the resumed run's from metrics.jsonl (already cut back to the

@@ -20,6 +20,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { Data, Duration, Effect } from "effect"
 import type * as HarborTask from "./HarborTask.js"
 import type * as Sandbox from "./Sandbox.js"
+import * as ScriptedEndpoint from "./ScriptedEndpoint.js"
 
 /** The Python environment could not be bound into a sandbox. */
 export class MiniSweAgentError extends Data.TaggedError("MiniSweAgentError")<{ readonly message: string }> {}
@@ -29,6 +30,23 @@ export const venvMount = "/opt/venv"
 
 /** Where the trajectory is written inside the sandbox. */
 export const trajectoryPath = "/logs/agent/mini-swe-agent.traj.json"
+
+/** The command the stock mini.yaml tells the agent to run to submit. */
+export const submitCommand = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+/**
+ * A {@link ScriptedEndpoint} script in mini-swe-agent's stock format (mini.yaml: reasoning text plus one `bash` tool
+ * call per response): the n-th call runs the n-th command, the last submits with {@link submitCommand}. Given a
+ * task's solver commands, the agent solves the task (SFT transcripts in its own format, interop checks).
+ *
+ * @since 0.0.0
+ */
+export const solverScript = (commands: ReadonlyArray<string>): ReadonlyArray<ScriptedEndpoint.Reply> => [
+  ...commands.map((command, i) =>
+    ScriptedEndpoint.bash(command, `Step ${i + 1} of ${commands.length} of my plan for this task.`)
+  ),
+  ScriptedEndpoint.bash(submitCommand, "The task is done, so I submit.")
+]
 
 /**
  * The read-only binds a sandbox needs to run mini-swe-agent from `venv` (a venv with it installed, e.g. the

@@ -1,31 +1,17 @@
-// Token-by-token streaming of `envtrain serve-policy --backend cpu` (continuous batching): chunks leave the server
-// while the sequence still decodes, their deltas concatenate to the non-streamed greedy answer byte for byte (and
-// that is `envtrain generate`'s), and a client that hangs up mid-stream takes its sequence out of the batch while
-// the server goes on. Real sockets on loopback (node:http, so the test sees each network read); live clock.
+// Token-by-token streaming of `envtrain serve-policy --backend cpu` (continuous batching), a real child process
+// (the shared `tinyPolicy` fixture): chunks leave the server while the sequence still decodes, their deltas
+// concatenate to the non-streamed greedy answer byte for byte (and that is `envtrain generate`'s), and a client that
+// hangs up mid-stream takes its sequence out of the batch while the server goes on. Real sockets on loopback
+// (node:http, so the test sees each network read); live clock.
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import type * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as Qwen3Reference from "@envtrain/gpu/model/Qwen3Reference"
-import * as PolicyServer from "@envtrain/rollout/PolicyServer"
 import { Effect, Schedule } from "effect"
 import * as Http from "node:http"
-import * as PolicyBackend from "../src/PolicyBackend.js"
+import { tinyPolicy } from "./fixtures.js"
 
 type Json = Record<string, any>
-
-// A fresh tiny model's logits are nearly flat (greedy repeats one token), so its weights (norms aside) are scaled:
-// greedy outputs then vary from token to token.
-const model = Checkpoint.makeModel("tiny", 3).pipe(
-  Effect.map((m): Checkpoint.Model => ({
-    ...m,
-    tensors: new Map(
-      [...m.tensors].map((
-        [name, t]
-      ) => [name, name.endsWith("norm.weight") ? t : { ...t, data: t.data.map((x) => x * 30) }])
-    )
-  })),
-  Effect.orDie
-)
 
 // `envtrain generate`'s CPU twin: greedy, stopping at the tokenizer's end-of-turn ids.
 const greedy = (m: Checkpoint.Model, prompt: ReadonlyArray<number>, maxNewTokens: number) =>
@@ -36,11 +22,8 @@ const greedy = (m: Checkpoint.Model, prompt: ReadonlyArray<number>, maxNewTokens
     { maxNewTokens, temperature: 0, stopTokens: m.tokenizer.eosTokenIds.slice(0, 8) }
   )
 
-const serveCpu = (m: Checkpoint.Model) =>
-  Effect.gen(function*() {
-    const backend = yield* PolicyBackend.cpu(m, { maxBatchSize: 8 }).pipe(Effect.provide(NodeContext.layer))
-    return yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
-  })
+// The shared fixture's serve-policy child over a sharpened tiny model: greedy outputs vary from token to token.
+const served = tinyPolicy(3, { sharpen: 30 })
 
 const post = (url: string, body: unknown) =>
   Effect.promise(async () => {
@@ -92,8 +75,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
     "the first chunks arrive while the sequence still decodes; the deltas are the non-streamed answer",
     () =>
       Effect.gen(function*() {
-        const m = yield* model
-        const server = yield* serveCpu(m)
+        const { model: m, server } = yield* served
         const body = {
           prompt: "Catch the ball",
           max_tokens: 600,
@@ -133,7 +115,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
         assert.deepStrictEqual(chunks[0].choices[0].prompt_token_ids, m.tokenizer.encode("Catch the ball"))
         assert.strictEqual(chunks.at(-1)!.choices[0].finish_reason, "length")
         assert.strictEqual(choice.token_ids.length, 600)
-      }),
+      }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
 
@@ -141,8 +123,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
     "greedy chat and completions streams equal the non-streamed answers and `envtrain generate`",
     () =>
       Effect.gen(function*() {
-        const m = yield* model
-        const server = yield* serveCpu(m)
+        const { model: m, server } = yield* served
         const messages = [{ role: "user", content: "Guess a word." }]
         const chatBody = {
           messages,
@@ -194,7 +175,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
         assert.strictEqual(streamed.map((c) => c.choices[0].text).join(""), cut.choices[0].text)
         assert.deepStrictEqual(streamed.flatMap((c) => c.choices[0].token_ids ?? []), cut.choices[0].token_ids)
         assert.strictEqual(streamed.at(-1)!.choices[0].stop_reason, stop)
-      }),
+      }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
 
@@ -202,8 +183,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
     "a client that hangs up mid-stream: its sequence leaves the batch, the server keeps serving",
     () =>
       Effect.gen(function*() {
-        const m = yield* model
-        const server = yield* serveCpu(m)
+        const { model: m, server } = yield* served
         const stream = yield* open(server.url, "/v1/completions", {
           prompt: "Catch the ball",
           max_tokens: 1500,
@@ -236,7 +216,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
           })).text
         ) as Json
         assert.deepStrictEqual(next.choices[0].token_ids, greedy(m, ids, 8).tokens)
-      }),
+      }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
 })

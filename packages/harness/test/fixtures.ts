@@ -23,15 +23,30 @@ export const NO_THINKING = { chat_template_kwargs: { enable_thinking: false } }
 export const shippedSuite = HarborTask.loadSuite(HarborTask.shippedSuiteDir)
 
 /**
- * A tiny model (`seed` picks its weights) saved under a scoped temporary directory (`dir/model`) and served by a
- * `serve-policy` child on the CPU. `dir` is free for the test's own outputs.
+ * A fresh tiny model's logits are nearly flat (greedy repeats one token); with its weights (norms aside) scaled by
+ * `factor`, greedy outputs vary from token to token.
  */
-export const tinyPolicy = (seed: number) =>
+const sharpened = (model: Checkpoint.Model, factor: number): Checkpoint.Model => ({
+  ...model,
+  tensors: new Map(
+    [...model.tensors].map((
+      [name, t]
+    ) => [name, name.endsWith("norm.weight") ? t : { ...t, data: t.data.map((x) => x * factor) }])
+  )
+})
+
+/**
+ * A tiny model (`seed` picks its weights; `sharpen` scales them, for tests that need greedy outputs to vary) saved
+ * under a scoped temporary directory (`dir/model`) and served by a `serve-policy` child on the CPU. `dir` is free for
+ * the test's own outputs.
+ */
+export const tinyPolicy = (seed: number, options?: { readonly sharpen?: number }) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const dir = yield* fs.makeTempDirectoryScoped()
-    const model = yield* Checkpoint.makeModel(MODEL, seed)
+    const fresh = yield* Checkpoint.makeModel(MODEL, seed)
+    const model = options?.sharpen === undefined ? fresh : sharpened(fresh, options.sharpen)
     yield* Checkpoint.save(path.join(dir, "model"), model)
     const server = yield* PolicyServerProcess.launch({
       model: path.join(dir, "model"),

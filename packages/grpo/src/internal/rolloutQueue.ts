@@ -325,6 +325,9 @@ export const start = <E, R>(options: StartOptions<E, R>) =>
     }
   })
 
+/** The trainer's side of a started queue (what {@link start} returns). */
+export type Handle<E, R> = Effect.Effect.Success<ReturnType<typeof start<E, R>>>
+
 /**
  * A stale batch: its old logprobs are the sampler's (behavior) logprobs, so the clipped ratio π/π_behavior is the
  * importance-sampling correction; the sampler correction against the trainer's logprobs at generation is dropped.

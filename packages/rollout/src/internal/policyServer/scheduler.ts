@@ -159,15 +159,25 @@ export const make = (
         }
       })
 
-    const windowLoop = Effect.gen(function*() {
+    // An idle loop's next turn: a weight update next in line runs now (none); otherwise the requests' first batch,
+    // gathered up to the batch size after waiting `window` for more to arrive.
+    const firstBatch = Effect.gen(function*() {
       const first = yield* next
-      if (first._tag === "Update") return yield* runUpdate(first)
+      if (first._tag === "Update") {
+        yield* runUpdate(first)
+        return Option.none<Array<GenerateItem>>()
+      }
       const batch = [first]
       if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
         yield* Effect.sleep(options.window)
       }
       yield* gather(batch, options.maxBatchSize)
-      yield* runBatch(batch)
+      return Option.some(batch)
+    })
+
+    const windowLoop = Effect.gen(function*() {
+      const batch = yield* firstBatch
+      if (Option.isSome(batch)) yield* runBatch(batch.value)
     })
 
     // One iteration serves an idle server's next item; for requests it then decodes until the batch is empty, in a
@@ -199,6 +209,8 @@ export const make = (
             else Deferred.unsafeDone(item.done, Exit.failCause(exit.cause))
           }
         })
+      const answer = (r: Running, completion: BackendCompletion, policyVersion: number) =>
+        Deferred.unsafeDone(r.item.done, Exit.succeed({ completion, policyVersion }))
       // After a decode step of `now`: answers the finished, asks the watchers, keeps the rest running.
       const settle = (now: ReadonlyArray<Running>, results: ReadonlyArray<BackendCompletion | undefined>) => {
         const v = version
@@ -207,7 +219,7 @@ export const make = (
           const completion = results[i]
           const r = now[i]
           if (completion !== undefined) {
-            Deferred.unsafeDone(r.item.done, Exit.succeed({ completion, policyVersion: v }))
+            answer(r, completion, v)
             continue
           }
           const said = watch(r, v)
@@ -218,13 +230,7 @@ export const make = (
           } else {
             // Only a watcher stops a sequence, so `progress` is there.
             const p = progress!(r.sequence)
-            Deferred.unsafeDone(
-              r.item.done,
-              Exit.succeed({
-                completion: { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" },
-                policyVersion: v
-              })
-            )
+            answer(r, { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" }, v)
           }
         }
         running = next
@@ -242,14 +248,9 @@ export const make = (
         }
       }
       return Effect.gen(function*() {
-        const first = yield* next
-        if (first._tag === "Update") return yield* runUpdate(first)
-        const group = [first]
-        if (Duration.greaterThan(options.window, Duration.zero) && options.maxBatchSize > 1) {
-          yield* Effect.sleep(options.window)
-        }
-        yield* gather(group, options.maxBatchSize)
-        yield* admit(group)
+        const group = yield* firstBatch
+        if (Option.isNone(group)) return
+        yield* admit(group.value)
         while (true) {
           // A sequence whose client went away leaves the batch (its cache with it).
           if (running.some((r) => r.item.cancelled)) running = running.filter((r) => !r.item.cancelled)
