@@ -109,7 +109,8 @@ export const make = (
       for (let i = 0; i + 1 < r.prompt.length; i++) prefill.push([r.prompt[i], i, slot])
     }
 
-    const setActive = (slot: number, active: boolean) => arena.write("g.su", Uint32Array.of(active ? 1 : 0), slot * SLOT_U)
+    const setActive = (slot: number, active: boolean) =>
+      arena.write("g.su", Uint32Array.of(active ? 1 : 0), slot * SLOT_U)
 
     const runPrefill = (rows: ReadonlyArray<PrefillRow>) => {
       for (let start = 0; start < rows.length; start += P) {
