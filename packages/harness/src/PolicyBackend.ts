@@ -253,11 +253,17 @@ export const gpu = (
     const context = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
     const maxBatchSize = options.maxBatchSize ?? 16
     const contextLength = contextOf(model, options)
+    const stepsPerSubmit = options.stepsPerSubmit ?? 8
+    if (!Number.isInteger(stepsPerSubmit) || stepsPerSubmit < 1) {
+      return yield* new Generation.GenerationError({
+        problem: `stepsPerSubmit must be a positive integer (got ${stepsPerSubmit}).`
+      })
+    }
     const qwen = yield* Qwen3.make(model, {
       batch: 1,
       seq: 1,
       trainable: false,
-      generation: { slots: maxBatchSize, capacity: contextLength, stepsPerSubmit: options.stepsPerSubmit ?? 8 }
+      generation: { slots: maxBatchSize, capacity: contextLength, stepsPerSubmit }
     })
     const slots = yield* Generation.makeStepwise(qwen)
     const failed = (e: { readonly message: string }) => new BackendError({ status: 500, message: e.message })
