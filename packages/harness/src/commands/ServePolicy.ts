@@ -69,7 +69,9 @@ export const command = Command.make("serve-policy", options, (a) =>
     const backend = a.backend === "cpu"
       ? yield* PolicyBackend.cpu(model, backendOptions)
       // The device lives as long as the server: built in the command's scope, not the backend constructor's.
-      : yield* PolicyBackend.gpu(model, { ...backendOptions, stepsPerSubmit: a.stepsPerSubmit }).pipe(Effect.provide(yield* Layer.build(Gpu.layer())))
+      : yield* PolicyBackend.gpu(model, { ...backendOptions, stepsPerSubmit: a.stepsPerSubmit }).pipe(
+        Effect.provide(yield* Layer.build(Gpu.layer()))
+      )
     // vLLM's default: the --model argument as given.
     const servedModelName = Option.getOrElse(a.servedModelName, () => a.model)
     const server = yield* PolicyServer.serve(backend, {
