@@ -1,21 +1,25 @@
 /**
- * Policy server benchmark: completion tokens/s of `envtrain serve-policy --backend cpu` (its own process, as
+ * Policy server benchmark: completion tokens/s of `envtrain serve-policy --backend cpu|gpu` (its own process, as
  * deployed; queried over loopback with fetch) at several numbers of concurrent requests, with continuous batching
- * and with window batching (`--batching`), against the same CPU model generating the same batch in process
- * (`Trainer.referenceModel`). Every request samples `--tokens` tokens (`ignore_eos`, temperature 1, its own seed),
- * so all sides do the same work.
+ * and with window batching (`--batching`), against the same model generating the same batch in process
+ * (cpu: `Trainer.referenceModel`; gpu: the gpu backend's own `generate`, `PolicyBackend.gpu`). Every request
+ * samples `--tokens` tokens (`ignore_eos`, temperature 1, its own seed), so all sides do the same work.
  *
  *   npx tsx bench/rollout/policy-server.ts                                   # tiny preset, 1,8,32 requests
  *   npx tsx bench/rollout/policy-server.ts --preset=small --concurrency=1,8 --tokens=16
+ *   npx tsx bench/rollout/policy-server.ts --backend=gpu --concurrency=1,4 --tokens=16 --rounds=3 --warmup=1
  *
- * Results: bench/results/<out>.{json,md} (default out: policy-server-<preset>).
+ * Results: bench/results/<out>.{json,md} (default out: policy-server-<preset>, policy-server-<preset>-gpu).
  */
 import { NodeContext } from "@effect/platform-node"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import type { PresetName } from "@envtrain/gpu/model/Preset"
+import { Gpu } from "@envtrain/gpu/runtime/Gpu"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import { PolicyServerProcess } from "@envtrain/harness"
-import { Effect } from "effect"
+import { PolicyBackend } from "@envtrain/harness"
+import type { GenerateRequest } from "@envtrain/rollout/Policy"
+import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -25,13 +29,16 @@ const flag = (name: string): string | undefined => {
   return hit === undefined ? undefined : hit.slice(hit.indexOf("=") + 1)
 }
 const PRESET = (flag("preset") ?? "tiny") as PresetName
+const BACKEND = (flag("backend") ?? "cpu") as "cpu" | "gpu"
+// The gpu backend's KV cache per slot (the server's --max-model-len): enough for a prompt and --tokens.
+const CONTEXT = 256
 const CONCURRENCY = (flag("concurrency") ?? "1,8,32").split(",").map(Number)
 const TOKENS = Number(flag("tokens") ?? 32)
 const ROUNDS = Number(flag("rounds") ?? 5)
 // Untimed rounds first at every concurrency, on every side: the first requests a fresh process serves run cold
 // (JIT, caches), which at 1 request measured start-up rather than serving.
 const WARMUP = Number(flag("warmup") ?? 3)
-const OUT = flag("out") ?? `policy-server-${PRESET}`
+const OUT = flag("out") ?? (BACKEND === "cpu" ? `policy-server-${PRESET}` : `policy-server-${PRESET}-gpu`)
 const root = Path.resolve(import.meta.dirname, "../..")
 
 const median = (xs: ReadonlyArray<number>) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
@@ -45,8 +52,24 @@ const program = Effect.gen(function*() {
     Array.from({ length: n }, (_, i) => model.tokenizer.encode(`<|im_start|>user\nPlay round ${i}.<|im_end|>\n`))
   const maxBatch = Math.max(...CONCURRENCY)
 
-  // In process: the batch handed to the model at once.
-  const local = Trainer.referenceModel(model, { maxBatchSize: maxBatch })
+  // In process: the batch handed to the model at once (gpu: on a device that closes before the servers start).
+  const scope = yield* Scope.make()
+  let adapterName = ""
+  const local = BACKEND === "cpu"
+    ? Trainer.referenceModel(model, { maxBatchSize: maxBatch })
+    : yield* Effect.gen(function*() {
+      const device = yield* Layer.build(Layer.merge(Gpu.layer(), NodeContext.layer))
+      const gpu = Context.get(device, Gpu)
+      adapterName = `${gpu.adapter.vendor} / ${gpu.adapter.device || gpu.adapter.description}` +
+        (gpu.adapter.isSoftware ? " (software)" : "")
+      const backend = yield* PolicyBackend.gpu(model, { maxBatchSize: maxBatch, contextLength: CONTEXT }).pipe(
+        Effect.provide(device)
+      )
+      return {
+        generate: (requests: ReadonlyArray<GenerateRequest>) =>
+          backend.generate(requests.map((r) => ({ ...r, topLogprobs: 0 })))
+      }
+    }).pipe(Scope.extend(scope))
   const inProcess: Record<number, number> = {}
   const inProcessCpu: Record<number, number> = {}
   for (const c of CONCURRENCY) {
@@ -71,13 +94,15 @@ const program = Effect.gen(function*() {
     inProcess[c] = median(runs)
     inProcessCpu[c] = median(cpu)
   }
+  yield* Scope.close(scope, Exit.void)
 
   // The server in its own process, once per batching mode.
   const serve = (batching: "continuous" | "window") =>
     Effect.gen(function*() {
       const { url } = yield* PolicyServerProcess.launch({
         model: dir,
-        backend: "cpu",
+        backend: BACKEND,
+        ...(BACKEND === "gpu" ? { maxModelLen: CONTEXT } : {}),
         maxBatch,
         batching,
         servedModelName: "bench"
@@ -153,6 +178,8 @@ const program = Effect.gen(function*() {
   const loadAfter = Os.loadavg()
   const result = {
     preset: PRESET,
+    backend: BACKEND,
+    ...(BACKEND === "gpu" ? { adapter: adapterName } : {}),
     tokensPerRequest: TOKENS,
     rounds: ROUNDS,
     warmupRounds: WARMUP,
@@ -164,13 +191,20 @@ const program = Effect.gen(function*() {
   mkdirSync(Path.join(root, "bench/results"), { recursive: true })
   writeFileSync(Path.join(root, `bench/results/${OUT}.json`), JSON.stringify(result, null, 2) + "\n")
   const md = [
-    `# Policy server: tokens/s, ${PRESET} preset, CPU backend`,
+    `# Policy server: tokens/s, ${PRESET} preset, ${BACKEND.toUpperCase()} backend` +
+    (BACKEND === "gpu" ? ` (${adapterName})` : ""),
     "",
-    `\`npx tsx bench/rollout/policy-server.ts --preset=${PRESET}\`: ${TOKENS} sampled tokens per request ` +
+    `\`npx tsx bench/rollout/policy-server.ts --preset=${PRESET} --backend=${BACKEND} ` +
+    `--concurrency=${CONCURRENCY.join(",")} --tokens=${TOKENS} --rounds=${ROUNDS} --warmup=${WARMUP}\`: ` +
+    `${TOKENS} sampled tokens per request ` +
     `(ignore_eos, temperature 1), median of ${ROUNDS} rounds after ${WARMUP} untimed warm-up round(s) per ` +
     `concurrency and side, ${Os.cpus().length} CPUs shared with other jobs (load average ` +
     `${loadBefore[0].toFixed(1)} at the start, ${loadAfter[0].toFixed(1)} at the end). ` +
-    "In process: `Trainer.referenceModel.generate` on the whole batch. Server: `envtrain serve-policy --backend cpu` " +
+    (BACKEND === "cpu"
+      ? "In process: `Trainer.referenceModel.generate` on the whole batch. "
+      : "In process: the gpu backend's `generate` (`PolicyBackend.gpu`, 8 decode steps per submit) on the whole " +
+        "batch, on the same device. ") +
+    `Server: \`envtrain serve-policy --backend ${BACKEND}\` ` +
     "in its own process with `--batching continuous` (requests join the running decode between steps) and " +
     "`--batching window` (a batch decodes to its end before the next), the requests sent concurrently over loopback. " +
     "Occupancy: continuous, the most sequences in one decode step so far; window, the last batch's size. " +

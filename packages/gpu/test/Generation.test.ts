@@ -89,4 +89,69 @@ layer(Gpu.layer(), { timeout: 120_000 })("Generation on the GPU", (it) => {
       const bad = yield* Effect.flip(generator.generate({ prompt: [1], maxNewTokens: 30 }))
       assert.include(bad.message, "capacity")
     }))
+
+  it.scoped("step-wise: sequences joining, pausing and ending between submits each equal their solo reference run", () =>
+    Effect.gen(function*() {
+      const model = yield* Qwen3.make({ config, tensors }, {
+        batch: 1,
+        seq: 24,
+        trainable: false,
+        generation: { slots: 2, capacity: 24, prefillChunk: 8, stepsPerSubmit: 4 }
+      })
+      const stepwise = yield* Generation.makeStepwise(model, { stepsPerStep: 3 })
+      const request = (i: number, temperature: number) => ({
+        prompt: Array.from({ length: 2 + i }, (_, j) => (7 * i + 3 * j + 2) % 40),
+        maxNewTokens: 14 - 2 * i,
+        temperature,
+        topK: 30,
+        // Request 0 runs to its length (it is stepped alone first); the others may stop early.
+        stopTokens: i === 0 ? [] : [i % 2 === 0 ? 0 : 1],
+        seed: 7,
+        sequence: i
+      })
+      const want = (r: ReturnType<typeof request>) => Ref.generate(config, weights, r.prompt, r)
+      const check = (got: Generation.GenerateResult | undefined, r: ReturnType<typeof request>, what: string) => {
+        assert.isDefined(got, what)
+        const w = want(r)
+        assert.deepStrictEqual(got!.tokens, w.tokens, what)
+        assert.strictEqual(got!.finishReason, w.finishReason, what)
+        got!.sampledLogprobs.forEach((lp, k) => assert.closeTo(lp, w.sampledLogprobs[k], 1e-4, what))
+      }
+      // Runs `live` until each finishes; `pauseFirst` leaves sequence 0 out of every other step.
+      const drain = (live: Array<[Generation.Sequence, ReturnType<typeof request>, string]>, pauseFirst: boolean) =>
+        Effect.gen(function*() {
+          let turn = 0
+          while (live.length > 0) {
+            // Lost tokens would leave a sequence running forever.
+            assert.isBelow(turn, 30, "a sequence never finished")
+            const now = pauseFirst && turn % 2 === 1 && live.length > 1 ? live.slice(1) : live.slice()
+            turn++
+            const out = yield* stepwise.step(now.map(([s]) => s))
+            out.forEach((got, i) => {
+              if (got === undefined) return
+              check(got, now[i][1], now[i][2])
+              live.splice(live.indexOf(now[i]), 1)
+            })
+          }
+        })
+      // Greedy and seeded: one request runs a step alone, a second joins it mid-decode; the first is paused at times.
+      for (const temperature of [0, 0.9]) {
+        const [r0, r1] = [request(0, temperature), request(3, temperature)]
+        const s0 = yield* stepwise.start(r0)
+        const first = yield* stepwise.step([s0])
+        assert.isUndefined(first[0])
+        assert.lengthOf(s0.tokens, 3)
+        const s1 = yield* stepwise.start(r1)
+        yield* drain([[s0, r0, `T=${temperature} first`], [s1, r1, `T=${temperature} joined`]], true)
+      }
+      // Slots are freed: an ended sequence gives its slot back, and more requests than slots run one after another.
+      const a = yield* stepwise.start(request(1, 0.9))
+      yield* stepwise.start(request(2, 0.9))
+      assert.include((yield* Effect.flip(stepwise.start(request(4, 0.9)))).message, "slots are taken")
+      stepwise.end(a)
+      assert.include((yield* Effect.flip(stepwise.step([a]))).message, "not running")
+      const c = yield* stepwise.start(request(4, 0))
+      const r4 = request(4, 0)
+      yield* drain([[c, r4, "after end"]], false)
+    }))
 })

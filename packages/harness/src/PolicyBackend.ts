@@ -6,17 +6,21 @@
  *   (the model's `decoder`), so the server batches continuously: requests join the running batch between steps. Top logprobs come from
  *   one extra forward pass over prompt + completion (log_softmax(logits / T), T = 1 when greedy, before the
  *   top-k/top-p/min-p filters).
- * - {@link gpu}: `@envtrain/rollout`'s `LocalPolicy` (Qwen3 with its `Generation` loop on WebGPU). Weight updates
- *   upload the new tensors to the device; the server batches it by windows (its generator admits requests only
- *   from inside its own loop, not through the server's step-wise interface); top logprobs are not available (the generator reads back only the
- *   sampled token's logprobs), so asking for them is refused with a 400 that says so.
+ * - {@link gpu}: Qwen3 on WebGPU with its generation slots (KV cache, sampling on the device) driven step by step
+ *   (`Generation.makeStepwise`), so the server batches it continuously too: a request takes a free slot between two
+ *   GPU submits (each of `stepsPerSubmit` decode steps, default 8), a finished sequence is answered after the submit
+ *   it ended in and frees its slot, and a stream gets a chunk per submit. The device stops a sequence at its stop
+ *   token or max tokens inside a submit, and a sequence ended by a stop string is cut by the server, so every
+ *   completion is the request's solo `generate` (`LocalPolicy`'s sampling: seed per request, Philox stream = prompt
+ *   length). Weight updates upload the new tensors to the device; top logprobs are not available (the generator
+ *   reads back only the sampled token's logprobs), so asking for them is refused with a 400 that says so.
  *
  * Both load weights from a checkpoint directory (`Checkpoint.loadWeights`: every tensor of the config with its
  * shape, nothing else) or from the bytes of one safetensors file, checked the same way.
  *
  * @example
  * ```ts
- * import { Effect } from "effect"
+ * import { Effect, Random } from "effect"
  * import { Checkpoint } from "@envtrain/gpu"
  * import { PolicyServer } from "@envtrain/rollout"
  * import { PolicyBackend } from "@envtrain/harness"
@@ -35,16 +39,16 @@ import { FileSystem } from "@effect/platform"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
-import type * as Generation from "@envtrain/gpu/model/Generation"
+import * as Generation from "@envtrain/gpu/model/Generation"
 import * as Qwen3 from "@envtrain/gpu/model/Qwen3"
 import * as Qwen3Reference from "@envtrain/gpu/model/Qwen3Reference"
 import type { Gpu } from "@envtrain/gpu/runtime/Gpu"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import * as LocalPolicy from "@envtrain/rollout/LocalPolicy"
-import type { BackendCompletion, BackendRequest, WeightSource } from "@envtrain/rollout/PolicyServer"
+import type { BackendCompletion, BackendRequest, Decoder, WeightSource } from "@envtrain/rollout/PolicyServer"
 import { type Backend, BackendError } from "@envtrain/rollout/PolicyServer"
 import type { Scope } from "effect"
-import { Effect } from "effect"
+import { Effect, Random } from "effect"
 
 /** Options of both backends. */
 export interface BackendOptions {
@@ -221,13 +225,25 @@ export const cpu = (
 // The GPU generator's stop-token slots per request.
 const GPU_STOP_TOKENS = 8
 
+// A request on the GPU backend: the policy request and its sequence in the generation slots.
+interface GpuSequence {
+  readonly request: BackendRequest
+  readonly sequence: Generation.Sequence
+}
+
 /**
- * The GPU model (`LocalPolicy` over Qwen3 + `Generation`) as a backend; the device buffers and the generation loop
- * live in the Scope.
+ * The GPU model (Qwen3 with its generation slots driven step by step, `Generation.makeStepwise`) as a backend; the
+ * device buffers live in the Scope. Its `decoder` step is one submit of `stepsPerSubmit` decode steps.
  */
 export const gpu = (
   model: Checkpoint.Model,
-  options: BackendOptions = {}
+  options: BackendOptions & {
+    /**
+     * Decode steps per GPU submit (1…, default 8): requests join, and streams get a chunk, between submits; more
+     * steps amortise the submit and read-back, fewer make joins and stream chunks finer.
+     */
+    readonly stepsPerSubmit?: number
+  } = {}
 ): Effect.Effect<
   Backend,
   Generation.GenerationError | Qwen3.MakeError,
@@ -237,13 +253,65 @@ export const gpu = (
     const context = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
     const maxBatchSize = options.maxBatchSize ?? 16
     const contextLength = contextOf(model, options)
+    const stepsPerSubmit = options.stepsPerSubmit ?? 8
+    if (!Number.isInteger(stepsPerSubmit) || stepsPerSubmit < 1) {
+      return yield* new Generation.GenerationError({
+        problem: `stepsPerSubmit must be a positive integer (got ${stepsPerSubmit}).`
+      })
+    }
     const qwen = yield* Qwen3.make(model, {
       batch: 1,
       seq: 1,
       trainable: false,
-      generation: { slots: maxBatchSize, capacity: contextLength, stepsPerSubmit: 8 }
+      generation: { slots: maxBatchSize, capacity: contextLength, stepsPerSubmit }
     })
-    const local = yield* LocalPolicy.make(qwen, { maxBatchSize })
+    const slots = yield* Generation.makeStepwise(qwen)
+    const failed = (e: { readonly message: string }) => new BackendError({ status: 500, message: e.message })
+    const decoder = {
+      start: (request: BackendRequest) =>
+        Effect.gen(function*() {
+          // A request without a seed gets a random one, as LocalPolicy gives it.
+          const seed = request.sampling.seed ?? (yield* Random.nextIntBetween(0, 0x7fffffff))
+          const sequence = yield* slots.start(LocalPolicy.toGeneration(request, seed)).pipe(Effect.mapError(failed))
+          return { request, sequence } satisfies GpuSequence
+        }),
+      step: (sequences: ReadonlyArray<unknown>) => {
+        const seqs = sequences as ReadonlyArray<GpuSequence>
+        return slots.step(seqs.map((s) => s.sequence)).pipe(
+          Effect.map((results) =>
+            results.map((out, i) => out === undefined ? undefined : LocalPolicy.toCompletion(seqs[i].request, out))
+          ),
+          Effect.mapError(failed)
+        )
+      },
+      progress: (sequence: unknown) => {
+        const { request, sequence: s } = sequence as GpuSequence
+        return {
+          tokenIds: s.tokens,
+          logprobs: (request.sampling.temperature ?? 1) === 0 ? s.logprobs : s.sampledLogprobs
+        }
+      },
+      end: (sequence: unknown) => slots.end((sequence as GpuSequence).sequence)
+    } satisfies Decoder
+    // Window batching: the batch's sequences start together and are stepped until the last finishes.
+    const generate = (requests: ReadonlyArray<BackendRequest>) =>
+      Effect.suspend(() => {
+        const seqs: Array<GpuSequence> = []
+        return Effect.gen(function*() {
+          for (const r of requests) seqs.push(yield* decoder.start(r))
+          const done: Array<BackendCompletion | undefined> = requests.map(() => undefined)
+          let left = seqs.map((_, i) => i)
+          while (left.length > 0) {
+            const results = yield* decoder.step(left.map((i) => seqs[i]))
+            left.forEach((i, j) => (done[i] = results[j]))
+            left = left.filter((i) => done[i] === undefined)
+          }
+          return done as ReadonlyArray<BackendCompletion>
+        }).pipe(
+          // Unfinished sequences (a failed start or step, an interruption) give their slots back.
+          Effect.ensuring(Effect.sync(() => seqs.forEach(decoder.end)))
+        )
+      })
     return {
       name: "gpu",
       tokenizer: model.tokenizer,
@@ -253,10 +321,8 @@ export const gpu = (
       maxTopLogprobs: 0,
       samplingDefaults: samplingDefaultsOf(model),
       maxStopTokenIds: GPU_STOP_TOKENS,
-      generate: (requests) =>
-        Effect.forEach(requests, (r) => local.policy.generate(r), { concurrency: "unbounded" }).pipe(
-          Effect.mapError((e) => new BackendError({ status: 500, message: e.message }))
-        ),
+      generate,
+      decoder,
       loadWeights: (source) =>
         readWeights(model.config, source).pipe(
           Effect.flatMap((weights) =>

@@ -31,6 +31,8 @@ export interface LaunchOptions {
   readonly port?: number
   readonly servedModelName?: string
   readonly maxBatch?: number
+  /** `--max-model-len` (default the command's). */
+  readonly maxModelLen?: number
   /** `--batching`; default the command's (continuous where the backend can). */
   readonly batching?: "continuous" | "window"
   /** How long to wait for `/health`. Default 120 s (the model loads first). */
@@ -61,6 +63,7 @@ export const launch = (options: LaunchOptions) =>
       ...flag("backend", options.backend),
       ...flag("served-model-name", options.servedModelName),
       ...flag("max-batch", options.maxBatch),
+      ...flag("max-model-len", options.maxModelLen),
       ...flag("batching", options.batching)
     ],
     ...(options.port === undefined ? {} : { port: options.port }),

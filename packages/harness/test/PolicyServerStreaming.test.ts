@@ -2,14 +2,18 @@
 // (the shared `tinyPolicy` fixture): chunks leave the server while the sequence still decodes, their deltas
 // concatenate to the non-streamed greedy answer byte for byte (and that is `envtrain generate`'s), and a client that
 // hangs up mid-stream takes its sequence out of the batch while the server goes on. Real sockets on loopback
-// (node:http, so the test sees each network read); live clock.
+// (node:http, so the test sees each network read); live clock. The same for `--backend gpu` (lavapipe here, in
+// process), a chunk per submit, and a sequence that leaves (stop string, hang-up) gives its generation slot back.
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import type * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as Qwen3Reference from "@envtrain/gpu/model/Qwen3Reference"
-import { Effect, Schedule } from "effect"
+import { Gpu } from "@envtrain/gpu/runtime/Gpu"
+import * as PolicyServer from "@envtrain/rollout/PolicyServer"
+import { Effect, Layer, Schedule } from "effect"
 import * as Http from "node:http"
-import { tinyPolicy } from "./fixtures.js"
+import * as PolicyBackend from "../src/PolicyBackend.js"
+import { MODEL, sharpened, tinyPolicy } from "./fixtures.js"
 
 type Json = Record<string, any>
 
@@ -24,6 +28,8 @@ const greedy = (m: Checkpoint.Model, prompt: ReadonlyArray<number>, maxNewTokens
 
 // The shared fixture's serve-policy child over a sharpened tiny model: greedy outputs vary from token to token.
 const served = tinyPolicy(3, { sharpen: 30 })
+// The same weights in process, for the GPU backend.
+const model = Checkpoint.makeModel(MODEL, 3).pipe(Effect.map((m) => sharpened(m, 30)), Effect.orDie)
 
 const post = (url: string, body: unknown) =>
   Effect.promise(async () => {
@@ -219,4 +225,104 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
+})
+
+describe("serve-policy streams a chunk per submit (GPU backend, continuous batching)", () => {
+  // One generation slot, so a sequence that keeps its slot after it left the batch would block the next request.
+  const serveGpu = (m: Checkpoint.Model) =>
+    Effect.gen(function*() {
+      const device = yield* Layer.build(Layer.merge(Gpu.layer(), NodeContext.layer))
+      const backend = yield* PolicyBackend.gpu(m, { maxBatchSize: 1, contextLength: 512, stepsPerSubmit: 4 }).pipe(
+        Effect.provide(device)
+      )
+      return yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
+    })
+
+  it.scopedLive(
+    "chunks arrive while the sequence decodes and equal the plain answer; a stop string cuts both alike",
+    () =>
+      Effect.gen(function*() {
+        const m = yield* model
+        const server = yield* serveGpu(m)
+        const body = {
+          prompt: "Catch the ball",
+          max_tokens: 120,
+          temperature: 0,
+          ignore_eos: true,
+          logprobs: 0,
+          return_token_ids: true
+        }
+        const stream = yield* open(server.url, "/v1/completions", { ...body, stream: true })
+        const during = yield* metricsOf(server.url)
+        assert.strictEqual(gauge(during, "num_requests_running"), 1, during)
+        assert.strictEqual(gauge(during, "generation_tokens_total"), 0, during)
+        yield* Effect.promise(() => stream.ended)
+        const chunks = events(stream.reads.join("")).slice(0, -1) as Array<Json>
+        const plain = JSON.parse((yield* post(`${server.url}/v1/completions`, body)).text) as Json
+        const choice = plain.choices[0]
+        assert.deepStrictEqual(choice.token_ids, greedy(m, m.tokenizer.encode("Catch the ball"), 120).tokens)
+        assert.strictEqual(chunks.map((c) => c.choices[0].text).join(""), choice.text)
+        assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].token_ids ?? []), choice.token_ids)
+        assert.deepStrictEqual(
+          chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []),
+          choice.logprobs.token_logprobs
+        )
+        // A chunk per submit of 4 decode steps: many chunks, none longer than a submit.
+        const sizes = chunks.map((c) => (c.choices[0].token_ids ?? []).length).filter((n) => n > 0)
+        assert.isAtLeast(sizes.length, 120 / 4 - 2, String(sizes))
+        assert.isAtMost(Math.max(...sizes), 4, String(sizes))
+
+        // A stop string from the middle of the text: the sequence ends at that submit; the server cuts the tokens
+        // sampled after it, streamed or not.
+        const text = m.tokenizer.decode(choice.token_ids, { skipSpecialTokens: true })
+        const stop = text.slice(21, 24)
+        const stopped = { ...body, stop: [stop] }
+        const cut = JSON.parse((yield* post(`${server.url}/v1/completions`, stopped)).text) as Json
+        assert.strictEqual(cut.choices[0].text, text.slice(0, text.indexOf(stop)))
+        assert.strictEqual(cut.choices[0].stop_reason, stop)
+        assert.deepStrictEqual(cut.choices[0].token_ids, choice.token_ids.slice(0, cut.choices[0].token_ids.length))
+        const streamed = events((yield* post(`${server.url}/v1/completions`, { ...stopped, stream: true })).text)
+          .slice(0, -1) as Array<Json>
+        assert.strictEqual(streamed.map((c) => c.choices[0].text).join(""), cut.choices[0].text)
+        assert.deepStrictEqual(streamed.flatMap((c) => c.choices[0].token_ids ?? []), cut.choices[0].token_ids)
+        // It left at the stop: it gave its one slot back (this request needs it).
+        const next = JSON.parse((yield* post(`${server.url}/v1/completions`, { ...body, max_tokens: 6 })).text) as Json
+        assert.deepStrictEqual(next.choices[0].token_ids, choice.token_ids.slice(0, 6))
+      }),
+    300_000
+  )
+
+  it.scopedLive("a client that hangs up mid-stream gives its generation slot back", () =>
+    Effect.gen(function*() {
+      const m = yield* model
+      const server = yield* serveGpu(m)
+      const stream = yield* open(server.url, "/v1/completions", {
+        prompt: "Catch the ball",
+        max_tokens: 480,
+        temperature: 0,
+        ignore_eos: true,
+        stream: true
+      })
+      stream.request.destroy()
+      yield* metricsOf(server.url).pipe(
+        Effect.repeat({
+          schedule: Schedule.spaced("5 millis"),
+          until: (text) => gauge(text, "num_requests_running") === 0
+        }),
+        Effect.timeout("60 seconds")
+      )
+      const after = yield* metricsOf(server.url)
+      assert.isBelow(gauge(after, "decode_step_occupancy_count"), 480 / 4, after)
+      assert.strictEqual(gauge(after, "generation_tokens_total"), 0, after)
+      // The only slot is free again: the next request is served (it would fail with "slots are taken" otherwise).
+      const ids = m.tokenizer.encode("Hi")
+      const next = yield* post(`${server.url}/v1/completions`, {
+        prompt: ids,
+        max_tokens: 8,
+        temperature: 0,
+        return_token_ids: true
+      })
+      assert.strictEqual(next.status, 200, next.text)
+      assert.deepStrictEqual((JSON.parse(next.text) as Json).choices[0].token_ids, greedy(m, ids, 8).tokens)
+    }), 300_000)
 })

@@ -1,6 +1,7 @@
 // `envtrain serve-policy` with the real backends: the CPU reference model (greedy output equal to the trainer's model
 // and to Qwen3Reference.generate, the CPU twin of `envtrain generate`; logprobs; top logprobs; weight updates from a
-// checkpoint directory and from pushed safetensors bytes; batching), the GPU backend on the device (lavapipe here),
+// checkpoint directory and from pushed safetensors bytes; batching), the GPU backend on the device (lavapipe here;
+// continuous batching with slot reuse, window batching),
 // and the command itself as a child process. Every query is a real fetch over loopback. Live clock throughout.
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
@@ -369,6 +370,115 @@ describe("serve-policy, GPU backend", () => {
         const after = (yield* ask).json
         assert.strictEqual(after.policy_version, 1)
         assert.deepStrictEqual(after.choices[0].token_ids, greedy(b, ids, 8).tokens)
+      }),
+    300_000
+  )
+  it.scopedLive(
+    "continuous batching: requests of different lengths join mid-decode and reuse freed slots; each equals its solo run",
+    () =>
+      Effect.gen(function*() {
+        const [a] = yield* models
+        const device = yield* Layer.build(Layer.merge(Gpu.layer(), NodeContext.layer))
+        // Two slots: of the two requests sent while the long one runs, one joins at once, the other takes the slot
+        // the first frees.
+        const backend = yield* PolicyBackend.gpu(a, { maxBatchSize: 2, contextLength: 512 }).pipe(
+          Effect.provide(device)
+        )
+        const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
+        const gauge = (text: string, name: string) =>
+          Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(text)?.[1])
+        const metrics = Effect.promise(() => fetch(`${server.url}/metrics`).then((r) => r.text()))
+        const poll = (until: (text: string) => boolean) =>
+          metrics.pipe(Effect.repeat({ schedule: Schedule.spaced("2 millis"), until }), Effect.timeout("60 seconds"))
+        const long = {
+          prompt: "Catch the ball",
+          max_tokens: 240,
+          temperature: 1,
+          seed: 11,
+          ignore_eos: true,
+          logprobs: 0,
+          return_token_ids: true
+        }
+        const greedyShort = { prompt: "Hi", max_tokens: 6, temperature: 0, logprobs: 0, return_token_ids: true }
+        const seededShort = {
+          prompt: "Guess a word",
+          max_tokens: 11,
+          temperature: 0.8,
+          top_p: 0.9,
+          seed: 5,
+          ignore_eos: true,
+          logprobs: 0,
+          return_token_ids: true
+        }
+        const first = yield* Effect.fork(post(`${server.url}/v1/completions`, long))
+        yield* poll((text) => gauge(text, "num_requests_running") === 1)
+        const joined = yield* Effect.all([
+          post(`${server.url}/v1/completions`, greedyShort),
+          post(`${server.url}/v1/completions`, seededShort)
+        ], { concurrency: "unbounded" })
+        // Both were answered while the long one still decodes: they did not wait for its batch to end.
+        assert.isTrue(Option.isNone(yield* Fiber.poll(first)), "the long request finished before the short ones")
+        const during = yield* metrics
+        assert.strictEqual(gauge(during, "decode_step_occupancy_max"), 2, during)
+        const longOut = (yield* Fiber.join(first)).json
+        assert.strictEqual(longOut.choices[0].token_ids.length, 240)
+        // Solo runs, one at a time: the same tokens and logprobs.
+        const [soloLong, soloGreedy, soloSeeded] = [
+          (yield* post(`${server.url}/v1/completions`, long)).json,
+          (yield* post(`${server.url}/v1/completions`, greedyShort)).json,
+          (yield* post(`${server.url}/v1/completions`, seededShort)).json
+        ]
+        for (
+          const [got, solo, what] of [
+            [longOut, soloLong, "long"],
+            [joined[0].json, soloGreedy, "greedy"],
+            [joined[1].json, soloSeeded, "seeded"]
+          ] as const
+        ) {
+          assert.deepStrictEqual(got.choices[0].token_ids, solo.choices[0].token_ids, what)
+          assert.deepStrictEqual(got.choices[0].logprobs, solo.choices[0].logprobs, what)
+        }
+        assert.strictEqual(joined[1].json.choices[0].token_ids.length, 11)
+        assert.deepStrictEqual(joined[0].json.choices[0].token_ids, greedy(a, a.tokenizer.encode("Hi"), 6).tokens)
+        // More requests at once than slots: they queue, take freed slots, and each equals the CPU model's answer.
+        const prompts = ["Play.", "ok go", "Catch", "Sudoku", "Hi there"]
+        const outs = yield* Effect.forEach(
+          prompts,
+          (prompt) =>
+            post(`${server.url}/v1/completions`, { prompt, max_tokens: 5, temperature: 0, return_token_ids: true }),
+          { concurrency: "unbounded" }
+        )
+        prompts.forEach((p, i) =>
+          assert.deepStrictEqual(outs[i].json.choices[0].token_ids, greedy(a, a.tokenizer.encode(p), 5).tokens, p)
+        )
+        const after = yield* metrics
+        assert.strictEqual(gauge(after, "num_requests_running"), 0, after)
+        assert.strictEqual(gauge(after, "num_requests_waiting"), 0, after)
+        assert.match(after, /^envtrain:batch_size_sum\{[^}]*\} 11$/m)
+      }),
+    300_000
+  )
+
+  it.scopedLive(
+    "window batching (`batching: \"window\"`) still serves the GPU backend through its decoder's steps",
+    () =>
+      Effect.gen(function*() {
+        const [a] = yield* models
+        const device = yield* Layer.build(Layer.merge(Gpu.layer(), NodeContext.layer))
+        const backend = yield* PolicyBackend.gpu(a, { maxBatchSize: 4, contextLength: 64, stepsPerSubmit: 3 }).pipe(
+          Effect.provide(device)
+        )
+        const server = yield* PolicyServer.serve(backend, { port: 0, batching: "window", batchWindow: "30 millis" })
+        const prompts = ["Hi", "Play.", "Guess a word"]
+        const outs = yield* Effect.forEach(
+          prompts,
+          (prompt) =>
+            post(`${server.url}/v1/completions`, { prompt, max_tokens: 7, temperature: 0, return_token_ids: true }),
+          { concurrency: "unbounded" }
+        )
+        prompts.forEach((p, i) =>
+          assert.deepStrictEqual(outs[i].json.choices[0].token_ids, greedy(a, a.tokenizer.encode(p), 7).tokens, p)
+        )
       }),
     300_000
   )

@@ -26,7 +26,7 @@ export const shippedSuite = HarborTask.loadSuite(HarborTask.shippedSuiteDir)
  * A fresh tiny model's logits are nearly flat (greedy repeats one token); with its weights (norms aside) scaled by
  * `factor`, greedy outputs vary from token to token.
  */
-const sharpened = (model: Checkpoint.Model, factor: number): Checkpoint.Model => ({
+export const sharpened = (model: Checkpoint.Model, factor: number): Checkpoint.Model => ({
   ...model,
   tensors: new Map(
     [...model.tensors].map((

@@ -53,9 +53,11 @@ export interface LocalPolicy {
   readonly stats: () => LocalPolicyStats
 }
 
-// The generator's request for one policy request (the grpo trainer's mapping: `sequence` = prompt length, so the
-// turns of one episode draw from different Philox streams under the same seed).
-const toGeneration = (request: GenerateRequest, seed: number): Generation.GenerateRequest => {
+/**
+ * The generator's request for one policy request (the grpo trainer's mapping: `sequence` = prompt length, so the
+ * turns of one episode draw from different Philox streams under the same seed).
+ */
+export const toGeneration = (request: GenerateRequest, seed: number): Generation.GenerateRequest => {
   const s = request.sampling
   return {
     prompt: request.promptIds,
@@ -71,6 +73,13 @@ const toGeneration = (request: GenerateRequest, seed: number): Generation.Genera
   }
 }
 
+/** The policy's completion of a generator result: the sampler's logprobs, or the plain T = 1 ones when greedy. */
+export const toCompletion = (request: GenerateRequest, out: Generation.GenerateResult): Completion => ({
+  tokenIds: out.tokens,
+  logprobs: (request.sampling.temperature ?? 1) === 0 ? out.logprobs : out.sampledLogprobs,
+  finishReason: out.finishReason
+})
+
 /** A batching policy over a running generator (see {@link make} to start one for a model). */
 export const fromGenerator = (
   generator: Generation.GeneratorService,
@@ -81,12 +90,7 @@ export const fromGenerator = (
     const one = (request: GenerateRequest) =>
       Effect.gen(function*() {
         const seed = request.sampling.seed ?? (yield* Random.nextIntBetween(0, 0x7fffffff))
-        const out = yield* generator.generate(toGeneration(request, seed))
-        return {
-          tokenIds: out.tokens,
-          logprobs: (request.sampling.temperature ?? 1) === 0 ? out.logprobs : out.sampledLogprobs,
-          finishReason: out.finishReason
-        } satisfies Completion
+        return toCompletion(request, yield* generator.generate(toGeneration(request, seed)))
       })
     const policy = yield* makeBatching({
       maxBatchSize: Math.max(1, options.maxBatchSize),

@@ -11,15 +11,17 @@
  * `chat_template_kwargs`; logprobs are the sampler's processed logprobs (vLLM's `--logprobs-mode processed_logprobs`).
  *
  * Batching and weights: requests wait in one queue. With a backend that decodes step by step (`decoder`: the CPU
- * backend) the server batches continuously, as vLLM does: one running batch of up to `maxBatchSize` sequences,
- * queued requests join it between decode steps, and a finished sequence is answered at once and frees its slot.
+ * and GPU backends) the server batches continuously, as vLLM does: one running batch of up to `maxBatchSize`
+ * sequences, queued requests join it between decode steps, and a finished sequence is answered at once and frees its
+ * slot.
  * Otherwise (or with `batching: "window"`) a batch of up to `maxBatchSize` (gathered for `batchWindow` after the
  * first) is handed to the backend, which decodes it together; the next batch starts when it finishes. A weight
  * update queues behind the requests already waiting; once it is next, nothing more is admitted, the running
  * sequences finish, the weights load and `policy_version` increments; so every completion is produced entirely by
  * one version, which every response names (the `policy_version` field and the `x-policy-version` header).
- * Streams (`stream: true`) go out token by token when the batch is continuous and the decoder shows its `progress`;
- * otherwise they are cut from the finished completion.
+ * Streams (`stream: true`) go out step by step when the batch is continuous and the decoder shows its `progress`
+ * (token by token on the CPU backend; a chunk per submit on the GPU backend); otherwise they are cut from the
+ * finished completion.
  *
  * @example
  * ```ts
@@ -79,9 +81,10 @@ export class BackendError extends Data.TaggedError("BackendError")<{
 
 /**
  * Step-wise decoding, for continuous batching. `start` prepares a request as a sequence (an opaque value the server
- * only passes back); `step` runs one decode step of the given sequences together (a new sequence's first step also
- * runs its prompt) and returns, per sequence, its completion when it finished at this step, or undefined while it
- * runs. A sequence's output must not depend on which sequences share its steps.
+ * only passes back); `step` runs one decode step of the given sequences together (or a few: the GPU backend runs one
+ * submit of several; a new sequence's first step also runs its prompt) and returns, per sequence, its completion
+ * when it finished during this step, or undefined while it runs. A sequence's output must not depend on which
+ * sequences share its steps.
  */
 export interface Decoder {
   readonly start: (request: BackendRequest) => Effect.Effect<unknown, BackendError>
@@ -96,6 +99,11 @@ export interface Decoder {
     readonly tokenIds: ReadonlyArray<number>
     readonly logprobs: ReadonlyArray<number>
   }
+  /**
+   * Optional: the sequence leaves the batch unfinished and will not be stepped again (its client went away, a stop
+   * string ended it, or a step failed); the backend frees what it holds for it (e.g. a KV-cache slot).
+   */
+  readonly end?: (sequence: unknown) => void
 }
 
 /**

@@ -10,6 +10,9 @@
  * back, once per submit; a slot whose sequence ended (stop token or max tokens) is refilled by the next waiting
  * request before the next submit.
  *
+ * `makeStepwise` drives the same slots from outside, one submit per `step` (the policy server's continuous
+ * batching): the caller decides which sequences start, step, pause and end between submits.
+ *
  * @example
  * ```ts
  * const model = yield* Qwen3.make(ckpt, { batch: 1, seq: 8, trainable: false, generation: { slots: 8, capacity: 512 } })
@@ -23,10 +26,11 @@
 import { Context, Data, Deferred, Effect, Layer, Queue } from "effect"
 import type { Scope } from "effect"
 import { Gpu } from "../runtime/Gpu.js"
-import { GpuDeviceLost, type GpuUncapturedError } from "../runtime/GpuError.js"
+import type { GpuDeviceLost, GpuUncapturedError } from "../runtime/GpuError.js"
+import * as Slots from "./internal/generationSlots.js"
 import { NO_SLOT } from "./internal/qwen3Kernels.js"
 import type { Qwen3Model } from "./Qwen3.js"
-import * as Sampling from "./Sampling.js"
+import type * as Sampling from "./Sampling.js"
 
 /** One generation request. */
 export interface GenerateRequest extends Sampling.SamplingOptions {
@@ -82,11 +86,10 @@ interface Active extends Pending {
   readonly stops: ReadonlySet<number>
 }
 
-/** Starts the batching loop for a model made with `generation`; it stops when the scope closes. */
-export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, GenerationError, Gpu | Scope.Scope> =>
+// The model's slots, or why it has none.
+const slotsFor = (model: Qwen3Model) =>
   Effect.gen(function*() {
     const gpu = yield* Gpu
-    const { device } = gpu
     const gen = model.gen
     const programs = model.programs
     if (gen === undefined || programs === undefined) {
@@ -94,75 +97,23 @@ export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, Generat
         problem: "The model was made without `generation` options; pass { generation: { slots, capacity } }."
       })
     }
-    const { arena } = model
-    const V = model.config.vocab_size
-    const S = gen.slots
-    const K = gen.stepsPerSubmit
-    const P = gen.prefillChunk
-    const tokBytes = S * K * 4
-    const lpBytes = S * K * 8
-    const staging = yield* Effect.acquireRelease(
-      gpu.createBuffer("generation.readback", tokBytes + lpBytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
-      (b) => Effect.sync(() => b.destroy())
-    ).pipe(Effect.orDie)
+    return yield* Slots.make(gpu, model, gen, programs)
+  })
+
+/** Starts the batching loop for a model made with `generation`; it stops when the scope closes. */
+export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, GenerationError, Gpu | Scope.Scope> =>
+  Effect.gen(function*() {
+    const slotsOf = yield* slotsFor(model)
+    const { K, S } = slotsOf
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
     const slots: Array<Active | undefined> = Array.from({ length: S }, () => undefined)
-    const counters = { submits: 0, steps: 0, tokens: 0 }
+    const counters = slotsOf.counters
 
-    const validate = (r: GenerateRequest): string | undefined => {
-      if (r.prompt.length === 0) return "generate needs a non-empty prompt."
-      if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 1) return "maxNewTokens must be a positive integer."
-      if (r.prompt.length + r.maxNewTokens > gen.capacity) {
-        return `The prompt (${r.prompt.length} tokens) plus maxNewTokens (${r.maxNewTokens}) exceed the KV cache ` +
-          `capacity of ${gen.capacity}; make the model with a larger generation.capacity.`
-      }
-      if ((r.stopTokens ?? []).length > 8) return "At most 8 stop tokens are supported per request."
-      for (const t of [...r.prompt, ...(r.stopTokens ?? [])]) {
-        if (!Number.isInteger(t) || t < 0 || t >= V) return `Token id ${t} is outside the vocabulary [0, ${V}).`
-      }
-      return Sampling.validate(r)
-    }
-
-    const submit = (encode: (pass: GPUComputePassEncoder) => void, after?: (e: GPUCommandEncoder) => void) => {
-      const encoder = device.createCommandEncoder({ label: "generation" })
-      const pass = encoder.beginComputePass({ label: "generation" })
-      encode(pass)
-      pass.end()
-      after?.(encoder)
-      device.queue.submit([encoder.finish()])
-    }
-
-    /** Writes the slot's state and runs its prompt (all but the last token) into the cache. */
-    const admit = (slot: number, p: Pending, prefill: Array<readonly [number, number, number]>) => {
+    /** Writes the slot's state and queues its prompt (all but the last token) for the cache. */
+    const admit = (slot: number, p: Pending, prefill: Array<Slots.PrefillRow>) => {
       const r = p.request
-      const su = Sampling.slotWords(r, r.maxNewTokens, r.stopTokens ?? [])
-      arena.write("g.su", su, slot * su.length)
-      arena.write("g.sf", Sampling.slotFloats(r), slot * 4)
-      const seen = new Uint32Array(V)
-      for (const t of r.prompt) seen[t] = 1
-      arena.write("g.seen", seen, slot * V)
-      arena.write("g.d.ids", Uint32Array.of(r.prompt[r.prompt.length - 1]), slot)
-      arena.write("g.d.pos", Uint32Array.of(r.prompt.length - 1), slot)
-      for (let i = 0; i + 1 < r.prompt.length; i++) prefill.push([r.prompt[i], i, slot])
+      slotsOf.admit(slot, r, prefill, true)
       slots[slot] = { ...p, tokens: [], logprobs: [], sampledLogprobs: [], stops: new Set(r.stopTokens ?? []) }
-    }
-
-    const runPrefill = (rows: ReadonlyArray<readonly [number, number, number]>) => {
-      for (let start = 0; start < rows.length; start += P) {
-        const ids = new Uint32Array(P)
-        const pos = new Uint32Array(P)
-        const slot = new Uint32Array(P).fill(NO_SLOT)
-        rows.slice(start, start + P).forEach(([t, i, s], j) => {
-          ids[j] = t
-          pos[j] = i
-          slot[j] = s
-        })
-        arena.write("g.p.ids", ids)
-        arena.write("g.p.pos", pos)
-        arena.write("g.p.slot", slot)
-        submit(programs.prefill.encode)
-        counters.submits++
-      }
     }
 
     const finish = (slot: number, reason: "stop" | "length") =>
@@ -178,30 +129,7 @@ export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, Generat
       })
 
     const decode = Effect.gen(function*() {
-      arena.write("g.ctl", new Uint32Array(4))
-      const outTok = arena.binding(arena.tensor("g.outTok"))
-      const outLp = arena.binding(arena.tensor("g.outLp"))
-      submit((pass) => {
-        for (let k = 0; k < K; k++) programs.decode.encode(pass)
-      }, (e) => {
-        e.copyBufferToBuffer(outTok.buffer, outTok.offset ?? 0, staging, 0, tokBytes)
-        e.copyBufferToBuffer(outLp.buffer, outLp.offset ?? 0, staging, tokBytes, lpBytes)
-      })
-      counters.submits++
-      counters.steps += K
-      yield* Effect.tryPromise({
-        try: () =>
-          Promise.race([
-            staging.mapAsync(GPUMapMode.READ),
-            device.lost.then(() => Promise.reject(new Error("device lost")))
-          ]),
-        catch: (e) => new GpuDeviceLost({ reason: "unknown", detail: `reading sampled tokens failed: ${String(e)}` })
-      })
-      const bytes = staging.getMappedRange().slice(0)
-      staging.unmap()
-      yield* gpu.check
-      const toks = new Uint32Array(bytes, 0, S * K)
-      const lps = new Float32Array(bytes, tokBytes, S * K * 2)
+      const { logprobs: lps, tokens: toks } = yield* slotsOf.decode(K)
       for (let s = 0; s < S; s++) {
         const a = slots[s]
         if (a === undefined) continue
@@ -234,7 +162,7 @@ export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, Generat
 
     const loop = Effect.gen(function*() {
       const free = slots.flatMap((a, i) => (a === undefined ? [i] : []))
-      const prefill: Array<readonly [number, number, number]> = []
+      const prefill: Array<Slots.PrefillRow> = []
       // Idle: block until work arrives.
       if (free.length === S) admit(free.shift()!, yield* Queue.take(queue), prefill)
       for (const slot of free) {
@@ -242,17 +170,177 @@ export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, Generat
         if (next._tag === "None") break
         admit(slot, next.value, prefill)
       }
-      runPrefill(prefill)
+      slotsOf.runPrefill(prefill)
       yield* decode.pipe(Effect.catchAll(failAll))
     })
     yield* Effect.forkScoped(Effect.forever(loop))
 
     const generate = Effect.fn("Generator.generate")(function*(request: GenerateRequest) {
-      const problem = validate(request)
+      const problem = slotsOf.validate(request)
       if (problem !== undefined) return yield* new GenerationError({ problem })
       const done = yield* Deferred.make<GenerateResult, GenerationError | GpuDeviceLost | GpuUncapturedError>()
       yield* Queue.offer(queue, { request, done })
       return yield* Deferred.await(done)
     })
     return { generate, stats: () => ({ ...counters }) } satisfies GeneratorService
+  })
+
+/** A sequence of a {@link StepwiseGenerator}: what it has sampled so far (read between steps). */
+export interface Sequence {
+  readonly tokens: ReadonlyArray<number>
+  /** log_softmax(logits / T)[token] (T = 1 when greedy). */
+  readonly logprobs: ReadonlyArray<number>
+  /** Logprob under the processed distribution sampled from (0 when greedy). */
+  readonly sampledLogprobs: ReadonlyArray<number>
+}
+
+/** Options of {@link makeStepwise}. */
+export interface StepwiseOptions {
+  /** Decode steps per `step` (one submit); 1 to the model's `stepsPerSubmit` (the default). */
+  readonly stepsPerStep?: number
+}
+
+/**
+ * The generation slots driven from outside, a step at a time (continuous batching by a caller, such as the policy
+ * server): `start` gives a request a free slot, `step` runs one submit of decode steps for the given sequences (a
+ * sequence's first step also runs its prompt into the cache) and answers each that finished inside it (its slot is
+ * then free), `end` frees the slot of a sequence that will not be stepped again. A sequence left out of a step is
+ * paused (its sampler off, its cache, position and Philox step kept) and goes on where it stopped when stepped
+ * again, so its tokens are those of `generate` for its request, whichever sequences share its steps. The device
+ * ends a sequence at its stop token or max tokens inside a submit; the steps left of that submit sample nothing
+ * for it. Not to be used together with a `make` generator over the same model (they would share the slots).
+ */
+export interface StepwiseGenerator {
+  /** Sequences that can run at once. */
+  readonly slots: number
+  /** Decode steps per `step`. */
+  readonly stepsPerStep: number
+  /** Fails when the request cannot be served as given or no slot is free. */
+  readonly start: (request: GenerateRequest) => Effect.Effect<Sequence, GenerationError>
+  /** Per sequence: its result when it finished during this step, else undefined. */
+  readonly step: (
+    sequences: ReadonlyArray<Sequence>
+  ) => Effect.Effect<ReadonlyArray<GenerateResult | undefined>, GenerationError | GpuDeviceLost | GpuUncapturedError>
+  /** Frees the slot of a running sequence (no-op for one that finished or ended). */
+  readonly end: (sequence: Sequence) => void
+  readonly stats: () => { readonly submits: number; readonly steps: number; readonly tokens: number }
+}
+
+class Stepped implements Sequence {
+  readonly tokens: Array<number> = []
+  readonly logprobs: Array<number> = []
+  readonly sampledLogprobs: Array<number> = []
+  readonly stops: ReadonlySet<number>
+  /** Whether the slot's sampler is on (as last written, or as the device left it when the sequence ended). */
+  sampling = false
+  constructor(readonly slot: number, readonly request: GenerateRequest) {
+    this.stops = new Set(request.stopTokens ?? [])
+  }
+}
+
+/** Drives a model's generation slots step by step (see {@link StepwiseGenerator}); made with `generation`. */
+export const makeStepwise = (
+  model: Qwen3Model,
+  options: StepwiseOptions = {}
+): Effect.Effect<StepwiseGenerator, GenerationError, Gpu | Scope.Scope> =>
+  Effect.gen(function*() {
+    const slotsOf = yield* slotsFor(model)
+    const { K, S } = slotsOf
+    const steps = options.stepsPerStep ?? K
+    if (!Number.isInteger(steps) || steps < 1 || steps > K) {
+      return yield* new GenerationError({ problem: `stepsPerStep must be an integer in [1, ${K}] (got ${steps}).` })
+    }
+    const slots: Array<Stepped | undefined> = Array.from({ length: S }, () => undefined)
+    // Prompt rows of started sequences, run at the next step.
+    let prefill: Array<Slots.PrefillRow> = []
+
+    const free = (r: Stepped) => {
+      slots[r.slot] = undefined
+      prefill = prefill.filter((row) => row[2] !== r.slot)
+    }
+
+    const start = (request: GenerateRequest) =>
+      Effect.suspend(() => {
+        const problem = slotsOf.validate(request)
+        if (problem !== undefined) return Effect.fail(new GenerationError({ problem }))
+        const slot = slots.indexOf(undefined)
+        if (slot < 0) return Effect.fail(new GenerationError({ problem: `All ${S} generation slots are taken.` }))
+        const r = new Stepped(slot, request)
+        slotsOf.admit(slot, request, prefill, false)
+        slots[slot] = r
+        return Effect.succeed<Sequence>(r)
+      })
+
+    const end = (sequence: Sequence) => {
+      const r = sequence as Stepped
+      if (slots[r.slot] !== r) return
+      if (r.sampling) slotsOf.setActive(r.slot, false)
+      free(r)
+    }
+
+    // Step 1: every sequence given is running here.
+    const running = (sequences: ReadonlyArray<Sequence>) =>
+      Effect.suspend(() => {
+        const rs = sequences as ReadonlyArray<Stepped>
+        const bad = rs.findIndex((r) => !(r instanceof Stepped) || slots[r.slot] !== r)
+        if (bad >= 0) {
+          return Effect.fail(new GenerationError({ problem: `Sequence ${bad} of the step is not running.` }))
+        }
+        return Effect.succeed(rs)
+      })
+
+    // Step 2: the samplers of exactly the stepped sequences on (writes only the changes).
+    const pauseAndResume = (rs: ReadonlyArray<Stepped>) => {
+      const stepped = new Set(rs)
+      for (const r of slots) {
+        if (r === undefined || r.sampling === stepped.has(r)) continue
+        r.sampling = !r.sampling
+        slotsOf.setActive(r.slot, r.sampling)
+      }
+    }
+
+    // Step 4: appends each sequence's tokens of this submit; the device's stop rule ends it (and its sampler).
+    const collect = (rs: ReadonlyArray<Stepped>, sampled: Slots.Sampled) =>
+      rs.map((r): GenerateResult | undefined => {
+        const base = r.slot * K
+        for (let k = 0; k < steps; k++) {
+          const t = sampled.tokens[base + k]
+          if (t === NO_SLOT) continue
+          r.tokens.push(t)
+          r.logprobs.push(sampled.logprobs[(base + k) * 2])
+          r.sampledLogprobs.push(sampled.logprobs[(base + k) * 2 + 1])
+          slotsOf.counters.tokens++
+          const reason = r.stops.has(t) ? "stop" : r.tokens.length >= r.request.maxNewTokens ? "length" : undefined
+          if (reason === undefined) continue
+          r.sampling = false
+          free(r)
+          return { tokens: r.tokens, logprobs: r.logprobs, sampledLogprobs: r.sampledLogprobs, finishReason: reason }
+        }
+        return undefined
+      })
+
+    // A failed submit leaves the device's state unknown: every sequence ends.
+    const abandon = Effect.sync(() => {
+      for (const r of slots) if (r !== undefined) free(r)
+    })
+
+    const step = Effect.fn("StepwiseGenerator.step")(function*(sequences: ReadonlyArray<Sequence>) {
+      const rs = yield* running(sequences)
+      if (rs.length === 0) return []
+      pauseAndResume(rs)
+      // Step 3: the new sequences' prompts into the cache, then one submit of decode steps.
+      slotsOf.runPrefill(prefill)
+      prefill = []
+      const sampled = yield* slotsOf.decode(steps).pipe(Effect.tapError(() => abandon))
+      return collect(rs, sampled)
+    })
+
+    return {
+      slots: S,
+      stepsPerStep: steps,
+      start,
+      step,
+      end,
+      stats: () => ({ ...slotsOf.counters })
+    } satisfies StepwiseGenerator
   })

@@ -1,6 +1,7 @@
 /**
  * `envtrain serve-policy --model DIR [--backend cpu|gpu] [--host H] [--port P] [--max-batch N]
- * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS] [--batching continuous|window]`: serves a model over an OpenAI-compatible
+ * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS] [--batching continuous|window]
+ * [--steps-per-submit K]`: serves a model over an OpenAI-compatible
  * HTTP API in vLLM's dialect (`@envtrain/rollout`'s `PolicyServer`), with weight updates. Runs until interrupted.
  *
  * @example
@@ -22,7 +23,7 @@ const options = {
   model: Options.directory("model").pipe(Options.withDescription("a Hugging Face model directory")),
   backend: Options.choice("backend", ["cpu", "gpu"] as const).pipe(
     Options.withDefault("gpu" as const),
-    Options.withDescription("gpu: Qwen3 on WebGPU (LocalPolicy); cpu: the trainer's CPU reference model")
+    Options.withDescription("gpu: Qwen3 on WebGPU (its generation slots); cpu: the trainer's CPU reference model")
   ),
   host: Options.text("host").pipe(Options.withDefault("127.0.0.1"), Options.withDescription("interface to bind")),
   port: Options.integer("port").pipe(Options.withDefault(8000), Options.withDescription("port (0 = any free port)")),
@@ -45,8 +46,14 @@ const options = {
   batching: Options.choice("batching", ["continuous", "window"] as const).pipe(
     Options.optional,
     Options.withDescription(
-      "continuous (default on the cpu backend): requests join the running decode between steps; window: a batch " +
-        "decodes to its end before the next starts (the gpu backend's only mode)"
+      "continuous (default): requests join the running decode between steps; window: a batch decodes to its end " +
+        "before the next starts"
+    )
+  ),
+  stepsPerSubmit: Options.integer("steps-per-submit").pipe(
+    Options.withDefault(8),
+    Options.withDescription(
+      "gpu backend: decode steps per GPU submit (requests join, and streams get a chunk, between submits)"
     )
   )
 }
@@ -62,7 +69,9 @@ export const command = Command.make("serve-policy", options, (a) =>
     const backend = a.backend === "cpu"
       ? yield* PolicyBackend.cpu(model, backendOptions)
       // The device lives as long as the server: built in the command's scope, not the backend constructor's.
-      : yield* PolicyBackend.gpu(model, backendOptions).pipe(Effect.provide(yield* Layer.build(Gpu.layer())))
+      : yield* PolicyBackend.gpu(model, { ...backendOptions, stepsPerSubmit: a.stepsPerSubmit }).pipe(
+        Effect.provide(yield* Layer.build(Gpu.layer()))
+      )
     // vLLM's default: the --model argument as given.
     const servedModelName = Option.getOrElse(a.servedModelName, () => a.model)
     const server = yield* PolicyServer.serve(backend, {

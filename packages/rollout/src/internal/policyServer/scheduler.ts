@@ -1,12 +1,12 @@
 // The policy server's one queue: generation requests and weight updates in arrival order, served by a single loop.
-// Window batching: the loop takes a batch of requests (up to the batch size, waiting `window` after the first), runs
-// it on the backend, and only then looks at the next item. Continuous batching (a backend with a `decoder`): the
-// loop keeps one running batch; before every decode step it admits queued requests into free slots, and a sequence
-// that finishes is answered at once. Either way, once a weight update is next in the queue nothing more is
-// admitted: it runs when the running sequences have finished, after the requests queued before it and before those
-// queued after it, so every completion is produced by exactly one policy version. With a decoder that shows its
-// progress, a request may be watched: after every decode step its watcher sees the tokens so far (streaming, stop
-// strings), synchronously, from inside the loop.
+// Window batching: the loop takes a batch of requests (up to the batch size, waiting `window` after the first), runs it
+// on the backend, and only then looks at the next item. Continuous batching (a backend with a `decoder`): the loop
+// keeps one running batch; before every decode step it admits queued requests into free slots, and a sequence that
+// finishes is answered at once (one that leaves unfinished is handed to the decoder's `end`). Either way, once a weight
+// update is next in the queue nothing more is admitted: it runs when the running sequences have finished, after the
+// requests queued before it and before those queued after it, so every completion is produced by exactly one policy
+// version. With a decoder that shows its progress, a request may be watched: after every decode step its watcher sees
+// the tokens so far (streaming, stop strings), synchronously, from inside the loop.
 import type { Scope } from "effect"
 import { Deferred, Duration, Effect, Exit, FiberId, Option, Queue } from "effect"
 import type {
@@ -187,6 +187,14 @@ export const make = (
     const continuousLoop = (decoder: Decoder) => {
       let running: Array<Running> = []
       const progress = decoder.progress
+      // A sequence that leaves the batch unfinished gives back what the backend holds for it (a GPU slot).
+      const leave = (r: Running) => {
+        try {
+          decoder.end?.(r.sequence)
+        } catch {
+          // Nothing to answer: the sequence is already gone from the batch.
+        }
+      }
       const watch = (r: Running, policyVersion: number): "stop" | "cancel" | undefined => {
         if (r.item.watch === undefined || progress === undefined) return undefined
         try {
@@ -225,11 +233,13 @@ export const make = (
           const said = watch(r, v)
           if (said === undefined) next.push(r)
           else if (said === "cancel") {
+            leave(r)
             r.item.cancelled = true
             Deferred.unsafeDone(r.item.done, Exit.interrupt(FiberId.none))
           } else {
             // Only a watcher stops a sequence, so `progress` is there.
             const p = progress!(r.sequence)
+            leave(r)
             answer(r, { tokenIds: p.tokenIds.slice(), logprobs: p.logprobs.slice(), finishReason: "stop" }, v)
           }
         }
@@ -237,6 +247,7 @@ export const make = (
       }
       const fail = (now: ReadonlyArray<Running>, exit: Exit.Exit<ReadonlyArray<unknown>, BackendError>) => {
         running = []
+        now.forEach(leave)
         const message = exit._tag === "Success"
           ? `the backend returned ${exit.value.length} results for ${now.length} sequences`
           : ""
@@ -253,7 +264,10 @@ export const make = (
         yield* admit(group.value)
         while (true) {
           // A sequence whose client went away leaves the batch (its cache with it).
-          if (running.some((r) => r.item.cancelled)) running = running.filter((r) => !r.item.cancelled)
+          if (running.some((r) => r.item.cancelled)) {
+            for (const r of running) if (r.item.cancelled) leave(r)
+            running = running.filter((r) => !r.item.cancelled)
+          }
           metrics.running(running.length)
           if (running.length === 0) return
           metrics.step(running.length)
