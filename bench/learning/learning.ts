@@ -232,6 +232,19 @@ const targets = (name: string, rows: ReadonlyArray<SeedRow>): Array<string> => {
   }
 }
 
+/** What `run`'s settings change in `base` (sftFrom and each SFT and GRPO size), as a `--set` object. */
+const settingsChanged = (base: Pipeline.Settings, run: Pipeline.Settings): Record<string, unknown> => {
+  const changed = (a: Record<string, unknown>, b: Record<string, unknown>) =>
+    Object.fromEntries(Object.entries(b).filter(([k, v]) => JSON.stringify(a[k]) !== JSON.stringify(v)))
+  const sft = changed(base.sft, run.sft)
+  const grpo = changed(base.grpo, run.grpo)
+  return {
+    ...(run.sftFrom === undefined ? {} : { sftFrom: run.sftFrom }),
+    ...(Object.keys(sft).length === 0 ? {} : { sft }),
+    ...(Object.keys(grpo).length === 0 ? {} : { grpo })
+  }
+}
+
 const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunResult>, seconds: number) => {
   const rows = results.map((r) => rowOf(name, r))
   const h = headline(name).key
@@ -242,6 +255,8 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
   }
   const detailKeys = Object.keys(rows[0]?.details ?? {})
   const first = results[0]
+  // Summarised runs: the settings they differ in from the example's own, as the `--set` that reproduces them.
+  const set = args.fromRuns === undefined ? args.set : settingsChanged(examples[name].settings, first.settings)
   const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), ${
     args.fromRuns === undefined ? `${args.jobs} seeds at a time` : "summarised from finished runs"
   }`
@@ -282,7 +297,7 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
     } | |`,
     "",
     "Settings (besides the seed): `" + JSON.stringify({
-      ...(first.settings.sftFrom === undefined ? {} : { sftFrom: first.settings.sftFrom }),
+      ...(first.settings.sftFrom === undefined ? {} : { sftFrom: set.sftFrom ?? first.settings.sftFrom }),
       sft: first.settings.sft,
       grpo: first.settings.grpo
     }) + "`",
@@ -292,7 +307,7 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
       name,
       "--seeds",
       rows.map((r) => r.seed).join(","),
-      ...(Object.keys(args.set).length === 0 ? [] : ["--set", `'${JSON.stringify(args.set)}'`]),
+      ...(Object.keys(set).length === 0 ? [] : ["--set", `'${JSON.stringify(set)}'`]),
       ...(args.tag === undefined ? [] : ["--tag", args.tag])
     ].join(" ") +
     "`; one seed: `tsx examples/src/" +
