@@ -30,6 +30,7 @@ describe("example flags", () => {
       assert.match(yield* refusal(["--error-rate", "1.5"]), /^--error-rate: 1.5 is not a rate between 0 and 1/)
       assert.match(yield* refusal(["--num-generations", "1"]), /^--num-generations: 1: a GRPO group needs at least 2/)
       assert.match(yield* refusal(["--steps", "0"]), /^--steps: 0: give at least 1 GRPO step/)
+      assert.match(yield* refusal(["--num-iterations", "0"]), /^--num-iterations: 0: give a whole number of updates/)
       assert.match(yield* refusal(["--lr", "-1"]), /^--lr: -1: give a learning rate > 0/)
       assert.match(yield* refusal(["--eval-episodes", "0"]), /^--eval-episodes: 0/)
       assert.match(yield* refusal(["--seed", "-3"]), /^--seed: -3 is not a whole number/)
