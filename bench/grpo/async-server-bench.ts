@@ -3,20 +3,23 @@
  * --backend cpu` as a child), next to sync in process for reference. server-async trains on the in-thread CPU
  * model (its update blocks the event loop, so the producer cannot send requests meanwhile); server-async-worker
  * trains on `Trainer.workerModel` (the same model in a worker thread; its start-up is not timed), so generation on
- * the server can overlap the update. Same setup as async-bench.ts: the tiny preset
- * (seed 1) after a short SFT warm-up on Catch's imperfect player (as examples/src/Pipeline.ts does, smaller; 0 SFT
- * episodes = untrained), saved once and served from disk; Catch's environment, prompt and reward,
- * G = 4, 8 episodes per step, same seed and steps in every mode. Each server mode gets a fresh child (policy
- * version 0). Modes alternate per round because the machine's two cores are shared. Saves
- * bench/results/grpo/async-server-bench.json and .md.
+ * the server can overlap the update. The start: a Catch SFT checkpoint given with `--sft-from DIR` (the flagship
+ * demo's warm-up: `npx tsx examples/src/catch.ts --seed 1` writes runs/catch/sft-whole/checkpoint-100), or else the
+ * tiny preset (seed 1) after a short SFT warm-up on Catch's imperfect player (as examples/src/Pipeline.ts does,
+ * smaller; 0 SFT episodes = untrained; too short to earn Catch reward). Served from a copy on disk. Catch as the demo
+ * plays it (examples/src/Pipeline.ts): the recipe's rows and reward, no tool schemas in the prompt, temperature
+ * 0.4, the dapo loss; G = 4, 8 episodes per step, same seed and steps in every mode. Each server mode gets a fresh
+ * child (policy version 0). Modes alternate per round because the machine's two cores are shared. Saves
+ * bench/results/grpo/async-server-bench.json and .md (the .md's earlier rounds are kept below the new one).
  *
- *   npx tsx bench/grpo/async-server-bench.ts [steps] [maxCompletionLength] [rounds] [sftEpisodes] [modes]
+ *   npx tsx bench/grpo/async-server-bench.ts [--sft-from DIR] [steps] [maxCompletionLength] [rounds] [sftEpisodes] [modes]
  *
- * `modes`: comma-separated, default server-sync,server-async,server-async-worker,in-process-sync.
+ * `modes`: comma-separated, default server-sync,server-async,server-async-worker,in-process-sync. With `--sft-from`,
+ * `sftEpisodes` is ignored.
  */
 import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
-import { Environment, Registry } from "@envtrain/env"
+import { Environment } from "@envtrain/env"
 import { Checkpoint } from "@envtrain/gpu"
 import { PolicyServerProcess } from "@envtrain/harness"
 import * as Episode from "@envtrain/rollout/Episode"
@@ -31,13 +34,21 @@ import * as SftData from "../../packages/grpo/src/SftData.js"
 import * as SftTrainer from "../../packages/grpo/src/SftTrainer.js"
 import * as Trainer from "../../packages/grpo/src/Trainer.js"
 
-const steps = Number(process.argv[2] ?? 6)
-const completion = Number(process.argv[3] ?? 640)
-const rounds = Number(process.argv[4] ?? 1)
-const sftEpisodes = Number(process.argv[5] ?? 64)
+// `--sft-from DIR` anywhere; the rest are the positionals.
+const argv = process.argv.slice(2)
+const flagAt = argv.indexOf("--sft-from")
+const sftFrom = flagAt === -1 ? undefined : argv[flagAt + 1]
+if (flagAt !== -1 && (sftFrom === undefined || sftFrom.startsWith("--"))) throw new Error("--sft-from needs a DIR")
+const positional = flagAt === -1 ? argv : [...argv.slice(0, flagAt), ...argv.slice(flagAt + 2)]
+const steps = Number(positional[0] ?? 6)
+const completion = Number(positional[1] ?? 640)
+const rounds = Number(positional[2] ?? 1)
+const sftEpisodes = Number(positional[3] ?? 64)
 const allModes = ["server-sync", "server-async", "server-async-worker", "in-process-sync"] as const
 type Mode = typeof allModes[number]
-const modes = (process.argv[6] ?? allModes.join(",")).split(",") as ReadonlyArray<Mode>
+const modes = (positional[4] ?? allModes.join(",")).split(",") as ReadonlyArray<Mode>
+// The demo's GRPO sampling temperature (Sizes.catchDemo): the SFT checkpoint's samples earn reward at it.
+const temperature = 0.4
 for (const mode of modes) {
   if (!allModes.includes(mode)) throw new Error(`unknown mode ${mode}: give some of ${allModes.join(",")}`)
 }
@@ -45,6 +56,14 @@ for (const mode of modes) {
 // `envtrain serve-policy --backend cpu` in its own process, stopped with the scope; its URL.
 const startServer = (dir: string) =>
   Effect.map(PolicyServerProcess.launch({ model: dir, backend: "cpu" }), (server) => server.url)
+
+// Catch's episodes as the demo opens them (examples/src/Pipeline.ts, tiny preset): no tool schemas in the prompt,
+// which is what the SFT checkpoint learnt (the call format comes from the SFT data).
+const open = (row: Readonly<Record<string, unknown>>) =>
+  Effect.map(Effect.orDie(Environment.episode(Recipe.catchRecipe.environment, row)), (e) => ({
+    ...Episode.fromEnvironment(e),
+    toolDefinitions: []
+  }))
 
 const median = (xs: ReadonlyArray<number>) => {
   if (xs.length === 0) return null
@@ -61,6 +80,8 @@ const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Mode
       maxCompletionLength: completion,
       learningRate: 1e-4,
       lrSchedulerType: "constant",
+      temperature,
+      lossType: "dapo",
       loggingSteps: 1,
       saveSteps: 10_000,
       maxSteps: steps,
@@ -81,8 +102,8 @@ const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Mode
     const result = yield* Trainer.train({
       config,
       model,
-      dataset: Dataset.fromSeeds({ prompt: Recipe.catchRecipe.prompt({}), seeds: Dataset.range(0, 1000) }),
-      open: (row) => Effect.map(Environment.episode(Registry.builtins.catch.environment, row), Episode.fromEnvironment),
+      dataset: Recipe.rows(Recipe.catchRecipe, Dataset.range(0, 1000)),
+      open,
       rewardFunctions: Recipe.catchRecipe.rewardFunctions,
       progress: false
     })
@@ -159,10 +180,30 @@ const warmUp = Effect.gen(function*() {
 })
 let sftSeconds = 0
 
+// Where the given SFT checkpoint came from, as its trainer_state.json says (the run's output directory and step).
+const provenance = (dir: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const text = yield* fs.readFileString(`${dir}/trainer_state.json`).pipe(Effect.option)
+    if (text._tag === "None") return null
+    const state = JSON.parse(text.value) as {
+      readonly kind?: string
+      readonly globalStep?: number
+      readonly seed?: number
+      readonly config?: { readonly outputDir?: string }
+    }
+    return { kind: state.kind, step: state.globalStep, seed: state.seed, outputDir: state.config?.outputDir }
+  })
+
+const DEMO_SFT = "runs/catch/sft-whole/checkpoint-100"
+const HISTORY = "bench/results/grpo/async-server-bench.md"
+
 const program = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
   const dir = yield* fs.makeTempDirectoryScoped()
-  const checkpoint = yield* warmUp
+  const checkpoint = sftFrom === undefined ? yield* warmUp : yield* Checkpoint.load(sftFrom)
+  const origin = sftFrom === undefined ? null : yield* provenance(sftFrom)
+  // A copy, so nothing the server does can touch the given directory.
   yield* Checkpoint.save(dir, checkpoint)
   const runs = []
   for (let round = 1; round <= rounds; round++) {
@@ -176,8 +217,11 @@ const program = Effect.gen(function*() {
     steps,
     completion,
     rounds,
-    sftEpisodes,
-    sftSeconds,
+    temperature,
+    sftFrom: sftFrom ?? null,
+    sftFromState: origin,
+    sftEpisodes: sftFrom === undefined ? sftEpisodes : null,
+    sftSeconds: sftFrom === undefined ? sftSeconds : null,
     cpus: cpus().length,
     note: "other sessions' jobs shared the machine's cores during the runs (see the load averages)",
     runs
@@ -185,14 +229,27 @@ const program = Effect.gen(function*() {
   mkdirSync("bench/results/grpo", { recursive: true })
   writeFileSync("bench/results/grpo/async-server-bench.json", JSON.stringify(results, null, 2) + "\n")
   const f = (x: number | null, d = 2) => x === null ? "–" : x.toFixed(d)
-  const md = [
-    `# Sync vs async GRPO with the policy server in its own process (tiny preset, CPU backend, Catch)`,
-    "",
-    `${new Date().toISOString().slice(0, 10)}; ${steps} steps per run, 8 episodes per step (G = 4), ` +
-    `maxCompletionLength ${completion}, seed 42; the tiny preset (seed 1) after ` +
-    (sftEpisodes === 0
+  const start = sftFrom === undefined
+    ? "the tiny preset (seed 1) after " + (sftEpisodes === 0
       ? "no SFT (untrained). "
-      : `a short SFT warm-up (${sftEpisodes} imperfect-player episodes, 2 epochs, ${sftSeconds.toFixed(0)} s). `) +
+      : `a short SFT warm-up (${sftEpisodes} imperfect-player episodes, 2 epochs, ${sftSeconds.toFixed(0)} s). `)
+    : `the Catch SFT checkpoint \`${sftFrom}\`` +
+      (origin === null
+        ? ". "
+        : ` (its trainer_state.json: ${origin.kind ?? "?"} step ${origin.step ?? "?"}, seed ${origin.seed ?? "?"}, ` +
+          `written to ${origin.outputDir ?? "?"}). `)
+  const make = sftFrom === undefined
+    ? ""
+    : `\`npx tsx examples/src/catch.ts --seed 1\` (the flagship demo; it writes its SFT checkpoint ${DEMO_SFT} ` +
+      `before GRPO starts, so it can be stopped there), then `
+  const args = `${steps} ${completion} ${rounds} ${sftEpisodes} ${modes.join(",")}`
+  const section = [
+    `## ${new Date().toISOString().slice(0, 10)}: ${steps} steps from ` +
+    (sftFrom === undefined ? `the ${sftEpisodes}-episode warm-up` : "a Catch SFT checkpoint"),
+    "",
+    `${steps} steps per run, 8 episodes per step (G = 4), maxCompletionLength ${completion}, temperature ` +
+    `${temperature}, dapo loss, lr 1e-4, seed 42; Catch's rows, prompt (no tool schemas) and reward as the demo ` +
+    `plays them; the start: ${start}` +
     `server-*: generation on an \`envtrain serve-policy --backend cpu\` child (fresh per run; its start-up is not ` +
     `timed, the first weight push is); server-async*: maxStaleness 1, maxInflightTasks auto; server-async trains ` +
     `on the in-thread CPU model, server-async-worker on \`Trainer.workerModel\` (the same model in a worker thread; ` +
@@ -201,21 +258,27 @@ const program = Effect.gen(function*() {
     `wall minutes. Load = 1-minute (5-minute) load average before → after.`,
     "",
     "| round | mode | wall s | step s (median) | steps/hour | mean reward | reward/wall-min | generation s | " +
-    "update s | queue wait s | overlap | staleness mean (max) | dropped | load |",
-    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    "update s | queue wait s | overlap | staleness mean (max) | dropped | mean completion tokens | load |",
+    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ...runs.map((r) =>
       `| ${r.round} | ${r.mode} | ${f(r.seconds, 1)} | ${f(r.medianStepSeconds)} | ${f(r.stepsPerHour, 0)} | ` +
       `${f(r.meanReward, 3)} | ${f(r.rewardPerWallMinute, 3)} | ${f(r.meanGenerationSeconds)} | ` +
       `${f(r.meanUpdateSeconds)} | ${f(r.meanQueueWaitSeconds)} | ${f(r.meanOverlap)} | ` +
       `${f(r.meanStaleness)} (${f(r.maxStaleness, 0)}) | ${r.droppedSamples ?? "–"} | ` +
+      `${f(r.meanCompletionLength, 0)} | ` +
       `${f(r.loadBefore)} (${f(r.load5Before)}) → ${f(r.loadAfter)} (${f(r.load5After)}) |`
     ),
     "",
-    "Reproduce: `npx tsx bench/grpo/async-server-bench.ts " +
-    `${steps} ${completion} ${rounds} ${sftEpisodes} ${modes.join(",")}` + "`."
+    `Reproduce: ${make}\`npx tsx bench/grpo/async-server-bench.ts ` +
+    (sftFrom === undefined ? "" : `--sft-from ${DEMO_SFT} `) + args + "`."
   ].join("\n")
-  writeFileSync("bench/results/grpo/async-server-bench.md", md + "\n")
-  console.log(md)
+  // The new round on top; the earlier rounds (each under its own `## date` heading) stay below as history.
+  const title = "# Sync vs async GRPO with the policy server in its own process (tiny preset, CPU backend, Catch)"
+  const earlier = yield* fs.readFileString(HISTORY).pipe(Effect.orElseSucceed(() => ""))
+  const history = earlier.slice(earlier.indexOf("\n## ") + 1)
+  const md = [title, "", section, ...(earlier.includes("\n## ") ? ["", history.trimEnd()] : [])].join("\n")
+  writeFileSync(HISTORY, md + "\n")
+  console.log(section)
 }).pipe(Effect.scoped, Effect.provide(NodeContext.layer))
 
 // The recipes' reward functions carry `any` error and requirement channels; what is left needs nothing.
