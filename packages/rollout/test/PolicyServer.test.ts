@@ -706,7 +706,10 @@ describe("PolicyServer", () => {
       const warnings = logs.filter((l) => l.startsWith("WARN") && l.includes("slot 3 is not running"))
       assert.strictEqual(warnings.length, 2, logs.join("\n"))
       assert.include(warnings[0], "the decoder's end failed for 1 sequence(s)")
-      assert.include((yield* get(`${server.url}/metrics`)).text, "envtrain:decoder_end_failures_total{model_name=\"tiny\"} 2")
+      assert.include(
+        (yield* get(`${server.url}/metrics`)).text,
+        "envtrain:decoder_end_failures_total{model_name=\"tiny\"} 2"
+      )
     }).pipe(Effect.provide(capture))
   })
 

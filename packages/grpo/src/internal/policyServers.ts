@@ -11,7 +11,9 @@
  *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
  *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
  *   else the run stops. A server is only sent requests once it holds the current weights. With `weightDirectory`
- *   the file goes through a shared directory instead (see there; the route a vLLM server can take).
+ *   the file goes through a shared directory instead (see there; the route a vLLM server can take). A push whose
+ *   connection fails before any answer is sent again (see `pushLocked`); one that still fails, or times out
+ *   (`pushTimeout`), marks the server down with a warning.
  * - Failures: a request that cannot reach its server (refused, reset, timeout) fails with `PolicyTransportError`,
  *   which ends only that episode, as unscoreable (never trained on a partial completion), and marks the server
  *   down. A down server is tried again (`/v1/models`, then the current weights) at the next push, or when no server
