@@ -244,6 +244,37 @@ describe("GRPO generating on envtrain serve-policy", () => {
   )
 
   it.scopedLive(
+    "a push after a step that kept the trainer busy past the server's keep-alive (a loaded machine) still lands",
+    () =>
+      Effect.gen(function*() {
+        const { dir, model } = yield* tinyDir
+        const server = yield* startServer(dir)
+        const local = Trainer.referenceModel(model)
+        // A loaded machine's optimizer step: the event loop is held (the cpu backend computes synchronously) for
+        // longer than node:http's 5 s keep-alive, so the server closes the connections the generation left open
+        // while the trainer cannot notice; the push that follows at once is written into a closed one (EPIPE).
+        // Before the fix that push was lost and the server stayed at the old version.
+        const busy: Trainer.TrainableModel = {
+          ...local,
+          step: (o) =>
+            Effect.tap(local.step(o), () =>
+              Effect.sync(() => {
+                const until = Date.now() + 6500
+                while (Date.now() < until) {
+                  // busy, as a loaded machine's step would be
+                }
+              }))
+        }
+        const remote = yield* PolicyServers.withPolicyServers(busy, { urls: [server.url] })
+        const { result } = yield* train(remote, 2)
+        assert.strictEqual(result.globalStep, 2)
+        // The start's push, then one per step: none lost.
+        assert.strictEqual(yield* policyVersion(server.url), 3)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
     "weights through a shared directory: serve-policy reloads it (/update_weights_from_disk)",
     () =>
       Effect.gen(function*() {

@@ -6,7 +6,7 @@ import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Environment } from "@envtrain/env"
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
-import { Effect, Fiber, Layer, Option } from "effect"
+import { Effect, Fiber, Layer, Logger, Option } from "effect"
 import { Episode, Policy, PolicyServer } from "../src/index.js"
 import { catchScript, renderer, tinyModel } from "./fixtures.js"
 
@@ -673,6 +673,45 @@ describe("PolicyServer", () => {
       assert.strictEqual(streamed.at(-1)!.choices[0].stop_reason, " wör")
       assert.isBelow(Math.max(...longest), full)
     }))
+
+  it.scopedLive("a decoder whose end throws: the loop keeps serving, and says so (a warning, a counter)", () => {
+    const logs: Array<string> = []
+    const capture = Logger.replace(
+      Logger.defaultLogger,
+      Logger.make(({ logLevel, message }) =>
+        void logs.push(`${logLevel.label} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
+      )
+    )
+    return Effect.gen(function*() {
+      const { template, tokenizer } = yield* tinyModel
+      const backend = typing(tokenizer, template, () => "Hello there, world", [])
+      const server = yield* PolicyServer.serve(
+        {
+          ...backend,
+          decoder: {
+            ...backend.decoder!,
+            end: () => {
+              throw new Error("slot 3 is not running")
+            }
+          }
+        },
+        { port: 0, servedModelName: "tiny" }
+      )
+      // A stop string ends the sequence before it finishes: it leaves the batch through `end`.
+      const body = { prompt: "x", stop: [" there"], max_tokens: 100 }
+      for (let i = 0; i < 2; i++) {
+        const cut = JSON.parse((yield* post(`${server.url}/v1/completions`, body)).text) as Json
+        assert.strictEqual(cut.choices[0].text, "Hello")
+      }
+      const warnings = logs.filter((l) => l.startsWith("WARN") && l.includes("slot 3 is not running"))
+      assert.strictEqual(warnings.length, 2, logs.join("\n"))
+      assert.include(warnings[0], "the decoder's end failed for 1 sequence(s)")
+      assert.include(
+        (yield* get(`${server.url}/metrics`)).text,
+        "envtrain:decoder_end_failures_total{model_name=\"tiny\"} 2"
+      )
+    }).pipe(Effect.provide(capture))
+  })
 
   it.scopedLive("Policy.openAiCompatible plays a Catch episode through the server, token ids and logprobs intact", () =>
     Effect.gen(function*() {

@@ -11,7 +11,9 @@
  *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
  *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
  *   else the run stops. A server is only sent requests once it holds the current weights. With `weightDirectory`
- *   the file goes through a shared directory instead (see there; the route a vLLM server can take).
+ *   the file goes through a shared directory instead (see there; the route a vLLM server can take). A push whose
+ *   connection fails before any answer is sent again (see `pushLocked`); one that still fails, or times out
+ *   (`pushTimeout`), marks the server down with a warning.
  * - Failures: a request that cannot reach its server (refused, reset, timeout) fails with `PolicyTransportError`,
  *   which ends only that episode, as unscoreable (never trained on a partial completion), and marks the server
  *   down. A down server is tried again (`/v1/models`, then the current weights) at the next push, or when no server
@@ -26,7 +28,7 @@ import {
   PolicyResponseError,
   PolicyTransportError
 } from "@envtrain/rollout/Policy"
-import { Data, Duration, Effect } from "effect"
+import { Data, Duration, Effect, Either } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
 import type { TrainableModel } from "./model.js"
@@ -93,14 +95,18 @@ interface Server {
 
 // Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
 const PROBE_TIMEOUT = Duration.seconds(10)
+// Sends of one weight push that a dropped connection may cost (see `pushLocked`).
+const PUSH_ATTEMPTS = 3
 
 const trim = (url: string) => url.replace(/\/+$/, "")
 
 // A fetch as an Effect: interruption aborts it; failures are the message (connection refused, reset, timeout).
+// `limit` names the option that sets `timeout`, so a timeout says what to raise.
 const http = (
   url: string,
   init: RequestInit,
-  timeout: Duration.Duration
+  timeout: Duration.Duration,
+  limit?: string
 ): Effect.Effect<
   { readonly status: number; readonly text: string },
   { readonly reason: "connect" | "timeout"; readonly message: string }
@@ -120,7 +126,8 @@ const http = (
       duration: timeout,
       onTimeout: () => ({
         reason: "timeout" as const,
-        message: `${init.method ?? "GET"} ${url} did not answer within ${Duration.format(timeout)}`
+        message: `${init.method ?? "GET"} ${url} did not answer within ${Duration.format(timeout)}` +
+          (limit === undefined ? "" : ` (${limit})`)
       })
     })
   )
@@ -238,9 +245,10 @@ export const withPolicyServers = (
           http(
             `${server.url}${route}`,
             { method: "POST", headers: { ...auth, "content-type": type }, body },
-            pushTimeout
+            pushTimeout,
+            "pushTimeout"
           )
-        const answer = yield* Effect.either(
+        const send = Effect.either(
           directory === undefined
             ? post("/update_weights", weights.bytes, "application/octet-stream")
             : server.vllm
@@ -252,13 +260,33 @@ export const withPolicyServers = (
             )
             : post("/update_weights_from_disk", JSON.stringify({ model_path: directory }), "application/json")
         )
+        let answer = yield* send
+        // A connection that fails before any answer is most often a kept-alive one that the server closed while this
+        // process was busy (a synchronous optimizer step longer than the server's keep-alive on a loaded machine):
+        // writing to it fails at once (EPIPE, ECONNRESET, "other side closed") and the request never arrived. The
+        // push is sent again on a fresh connection, after asking the server whether the failed one landed after all
+        // (it counts its updates); a timeout is not retried (the server may still be loading those weights).
+        for (let attempt = 1; attempt < PUSH_ATTEMPTS && answer._tag === "Left"; attempt++) {
+          if (answer.left.reason !== "connect") break
+          const failed = answer.left.message
+          if (Either.isLeft(yield* Effect.either(probe(server)))) break
+          if (before !== undefined && server.version === before + 1) {
+            answer = Either.right({ status: 200, text: JSON.stringify({ policy_version: before + 1 }) })
+            break
+          }
+          // Another version: it restarted, or another client updated it; the revival sorts that out.
+          if (server.version !== before) break
+          yield* Effect.logInfo(`policy server ${server.url}: the weight push failed (${failed}); sending it again`)
+          answer = yield* send
+        }
         if (answer._tag === "Left") {
           server.up = false
           server.lastError = answer.left.message
-          // Not silent: it is retried before the next generation, but a run that ends here leaves the old weights.
+          // Not silent: it is retried before the server serves again, but a run that ends here leaves it on the old
+          // weights.
           return yield* Effect.logWarning(
             `policy server ${server.url}: the weight push failed (${answer.left.message}); marked down until it ` +
-              "answers again"
+              "answers again and takes the current weights"
           )
         }
         const { status, text } = answer.right

@@ -15,6 +15,8 @@ export interface Metrics {
   readonly waiting: (n: number) => void
   readonly version: (v: number) => void
   readonly weightUpdate: (ok: boolean) => void
+  /** Sequences whose leaving the batch failed in the decoder's `end` (what it held may not be freed). */
+  readonly endFailures: (n: number) => void
   readonly render: () => string
 }
 
@@ -36,6 +38,7 @@ export const make = (model: string): Metrics => {
   let version = 0
   let updates = 0
   let failedUpdates = 0
+  let endFailures = 0
   const label = `model_name="${model.replace(/["\\\n]/g, "_")}"`
   return {
     request: (endpoint, status) => {
@@ -67,6 +70,7 @@ export const make = (model: string): Metrics => {
     waiting: (n) => waiting = n,
     version: (v) => version = v,
     weightUpdate: (ok) => ok ? updates++ : failedUpdates++,
+    endFailures: (n) => endFailures += n,
     render: () => {
       const lines: Array<string> = []
       const metric = (name: string, type: string, help: string, samples: ReadonlyArray<[string, number]>) => {
@@ -118,6 +122,12 @@ export const make = (model: string): Metrics => {
         [`{${label},outcome="ok"}`, updates],
         [`{${label},outcome="failed"}`, failedUpdates]
       ])
+      metric(
+        "decoder_end_failures_total",
+        "counter",
+        "Sequences that left the batch unfinished and whose release in the backend failed (logged as warnings).",
+        [[`{${label}}`, endFailures]]
+      )
       // The process's CPU time under its standard name (Prometheus clients export it; vLLM's /metrics has it): what
       // serving costs, whatever else shares the machine.
       const cpu = process.cpuUsage()

@@ -187,14 +187,26 @@ export const make = (
     const continuousLoop = (decoder: Decoder) => {
       let running: Array<Running> = []
       const progress = decoder.progress
-      // A sequence that leaves the batch unfinished gives back what the backend holds for it (a GPU slot).
+      // A sequence that leaves the batch unfinished gives back what the backend holds for it (a GPU slot). An `end`
+      // that throws must not stop the loop (the sequence is already gone from the batch, nothing to answer), but what
+      // it held may be lost: the failure is kept and logged from the loop (`reportEndFailures`).
+      const endFailures: Array<string> = []
       const leave = (r: Running) => {
         try {
           decoder.end?.(r.sequence)
-        } catch {
-          // Nothing to answer: the sequence is already gone from the batch.
+        } catch (e) {
+          endFailures.push(e instanceof Error ? e.message : String(e))
         }
       }
+      const reportEndFailures = Effect.suspend(() => {
+        if (endFailures.length === 0) return Effect.void
+        const failures = endFailures.splice(0)
+        metrics.endFailures(failures.length)
+        return Effect.logWarning(
+          `policy server: the decoder's end failed for ${failures.length} sequence(s) leaving the batch (what the ` +
+            `backend held for them may not be freed): ${failures.join("; ")}`
+        )
+      })
       const watch = (r: Running, policyVersion: number): "stop" | "cancel" | undefined => {
         if (r.item.watch === undefined || progress === undefined) return undefined
         try {
@@ -268,6 +280,7 @@ export const make = (
             for (const r of running) if (r.item.cancelled) leave(r)
             running = running.filter((r) => !r.item.cancelled)
           }
+          yield* reportEndFailures
           metrics.running(running.length)
           if (running.length === 0) return
           metrics.step(running.length)
@@ -275,6 +288,8 @@ export const make = (
           const exit = yield* Effect.exit(decoder.step(now.map((r) => r.sequence)))
           if (exit._tag === "Failure" || exit.value.length !== now.length) fail(now, exit)
           else settle(now, exit.value)
+          // Before the loop yields, so the warning precedes the answers of this step.
+          yield* reportEndFailures
           metrics.running(running.length)
           // Lets the event loop read new requests (and hang-ups) before the next step; at most every YIELD_MS, as a
           // tiny model's steps are shorter than the turn itself.
