@@ -66,6 +66,16 @@ const serveCpu = (model: Checkpoint.Model, options: PolicyServer.PolicyServerOpt
     return yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny", ...options })
   })
 
+/** A server's /metrics: one gauge's value, the text now, and polling it until a condition holds (60 s at most). */
+const metricsOf = (url: string) => {
+  const gauge = (text: string, name: string) =>
+    Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(text)?.[1])
+  const metrics = Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
+  const poll = (until: (text: string) => boolean) =>
+    metrics.pipe(Effect.repeat({ schedule: Schedule.spaced("2 millis"), until }), Effect.timeout("60 seconds"))
+  return { gauge, metrics, poll }
+}
+
 describe("serve-policy, CPU backend", () => {
   it.scopedLive("greedy completions equal the trainer's model and `envtrain generate`; logprobs and ids line up", () =>
     Effect.gen(function*() {
@@ -290,11 +300,7 @@ describe("serve-policy, CPU backend", () => {
       Effect.gen(function*() {
         const [a] = yield* models
         const server = yield* serveCpu(a)
-        const gauge = (text: string, name: string) =>
-          Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(text)?.[1])
-        const metrics = Effect.promise(() => fetch(`${server.url}/metrics`).then((r) => r.text()))
-        const poll = (until: (text: string) => boolean) =>
-          metrics.pipe(Effect.repeat({ schedule: Schedule.spaced("2 millis"), until }), Effect.timeout("60 seconds"))
+        const { gauge, metrics, poll } = metricsOf(server.url)
         // A long seeded sample (no end-of-turn stop) and a short greedy one.
         const long = {
           prompt: "Catch the ball",
@@ -385,11 +391,7 @@ describe("serve-policy, GPU backend", () => {
           Effect.provide(device)
         )
         const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
-        const gauge = (text: string, name: string) =>
-          Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(text)?.[1])
-        const metrics = Effect.promise(() => fetch(`${server.url}/metrics`).then((r) => r.text()))
-        const poll = (until: (text: string) => boolean) =>
-          metrics.pipe(Effect.repeat({ schedule: Schedule.spaced("2 millis"), until }), Effect.timeout("60 seconds"))
+        const { gauge, metrics, poll } = metricsOf(server.url)
         const long = {
           prompt: "Catch the ball",
           max_tokens: 240,
