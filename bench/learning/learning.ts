@@ -232,14 +232,33 @@ const targets = (name: string, rows: ReadonlyArray<SeedRow>): Array<string> => {
   }
 }
 
-/** What `run`'s settings change in `base` (sftFrom and each SFT and GRPO size), as a `--set` object. */
-const settingsChanged = (base: Pipeline.Settings, run: Pipeline.Settings): Record<string, unknown> => {
+/**
+ * The runs' `sftFrom` with their seed written `{seed}`: the one template (among the places the first run's seed
+ * stands alone in its path) that gives every run's path from its own seed; the first path as it is when none does.
+ */
+const sftFromTemplate = (runs: ReadonlyArray<Pipeline.Settings>): string | undefined => {
+  const first = runs[0]?.sftFrom
+  if (first === undefined) return undefined
+  const seed = String(runs[0].seed)
+  const candidates: Array<string> = []
+  for (let at = first.indexOf(seed); at >= 0; at = first.indexOf(seed, at + 1)) {
+    const alone = !/\d/.test(first[at - 1] ?? "") && !/\d/.test(first[at + seed.length] ?? "")
+    if (alone) candidates.push(first.slice(0, at) + "{seed}" + first.slice(at + seed.length))
+  }
+  const fits = candidates.filter((t) => runs.every((r) => t.replaceAll("{seed}", String(r.seed)) === r.sftFrom))
+  return fits.at(-1) ?? first
+}
+
+/** What `runs` change in `base` (sftFrom and each SFT and GRPO size), as a `--set` object. */
+const settingsChanged = (base: Pipeline.Settings, runs: ReadonlyArray<Pipeline.Settings>): Record<string, unknown> => {
+  const run = runs[0]
   const changed = (a: Record<string, unknown>, b: Record<string, unknown>) =>
     Object.fromEntries(Object.entries(b).filter(([k, v]) => JSON.stringify(a[k]) !== JSON.stringify(v)))
   const sft = changed(base.sft, run.sft)
   const grpo = changed(base.grpo, run.grpo)
+  const sftFrom = sftFromTemplate(runs)
   return {
-    ...(run.sftFrom === undefined ? {} : { sftFrom: run.sftFrom }),
+    ...(sftFrom === undefined ? {} : { sftFrom }),
     ...(Object.keys(sft).length === 0 ? {} : { sft }),
     ...(Object.keys(grpo).length === 0 ? {} : { grpo })
   }
@@ -256,7 +275,9 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
   const detailKeys = Object.keys(rows[0]?.details ?? {})
   const first = results[0]
   // Summarised runs: the settings they differ in from the example's own, as the `--set` that reproduces them.
-  const set = args.fromRuns === undefined ? args.set : settingsChanged(examples[name].settings, first.settings)
+  const set = args.fromRuns === undefined
+    ? args.set
+    : settingsChanged(examples[name].settings, results.map((r) => r.settings))
   const machine = `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), ${
     args.fromRuns === undefined ? `${args.jobs} seeds at a time` : "summarised from finished runs"
   }`
