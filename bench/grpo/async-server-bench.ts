@@ -60,10 +60,10 @@ const startServer = (dir: string) =>
 // Catch's episodes as the demo opens them (examples/src/Pipeline.ts, tiny preset): no tool schemas in the prompt,
 // which is what the SFT checkpoint learnt (the call format comes from the SFT data).
 const open = (row: Readonly<Record<string, unknown>>) =>
-  Effect.map(Effect.orDie(Environment.episode(Recipe.catchRecipe.environment, row)), (e) => ({
-    ...Episode.fromEnvironment(e),
-    toolDefinitions: []
-  }))
+  Effect.map(
+    Effect.orDie(Environment.episode(Recipe.catchRecipe.environment, row)),
+    (e) => Episode.withoutToolDefinitions(Episode.fromEnvironment(e))
+  )
 
 const median = (xs: ReadonlyArray<number>) => {
   if (xs.length === 0) return null

@@ -497,7 +497,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
         Effect.orDie,
         Effect.map((e) => {
           const session = Episode.fromEnvironment(e)
-          return toolDefinitions ? session : { ...session, toolDefinitions: [] }
+          return toolDefinitions ? session : Episode.withoutToolDefinitions(session)
         })
       )
     const rows = (seedsOfRows: ReadonlyArray<number>) => Recipe.rows(recipe, seedsOfRows)

@@ -94,15 +94,7 @@ export const carla: Pipeline.Settings = {
  */
 export const multiEnv: Pipeline.Settings = {
   ...Pipeline.defaults,
-  sft: {
-    episodes: 400,
-    errorRate: 0.2,
-    epochs: 2,
-    learningRate: 1e-2,
-    batchSize: 4,
-    maxLength: 300,
-    whole: { epochs: 0.5, batchSize: 2 }
-  },
+  sft: catchDemo.sft,
   grpo: {
     steps: 8,
     learningRate: 1e-4,

@@ -66,6 +66,36 @@ layer(Gpu.layer(), { timeout: 120_000 })("Generation on the GPU", (it) => {
       }
     }))
 
+  it.scoped("top logprobs: the k most likely tokens of log_softmax(logits / T), before the penalty and filters", () =>
+    Effect.gen(function*() {
+      const { generator } = yield* setup(2)
+      const V = config.vocab_size
+      for (const options of [{ temperature: 0 }, { temperature: 0.7, topK: 5, repetitionPenalty: 1.3, seed: 9 }]) {
+        const prompt = [4, 8, 15, 16, 23]
+        const plain = yield* generator.generate({ prompt, maxNewTokens: 6, ...options })
+        const got = yield* generator.generate({ prompt, maxNewTokens: 6, topLogprobs: 7, ...options })
+        // Asking for them changes nothing else.
+        assert.deepStrictEqual(got.tokens, plain.tokens)
+        assert.deepStrictEqual(got.logprobs, plain.logprobs)
+        assert.isUndefined(plain.topLogprobs)
+        const T = options.temperature === 0 ? 1 : options.temperature
+        const seq = [...prompt, ...got.tokens]
+        const fwd = Ref.forward(config, weights, { tokens: seq, batch: 1, seqLen: seq.length })
+        assert.strictEqual(got.topLogprobs?.length, got.tokens.length)
+        got.topLogprobs!.forEach((top, i) => {
+          const row = Array.from(fwd.logits.subarray((prompt.length - 1 + i) * V, (prompt.length + i) * V))
+          const max = Math.max(...row)
+          const lse = max / T + Math.log(row.reduce((a, z) => a + Math.exp(z / T - max / T), 0))
+          const order = row.map((_, v) => v).sort((a, b) => row[b] - row[a] || a - b).slice(0, 7)
+          assert.deepStrictEqual(top.map((t) => t.id), order, `token ${i}`)
+          top.forEach((t) => assert.closeTo(t.logprob, row[t.id] / T - lse, 1e-4))
+          // The sampled token's reported logprob is the same quantity.
+          const j = top.findIndex((t) => t.id === got.tokens[i])
+          if (j >= 0) assert.closeTo(top[j].logprob, got.logprobs[i], 1e-5)
+        })
+      }
+    }))
+
   it.scoped("concurrent requests share slots (continuous batching) and each equals its solo reference run", () =>
     Effect.gen(function*() {
       const { generator } = yield* setup(2)

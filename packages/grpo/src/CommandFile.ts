@@ -200,7 +200,7 @@ const native = <S, C>(
 (row) =>
   Effect.map(Effect.orDie(Environment.episode(env, row)), (e) => {
     const session = Episode.fromEnvironment(e)
-    return toolsInPrompt ? session : { ...session, toolDefinitions: [] }
+    return toolsInPrompt ? session : Episode.withoutToolDefinitions(session)
   })
 
 /**

@@ -12,8 +12,9 @@
  *   it ended in and frees its slot, and a stream gets a chunk per submit. The device stops a sequence at its stop
  *   token or max tokens inside a submit, and a sequence ended by a stop string is cut by the server, so every
  *   completion is the request's solo `generate` (`LocalPolicy`'s sampling: seed per request, Philox stream = prompt
- *   length). Weight updates upload the new tensors to the device; top logprobs are not available (the generator
- *   reads back only the sampled token's logprobs), so asking for them is refused with a 400 that says so.
+ *   length). Weight updates upload the new tensors to the device. Top logprobs (up to 20) are selected on the device
+ *   by the sampler (one pass over the slot's logits per alternative, only for sequences that ask) and read back
+ *   with the sampled tokens: log_softmax(logits / T) of the raw logits, as the CPU backend reports them.
  *
  * Both load weights from a checkpoint directory (`Checkpoint.loadWeights`: every tensor of the config with its
  * shape, nothing else) or from the bytes of one safetensors file, checked the same way.
@@ -272,14 +273,22 @@ export const gpu = (
         Effect.gen(function*() {
           // A request without a seed gets a random one, as LocalPolicy gives it.
           const seed = request.sampling.seed ?? (yield* Random.nextIntBetween(0, 0x7fffffff))
-          const sequence = yield* slots.start(LocalPolicy.toGeneration(request, seed)).pipe(Effect.mapError(failed))
+          const sequence = yield* slots.start({
+            ...LocalPolicy.toGeneration(request, seed),
+            ...(request.topLogprobs > 0 ? { topLogprobs: request.topLogprobs } : {})
+          }).pipe(Effect.mapError(failed))
           return { request, sequence } satisfies GpuSequence
         }),
       step: (sequences: ReadonlyArray<unknown>) => {
         const seqs = sequences as ReadonlyArray<GpuSequence>
         return slots.step(seqs.map((s) => s.sequence)).pipe(
           Effect.map((results) =>
-            results.map((out, i) => out === undefined ? undefined : LocalPolicy.toCompletion(seqs[i].request, out))
+            results.map((out, i): BackendCompletion | undefined =>
+              out === undefined ? undefined : {
+                ...LocalPolicy.toCompletion(seqs[i].request, out),
+                ...(out.topLogprobs === undefined ? {} : { topLogprobs: out.topLogprobs })
+              }
+            )
           ),
           Effect.mapError(failed)
         )
@@ -318,7 +327,7 @@ export const gpu = (
       chatTemplate: model.chatTemplate,
       contextLength,
       maxBatchSize,
-      maxTopLogprobs: 0,
+      maxTopLogprobs: 20,
       samplingDefaults: samplingDefaultsOf(model),
       maxStopTokenIds: GPU_STOP_TOKENS,
       generate,

@@ -8,7 +8,8 @@ import { assert, describe, it } from "@effect/vitest"
 import { Launcher } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
-import { Context, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import * as Fs from "node:fs/promises"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Os from "node:os"
@@ -19,6 +20,7 @@ import * as Chat from "../src/internal/capture/openaiChat.js"
 import * as Responses from "../src/internal/capture/openaiResponses.js"
 import * as Upstream from "../src/internal/capture/upstream.js"
 import * as PolicyBackend from "../src/PolicyBackend.js"
+import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 import * as TrainingTrace from "../src/TrainingTrace.js"
 
 type Json = Record<string, any>
@@ -425,6 +427,42 @@ describe("CaptureProxy", () => {
         assert.strictEqual(closed.json.open, false)
         assert.strictEqual((yield* get(`${proxy.url}/admin/sessions/${key}`, "GET", admin)).status, 404)
       }),
+    120_000
+  )
+
+  it.scopedLive(
+    "an upstream call after this process was held past the policy server's keep-alive is sent again, not failed",
+    () =>
+      Effect.gen(function*() {
+        // The server in its own process, so it closes the idle kept-alive connection while this one is held (as a
+        // harness trainer's synchronous optimizer step holds it on a loaded machine); the next call is written into
+        // the closed connection. Before the fix it failed (transport: the rollout unscoreable).
+        const dir = yield* Effect.acquireRelease(
+          Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "capture-keepalive-"))),
+          (d) => Effect.promise(() => Fs.rm(d, { recursive: true, force: true }))
+        )
+        yield* Checkpoint.save(dir, sharpened(yield* Checkpoint.makeModel("tiny", SEED))).pipe(
+          Effect.provide(NodeContext.layer)
+        )
+        const server = yield* PolicyServerProcess.launch({ model: dir, backend: "cpu", servedModelName: "tiny" })
+        const upstream: Upstream.Upstream = {
+          url: server.url,
+          model: "tiny",
+          apiKey: undefined,
+          timeout: Duration.minutes(1),
+          extraBody: TEMPLATE
+        }
+        const chat = { messages: [{ role: "user", content: USER }], max_tokens: 4, temperature: 0 }
+        const first = yield* Upstream.complete(upstream, chat)
+        yield* Effect.sync(() => {
+          const until = Date.now() + 6500
+          while (Date.now() < until) {
+            // held past node:http's 5 s keep-alive
+          }
+        })
+        const second = yield* Upstream.complete(upstream, chat)
+        assert.deepStrictEqual(second.completionIds, first.completionIds)
+      }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )
 

@@ -52,6 +52,21 @@ const events = (text: string): Array<Json | "[DONE]"> =>
     return data === "[DONE]" ? "[DONE]" : JSON.parse(data) as Json
   })
 
+/**
+ * A completions stream's chunks reassemble to the plain answer `choice`: the text and token ids, and, when the
+ * request asked for logprobs, the logprobs and text offsets.
+ */
+const assertReassembles = (chunks: ReadonlyArray<Json>, choice: Json) => {
+  assert.strictEqual(chunks.map((c) => c.choices[0].text).join(""), choice.text)
+  assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].token_ids ?? []), choice.token_ids)
+  if (choice.logprobs === null || choice.logprobs === undefined) return
+  assert.deepStrictEqual(
+    chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []),
+    choice.logprobs.token_logprobs
+  )
+  assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].logprobs?.text_offset ?? []), choice.logprobs.text_offset)
+}
+
 /** A streamed request over node:http: every network read as it came, the first one awaited separately. */
 const open = (url: string, path: string, body: unknown) =>
   Effect.async<{
@@ -108,16 +123,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
         const chunks = all.slice(0, -1) as Array<Json>
         const plain = JSON.parse((yield* post(`${server.url}/v1/completions`, body)).text) as Json
         const choice = plain.choices[0]
-        assert.strictEqual(chunks.map((c) => c.choices[0].text).join(""), choice.text)
-        assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].token_ids ?? []), choice.token_ids)
-        assert.deepStrictEqual(
-          chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []),
-          choice.logprobs.token_logprobs
-        )
-        assert.deepStrictEqual(
-          chunks.flatMap((c) => c.choices[0].logprobs?.text_offset ?? []),
-          choice.logprobs.text_offset
-        )
+        assertReassembles(chunks, choice)
         assert.deepStrictEqual(chunks[0].choices[0].prompt_token_ids, m.tokenizer.encode("Catch the ball"))
         assert.strictEqual(chunks.at(-1)!.choices[0].finish_reason, "length")
         assert.strictEqual(choice.token_ids.length, 600)
@@ -178,8 +184,7 @@ describe("serve-policy streams token by token (CPU backend, continuous batching)
         assert.strictEqual(cut.choices[0].stop_reason, stop)
         const streamed = events((yield* post(`${server.url}/v1/completions`, { ...body, stream: true })).text)
           .slice(0, -1) as Array<Json>
-        assert.strictEqual(streamed.map((c) => c.choices[0].text).join(""), cut.choices[0].text)
-        assert.deepStrictEqual(streamed.flatMap((c) => c.choices[0].token_ids ?? []), cut.choices[0].token_ids)
+        assertReassembles(streamed, cut.choices[0])
         assert.strictEqual(streamed.at(-1)!.choices[0].stop_reason, stop)
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
@@ -261,12 +266,7 @@ describe("serve-policy streams a chunk per submit (GPU backend, continuous batch
         const plain = JSON.parse((yield* post(`${server.url}/v1/completions`, body)).text) as Json
         const choice = plain.choices[0]
         assert.deepStrictEqual(choice.token_ids, greedy(m, m.tokenizer.encode("Catch the ball"), 120).tokens)
-        assert.strictEqual(chunks.map((c) => c.choices[0].text).join(""), choice.text)
-        assert.deepStrictEqual(chunks.flatMap((c) => c.choices[0].token_ids ?? []), choice.token_ids)
-        assert.deepStrictEqual(
-          chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []),
-          choice.logprobs.token_logprobs
-        )
+        assertReassembles(chunks, choice)
         // A chunk per submit of 4 decode steps: many chunks, none longer than a submit.
         const sizes = chunks.map((c) => (c.choices[0].token_ids ?? []).length).filter((n) => n > 0)
         assert.isAtLeast(sizes.length, 120 / 4 - 2, String(sizes))
@@ -283,8 +283,7 @@ describe("serve-policy streams a chunk per submit (GPU backend, continuous batch
         assert.deepStrictEqual(cut.choices[0].token_ids, choice.token_ids.slice(0, cut.choices[0].token_ids.length))
         const streamed = events((yield* post(`${server.url}/v1/completions`, { ...stopped, stream: true })).text)
           .slice(0, -1) as Array<Json>
-        assert.strictEqual(streamed.map((c) => c.choices[0].text).join(""), cut.choices[0].text)
-        assert.deepStrictEqual(streamed.flatMap((c) => c.choices[0].token_ids ?? []), cut.choices[0].token_ids)
+        assertReassembles(streamed, cut.choices[0])
         // It left at the stop: it gave its one slot back (this request needs it).
         const next = JSON.parse((yield* post(`${server.url}/v1/completions`, { ...body, max_tokens: 6 })).text) as Json
         assert.deepStrictEqual(next.choices[0].token_ids, choice.token_ids.slice(0, 6))

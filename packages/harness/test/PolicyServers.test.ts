@@ -14,7 +14,8 @@ import * as PolicyServers from "@envtrain/grpo/PolicyServers"
 import * as Reward from "@envtrain/grpo/Reward"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import type { Session } from "@envtrain/rollout/Episode"
-import { Effect, Option, Scope } from "effect"
+import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
+import { Effect, Metric, Option, Scope } from "effect"
 import * as Http from "node:http"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 
@@ -85,6 +86,15 @@ const timeless = (values: Readonly<Record<string, number>>) =>
   Object.fromEntries(
     Object.entries(values).filter(([k]) => !/time|per_second/.test(k))
   )
+
+// A loaded machine's synchronous work: the event loop is held (the cpu backend computes synchronously) for longer
+// than node:http's 5 s keep-alive, so the server closes the connections left open while this process cannot notice.
+const holdPastKeepAlive = Effect.sync(() => {
+  const until = Date.now() + 6500
+  while (Date.now() < until) {
+    // busy, as a loaded machine's step would be
+  }
+})
 
 const tinyDir = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
@@ -254,21 +264,36 @@ describe("GRPO generating on envtrain serve-policy", () => {
         // longer than node:http's 5 s keep-alive, so the server closes the connections the generation left open
         // while the trainer cannot notice; the push that follows at once is written into a closed one (EPIPE).
         // Before the fix that push was lost and the server stayed at the old version.
-        const busy: Trainer.TrainableModel = {
-          ...local,
-          step: (o) =>
-            Effect.tap(local.step(o), () =>
-              Effect.sync(() => {
-                const until = Date.now() + 6500
-                while (Date.now() < until) {
-                  // busy, as a loaded machine's step would be
-                }
-              }))
-        }
+        const busy: Trainer.TrainableModel = { ...local, step: (o) => Effect.tap(local.step(o), holdPastKeepAlive) }
         const remote = yield* PolicyServers.withPolicyServers(busy, { urls: [server.url] })
         const { result } = yield* train(remote, 2)
         assert.strictEqual(result.globalStep, 2)
         // The start's push, then one per step: none lost.
+        assert.strictEqual(yield* policyVersion(server.url), 3)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "generation after the trainer was kept busy past the server's keep-alive: the dropped requests are sent again, " +
+      "no episode is lost",
+    () =>
+      Effect.gen(function*() {
+        const { dir, model } = yield* tinyDir
+        const server = yield* startServer(dir)
+        const remote = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model), { urls: [server.url] })
+        // Step 2's first episode holds the event loop as it opens (as a synchronous environment, or in async GRPO
+        // the optimizer step, would), so the server closes every connection step 1's generation and the push left
+        // open, and the requests that follow at once are written into them. Before the fix those episodes failed
+        // (PolicyTransportError: unscoreable) and the server was marked down.
+        let opened = 0
+        const holding = (row: Readonly<Record<string, unknown>>) =>
+          ++opened === 9 ? Effect.zipRight(holdPastKeepAlive, open(row)) : open(row)
+        const before = (yield* Metric.value(PolicyRequest.resends)).count
+        const { result } = yield* train(remote, 2, holding)
+        assert.strictEqual(result.globalStep, 2)
+        assert.deepStrictEqual(result.steps.map((s) => s.values["unscoreable_frac"]), [0, 0])
+        assert.isAbove((yield* Metric.value(PolicyRequest.resends)).count - before, 0)
         assert.strictEqual(yield* policyVersion(server.url), 3)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000

@@ -339,6 +339,53 @@ describe("serve-policy, CPU backend", () => {
 
 describe("serve-policy, GPU backend", () => {
   it.scopedLive(
+    "top logprobs equal the CPU backend's on the same weights (greedy chat, continuous and window batching)",
+    () =>
+      Effect.gen(function*() {
+        const [a] = yield* models
+        const device = yield* Layer.build(Layer.merge(Gpu.layer(), NodeContext.layer))
+        const gpuBackend = yield* PolicyBackend.gpu(a, { maxBatchSize: 2, contextLength: 64 }).pipe(
+          Effect.provide(device)
+        )
+        const servers = {
+          cpu: yield* serveCpu(a),
+          gpu: yield* PolicyServer.serve(gpuBackend, { port: 0, servedModelName: "tiny" }),
+          gpuWindow: yield* PolicyServer.serve(gpuBackend, { port: 0, servedModelName: "tiny", batching: "window" })
+        }
+        const ask = (url: string) =>
+          post(`${url}/v1/chat/completions`, {
+            messages: [{ role: "user", content: "Guess a word." }],
+            chat_template_kwargs: { enable_thinking: false },
+            max_tokens: 8,
+            temperature: 0,
+            logprobs: true,
+            top_logprobs: 5,
+            return_tokens_as_token_ids: true
+          }).pipe(Effect.map((r) => r.json.choices[0].logprobs.content as Array<Json>))
+        const want = yield* ask(servers.cpu.url)
+        assert.strictEqual(want.length, 8)
+        for (const url of [servers.gpu.url, servers.gpuWindow.url]) {
+          const got = yield* ask(url)
+          assert.strictEqual(got.length, want.length)
+          got.forEach((e, i) => {
+            assert.strictEqual(e.token, want[i].token)
+            // Never fewer than asked.
+            assert.strictEqual(e.top_logprobs.length, 5)
+            assert.deepStrictEqual(
+              e.top_logprobs.map((t: Json) => t.token),
+              want[i].top_logprobs.map((t: Json) => t.token),
+              `position ${i}`
+            )
+            e.top_logprobs.forEach((t: Json, k: number) =>
+              assert.closeTo(t.logprob, want[i].top_logprobs[k].logprob, 1e-4)
+            )
+          })
+        }
+      }),
+    300_000
+  )
+
+  it.scopedLive(
     "greedy output equals the CPU model's; pushed weights change it and bump the version",
     () =>
       Effect.gen(function*() {
@@ -359,9 +406,11 @@ describe("serve-policy, GPU backend", () => {
         const wantA = greedy(a, ids, 8)
         assert.deepStrictEqual(first.token_ids, wantA.tokens)
         first.logprobs.token_logprobs.forEach((lp: number, i: number) => assert.closeTo(lp, wantA.logprobs[i], 1e-4))
-        const noTop = yield* post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 2, logprobs: 2 })
-        assert.strictEqual(noTop.status, 400)
-        assert.include(noTop.json.error.message, "does not report top logprobs")
+        // Top logprobs as asked (the legacy completions shape: one {token: logprob} per position, with the sampled
+        // token added when it is not among them, as vLLM does).
+        const top = (yield* post(`${server.url}/v1/completions`, { prompt: ids, max_tokens: 2, logprobs: 2 })).json
+        assert.strictEqual(top.choices[0].logprobs.top_logprobs.length, 2, JSON.stringify(top))
+        for (const alt of top.choices[0].logprobs.top_logprobs) assert.include([2, 3], Object.keys(alt).length)
         const manyStops = yield* post(`${server.url}/v1/completions`, {
           prompt: ids,
           max_tokens: 2,

@@ -75,6 +75,15 @@ export const fromEnvironment = <State>(episode: Environment.Episode<State>): Ses
   state: episode.state
 })
 
+/**
+ * The session with no tool schemas in the prompt (its tools still answer calls): for a model that learnt the call
+ * format from its SFT data rather than from schemas (the tiny demo models), and for the runs that reproduce them.
+ */
+export const withoutToolDefinitions = <State, E>(session: Session<State, E>): Session<State, E> => ({
+  ...session,
+  toolDefinitions: []
+})
+
 /** One executed (or unparsable) tool call. */
 export interface ToolCallRecord {
   /** Index of the model turn that made the call (0-based). */

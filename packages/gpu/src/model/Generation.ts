@@ -7,8 +7,9 @@
  * every slot through the model, samples on the GPU (`Sampling`: temperature, top-k, top-p, min-p, repetition
  * penalty, Philox4x32-10 uniforms keyed by (seed, sequence, step), as `Qwen3Reference.generate`) and feeds the
  * sampled token to the next step without a CPU round trip. Only the sampled tokens and their logprobs are read
- * back, once per submit; a slot whose sequence ended (stop token or max tokens) is refilled by the next waiting
- * request before the next submit.
+ * back, once per submit (and, for requests that ask for `topLogprobs`, the k most likely tokens of each step with
+ * their logprobs, selected on the device); a slot whose sequence ended (stop token or max tokens) is refilled by
+ * the next waiting request before the next submit.
  *
  * `makeStepwise` drives the same slots from outside, one submit per `step` (the policy server's continuous
  * batching): the caller decides which sequences start, step, pause and end between submits.
@@ -41,6 +42,17 @@ export interface GenerateRequest extends Sampling.SamplingOptions {
   readonly seed?: number
   /** Which sequence of the seed's stream (Philox counter word 1); default 0. */
   readonly sequence?: number
+  /**
+   * The k most likely tokens to report per sampled token (0…20, default 0): log_softmax(logits / T) (T = 1 when
+   * greedy) of the raw logits, before the penalty and the filters, most likely first (ties: lower id first).
+   */
+  readonly topLogprobs?: number
+}
+
+/** One of the most likely tokens at a step. */
+export interface TopLogprob {
+  readonly id: number
+  readonly logprob: number
 }
 
 export interface GenerateResult {
@@ -49,6 +61,8 @@ export interface GenerateResult {
   readonly logprobs: ReadonlyArray<number>
   /** Logprob under the processed distribution actually sampled from (0 when greedy). */
   readonly sampledLogprobs: ReadonlyArray<number>
+  /** Per token, its request's `topLogprobs` most likely tokens (absent when it asked for none). */
+  readonly topLogprobs?: ReadonlyArray<ReadonlyArray<TopLogprob>>
   readonly finishReason: "stop" | "length"
 }
 
@@ -83,8 +97,29 @@ interface Active extends Pending {
   readonly tokens: Array<number>
   readonly logprobs: Array<number>
   readonly sampledLogprobs: Array<number>
+  readonly top: Array<ReadonlyArray<TopLogprob>>
   readonly stops: ReadonlySet<number>
 }
+
+const topOf = (r: GenerateRequest) => r.topLogprobs ?? 0
+
+// A finished sequence's result (its top logprobs only when it asked for them).
+const resultOf = (
+  r: GenerateRequest,
+  a: {
+    readonly tokens: ReadonlyArray<number>
+    readonly logprobs: ReadonlyArray<number>
+    readonly sampledLogprobs: ReadonlyArray<number>
+    readonly top: ReadonlyArray<ReadonlyArray<TopLogprob>>
+  },
+  finishReason: "stop" | "length"
+): GenerateResult => ({
+  tokens: a.tokens,
+  logprobs: a.logprobs,
+  sampledLogprobs: a.sampledLogprobs,
+  ...(topOf(r) > 0 ? { topLogprobs: a.top } : {}),
+  finishReason
+})
 
 // The model's slots, or why it has none.
 const slotsFor = (model: Qwen3Model) =>
@@ -113,23 +148,26 @@ export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, Generat
     const admit = (slot: number, p: Pending, prefill: Array<Slots.PrefillRow>) => {
       const r = p.request
       slotsOf.admit(slot, r, prefill, true)
-      slots[slot] = { ...p, tokens: [], logprobs: [], sampledLogprobs: [], stops: new Set(r.stopTokens ?? []) }
+      slots[slot] = {
+        ...p,
+        tokens: [],
+        logprobs: [],
+        sampledLogprobs: [],
+        top: [],
+        stops: new Set(r.stopTokens ?? [])
+      }
     }
 
     const finish = (slot: number, reason: "stop" | "length") =>
       Effect.gen(function*() {
         const a = slots[slot]!
         slots[slot] = undefined
-        yield* Deferred.succeed(a.done, {
-          tokens: a.tokens,
-          logprobs: a.logprobs,
-          sampledLogprobs: a.sampledLogprobs,
-          finishReason: reason
-        })
+        yield* Deferred.succeed(a.done, resultOf(a.request, a, reason))
       })
 
     const decode = Effect.gen(function*() {
-      const { logprobs: lps, tokens: toks } = yield* slotsOf.decode(K)
+      const sampled = yield* slotsOf.decode(K, slots.some((a) => a !== undefined && topOf(a.request) > 0))
+      const { logprobs: lps, tokens: toks } = sampled
       for (let s = 0; s < S; s++) {
         const a = slots[s]
         if (a === undefined) continue
@@ -139,6 +177,7 @@ export const make = (model: Qwen3Model): Effect.Effect<GeneratorService, Generat
           a.tokens.push(t)
           a.logprobs.push(lps[(s * K + k) * 2])
           a.sampledLogprobs.push(lps[(s * K + k) * 2 + 1])
+          if (topOf(a.request) > 0) a.top.push(Slots.topAt(sampled, K, s, k, topOf(a.request)))
           counters.tokens++
           // The same rule the sampler applies on the device.
           if (a.stops.has(t)) {
@@ -230,6 +269,7 @@ class Stepped implements Sequence {
   readonly tokens: Array<number> = []
   readonly logprobs: Array<number> = []
   readonly sampledLogprobs: Array<number> = []
+  readonly top: Array<ReadonlyArray<TopLogprob>> = []
   readonly stops: ReadonlySet<number>
   /** Whether the slot's sampler is on (as last written, or as the device left it when the sequence ended). */
   sampling = false
@@ -309,12 +349,13 @@ export const makeStepwise = (
           r.tokens.push(t)
           r.logprobs.push(sampled.logprobs[(base + k) * 2])
           r.sampledLogprobs.push(sampled.logprobs[(base + k) * 2 + 1])
+          if (topOf(r.request) > 0) r.top.push(Slots.topAt(sampled, K, r.slot, k, topOf(r.request)))
           slotsOf.counters.tokens++
           const reason = r.stops.has(t) ? "stop" : r.tokens.length >= r.request.maxNewTokens ? "length" : undefined
           if (reason === undefined) continue
           r.sampling = false
           free(r)
-          return { tokens: r.tokens, logprobs: r.logprobs, sampledLogprobs: r.sampledLogprobs, finishReason: reason }
+          return resultOf(r.request, r, reason)
         }
         return undefined
       })
@@ -331,7 +372,9 @@ export const makeStepwise = (
       // Step 3: the new sequences' prompts into the cache, then one submit of decode steps.
       slotsOf.runPrefill(prefill)
       prefill = []
-      const sampled = yield* slotsOf.decode(steps).pipe(Effect.tapError(() => abandon))
+      const sampled = yield* slotsOf.decode(steps, rs.some((r) => topOf(r.request) > 0)).pipe(
+        Effect.tapError(() => abandon)
+      )
       return collect(rs, sampled)
     })
 

@@ -12,7 +12,7 @@
  * @since 0.0.0
  */
 import { seedKey } from "./internal/qwen3refSampling.js"
-import { MAX_STOPS, NONE, SLOT_U } from "./internal/samplingKernel.js"
+import { MAX_STOPS, NONE, SLOT_U, TOP_WORD } from "./internal/samplingKernel.js"
 
 /** Sampling settings, with the neutral values of transformers / vLLM. */
 export interface SamplingOptions {
@@ -49,9 +49,14 @@ export const validate = (o: SamplingOptions): string | undefined => {
   return undefined
 }
 
-/** The slot's u32 words: active, seed, sequence, generated, max new tokens, top-k, stop ids. */
-export const slotWords = (o: SamplingOptions, maxNewTokens: number, stops: ReadonlyArray<number>): Uint32Array => {
-  const w = new Uint32Array(SLOT_U).fill(NONE, 8)
+/** The slot's u32 words: active, seed, sequence, generated, max new tokens, top-k, stop ids, top logprobs. */
+export const slotWords = (
+  o: SamplingOptions,
+  maxNewTokens: number,
+  stops: ReadonlyArray<number>,
+  topLogprobs = 0
+): Uint32Array => {
+  const w = new Uint32Array(SLOT_U).fill(NONE, 8, 8 + MAX_STOPS)
   const [lo, hi] = seedKey(o.seed ?? 0)
   w[0] = 1
   w[1] = lo
@@ -62,6 +67,7 @@ export const slotWords = (o: SamplingOptions, maxNewTokens: number, stops: Reado
   w[6] = o.topK ?? 0
   w[7] = Math.min(stops.length, MAX_STOPS)
   stops.slice(0, MAX_STOPS).forEach((t, i) => (w[8 + i] = t))
+  w[TOP_WORD] = topLogprobs
   return w
 }
 

@@ -11,9 +11,12 @@
  *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
  *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
  *   else the run stops. A server is only sent requests once it holds the current weights. With `weightDirectory`
- *   the file goes through a shared directory instead (see there; the route a vLLM server can take). A push whose
- *   connection fails before any answer is sent again (see `pushLocked`); one that still fails, or times out
- *   (`pushTimeout`), marks the server down with a warning.
+ *   the file goes through a shared directory instead (see there; the route a vLLM server can take). A push that a
+ *   closed kept-alive connection dropped before any answer is sent again (see `pushLocked`); one that still fails,
+ *   or times out (`pushTimeout`), marks the server down with a warning.
+ * - Connections are kept alive (`@envtrain/rollout/PolicyRequest`); a request or probe that a kept-alive connection
+ *   the server had closed dropped before any answer byte never reached it, and is sent again once on a fresh
+ *   connection (logged, counted in `PolicyRequest.resends`).
  * - Failures: a request that cannot reach its server (refused, reset, timeout) fails with `PolicyTransportError`,
  *   which ends only that episode, as unscoreable (never trained on a partial completion), and marks the server
  *   down. A down server is tried again (`/v1/models`, then the current weights) at the next push, or when no server
@@ -28,6 +31,7 @@ import {
   PolicyResponseError,
   PolicyTransportError
 } from "@envtrain/rollout/Policy"
+import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
 import { Data, Duration, Effect, Either } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -95,42 +99,8 @@ interface Server {
 
 // Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
 const PROBE_TIMEOUT = Duration.seconds(10)
-// Sends of one weight push that a dropped connection may cost (see `pushLocked`).
-const PUSH_ATTEMPTS = 3
 
 const trim = (url: string) => url.replace(/\/+$/, "")
-
-// A fetch as an Effect: interruption aborts it; failures are the message (connection refused, reset, timeout).
-// `limit` names the option that sets `timeout`, so a timeout says what to raise.
-const http = (
-  url: string,
-  init: RequestInit,
-  timeout: Duration.Duration,
-  limit?: string
-): Effect.Effect<
-  { readonly status: number; readonly text: string },
-  { readonly reason: "connect" | "timeout"; readonly message: string }
-> =>
-  Effect.tryPromise({
-    try: async (signal) => {
-      const res = await fetch(url, { ...init, signal })
-      return { status: res.status, text: await res.text() }
-    },
-    catch: (e) => {
-      const cause = (e as { cause?: { code?: string; message?: string } }).cause
-      const detail = cause?.code ?? cause?.message ?? (e as Error).message
-      return { reason: "connect" as const, message: `${init.method ?? "GET"} ${url} failed: ${detail}` }
-    }
-  }).pipe(
-    Effect.timeoutFail({
-      duration: timeout,
-      onTimeout: () => ({
-        reason: "timeout" as const,
-        message: `${init.method ?? "GET"} ${url} did not answer within ${Duration.format(timeout)}` +
-          (limit === undefined ? "" : ` (${limit})`)
-      })
-    })
-  )
 
 const versionOf = (text: string): number | undefined => {
   try {
@@ -206,7 +176,7 @@ export const withPolicyServers = (
 
     // Asks `server` for its model name and version; fails with the reason it could not be reached.
     const probe = (server: Server) =>
-      http(`${server.url}/v1/models`, { headers: auth }, PROBE_TIMEOUT).pipe(
+      PolicyRequest.sendResending(`${server.url}/v1/models`, { headers: auth }, { timeout: PROBE_TIMEOUT }).pipe(
         Effect.flatMap(({ status, text }) => {
           if (status !== 200) {
             return Effect.fail({ message: `GET ${server.url}/v1/models answered ${status}: ${text.slice(0, 300)}` })
@@ -241,43 +211,47 @@ export const withPolicyServers = (
               "(policyServerWeightDirectory / --policy-server-weights DIR); or use envtrain serve-policy."
           })
         }
-        const post = (route: string, body: Uint8Array<ArrayBuffer> | string, type: string) =>
-          http(
+        const post = (route: string, body: Uint8Array<ArrayBuffer> | string, type: string, fresh: boolean) =>
+          PolicyRequest.send(
             `${server.url}${route}`,
             { method: "POST", headers: { ...auth, "content-type": type }, body },
-            pushTimeout,
-            "pushTimeout"
+            { timeout: pushTimeout, limit: "pushTimeout", fresh }
           )
-        const send = Effect.either(
-          directory === undefined
-            ? post("/update_weights", weights.bytes, "application/octet-stream")
-            : server.vllm
-            ? post("/collective_rpc", JSON.stringify({ method: "reload_weights" }), "application/json").pipe(
-              // Cached prefixes hold keys and values of the old weights.
-              Effect.tap(({ status }) =>
-                status === 200 ? post("/reset_prefix_cache", "", "application/json") : Effect.void
+        const send = (fresh: boolean) =>
+          Effect.either(
+            directory === undefined
+              ? post("/update_weights", weights.bytes, "application/octet-stream", fresh)
+              : server.vllm
+              ? post("/collective_rpc", JSON.stringify({ method: "reload_weights" }), "application/json", fresh).pipe(
+                // Cached prefixes hold keys and values of the old weights.
+                Effect.tap(({ status }) =>
+                  status === 200 ? post("/reset_prefix_cache", "", "application/json", fresh) : Effect.void
+                )
               )
-            )
-            : post("/update_weights_from_disk", JSON.stringify({ model_path: directory }), "application/json")
-        )
-        let answer = yield* send
-        // A connection that fails before any answer is most often a kept-alive one that the server closed while this
-        // process was busy (a synchronous optimizer step longer than the server's keep-alive on a loaded machine):
-        // writing to it fails at once (EPIPE, ECONNRESET, "other side closed") and the request never arrived. The
-        // push is sent again on a fresh connection, after asking the server whether the failed one landed after all
-        // (it counts its updates); a timeout is not retried (the server may still be loading those weights).
-        for (let attempt = 1; attempt < PUSH_ATTEMPTS && answer._tag === "Left"; attempt++) {
-          if (answer.left.reason !== "connect") break
-          const failed = answer.left.message
-          if (Either.isLeft(yield* Effect.either(probe(server)))) break
-          if (before !== undefined && server.version === before + 1) {
-            answer = Either.right({ status: 200, text: JSON.stringify({ policy_version: before + 1 }) })
-            break
+              : post(
+                "/update_weights_from_disk",
+                JSON.stringify({ model_path: directory }),
+                "application/json",
+                fresh
+              )
+          )
+        let answer = yield* send(false)
+        // A push that a kept-alive connection dropped before any answer (`PolicyRequest.isDroppedBeforeAnswer`: the
+        // server closed it while this process was busy, e.g. a synchronous optimizer step longer than the server's
+        // keep-alive on a loaded machine) did not arrive. It is sent again on a fresh connection, after asking the
+        // server whether it landed after all (it counts its updates); other failures and timeouts are not (the
+        // server may still be loading those weights).
+        if (answer._tag === "Left" && answer.left.reason === "dropped") {
+          const failed = answer.left
+          if (Either.isRight(yield* Effect.either(probe(server)))) {
+            if (before !== undefined && server.version === before + 1) {
+              answer = Either.right({ status: 200, text: JSON.stringify({ policy_version: before + 1 }) })
+            } else if (server.version === before) {
+              // (Another version: it restarted, or another client updated it; the revival sorts that out.)
+              yield* PolicyRequest.noteResend(failed)
+              answer = yield* send(true)
+            }
           }
-          // Another version: it restarted, or another client updated it; the revival sorts that out.
-          if (server.version !== before) break
-          yield* Effect.logInfo(`policy server ${server.url}: the weight push failed (${failed}); sending it again`)
-          answer = yield* send
         }
         if (answer._tag === "Left") {
           server.up = false
@@ -418,18 +392,23 @@ export const withPolicyServers = (
         const server = yield* pick
         const url = `${server.url}/v1/completions`
         server.inFlight++
-        const answer = yield* http(url, {
+        // A request that a closed kept-alive connection dropped before any answer is sent again on a fresh one
+        // (PolicyRequest); any other failure ends the episode, as unscoreable.
+        const answer = yield* PolicyRequest.sendResending(url, {
           method: "POST",
           headers: { ...auth, "content-type": "application/json" },
           body: JSON.stringify(completionRequestBody({ model: server.model }, request))
-        }, requestTimeout).pipe(
+        }, { timeout: requestTimeout }).pipe(
           Effect.ensuring(Effect.sync(() => void server.inFlight--)),
           Effect.either
         )
         if (answer._tag === "Left") {
           server.up = false
           server.lastError = answer.left.message
-          return yield* new PolicyTransportError(answer.left)
+          return yield* new PolicyTransportError({
+            reason: answer.left.reason === "timeout" ? "timeout" : "connect",
+            message: answer.left.message
+          })
         }
         const { status, text } = answer.right
         if (status >= 500) {

@@ -11,7 +11,7 @@ import type { Qwen3Model } from "../Qwen3.js"
 import * as Sampling from "../Sampling.js"
 import type { GenShape } from "./qwen3Graph.js"
 import { NO_SLOT } from "./qwen3Kernels.js"
-import { SLOT_U } from "./samplingKernel.js"
+import { MAX_TOP, SLOT_U } from "./samplingKernel.js"
 
 /** What a slot is given (the fields of `Generation.GenerateRequest` the device reads). */
 export interface SlotRequest extends Sampling.SamplingOptions {
@@ -20,15 +20,40 @@ export interface SlotRequest extends Sampling.SamplingOptions {
   readonly stopTokens?: ReadonlyArray<number>
   readonly seed?: number
   readonly sequence?: number
+  /** Top logprobs to report per sampled token (0…20; default 0). */
+  readonly topLogprobs?: number
 }
 
 /** A prompt token to run into the cache: (token, position, slot). */
 export type PrefillRow = readonly [number, number, number]
 
-/** The tokens of one decode submit: `tokens[s·K + k]` (NO_SLOT: slot s was idle at step k), two logprobs each. */
+/**
+ * The tokens of one decode submit: `tokens[s·K + k]` (NO_SLOT: slot s was idle at step k), two logprobs each; with
+ * `top` read back, `top[((s·K + k)·MAX_TOP + j)·2]` is the j-th most likely token (as f32) and `+ 1` its logprob,
+ * for j below the slot's `topLogprobs`.
+ */
 export interface Sampled {
   readonly tokens: Uint32Array
   readonly logprobs: Float32Array
+  readonly top?: Float32Array
+}
+
+/** The top logprobs of slot `slot` at step `k` of a submit of ring `K` (`n` of them). */
+export const topAt = (
+  sampled: Sampled,
+  K: number,
+  slot: number,
+  k: number,
+  n: number
+): ReadonlyArray<{ readonly id: number; readonly logprob: number }> => {
+  const out: Array<{ id: number; logprob: number }> = []
+  const top = sampled.top
+  if (top === undefined) return out
+  for (let j = 0; j < n; j++) {
+    const o = ((slot * K + k) * MAX_TOP + j) * 2
+    out.push({ id: top[o], logprob: top[o + 1] })
+  }
+  return out
 }
 
 export interface Slots {
@@ -45,8 +70,8 @@ export interface Slots {
   readonly setActive: (slot: number, active: boolean) => void
   /** Runs the rows through the prefill program, a chunk per submit. */
   readonly runPrefill: (rows: ReadonlyArray<PrefillRow>) => void
-  /** One submit of `steps` (≤ K) decode steps; reads back the sampled tokens and logprobs. */
-  readonly decode: (steps: number) => Effect.Effect<Sampled, GpuDeviceLost | GpuUncapturedError>
+  /** One submit of `steps` (≤ K) decode steps; reads back the sampled tokens and logprobs (and `top`, if asked). */
+  readonly decode: (steps: number, top?: boolean) => Effect.Effect<Sampled, GpuDeviceLost | GpuUncapturedError>
 }
 
 type Programs = NonNullable<Qwen3Model["programs"]>
@@ -67,8 +92,13 @@ export const make = (
     const P = gen.prefillChunk
     const tokBytes = S * K * 4
     const lpBytes = S * K * 8
+    const topBytes = S * K * MAX_TOP * 8
     const staging = yield* Effect.acquireRelease(
-      gpu.createBuffer("generation.readback", tokBytes + lpBytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
+      gpu.createBuffer(
+        "generation.readback",
+        tokBytes + lpBytes + topBytes,
+        GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST
+      ),
       (b) => Effect.sync(() => b.destroy())
     ).pipe(Effect.orDie)
     const counters = { submits: 0, steps: 0, tokens: 0 }
@@ -81,6 +111,10 @@ export const make = (
           `capacity of ${gen.capacity}; make the model with a larger generation.capacity.`
       }
       if ((r.stopTokens ?? []).length > 8) return "At most 8 stop tokens are supported per request."
+      const top = r.topLogprobs ?? 0
+      if (!Number.isInteger(top) || top < 0 || top > Math.min(MAX_TOP, V)) {
+        return `topLogprobs must be an integer in [0, ${Math.min(MAX_TOP, V)}] (got ${top}).`
+      }
       for (const t of [...r.prompt, ...(r.stopTokens ?? [])]) {
         if (!Number.isInteger(t) || t < 0 || t >= V) return `Token id ${t} is outside the vocabulary [0, ${V}).`
       }
@@ -97,7 +131,7 @@ export const make = (
     }
 
     const admit = (slot: number, r: SlotRequest, prefill: Array<PrefillRow>, active: boolean) => {
-      const su = Sampling.slotWords(r, r.maxNewTokens, r.stopTokens ?? [])
+      const su = Sampling.slotWords(r, r.maxNewTokens, r.stopTokens ?? [], r.topLogprobs ?? 0)
       if (!active) su[0] = 0
       arena.write("g.su", su, slot * su.length)
       arena.write("g.sf", Sampling.slotFloats(r), slot * 4)
@@ -130,16 +164,19 @@ export const make = (
       }
     }
 
-    const decode = (steps: number) =>
+    const decode = (steps: number, top = false) =>
       Effect.gen(function*() {
         arena.write("g.ctl", new Uint32Array(4))
         const outTok = arena.binding(arena.tensor("g.outTok"))
         const outLp = arena.binding(arena.tensor("g.outLp"))
+        const outTop = arena.binding(arena.tensor("g.outTop"))
         submit((pass) => {
           for (let k = 0; k < steps; k++) programs.decode.encode(pass)
         }, (e) => {
           e.copyBufferToBuffer(outTok.buffer, outTok.offset ?? 0, staging, 0, tokBytes)
           e.copyBufferToBuffer(outLp.buffer, outLp.offset ?? 0, staging, tokBytes, lpBytes)
+          // Only when a slot asked: the top logprobs are MAX_TOP times the rest of the read-back.
+          if (top) e.copyBufferToBuffer(outTop.buffer, outTop.offset ?? 0, staging, tokBytes + lpBytes, topBytes)
         })
         counters.submits++
         counters.steps += steps
@@ -151,10 +188,14 @@ export const make = (
             ]),
           catch: (e) => new GpuDeviceLost({ reason: "unknown", detail: `reading sampled tokens failed: ${String(e)}` })
         })
-        const bytes = staging.getMappedRange().slice(0)
+        const bytes = staging.getMappedRange(0, top ? tokBytes + lpBytes + topBytes : tokBytes + lpBytes).slice(0)
         staging.unmap()
         yield* gpu.check
-        return { tokens: new Uint32Array(bytes, 0, S * K), logprobs: new Float32Array(bytes, tokBytes, S * K * 2) }
+        return {
+          tokens: new Uint32Array(bytes, 0, S * K),
+          logprobs: new Float32Array(bytes, tokBytes, S * K * 2),
+          ...(top ? { top: new Float32Array(bytes, tokBytes + lpBytes, S * K * MAX_TOP * 2) } : {})
+        }
       })
 
     return { S, K, counters, validate, admit, setActive, runPrefill, decode } satisfies Slots

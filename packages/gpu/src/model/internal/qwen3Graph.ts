@@ -227,6 +227,7 @@ export const genSpecs = (c: Config, g: GenShape): Record<string, Arena.TensorSpe
   out["g.sf"] = { shape: [g.slots, S.SLOT_F] }
   out["g.outTok"] = { shape: [g.slots, g.stepsPerSubmit], dtype: "u32" }
   out["g.outLp"] = { shape: [g.slots, g.stepsPerSubmit, 2] }
+  out["g.outTop"] = { shape: [g.slots, g.stepsPerSubmit, S.MAX_TOP, 2] }
   out["g.ctl"] = { shape: [4], dtype: "u32" }
   return out
 }
@@ -572,6 +573,7 @@ export const decodeOps = (plan: Arena.ArenaPlan, c: Config, gs: GenShape): Array
         t("g.d.pos"),
         t("g.outTok"),
         t("g.outLp"),
+        t("g.outTop"),
         t("g.ctl")
       ],
       params: [u(gs.slots), u(c.vocab_size), u(gs.stepsPerSubmit)],

@@ -6,16 +6,23 @@
  * below topP·total, with ties at the cut kept in index order while the mass before them stays below topP·total.
  * Each thread owns a contiguous block of the vocabulary, so block prefix sums give vocabulary-order running sums.
  *
- * Per-slot state (u32 `SU` [slots, 16]): 0 active, 1 seed low, 2 seed high, 3 sequence, 4 generated, 5 max new
- * tokens, 6 top-k, 7 number of stop ids, 8…15 stop ids. f32 `SF` [slots, 4]: temperature, top-p, min-p,
- * repetition penalty. `Seen` [slots, vocab] flags the context tokens (repetition penalty).
- * Outputs per step: `OutTok[slot, ring]` (0xffffffff when the slot was idle) and `OutLp[slot, ring, 2]`
- * (logprob under softmax(logits / T), sampled logprob).
+ * Per-slot state (u32 `SU` [slots, 20]): 0 active, 1 seed low, 2 seed high, 3 sequence, 4 generated, 5 max new
+ * tokens, 6 top-k, 7 number of stop ids, 8…15 stop ids, 16 top logprobs asked (0…MAX_TOP). f32 `SF` [slots, 4]:
+ * temperature, top-p, min-p, repetition penalty. `Seen` [slots, vocab] flags the context tokens (repetition penalty).
+ * Outputs per step: `OutTok[slot, ring]` (0xffffffff when the slot was idle), `OutLp[slot, ring, 2]`
+ * (logprob under softmax(logits / T), sampled logprob) and, for a slot that asks for n top logprobs,
+ * `OutTop[slot, ring, j, 2]` for j < n: the j-th most likely token of log_softmax(logits / T) (T = 1 when greedy;
+ * raw logits, before penalty and filters; ties by lower id) as an f32 id, and its logprob — n more passes over the
+ * slot's logits, only for slots that ask.
  */
 import { header } from "../../ops/Wgsl.js"
 
 /** Per-slot u32 words. */
-export const SLOT_U = 16
+export const SLOT_U = 20
+/** The SU word that holds how many top logprobs the slot reports. */
+export const TOP_WORD = 16
+/** Most top logprobs a slot reports per token. */
+export const MAX_TOP = 20
 /** Per-slot f32 words. */
 export const SLOT_F = 4
 /** Stop ids a slot can hold. */
@@ -65,6 +72,7 @@ export const sampler = header("slots: u32, vocab: u32, ring: u32", [
   ["Pos", "read_write", "u32"],
   ["OutTok", "read_write", "u32"],
   ["OutLp", "read_write"],
+  ["OutTop", "read_write"],
   ["Ctl", "read", "u32"]
 ]) + `
 const DROP = -3.4e38;
@@ -73,6 +81,8 @@ const NONE = 0xffffffffu;
 var<workgroup> rf: array<f32, 256>;
 var<workgroup> ru: array<u32, 256>;
 var<workgroup> bu: array<u32, 16>;
+const SLOT_U = ${SLOT_U}u;
+const MAX_TOP = ${MAX_TOP}u;
 var<workgroup> bf: array<f32, 8>;
 
 fn okey(x: f32) -> u32 {
@@ -113,9 +123,10 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
   let V = p.vocab;
   let zb = s * V;
   if (lid == 0u) {
-    for (var i = 0u; i < 8u; i++) { bu[i] = SU[s * 16u + i]; }
+    for (var i = 0u; i < 8u; i++) { bu[i] = SU[s * SLOT_U + i]; }
     for (var i = 0u; i < 4u; i++) { bf[i] = SF[s * 4u + i]; }
     bu[8] = Ctl[0];
+    bu[9] = min(SU[s * SLOT_U + ${TOP_WORD}u], MAX_TOP);
   }
   let isActive = workgroupUniformLoad(&bu[0]);
   let ring = workgroupUniformLoad(&bu[8]) % p.ring;
@@ -142,6 +153,8 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
   var token = 0u;
   var logprob = 0.0;
   var sampled = 0.0;
+  // log-sum-exp of the raw logits / T (T = 1 when greedy), which the returned logprobs subtract.
+  var lse = 0.0;
   if (temp == 0.0) {
     // Greedy: argmax, lowest index on ties; logprob under softmax(logits).
     var best = DROP;
@@ -159,7 +172,8 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
     for (var v = v0; v < v1; v++) { se += exp(Z[zb + v] - m); }
     let total = sumF(se, lid);
     token = idx;
-    if (lid == 0u) { logprob = Z[zb + token] - m - log(total); }
+    lse = m + log(total);
+    if (lid == 0u) { logprob = Z[zb + token] - lse; }
   } else {
     // log-softmax of the raw logits at temperature T, for the returned logprob.
     var rmx = DROP;
@@ -168,6 +182,7 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
     var rse = 0.0;
     for (var v = v0; v < v1; v++) { rse += exp(Z[zb + v] / temp - rm); }
     let rawLse = rm + log(sumF(rse, lid));
+    lse = rawLse;
 
     // 2. top-k: the k-th largest key is the largest t with count(key ≥ t) ≥ k.
     if (topK > 0u && topK < V) {
@@ -265,6 +280,32 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
       sampled = W[zb + token] - mz - log(total);
     }
   }
+  // 6. Top logprobs: the n most likely tokens of the raw logits, one selection pass each, in the order
+  // (logit descending, id ascending): pass j takes the best token after pass j-1's (key kp, id ip).
+  let nTop = workgroupUniformLoad(&bu[9]);
+  if (nTop > 0u) {
+    let tdiv = select(temp, 1.0, temp == 0.0);
+    var kp = 0u;
+    var ip = NONE;
+    for (var j = 0u; j < nTop; j++) {
+      var bk = 0u;
+      var bi = NONE;
+      for (var v = v0; v < v1; v++) {
+        let k = okey(Z[zb + v]);
+        let after = j == 0u || k < kp || (k == kp && v > ip);
+        if (after && (bi == NONE || k > bk)) { bk = k; bi = v; }
+      }
+      let topKey = maxU(select(0u, bk, bi != NONE), lid);
+      let topId = minU(select(NONE, bi, bi != NONE && bk == topKey), lid);
+      if (lid == 0u) {
+        let o = ((s * p.ring + ring) * MAX_TOP + j) * 2u;
+        OutTop[o] = f32(topId);
+        OutTop[o + 1u] = Z[zb + topId] / tdiv - lse;
+      }
+      kp = topKey;
+      ip = topId;
+    }
+  }
   if (lid == 0u) {
     OutTok[s * p.ring + ring] = token;
     OutLp[(s * p.ring + ring) * 2u] = logprob;
@@ -273,10 +314,10 @@ fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
     Ids[s] = token;
     Pos[s] = Pos[s] + 1u;
     let generated = bu[4] + 1u;
-    SU[s * 16u + 4u] = generated;
+    SU[s * SLOT_U + 4u] = generated;
     var done = generated >= bu[5];
     let stops = min(bu[7], 8u);
-    for (var i = 0u; i < stops; i++) { if (SU[s * 16u + 8u + i] == token) { done = true; } }
-    if (done) { SU[s * 16u] = 0u; }
+    for (var i = 0u; i < stops; i++) { if (SU[s * SLOT_U + 8u + i] == token) { done = true; } }
+    if (done) { SU[s * SLOT_U] = 0u; }
   }
 }`

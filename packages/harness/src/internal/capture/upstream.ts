@@ -3,6 +3,7 @@
 // `choices[0].logprobs.content[i].logprob`), read into a dialect-free `Captured`. Every failure is classified: the
 // engine unreachable, slow or failing (transport: the rollout is unscoreable), the engine refusing the request
 // (rejected: the agent's request was at fault, passed back), or an answer without what capture needs (contract).
+import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
 import { Data, Duration, Effect } from "effect"
 import { randomUUID } from "node:crypto"
 import type { Captured, ChatBody, ToolCall } from "./dialect.js"
@@ -112,37 +113,25 @@ export const capturedOf = (raw: unknown): Captured | string => {
 export const complete = (upstream: Upstream, chat: ChatBody): Effect.Effect<Captured, UpstreamFailure> => {
   const url = `${upstream.url.replace(/\/+$/, "")}/v1/chat/completions`
   return Effect.gen(function*() {
-    const res = yield* Effect.tryPromise({
-      try: async (signal) => {
-        const r = await fetch(url, {
-          method: "POST",
-          signal,
-          headers: {
-            "content-type": "application/json",
-            ...(upstream.apiKey === undefined ? {} : { authorization: `Bearer ${upstream.apiKey}` })
-          },
-          body: JSON.stringify(requestBody(upstream, chat))
-        })
-        return { status: r.status, text: await r.text() }
+    // Kept-alive connections; a request that one the server had closed dropped before any answer byte never
+    // reached it, and is sent again once on a fresh connection (PolicyRequest). Anything else is a transport failure.
+    const res = yield* PolicyRequest.sendResending(url, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        ...(upstream.apiKey === undefined ? {} : { authorization: `Bearer ${upstream.apiKey}` })
       },
-      catch: (e) =>
-        failure(
-          "transport",
-          502,
-          `the policy server at ${url} could not be reached: ${
-            (e as Error & { cause?: Error }).cause?.message ?? (e as Error).message
-          }`
-        )
-    }).pipe(
-      Effect.timeoutFail({
-        duration: upstream.timeout,
-        onTimeout: () =>
-          failure(
+      body: JSON.stringify(requestBody(upstream, chat))
+    }, { timeout: upstream.timeout }).pipe(
+      Effect.mapError((f) =>
+        f.reason === "timeout"
+          ? failure(
             "transport",
             504,
             `the policy server at ${url} did not answer within ${Duration.format(upstream.timeout)}`
           )
-      })
+          : failure("transport", 502, `the policy server at ${url} could not be reached: ${f.message}`)
+      )
     )
     if (res.status >= 500) {
       return yield* failure(

@@ -91,6 +91,33 @@ const piecesOf = (tokenizer: Tokenizer, ids: ReadonlyArray<number>, text: string
   return pieces
 }
 
+/**
+ * The `text_offset`s of tokens `from..to-1` of a running sequence (`ids`: its tokens so far), as the finished
+ * answer's pieces give them: token k starts at the length of the longest prefix `ids[0..j]`, j ≤ k, whose text does
+ * not end inside a character. For a decode step that sampled several tokens (the gpu backend's chunk per submit).
+ */
+export const stepOffsets = (
+  tokenizer: Tokenizer,
+  ids: ReadonlyArray<number>,
+  from: number,
+  to: number,
+  skip: boolean
+): Array<number> => {
+  const whole = (k: number) => {
+    const prefix = decodeText(tokenizer, ids.slice(0, k), skip)
+    return prefix.endsWith("\uFFFD") ? undefined : prefix.length
+  }
+  let j = from
+  let last = whole(j)
+  while (last === undefined && j > 0) last = whole(--j)
+  const out = [last ?? 0]
+  for (let k = from + 1; k < to; k++) {
+    last = whole(k) ?? last
+    out.push(last ?? 0)
+  }
+  return out
+}
+
 const tokenLabel = (tokenizer: Tokenizer, id: number, asIds: boolean) =>
   asIds ? `token_id:${id}` : tokenizer.decode([id])
 

@@ -437,11 +437,23 @@ export const make = (
         const start = (v: number) => {
           if (out.start(v)) version = v
         }
-        const tokens = (i: number, text: string, choice: Response.Choice, from: number, to: number, offset: number) =>
+        // `offset`: where token `from`'s text starts, or each token's start.
+        const tokens = (
+          i: number,
+          text: string,
+          choice: Response.Choice,
+          from: number,
+          to: number,
+          offset: number | ReadonlyArray<number>
+        ) =>
           out.event(chunk({
             index: i,
             text,
-            logprobs: spec.logprobs ? Response.completionLogprobs(tokenizer, spec, choice, from, to, offset) : null,
+            logprobs: spec.logprobs
+              ? typeof offset === "number"
+                ? Response.completionLogprobs(tokenizer, spec, choice, from, to, offset)
+                : { ...Response.completionLogprobs(tokenizer, spec, choice, from, to), text_offset: offset }
+              : null,
             finish_reason: null,
             ...(spec.returnTokenIds
               ? { token_ids: choice.tokenIds.slice(from, to), ...(from === 0 ? { prompt_token_ids: promptOf(i) } : {}) }
@@ -452,7 +464,18 @@ export const make = (
           requests,
           texts,
           start,
-          (i, text, from, to, p) => tokens(i, text, partial(p), from, to, texts[i].offset),
+          (i, text, from, to, p) =>
+            tokens(
+              i,
+              text,
+              partial(p),
+              from,
+              to,
+              // Several tokens in one step (the gpu backend's submit): each its own offset.
+              spec.logprobs && to - from > 1
+                ? Response.stepOffsets(tokenizer, p.tokenIds, from, to, spec.skipSpecialTokens)
+                : texts[i].offset
+            ),
           (i, generated) => {
             const c = Response.finish(tokenizer, generated.completion, spec)
             const text = texts[i]
