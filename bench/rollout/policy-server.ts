@@ -3,7 +3,8 @@
  * deployed; queried over loopback with fetch) at several numbers of concurrent requests, with continuous batching
  * and with window batching (`--batching`), against the same model generating the same batch in process
  * (cpu: `Trainer.referenceModel`; gpu: the gpu backend's own `generate`, `PolicyBackend.gpu`). Every request
- * samples `--tokens` tokens (`ignore_eos`, temperature 1, its own seed), so all sides do the same work.
+ * samples `--tokens` tokens (`ignore_eos`, temperature 1, its own seed), so all sides do the same work. The two
+ * servers run together and are asked in turn, round by round, so load from other jobs falls on both alike.
  *
  *   npx tsx bench/rollout/policy-server.ts                                   # tiny preset, 1,8,32 requests
  *   npx tsx bench/rollout/policy-server.ts --preset=small --concurrency=1,8 --tokens=16
@@ -96,71 +97,91 @@ const program = Effect.gen(function*() {
   }
   yield* Scope.close(scope, Exit.void)
 
-  // The server in its own process, once per batching mode.
-  const serve = (batching: "continuous" | "window") =>
-    Effect.gen(function*() {
-      const { url } = yield* PolicyServerProcess.launch({
-        model: dir,
-        backend: BACKEND,
-        ...(BACKEND === "gpu" ? { maxModelLen: CONTEXT } : {}),
-        maxBatch,
-        batching,
-        servedModelName: "bench"
-      })
-      const served: Record<number, number> = {}
-      const serverCpu: Record<number, number> = {}
-      const occupancy: Record<number, number> = {}
-      // The server process's CPU seconds so far (its /metrics), read outside the timed requests.
-      const cpuNow = Effect.promise(() =>
-        fetch(`${url}/metrics`).then((r) => r.text()).then((text) =>
-          Number(/^process_cpu_seconds_total ([\d.e+-]+)$/m.exec(text)?.[1])
-        )
+  // The servers in their own processes, one per batching mode, alive together and asked in turn (each round one
+  // mode then the other, the order alternating), so both are measured under the same load on a shared machine.
+  type Batching = "continuous" | "window"
+  const modes: ReadonlyArray<Batching> = ["continuous", "window"]
+  const launched = {} as Record<Batching, string>
+  for (const batching of modes) {
+    launched[batching] = (yield* PolicyServerProcess.launch({
+      model: dir,
+      backend: BACKEND,
+      ...(BACKEND === "gpu" ? { maxModelLen: CONTEXT } : {}),
+      maxBatch,
+      batching,
+      servedModelName: "bench"
+    })).url
+  }
+  // Per concurrency: median tokens/s and CPU per token, the occupancy, and CPU per token with idle time included.
+  type Side = Record<"served" | "serverCpu" | "occupancy" | "totalCpu", Record<number, number>>
+  const side = (): Side => ({ served: {}, serverCpu: {}, occupancy: {}, totalCpu: {} })
+  const results: Record<Batching, Side> = { continuous: side(), window: side() }
+  // The server process's CPU seconds so far (its /metrics), read outside the timed requests.
+  const cpuNow = (url: string) =>
+    Effect.promise(() =>
+      fetch(`${url}/metrics`).then((r) => r.text()).then((text) =>
+        Number(/^process_cpu_seconds_total ([\d.e+-]+)$/m.exec(text)?.[1])
       )
-      for (const c of CONCURRENCY) {
-        const runs: Array<number> = []
-        const cpu: Array<number> = []
-        for (let r = -WARMUP; r < ROUNDS; r++) {
-          const cpu0 = yield* cpuNow
-          const t0 = performance.now()
-          const bodies = yield* Effect.promise(() =>
-            Promise.all(
-              prompts(c).map((prompt, i) =>
-                fetch(`${url}/v1/completions`, {
-                  method: "POST",
-                  headers: { "content-type": "application/json" },
-                  body: JSON.stringify({
-                    model: "bench",
-                    prompt,
-                    max_tokens: TOKENS,
-                    temperature: 1,
-                    seed: 1000 * (r + WARMUP) + i,
-                    ignore_eos: true,
-                    logprobs: 0,
-                    return_token_ids: true
-                  })
-                }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
-              )
+    )
+  for (const c of CONCURRENCY) {
+    const runs = { continuous: [] as Array<number>, window: [] as Array<number> }
+    const cpu = { continuous: [] as Array<number>, window: [] as Array<number> }
+    // Each server's CPU over all timed rounds, its idle time between them included (work it defers, such as
+    // garbage collection, lands there): per token, beside the per-round median.
+    const totals = { continuous: { cpu: 0, tokens: 0 }, window: { cpu: 0, tokens: 0 } }
+    for (let r = -WARMUP; r < ROUNDS; r++) {
+      if (r === 0) { for (const batching of modes) totals[batching].cpu = -(yield* cpuNow(launched[batching])) }
+      for (const batching of r % 2 === 0 ? modes : [...modes].reverse()) {
+        const url = launched[batching]
+        const cpu0 = yield* cpuNow(url)
+        const t0 = performance.now()
+        const bodies = yield* Effect.promise(() =>
+          Promise.all(
+            prompts(c).map((prompt, i) =>
+              fetch(`${url}/v1/completions`, {
+                method: "POST",
+                headers: { "content-type": "application/json" },
+                body: JSON.stringify({
+                  model: "bench",
+                  prompt,
+                  max_tokens: TOKENS,
+                  temperature: 1,
+                  seed: 1000 * (r + WARMUP) + i,
+                  ignore_eos: true,
+                  logprobs: 0,
+                  return_token_ids: true
+                })
+              }).then((res) => res.json() as Promise<{ choices: Array<{ token_ids: Array<number> }> }>)
             )
           )
-          const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
-          const seconds = (performance.now() - t0) / 1000
-          const cpu1 = yield* cpuNow
-          if (r >= 0) {
-            runs.push(tokens / seconds)
-            cpu.push((cpu1 - cpu0) * 1e6 / tokens)
-          }
+        )
+        const tokens = bodies.reduce((s, b) => s + b.choices[0].token_ids.length, 0)
+        const seconds = (performance.now() - t0) / 1000
+        const cpu1 = yield* cpuNow(url)
+        if (r >= 0) {
+          runs[batching].push(tokens / seconds)
+          cpu[batching].push((cpu1 - cpu0) * 1e6 / tokens)
+          totals[batching].tokens += tokens
         }
-        served[c] = median(runs)
-        serverCpu[c] = median(cpu)
-        const metrics = yield* Effect.promise(() => fetch(`${url}/metrics`).then((r) => r.text()))
-        // Continuous: the most sequences in one decode step so far; window: the last batch handed to the backend.
-        const name = batching === "continuous" ? "decode_step_occupancy_max" : "batch_size_last"
-        occupancy[c] = Number(new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(metrics)?.[1])
       }
-      return { served, serverCpu, occupancy }
-    }).pipe(Effect.scoped)
-  const continuous = yield* serve("continuous")
-  const window = yield* serve("window")
+    }
+    yield* Effect.sleep("500 millis")
+    for (const batching of modes) {
+      totals[batching].cpu += yield* cpuNow(launched[batching])
+      results[batching].totalCpu[c] = totals[batching].cpu * 1e6 / totals[batching].tokens
+    }
+    for (const batching of modes) {
+      results[batching].served[c] = median(runs[batching])
+      results[batching].serverCpu[c] = median(cpu[batching])
+      const metrics = yield* Effect.promise(() => fetch(`${launched[batching]}/metrics`).then((r) => r.text()))
+      // Continuous: the most sequences in one decode step so far; window: the last batch handed to the backend.
+      const name = batching === "continuous" ? "decode_step_occupancy_max" : "batch_size_last"
+      results[batching].occupancy[c] = Number(
+        new RegExp(`^envtrain:${name}\\{[^}]*\\} (\\d+)$`, "m").exec(metrics)?.[1]
+      )
+    }
+  }
+  const { continuous, window } = results
 
   const rows = CONCURRENCY.map((c) => ({
     concurrency: c,
@@ -173,7 +194,9 @@ const program = Effect.gen(function*() {
     windowLastBatchOccupancy: window.occupancy[c],
     inProcessCpuMicrosPerToken: inProcessCpu[c],
     continuousServerCpuMicrosPerToken: continuous.serverCpu[c],
-    windowServerCpuMicrosPerToken: window.serverCpu[c]
+    windowServerCpuMicrosPerToken: window.serverCpu[c],
+    continuousServerTotalCpuMicrosPerToken: continuous.totalCpu[c],
+    windowServerTotalCpuMicrosPerToken: window.totalCpu[c]
   }))
   const loadAfter = Os.loadavg()
   const result = {
@@ -206,12 +229,14 @@ const program = Effect.gen(function*() {
         "batch, on the same device. ") +
     `Server: \`envtrain serve-policy --backend ${BACKEND}\` ` +
     "in its own process with `--batching continuous` (requests join the running decode between steps) and " +
-    "`--batching window` (a batch decodes to its end before the next), the requests sent concurrently over loopback. " +
+    "`--batching window` (a batch decodes to its end before the next), both alive together and asked in turn (a " +
+    "round of one, then of the other, the order alternating), the requests sent concurrently over loopback. " +
     "Occupancy: continuous, the most sequences in one decode step so far; window, the last batch's size. " +
     "CPU per token: the CPU time (user + system) the generating process spent per completion token, in " +
     "microseconds (in process: the bench process around `generate`; server: the server's " +
-    "`process_cpu_seconds_total` before and after each round, HTTP and JSON included), which other jobs on the " +
-    "machine do not inflate the way they inflate wall time.",
+    "`process_cpu_seconds_total` before and after each round, HTTP and JSON included; \"idle included\": from " +
+    "before the first timed round to 0.5 s after the last, so work a server defers to its idle time counts too), " +
+    "which other jobs on the machine inflate less than they inflate wall time.",
     "",
     "| concurrent requests | in process (tokens/s) | continuous (tokens/s) | window (tokens/s) | " +
     "continuous / in process | window / in process | continuous max step occupancy | window last batch |",
@@ -223,12 +248,13 @@ const program = Effect.gen(function*() {
     ),
     "",
     "| concurrent requests | in process CPU (µs/token) | continuous server CPU (µs/token) | " +
-    "window server CPU (µs/token) | continuous / window (CPU) |",
-    "| --- | --- | --- | --- | --- |",
+    "window server CPU (µs/token) | continuous / window (CPU) | continuous / window (CPU, idle included) |",
+    "| --- | --- | --- | --- | --- | --- |",
     ...rows.map((r) =>
       `| ${r.concurrency} | ${r.inProcessCpuMicrosPerToken.toFixed(0)} | ` +
       `${r.continuousServerCpuMicrosPerToken.toFixed(0)} | ${r.windowServerCpuMicrosPerToken.toFixed(0)} | ` +
-      `${(r.continuousServerCpuMicrosPerToken / r.windowServerCpuMicrosPerToken).toFixed(2)} |`
+      `${(r.continuousServerCpuMicrosPerToken / r.windowServerCpuMicrosPerToken).toFixed(2)} | ` +
+      `${(r.continuousServerTotalCpuMicrosPerToken / r.windowServerTotalCpuMicrosPerToken).toFixed(2)} |`
     ),
     ""
   ].join("\n")
