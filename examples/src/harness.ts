@@ -10,7 +10,8 @@
 //    agent produces. BashAgent's script ends with "Done."; mini-swe-agent's (stock mini.yaml: reasoning text plus
 //    one `bash` tool call per turn) with its submit command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, and its
 //    transcript is the messages of its own last request plus that answer.
-// 2. serve-policy on the SFT weights; held-out (and training) task success before GRPO, greedy.
+// 2. serve-policy on the SFT weights; held-out (and training) task success before GRPO, greedy, and with
+//    --eval-samples N also sampled at the GRPO temperature (N episodes per task). --sft-from skips step 1.
 // 3. Harness GRPO (async) on the training tasks with the agent, through HarnessTrainer.
 // 4. Success again; runs/harness/{eval.json, report.html, traces/{before,after}/, metrics.jsonl, harness.jsonl}.
 //
@@ -53,11 +54,17 @@ interface Settings {
   /** None: 40 for the 12 shipped tasks; for generated ones about as many transcript passes (480 / tasks). */
   readonly sftEpochs: Option.Option<number>
   readonly sftLearningRate: number
+  /** Skip the SFT warm-up: start from this checkpoint (an earlier run's <out>/sft-model). */
+  readonly sftFrom: Option.Option<string>
   readonly steps: number
   readonly numGenerations: number
   readonly prompts: number
+  /** Micro-batches (of numGenerations x prompts rows) per optimizer step. */
+  readonly gradAccum: number
   readonly learningRate: number
   readonly temperature: number
+  /** Sampled evaluation at `temperature`: episodes per task (0 = greedy only). */
+  readonly evalSamples: number
   readonly maxStaleness: number
   readonly agentSteps: number
   readonly maxTokens: number
@@ -238,7 +245,9 @@ const run = (settings: Settings) =>
     const needed = maxLength + settings.agentSteps * settings.maxTokens
     yield* Console.log(
       `sft: ${transcripts.length} solver transcripts (${agentLabel} format, its bash tool schema in the prompt), ` +
-        `${minLength}-${maxLength} tokens, ${sftEpochs} epochs; a rollout needs <= ${needed} tokens of ` +
+        `${minLength}-${maxLength} tokens, ${
+          Option.isSome(settings.sftFrom) ? "no SFT here (--sft-from)" : `${sftEpochs} epochs`
+        }; a rollout needs <= ${needed} tokens of ` +
         `the context of ${context}${
           context === made.config.max_position_embeddings
             ? ` (the ${settings.preset} preset's)`
@@ -252,30 +261,42 @@ const run = (settings: Settings) =>
       )
     }
     const sftStarted = Date.now()
-    yield* SftTrainer.train({
-      config: yield* Config.fromSources({
-        outputDir: path.join(out, "sft"),
-        perDeviceTrainBatchSize: 4,
-        gradientAccumulationSteps: 1,
-        numTrainEpochs: sftEpochs,
-        learningRate: settings.sftLearningRate,
-        lrSchedulerType: "cosine",
-        warmupRatio: 0.1,
-        loggingSteps: 5,
-        saveSteps: 1_000_000,
-        seed: settings.seed
-      }),
-      model: sftModel,
-      transcripts,
-      maxLength,
-      title: "harness (SFT warm-up on solver transcripts)",
-      progress: false
-    })
-    const warm: Checkpoint.Model = { ...initial, tensors: (yield* sftModel.exportState).weights }
     const warmDir = path.join(out, "sft-model")
+    const warm: Checkpoint.Model = yield* Option.match(settings.sftFrom, {
+      onNone: () =>
+        Effect.gen(function*() {
+          yield* SftTrainer.train({
+            config: yield* Config.fromSources({
+              outputDir: path.join(out, "sft"),
+              perDeviceTrainBatchSize: 4,
+              gradientAccumulationSteps: 1,
+              numTrainEpochs: sftEpochs,
+              learningRate: settings.sftLearningRate,
+              lrSchedulerType: "cosine",
+              warmupRatio: 0.1,
+              loggingSteps: 5,
+              saveSteps: 1_000_000,
+              seed: settings.seed
+            }),
+            model: sftModel,
+            transcripts,
+            maxLength,
+            title: "harness (SFT warm-up on solver transcripts)",
+            progress: false
+          })
+          return { ...initial, tensors: (yield* sftModel.exportState).weights }
+        }),
+      // The same weights an earlier run saved; its config (context included) as it was saved.
+      onSome: (dir) => Checkpoint.load(dir)
+    })
     yield* Checkpoint.save(warmDir, warm)
     const sftSeconds = (Date.now() - sftStarted) / 1000
-    yield* Console.log(`sft: done in ${sftSeconds.toFixed(0)} s -> ${warmDir}`)
+    yield* Console.log(
+      Option.match(settings.sftFrom, {
+        onNone: () => `sft: done in ${sftSeconds.toFixed(0)} s -> ${warmDir}`,
+        onSome: (dir) => `sft: skipped (--sft-from ${dir}) -> ${warmDir}`
+      })
+    )
 
     // 2. The policy server on the SFT weights, and success before GRPO (greedy).
     const server = yield* PolicyServerProcess.launch({ model: warmDir, backend: "cpu", servedModelName: "policy" })
@@ -315,7 +336,37 @@ const run = (settings: Settings) =>
             `${heldOut.tasks.reduce((s, t) => s + t.toolCalls, 0) + train.tasks.reduce((s, t) => s + t.toolCalls, 0)}` +
             ` [${((Date.now() - at) / 1000).toFixed(0)} s]`
         )
-        return { heldOut, train, novelFamilies }
+        // Greedy success is all-or-nothing per task; sampled success at the GRPO temperature is what GRPO's reward
+        // measures, so it also shows a change on tasks greedy already solves (or still fails).
+        const sampled = settings.evalSamples === 0 ? null : yield* Effect.gen(function*() {
+          const at = Date.now()
+          const sampledAgent = agent(settings.temperature)
+          const train = yield* HarnessTrainer.evaluate({
+            tasks: suite.train,
+            agent: sampledAgent,
+            policyServer: server.url,
+            episodesPerTask: settings.evalSamples,
+            tracesDir: path.join(out, "traces", label, "sampled-train"),
+            concurrency: settings.concurrency
+          })
+          const heldOut = yield* HarnessTrainer.evaluate({
+            tasks: suite.heldOut,
+            agent: sampledAgent,
+            policyServer: server.url,
+            episodesPerTask: settings.evalSamples,
+            tracesDir: path.join(out, "traces", label, "sampled-held-out"),
+            concurrency: settings.concurrency
+          })
+          yield* Console.log(
+            `${label}: sampled (temperature ${settings.temperature}, ${settings.evalSamples} per task): held-out ` +
+              `${pct(heldOut.successRate)} (${heldOut.successes}/${heldOut.episodes}), training tasks ` +
+              `${pct(train.successRate)} (${train.successes}/${train.episodes}) [${
+                ((Date.now() - at) / 1000).toFixed(0)
+              } s]`
+          )
+          return { heldOut, train }
+        })
+        return { heldOut, train, novelFamilies, sampled }
       })
     const before = yield* evaluate("before")
 
@@ -327,7 +378,11 @@ const run = (settings: Settings) =>
         policyServers: [server.url],
         numGenerations: settings.numGenerations,
         perDeviceTrainBatchSize: settings.numGenerations * settings.prompts,
-        gradientAccumulationSteps: 1,
+        // A rollout is one row per model call whose prompt does not extend the previous one (~2-4 rows), so a
+        // generation batch of numGenerations x prompts rollouts is several micro-batches of that many rows; with
+        // gradAccum 1 each is its own optimizer step on a random part of the groups.
+        generationBatchSize: settings.numGenerations * settings.prompts,
+        gradientAccumulationSteps: settings.gradAccum,
         maxSteps: settings.steps,
         learningRate: settings.learningRate,
         lrSchedulerType: "constant",
@@ -367,7 +422,7 @@ const run = (settings: Settings) =>
       agentChoice: why,
       sftTokens: { min: minLength, max: maxLength, context },
       preset: settings.preset,
-      settings: { ...settings, sftEpochs },
+      settings: { ...settings, sftEpochs: Option.isSome(settings.sftFrom) ? null : sftEpochs },
       before,
       after,
       seconds: { sft: sftSeconds, grpo: grpoSeconds, total: (Date.now() - started) / 1000 },
@@ -387,6 +442,14 @@ const run = (settings: Settings) =>
         `| training-task success (${before.train.episodes} tasks) | ${pct(before.train.successRate)} | ${
           pct(after.train.successRate)
         } |`,
+        ...(before.sampled === null || after.sampled === null ? [] : [
+          `| held-out, sampled (${before.sampled.heldOut.episodes} episodes) | ${
+            pct(before.sampled.heldOut.successRate)
+          } | ${pct(after.sampled.heldOut.successRate)} |`,
+          `| training tasks, sampled (${before.sampled.train.episodes} episodes) | ${
+            pct(before.sampled.train.successRate)
+          } | ${pct(after.sampled.train.successRate)} |`
+        ]),
         ...(before.novelFamilies === null || after.novelFamilies === null ? [] : [
           `| held-out families (${before.novelFamilies.episodes} tasks) | ${pct(before.novelFamilies.successRate)} | ${
             pct(after.novelFamilies.successRate)
@@ -434,13 +497,29 @@ const command = Command.make("harness", {
     Options.optional
   ),
   sftLearningRate: float("sft-lr", 1e-2, "SFT learning rate"),
+  sftFrom: Options.directory("sft-from").pipe(
+    Options.withDescription(
+      "skip the SFT warm-up: start from this checkpoint (an earlier run's <out>/sft-model; same --tasks and agent)"
+    ),
+    Options.optional
+  ),
   steps: int("steps", 8, "GRPO steps"),
   numGenerations: int("num-generations", 4, "rollouts per task per step"),
   prompts: int("prompts", 2, "tasks per step"),
+  gradAccum: int(
+    "grad-accum",
+    1,
+    "micro-batches of num-generations x prompts rows per GRPO optimizer step (a rollout is ~2-4 rows)"
+  ),
   // lr 1e-4 and temperature 0.7: at lr 1e-3, temperature 1 the first run sampled broken variants of the memorised
   // commands and GRPO lowered greedy training-task success from 12/12 to 8/12 (bench/results/learning-harness.md).
   learningRate: float("lr", 1e-4, "GRPO learning rate"),
   temperature: float("temperature", 0.7, "sampling temperature of the GRPO rollouts"),
+  evalSamples: int(
+    "eval-samples",
+    0,
+    "also evaluate sampled at --temperature, this many episodes per task, before and after GRPO (0 = greedy only)"
+  ),
   // A generation batch is ~14-34 rows, i.e. two optimizer steps: with maxStaleness 1, 24 of 56 rollouts were dropped.
   maxStaleness: int("max-staleness", 2, "async GRPO: how many optimizer steps a rollout may lag (0 = synchronous)"),
   agentSteps: int("agent-steps", 4, "model calls per rollout"),
