@@ -301,30 +301,27 @@ const run = (settings: Settings) =>
     // 2. The policy server on the SFT weights, and success before GRPO (greedy).
     const server = yield* PolicyServerProcess.launch({ model: warmDir, backend: "cpu", servedModelName: "policy" })
     const greedy = agent(0)
+    // One split's evaluation through the server, its traces under traces/<label>/<split>.
+    const evaluateOn = (
+      tasks: Parameters<typeof HarnessTrainer.evaluate>[0]["tasks"],
+      on: { readonly agent: typeof greedy; readonly label: string; readonly split: string; readonly episodes?: number }
+    ) =>
+      HarnessTrainer.evaluate({
+        tasks,
+        agent: on.agent,
+        policyServer: server.url,
+        ...(on.episodes === undefined ? {} : { episodesPerTask: on.episodes }),
+        tracesDir: path.join(out, "traces", on.label, on.split),
+        concurrency: settings.concurrency
+      })
     const evaluate = (label: string) =>
       Effect.gen(function*() {
         const at = Date.now()
-        const heldOut = yield* HarnessTrainer.evaluate({
-          tasks: suite.heldOut,
-          agent: greedy,
-          policyServer: server.url,
-          tracesDir: path.join(out, "traces", label, "held-out"),
-          concurrency: settings.concurrency
-        })
-        const train = yield* HarnessTrainer.evaluate({
-          tasks: suite.train,
-          agent: greedy,
-          policyServer: server.url,
-          tracesDir: path.join(out, "traces", label, "train"),
-          concurrency: settings.concurrency
-        })
-        const novelFamilies = novel.length === 0 ? null : yield* HarnessTrainer.evaluate({
-          tasks: novel,
-          agent: greedy,
-          policyServer: server.url,
-          tracesDir: path.join(out, "traces", label, "held-out-families"),
-          concurrency: settings.concurrency
-        })
+        const heldOut = yield* evaluateOn(suite.heldOut, { agent: greedy, label, split: "held-out" })
+        const train = yield* evaluateOn(suite.train, { agent: greedy, label, split: "train" })
+        const novelFamilies = novel.length === 0
+          ? null
+          : yield* evaluateOn(novel, { agent: greedy, label, split: "held-out-families" })
         yield* Console.log(
           `${label}: held-out success ${pct(heldOut.successRate)} (${heldOut.successes}/${heldOut.episodes}), ` +
             (novelFamilies === null
@@ -340,23 +337,9 @@ const run = (settings: Settings) =>
         // measures, so it also shows a change on tasks greedy already solves (or still fails).
         const sampled = settings.evalSamples === 0 ? null : yield* Effect.gen(function*() {
           const at = Date.now()
-          const sampledAgent = agent(settings.temperature)
-          const train = yield* HarnessTrainer.evaluate({
-            tasks: suite.train,
-            agent: sampledAgent,
-            policyServer: server.url,
-            episodesPerTask: settings.evalSamples,
-            tracesDir: path.join(out, "traces", label, "sampled-train"),
-            concurrency: settings.concurrency
-          })
-          const heldOut = yield* HarnessTrainer.evaluate({
-            tasks: suite.heldOut,
-            agent: sampledAgent,
-            policyServer: server.url,
-            episodesPerTask: settings.evalSamples,
-            tracesDir: path.join(out, "traces", label, "sampled-held-out"),
-            concurrency: settings.concurrency
-          })
+          const sampling = { agent: agent(settings.temperature), label, episodes: settings.evalSamples }
+          const train = yield* evaluateOn(suite.train, { ...sampling, split: "sampled-train" })
+          const heldOut = yield* evaluateOn(suite.heldOut, { ...sampling, split: "sampled-held-out" })
           yield* Console.log(
             `${label}: sampled (temperature ${settings.temperature}, ${settings.evalSamples} per task): held-out ` +
               `${pct(heldOut.successRate)} (${heldOut.successes}/${heldOut.episodes}), training tasks ` +
