@@ -26,6 +26,7 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import type { Scope } from "effect"
 import { Context, Data, Deferred, Duration, Effect, Layer, Queue, Schema } from "effect"
+import * as PolicyRequest from "./PolicyRequest.js"
 
 /** Sampling parameters of one request (vLLM's names in camelCase). Unset means the backend's default. */
 export interface SamplingParams {
@@ -237,7 +238,10 @@ const tokenIdOf = (token: string): number | undefined => {
 /**
  * A remote OpenAI-compatible inference server (vLLM, SGLang) used token-in/token-out through
  * `/v1/completions` (see {@link completionRequestBody} for the exact request). Needs an `HttpClient`
- * (`FetchHttpClient.layer` or `NodeHttpClient.layerUndici`).
+ * (`FetchHttpClient.layer` or `NodeHttpClient.layerUndici`). A request the connection drops before any answer
+ * (ECONNRESET, EPIPE, `UND_ERR_SOCKET`: what a kept-alive connection the server closed while idle fails with) is sent
+ * once more, logged and counted in `PolicyRequest.resends`: this client cannot see whether the socket was a reused
+ * one, so a server that resets fresh connections gets the request twice and fails it twice.
  *
  * @example
  * ```ts
@@ -260,6 +264,18 @@ export const openAiCompatible = (
         )
         if (options.apiKey !== undefined) req = HttpClientRequest.bearerToken(req, options.apiKey)
         const response = yield* client.execute(req).pipe(
+          Effect.catchIf(
+            (e) => e._tag === "RequestError" && PolicyRequest.dropCodeOf(e.cause) !== undefined,
+            (e) =>
+              Effect.zipRight(
+                PolicyRequest.noteResend(
+                  { reason: "dropped", message: `POST ${url} failed: ${e.message}` },
+                  "the connection dropped the request before any answer (as a kept-alive connection the server " +
+                    "closed while idle does)"
+                ),
+                client.execute(req)
+              )
+          ),
           Effect.mapError((e) =>
             new PolicyTransportError({ reason: "connect", message: `POST ${url} failed: ${e.message}` })
           )

@@ -68,6 +68,23 @@ export const isDroppedBeforeAnswer = (failed: {
 }): boolean => failed.reusedSocket && failed.answerBytes === 0 && DROP_CODES.has(failed.code ?? "")
 
 /**
+ * The drop code (ECONNRESET, EPIPE, `UND_ERR_SOCKET`) of an error or of any error in its `cause` chain, for failures
+ * from clients that cannot tell whether the socket was a reused one (a user's Effect `HttpClient`: fetch wraps the
+ * socket's error as the cause of "fetch failed"); undefined for every other failure.
+ *
+ * @since 0.0.0
+ */
+export const dropCodeOf = (error: unknown): string | undefined => {
+  let e: unknown = error
+  for (let depth = 0; depth < 6 && typeof e === "object" && e !== null; depth++) {
+    const code = (e as { readonly code?: unknown }).code
+    if (typeof code === "string" && DROP_CODES.has(code)) return code
+    e = (e as { readonly cause?: unknown }).cause
+  }
+  return undefined
+}
+
+/**
  * Requests sent again by {@link sendResending} (and weight pushes resent by the policy-server trainer) after a
  * {@link isDroppedBeforeAnswer} failure.
  *
@@ -161,17 +178,17 @@ export const send = (url: string, init: Init, options: SendOptions): Effect.Effe
 }
 
 /**
- * Logs and counts a request about to be sent again after `failure` (a `dropped` one).
+ * Logs and counts a request about to be sent again after `failure` (a `dropped` one); `why` says what dropped it.
  *
  * @since 0.0.0
  */
-export const noteResend = (failure: Failure): Effect.Effect<void> =>
+export const noteResend = (
+  failure: Failure,
+  why = "the server had closed this kept-alive connection before the request reached it"
+): Effect.Effect<void> =>
   Effect.zipRight(
     Metric.increment(resends),
-    Effect.logInfo(
-      `${failure.message}: the server had closed this kept-alive connection before the request reached it; ` +
-        "sending it again on a fresh connection"
-    )
+    Effect.logInfo(`${failure.message}: ${why}; sending it again on a fresh connection`)
   )
 
 /**

@@ -1,10 +1,12 @@
 import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Ref, TestClock } from "effect"
+import { Deferred, Effect, Fiber, Layer, Metric, Ref, TestClock } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { Policy } from "../src/index.js"
+import * as PolicyRequest from "../src/PolicyRequest.js"
 import { tinyModel } from "./fixtures.js"
+import { relay } from "./Relay.js"
 
 // A loopback server answering like vLLM's /v1/completions; `reply` decides status and body per request.
 const fakeVllm = (reply: (body: any) => { status: number; body: unknown } | "hang") =>
@@ -137,6 +139,39 @@ describe("Policy.openAiCompatible", () => {
         generate({ promptIds: [1], sampling: { maxTokens: 2 } }).pipe(Effect.provide(remote("http://127.0.0.1:1")))
       )
       assert.strictEqual(e4._tag, "PolicyTransportError")
+    }))
+
+  it.scopedLive("a request a closed kept-alive connection drops is sent again once; a server resetting every connection still fails", () =>
+    Effect.gen(function*() {
+      const resent = Effect.map(Metric.value(PolicyRequest.resends), (s) => s.count)
+      const server = yield* fakeVllm(() => ({ status: 200, body: vllmBody([4, 5], "stop") }))
+      const port = Number(new URL(server.baseUrl).port)
+      const stale = yield* relay(port, "reused")
+      const before = yield* resent
+      const policy = remote(stale.url)
+      // One layer, one client: the second request goes out on the first one's kept-alive connection (back in the
+      // pool once the first answer is read and a turn has passed), which the relay cuts.
+      const [first, second] = yield* Effect.all([
+        generate({ promptIds: [1], sampling: { maxTokens: 2 } }),
+        Effect.sleep("50 millis"),
+        generate({ promptIds: [2], sampling: { maxTokens: 2 } })
+      ], { concurrency: 1 }).pipe(
+        Effect.map(([a, _, b]) => [a, b] as const),
+        Effect.provide(policy)
+      )
+      assert.deepStrictEqual(first.tokenIds, [4, 5])
+      assert.deepStrictEqual(second.tokenIds, [4, 5])
+      assert.strictEqual(stale.cuts(), 1)
+      assert.deepStrictEqual(server.requests.map((r) => r.body.prompt), [[1], [2]])
+      assert.strictEqual((yield* resent) - before, 1)
+
+      const gone = yield* relay(port, "fresh")
+      const e = yield* Effect.flip(
+        generate({ promptIds: [3], sampling: { maxTokens: 2 } }).pipe(Effect.provide(remote(gone.url)))
+      )
+      assert.strictEqual(e._tag, "PolicyTransportError")
+      assert.strictEqual(gone.cuts(), 2)
+      assert.strictEqual(server.requests.length, 2)
     }))
 
   it.scopedLive("a server that never answers times out", () =>
