@@ -4,6 +4,7 @@
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import type { BackendCompletion, TokenLogprob } from "../../PolicyServer.js"
 import * as ToolCallParser from "../../ToolCallParser.js"
+import { Detokenizer } from "./detokenizer.js"
 import type { SamplingSpec } from "./request.js"
 
 /** One choice after stop strings and detokenisation. */
@@ -34,9 +35,11 @@ export const finish = (tokenizer: Tokenizer, completion: BackendCompletion, spec
   if (finishReason === "stop" && last !== undefined && spec.stopTokenIds.includes(last)) stopReason = last
   let text = decodeText(tokenizer, ids, spec.skipSpecialTokens)
   if (spec.stop.length > 0 && spec.stop.some((s) => text.includes(s))) {
-    // The first token whose prefix text holds a stop string.
+    // The first token whose prefix text holds a stop string (read incrementally; the whole text at the last token).
+    const detokenizer = new Detokenizer(tokenizer, spec.skipSpecialTokens)
     for (let k = 1; k <= ids.length; k++) {
-      const prefix = decodeText(tokenizer, ids.slice(0, k), spec.skipSpecialTokens)
+      detokenizer.read(ids, k)
+      const prefix = k === ids.length ? text : detokenizer.text
       let at = -1
       let which = ""
       for (const s of spec.stop) {
@@ -67,20 +70,12 @@ export const finish = (tokenizer: Tokenizer, completion: BackendCompletion, spec
   }
 }
 
-// The text each token adds (incremental decodes), trimmed to `text` after a stop-string cut.
+// The text each token adds (one incremental read per token), trimmed to `text` after a stop-string cut; the last
+// token takes whatever is still pending (a character its text ends inside).
 const piecesOf = (tokenizer: Tokenizer, ids: ReadonlyArray<number>, text: string, skip: boolean) => {
+  const detokenizer = new Detokenizer(tokenizer, skip)
   const pieces: Array<string> = []
-  let previous = ""
-  for (let k = 1; k <= ids.length; k++) {
-    const prefix = decodeText(tokenizer, ids.slice(0, k), skip)
-    // A token that ends inside a UTF-8 sequence shows U+FFFD until the sequence completes: hold its text back.
-    if (prefix.endsWith("\uFFFD") && k < ids.length) {
-      pieces.push("")
-      continue
-    }
-    pieces.push(prefix.slice(previous.length))
-    previous = prefix
-  }
+  for (let k = 1; k <= ids.length; k++) pieces.push(detokenizer.read(ids, k))
   let used = 0
   for (let i = 0; i < pieces.length; i++) {
     const room = Math.max(0, text.length - used)
@@ -93,28 +88,20 @@ const piecesOf = (tokenizer: Tokenizer, ids: ReadonlyArray<number>, text: string
 
 /**
  * The `text_offset`s of tokens `from..to-1` of a running sequence (`ids`: its tokens so far), as the finished
- * answer's pieces give them: token k starts at the length of the longest prefix `ids[0..j]`, j ≤ k, whose text does
- * not end inside a character. For a decode step that sampled several tokens (the gpu backend's chunk per submit).
+ * answer's pieces give them: where the whole characters before each token end. `detokenizer` is the sequence's own,
+ * read token by token up to `to` (each call reads on from where the last one stopped, so a whole stream costs one
+ * incremental read per token). For a decode step that sampled several tokens (the gpu backend's chunk per submit).
  */
 export const stepOffsets = (
-  tokenizer: Tokenizer,
+  detokenizer: Detokenizer,
   ids: ReadonlyArray<number>,
   from: number,
-  to: number,
-  skip: boolean
+  to: number
 ): Array<number> => {
-  const whole = (k: number) => {
-    const prefix = decodeText(tokenizer, ids.slice(0, k), skip)
-    return prefix.endsWith("\uFFFD") ? undefined : prefix.length
-  }
-  let j = from
-  let last = whole(j)
-  while (last === undefined && j > 0) last = whole(--j)
-  const out = [last ?? 0]
-  for (let k = from + 1; k < to; k++) {
-    last = whole(k) ?? last
-    out.push(last ?? 0)
-  }
+  const out: Array<number> = []
+  detokenizer.readEach(ids, to, (k, before) => {
+    if (k >= from) out.push(before)
+  })
   return out
 }
 

@@ -1,13 +1,11 @@
-// A choice's text as its tokens are sampled (token-by-token streaming and stop strings on a continuous batch).
-// Detokenisation is incremental, as vLLM's: the last settled window of tokens is decoded with and without the new
-// ones and the difference appended, and a token that ends inside a UTF-8 character (its text ends in U+FFFD) adds
-// nothing until the token that completes the character. What may be sent is held back further so that everything
-// sent stays a prefix of the finished answer: a tail that could be the start of a stop string, and (tools parsed)
-// whatever may yet turn out to be a tool call or reasoning.
+// A choice's text as its tokens are sampled (token-by-token streaming and stop strings on a continuous batch), read by
+// an incremental `Detokenizer`. What may be sent is held back so that everything sent stays a prefix of the finished
+// answer: a tail that could be the start of a stop string, and (tools parsed) whatever may yet turn out to be a tool
+// call or reasoning.
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import { isSpace } from "../fastCodec.js"
+import { Detokenizer } from "./detokenizer.js"
 
-const REPLACEMENT = "\uFFFD"
 const TOOL_MARKERS = ["<tool_call>", "<think>", "</think>"]
 
 /** How to hold text back. */
@@ -36,19 +34,23 @@ const partialTail = (text: string, words: ReadonlyArray<string>, from: number) =
 }
 
 export class ChoiceText {
-  /** The text of the tokens read so far, whole characters only. */
-  text = ""
   /** Characters of `text` already sent. */
   sent = 0
   /** Tokens already sent (their ids and logprobs). */
   sentTokens = 0
   /** Where the tokens of the last `read` start in `text` (completions' `text_offset`). */
   offset = 0
-  private prefixOffset = 0
-  private readOffset = 0
+  private readonly detokenizer: Detokenizer
   private stopped = false
 
-  constructor(private readonly tokenizer: Tokenizer, private readonly holds: Holds) {}
+  constructor(tokenizer: Tokenizer, private readonly holds: Holds) {
+    this.detokenizer = new Detokenizer(tokenizer, holds.skipSpecialTokens)
+  }
+
+  /** The text of the tokens read so far, whole characters only. */
+  get text(): string {
+    return this.detokenizer.text
+  }
 
   /**
    * Reads the tokens sampled so far (`ids`: all of them). Returns "stop" when a stop string is now complete (the
@@ -58,16 +60,7 @@ export class ChoiceText {
     if (this.stopped) return "stop"
     const before = this.text.length
     this.offset = before
-    if (ids.length > this.readOffset) {
-      const skip = { skipSpecialTokens: this.holds.skipSpecialTokens }
-      const settled = this.tokenizer.decode(ids.slice(this.prefixOffset, this.readOffset), skip)
-      const all = this.tokenizer.decode(ids.slice(this.prefixOffset), skip)
-      if (all.length > settled.length && !all.endsWith(REPLACEMENT) && all.startsWith(settled)) {
-        this.text += all.slice(settled.length)
-        this.prefixOffset = this.readOffset
-        this.readOffset = ids.length
-      }
-    }
+    this.detokenizer.read(ids)
     for (const s of this.holds.stop) {
       if (s.length > 0 && this.text.indexOf(s, Math.max(0, before - s.length + 1)) >= 0) {
         this.stopped = true
