@@ -1,7 +1,9 @@
 """envtrain's captured TrainingTrace against OpenEnv's own (issue 19): `openenv.core.harness.training.TrainingTrace`
 (strict pydantic, unknown fields forbidden, `validate_training_turn` on every turn) accepts a trace the capture proxy
 wrote and round-trips it unchanged; malformed traces are refused by both OpenEnv and `envtrain harness validate`,
-which names the same rule and the turn.
+which names the same rule and the turn. TRL's loop-owning harness worker (`trl.experimental.async_grpo`) builds its
+training rows from the same trace: every sampled token trained in the same context with the same logprob as by
+envtrain's harness trainer (`TrainingTrace.rows`).
 """
 
 from __future__ import annotations
@@ -85,3 +87,79 @@ def test_a_malformed_trace_is_refused_by_both(captured: dict, tmp_path: Path, ru
     done = envtrain_validate(path)
     assert done.returncode == 1, done.stdout
     assert f"turn 1 " in done.stderr and f"breaks rule {rule}" in done.stderr, done.stderr
+
+
+def envtrain_rows(traces: list[dict], tmp_path: Path) -> list[list[dict]]:
+    src, out = tmp_path / "traces.json", tmp_path / "rows.json"
+    src.write_text(json.dumps(traces))
+    done = subprocess.run(
+        [str(TSX), str(ROOT / "interop" / "src" / "traceRows.ts"), str(src), str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text())
+
+
+def trl_rows(trace: dict) -> list:
+    # TRL's loop-owning harness worker: the session's TrainingTrace -> TurnRecords -> training rows, with its
+    # default lossless capture (fork threshold 0: a turn that does not extend the last row exactly starts a new one).
+    from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
+    from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
+
+    turns = _turns_from_training_trace(TrainingTrace.model_validate_json(json.dumps(trace)))
+    sequences, _ = _chain_to_sequences(turns, "rollout", 0)
+    return sequences
+
+
+def trained_tokens(rows: list[tuple[list[int], list[int], list[float]]]) -> list[tuple]:
+    """Every trained token as (its whole context, the token, its sampled logprob): what the loss sees of it."""
+    out = []
+    for ids, mask, logprobs in rows:
+        for i, m in enumerate(mask):
+            if m == 1:
+                out.append((tuple(ids[:i]), ids[i], round(logprobs[i], 6)))
+    return sorted(out)
+
+
+def test_trl_harness_worker_trains_what_envtrain_trains(captured: dict, tmp_path: Path) -> None:
+    """TRL's harness worker and envtrain's harness trainer, given the same captured trace, train every sampled token
+    in the same context with the same old logprob; on a linear conversation their rows are the same rows."""
+    linear = captured
+    # The title-generation call between the agent's two chat turns (the order an agent that names its session after
+    # the first answer produces).
+    interleaved = copy.deepcopy(captured)
+    interleaved["turns"] = [captured["turns"][i] for i in (0, 3, 1, 2)]
+    # A rewritten history: the agent's second call no longer starts with its first prompt's first three tokens
+    # (history compacted or edited), so it extends no row.
+    rewritten = copy.deepcopy(captured)
+    second = rewritten["turns"][1]
+    second["prompt_token_ids"] = second["prompt_token_ids"][3:]
+    second["loss_mask"] = second["loss_mask"][3:]
+    variants = {"linear": linear, "interleaved": interleaved, "rewritten": rewritten}
+    ours = dict(zip(variants, envtrain_rows(list(variants.values()), tmp_path)))
+    for name, trace in variants.items():
+        theirs = trl_rows(trace)
+        assert theirs, name
+        envtrain = [
+            (r["prompt_ids"] + r["completion_ids"], [0] * len(r["prompt_ids"]) + r["mask"], [0.0] * len(r["prompt_ids"]) + r["logprobs"])
+            for r in ours[name]
+        ]
+        trl = [(s.input_ids, s.completion_mask, s.old_log_probs) for s in theirs]
+        assert trained_tokens(envtrain) == trained_tokens(trl), name
+        # Each trained token once: as many as the trace's mask-1 positions.
+        assert sum(m for _, mask, _ in trl for m in mask) == sum(m for t in trace["turns"] for m in t["loss_mask"])
+    # Linear: the same rows, token for token (TRL keeps logprobs under mask 0 too; the loss never reads them).
+    envtrain_linear = [
+        (r["prompt_ids"] + r["completion_ids"], [0] * len(r["prompt_ids"]) + r["mask"]) for r in ours["linear"]
+    ]
+    assert envtrain_linear == [(s.input_ids, s.completion_mask) for s in trl_rows(linear)]
+    # Interleaved: TRL compares a turn with its last row only, so the side call splits the agent's conversation into
+    # two rows (the first answer re-read as context); envtrain continues the agent's row.
+    assert len(ours["interleaved"]) == len(ours["linear"])
+    assert len(trl_rows(interleaved)) == len(ours["linear"]) + 1
+    # Rewritten: both start a new row at the rewrite.
+    assert len(ours["rewritten"]) == len(ours["linear"]) + 1
+    assert len(trl_rows(rewritten)) == len(ours["rewritten"])

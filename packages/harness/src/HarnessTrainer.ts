@@ -5,7 +5,7 @@
  * agent in its own sandbox against the least busy proxy, through `HarnessSession.rollout`. The trainer's
  * `rolloutFunc` turns the outcome into the episode's record:
  *
- * - rows come from the validated trace's token ids and loss masks only (never re-tokenised): `internal/traceRows.ts`
+ * - rows come from the validated trace's token ids and loss masks only (never re-tokenised): `TrainingTrace.rows`
  *   chains turns by exact token prefix, and a rewritten history starts a new row; every row of a rollout is one
  *   segment of its record (`EpisodeRecord.segments`), so they share its reward and advantage;
  * - the reward is `rolloutRewardFn(outcome)` (default: the verifier's `envReward`); null is unscoreable: the
@@ -65,7 +65,7 @@ import * as CaptureProxy from "./CaptureProxy.js"
 import * as HarborRemote from "./HarborRemote.js"
 import type * as HarborTask from "./HarborTask.js"
 import * as HarnessSession from "./HarnessSession.js"
-import { traceRows } from "./internal/traceRows.js"
+import * as TrainingTrace from "./TrainingTrace.js"
 
 /** The episode state the trainer's reward function reads: the rollout's outcome in brief. @since 0.0.0 */
 export interface HarnessState {
@@ -297,7 +297,7 @@ export const train = (options: HarnessTrainOptions) =>
           Effect.provide(context)
         )
         const reward = outcome.envReward === null && options.rolloutRewardFn === undefined ? null : rewardOf(outcome)
-        const segments = traceRows(outcome.trace.turns)
+        const segments = TrainingTrace.rows(outcome.trace)
         const p = input.progress
         const first = segments[0]
         p.environment = outcome.task

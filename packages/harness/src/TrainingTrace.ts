@@ -38,7 +38,9 @@
  * @since 0.0.0
  */
 import { FileSystem } from "@effect/platform"
+import type { EpisodeSegment } from "@envtrain/rollout/Episode"
 import { Data, Effect, Either, ParseResult, Schema } from "effect"
+import { traceRows } from "./internal/traceRows.js"
 
 /** A JSON object (`dict[str, Any]`). */
 const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
@@ -319,3 +321,14 @@ export const summary = (trace: TrainingTrace): string => {
   return `valid TrainingTrace (schema_version ${trace.schema_version}): ${t.turns} turns, ${t.promptTokens} prompt ` +
     `tokens, ${t.completionTokens} completion tokens, ${t.trainableTokens} trainable`
 }
+
+/**
+ * The training rows of a (validated) trace, from its token ids, masks and logprobs only: a turn whose prompt extends
+ * an open row's whole context by an exact token prefix continues that row (the tokens between join it with mask 0),
+ * any other turn starts a row (a rewritten history, a side call); rows without a mask-1 token are left out. What
+ * the harness trainer trains on; per trained token the same context and logprob as TRL's harness worker
+ * (`interop/python/test_trl_harness_rows.py`).
+ *
+ * @since 0.0.0
+ */
+export const rows = (trace: TrainingTrace): ReadonlyArray<EpisodeSegment> => traceRows(trace.turns)
