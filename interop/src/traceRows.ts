@@ -8,14 +8,17 @@ import * as Fs from "node:fs"
 const [input, out] = process.argv.slice(2)
 if (input === undefined || out === undefined) throw new Error("usage: traceRows.ts IN.json OUT.json")
 
-const program = Effect.forEach(JSON.parse(Fs.readFileSync(input, "utf8")) as ReadonlyArray<unknown>, (json) =>
-  Effect.map(TrainingTrace.decode(json), (trace) =>
-    TrainingTrace.rows(trace).map((row) => ({
-      prompt_ids: row.promptIds,
-      completion_ids: row.completionIds,
-      mask: row.mask,
-      logprobs: row.logprobs
-    }))))
+const program = Effect.forEach(
+  JSON.parse(Fs.readFileSync(input, "utf8")) as ReadonlyArray<unknown>,
+  (json) =>
+    Effect.map(TrainingTrace.decode(json), (trace) =>
+      TrainingTrace.rows(trace).map((row) => ({
+        prompt_ids: row.promptIds,
+        completion_ids: row.completionIds,
+        mask: row.mask,
+        logprobs: row.logprobs
+      })))
+)
 
 Effect.runPromise(program).then((rows) => {
   Fs.writeFileSync(out, JSON.stringify(rows))
