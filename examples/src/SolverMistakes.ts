@@ -5,6 +5,9 @@
 // bench/results/learning-harness.md). Harbor's task layout has no place for wrong solutions, so they live here, not
 // in the tasks; examples/test/SolverMistakes.test.ts runs each in a real sandbox against its verifier.
 
+import type { HarborTask } from "@envtrain/harness"
+import { Effect } from "effect"
+
 /** A wrong solution: the commands (run in order, as solution/solve.sh's are) and why the verifier refuses them. */
 export interface Mistake {
   readonly commands: ReadonlyArray<string>
@@ -62,3 +65,33 @@ export const shipped: Readonly<Record<string, Mistake>> = {
     fails: "the ranges the wrong way round: lower case, not upper"
   }
 }
+
+/** The commands one SFT solver transcript replays: the task's own solution, or its wrong one. */
+export interface Solution {
+  readonly task: HarborTask.HarborTask
+  readonly kind: "right" | "wrong"
+  readonly commands: ReadonlyArray<string>
+}
+
+/**
+ * The solutions SFT replays, per task: `copies` transcripts of which round(copies x fraction) replay the wrong
+ * solution, the rest the task's own; copies is the fewest (at most 8) that make the fraction exact, 1 when it is 0 (one
+ * right transcript per task, as without mistakes). A task without a wrong solution gets only right ones.
+ */
+export const mix = (tasks: ReadonlyArray<HarborTask.HarborTask>, fraction: number) =>
+  Effect.gen(function*() {
+    const copies = [1, 2, 3, 4, 5, 6, 7, 8].find((n) => Math.abs(n * fraction - Math.round(n * fraction)) < 1e-9)
+    if (!(fraction >= 0 && fraction <= 1) || copies === undefined) {
+      return yield* Effect.dieMessage(
+        `--sft-mistakes ${fraction}: give a fraction from 0 to 1 with a denominator of at most 8 (0.5, 0.25, 0.375…)`
+      )
+    }
+    const wrong = Math.round(copies * fraction)
+    return tasks.flatMap((task): Array<Solution> => {
+      const mistake = shipped[task.name]
+      return Array.from({ length: copies }, (_, i) =>
+        i < wrong && mistake !== undefined
+          ? { task, kind: "wrong", commands: mistake.commands }
+          : { task, kind: "right", commands: task.solverCommands })
+    })
+  })
