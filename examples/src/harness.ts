@@ -10,6 +10,8 @@
 //    agent produces. BashAgent's script ends with "Done."; mini-swe-agent's (stock mini.yaml: reasoning text plus
 //    one `bash` tool call per turn) with its submit command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, and its
 //    transcript is the messages of its own last request plus that answer.
+//    `--sft-mistakes F` (shipped tasks): a fraction F of each task's transcripts replay a careless solver's wrong
+//    solution instead (SolverMistakes.ts), so the model's failures recur and GRPO has a fork to fix.
 // 2. serve-policy on the SFT weights; held-out (and training) task success before GRPO, greedy, and with
 //    --eval-samples N also sampled at the GRPO temperature (N episodes per task). --sft-from skips step 1.
 // 3. Harness GRPO (async) on the training tasks with the agent, through HarnessTrainer.
