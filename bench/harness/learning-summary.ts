@@ -1,7 +1,9 @@
 // Summarises finished runs of examples/src/harness.ts (bench/results/learning-harness.md's numbers): per run,
 // greedy success before and after GRPO (training tasks, held-out), which training tasks changed, the sampled
 // rollout reward of each generation batch and how many of its groups were flat (every rollout of the task scored
-// the same, so zero advantage: nothing learnt from that group), and the stage times. Runs nothing.
+// the same, so zero advantage: nothing learnt from that group), and the stage times. For a run with
+// `--sft-mistakes`, also which solution each sampled training episode replayed: the right one, the wrong one (both as
+// its sft.jsonl holds them), or neither (a slip, or a mix). Runs nothing.
 //
 // Usage: tsx bench/harness/learning-summary.ts [--save] RUN_DIR... (each an example run's --out). --save also puts
 // each run in bench/results/learning-harness.json's `runs` (label: the directory's name; replaced when saved again).
@@ -48,6 +50,55 @@ const lines = <A>(file: string): Array<A> =>
     ? Fs.readFileSync(file, "utf8").split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as A)
     : []
 
+/** The bash commands of a transcript's tool calls, in order (an argument that is not JSON counts as itself). */
+const commandsOf = (messages: ReadonlyArray<{ readonly tool_calls?: ReadonlyArray<unknown> }>) =>
+  messages.flatMap((m) =>
+    (m.tool_calls ?? []).map((call) => {
+      const args = (call as { function?: { arguments?: unknown } }).function?.arguments
+      if (typeof args !== "string") return JSON.stringify(args)
+      try {
+        const command = (JSON.parse(args) as { command?: unknown }).command
+        return typeof command === "string" ? command : args
+      } catch {
+        return args
+      }
+    })
+  )
+
+type Replayed = { right: number; wrong: number; neither: number }
+
+/**
+ * Per training task, how many sampled episodes (traces/<label>/sampled-train) ran exactly the right solution's
+ * commands, exactly the wrong one's, or neither; null when the run's SFT had no wrong solutions.
+ */
+const replayed = (dir: string, label: string): Record<string, Replayed> | null => {
+  const sft = lines<{ task?: string; solution?: string; messages: Array<{ tool_calls?: Array<unknown> }> }>(
+    Path.join(dir, "sft.jsonl")
+  )
+  const solutions = new Map<string, { right?: string; wrong?: string }>()
+  for (const t of sft) {
+    if (t.task === undefined || (t.solution !== "right" && t.solution !== "wrong")) continue
+    solutions.set(t.task, { ...solutions.get(t.task), [t.solution]: JSON.stringify(commandsOf(t.messages)) })
+  }
+  if (![...solutions.values()].some((s) => s.wrong !== undefined)) return null
+  const traces = Path.join(dir, "traces", label, "sampled-train")
+  if (!Fs.existsSync(traces)) return null
+  const counts: Record<string, Replayed> = {}
+  for (const file of Fs.readdirSync(traces).sort()) {
+    const trace = JSON.parse(Fs.readFileSync(Path.join(traces, file), "utf8")) as {
+      task: string
+      completion: Array<{ tool_calls?: Array<unknown> }>
+    }
+    const ran = JSON.stringify(commandsOf(trace.completion))
+    const known = solutions.get(trace.task)
+    const c = counts[trace.task] ??= { right: 0, wrong: 0, neither: 0 }
+    if (ran === known?.right) c.right++
+    else if (ran === known?.wrong) c.wrong++
+    else c.neither++
+  }
+  return counts
+}
+
 const changed = (before: Report, after: Report) => {
   const was = new Map(before.tasks.map((t) => [t.task, t.successes]))
   const gained = after.tasks.filter((t) => t.successes > (was.get(t.task) ?? 0)).map((t) => t.task)
@@ -76,6 +127,27 @@ for (const dir of process.argv.slice(2).filter((a) => a !== "--save")) {
     console.log(
       `sampled: training tasks ${frac(sb.train)} -> ${frac(sa.train)}; held-out ${frac(sb.heldOut)} -> ${
         frac(sa.heldOut)
+      }`
+    )
+  }
+  const replays = { before: replayed(dir, "before"), after: replayed(dir, "after") }
+  if (replays.before !== null && replays.after !== null) {
+    const total = (r: Record<string, Replayed>) =>
+      Object.values(r).reduce(
+        (a, c) => ({ right: a.right + c.right, wrong: a.wrong + c.wrong, neither: a.neither + c.neither }),
+        {
+          right: 0,
+          wrong: 0,
+          neither: 0
+        }
+      )
+    const show = (c: Replayed | undefined) => c === undefined ? "-" : `${c.right}/${c.wrong}/${c.neither}`
+    console.log(
+      `sampled episodes replaying the right / the wrong solution / neither: ${show(total(replays.before))} -> ${
+        show(total(replays.after))
+      }; per task: ${
+        Object.keys(replays.before).map((t) => `${t} ${show(replays.before?.[t])} -> ${show(replays.after?.[t])}`)
+          .join(", ")
       }`
     )
   }
@@ -109,7 +181,8 @@ for (const dir of process.argv.slice(2).filter((a) => a !== "--save")) {
     sampled: sb == null || sa == null ? null : {
       train: { before: count(sb.train), after: count(sa.train) },
       heldOut: { before: count(sb.heldOut), after: count(sa.heldOut) },
-      trainPerTask: { before: perTask(sb.train), after: perTask(sa.train) }
+      trainPerTask: { before: perTask(sb.train), after: perTask(sa.train) },
+      ...(replays.before === null ? {} : { replayed: replays })
     },
     grpo: {
       steps: e.globalStep,

@@ -10,6 +10,8 @@
 //    agent produces. BashAgent's script ends with "Done."; mini-swe-agent's (stock mini.yaml: reasoning text plus
 //    one `bash` tool call per turn) with its submit command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, and its
 //    transcript is the messages of its own last request plus that answer.
+//    `--sft-mistakes F` (shipped tasks): a fraction F of each task's transcripts replay a careless solver's wrong
+//    solution instead (SolverMistakes.ts), so the model's failures recur and GRPO has a fork to fix.
 // 2. serve-policy on the SFT weights; held-out (and training) task success before GRPO, greedy, and with
 //    --eval-samples N also sampled at the GRPO temperature (N episodes per task). --sft-from skips step 1.
 // 3. Harness GRPO (async) on the training tasks with the agent, through HarnessTrainer.
@@ -34,6 +36,7 @@ import {
 } from "@envtrain/harness"
 import type { ChatMessage } from "@envtrain/text/ChatTemplate"
 import { Console, Effect, Option } from "effect"
+import * as SolverMistakes from "./SolverMistakes.js"
 
 type AgentName = "mini-swe-agent" | "bash"
 
@@ -54,6 +57,8 @@ interface Settings {
   /** None: 40 for the 12 shipped tasks; for generated ones about as many transcript passes (480 / tasks). */
   readonly sftEpochs: Option.Option<number>
   readonly sftLearningRate: number
+  /** Fraction of each training task's SFT transcripts that replay SolverMistakes' wrong solution (shipped tasks). */
+  readonly sftMistakes: number
   /** Skip the SFT warm-up: start from this checkpoint (an earlier run's <out>/sft-model). */
   readonly sftFrom: Option.Option<string>
   readonly steps: number
@@ -71,12 +76,23 @@ interface Settings {
   readonly concurrency: number
 }
 
-const solverTranscript = (task: HarborTask.HarborTask) =>
+/** The reward the verifier must give a solution: a wrong one that passed, or a right one that failed, is a bug. */
+const checkVerdict = (solution: SolverMistakes.Solution, reward: Sandbox.Verification["reward"], detail: string) => {
+  const expected = solution.kind === "right" ? 1 : 0
+  return reward._tag === "Scored" && reward.reward === expected ? Effect.void : Effect.dieMessage(
+    `the ${solution.kind} solution of ${solution.task.name} does not ${
+      solution.kind === "right" ? "pass" : "fail"
+    } its verifier${detail}`
+  )
+}
+
+const solverTranscript = (solution: SolverMistakes.Solution) =>
   Effect.scoped(Effect.gen(function*() {
+    const task = solution.task
     // The n-th call runs the n-th solver command as a bash tool call, then "Done.": BashAgent's own loop makes the
     // transcript.
     const endpoint = yield* ScriptedEndpoint.make([
-      ...task.solverCommands.map((command) => ScriptedEndpoint.bash(command)),
+      ...solution.commands.map((command) => ScriptedEndpoint.bash(command)),
       { content: "Done." }
     ])
     const sandbox = yield* Sandbox.make({ task })
@@ -86,10 +102,7 @@ const solverTranscript = (task: HarborTask.HarborTask) =>
       model: "solver",
       instruction: task.instruction
     })
-    const verdict = yield* sandbox.verify
-    if (verdict.reward._tag !== "Scored" || verdict.reward.reward !== 1) {
-      return yield* Effect.dieMessage(`the solution of ${task.name} does not pass its verifier`)
-    }
+    yield* checkVerdict(solution, (yield* sandbox.verify).reward, "")
     // Tool calls keep their arguments as the JSON string the agent sends back each turn.
     const messages = run.messages.map((m) => ({ ...m, content: m.content ?? "" })) as unknown as Array<ChatMessage>
     return { messages, tools: [BashAgent.bashTool as unknown as Readonly<Record<string, unknown>>] }
@@ -114,9 +127,10 @@ const miniSweAgentAvailable = (venv: string) =>
       : { ok: false, reason: `${venv} has no bin/mini (pip install -r interop/requirements.txt)` }
   })
 
-const miniSolverTranscript = (venv: string) => (task: HarborTask.HarborTask) =>
+const miniSolverTranscript = (venv: string) => (solution: SolverMistakes.Solution) =>
   Effect.scoped(Effect.gen(function*() {
-    const endpoint = yield* ScriptedEndpoint.make(MiniSweAgent.solverScript(task.solverCommands))
+    const task = solution.task
+    const endpoint = yield* ScriptedEndpoint.make(MiniSweAgent.solverScript(solution.commands))
     const sandbox = yield* Sandbox.make({
       task,
       endpoint: { url: endpoint.url },
@@ -126,15 +140,16 @@ const miniSolverTranscript = (venv: string) => (task: HarborTask.HarborTask) =>
       task,
       model: "solver",
       apiKey: "solver",
-      stepLimit: task.solverCommands.length + 2
+      stepLimit: solution.commands.length + 2
     })
     const verdict = yield* sandbox.verify
-    if (r.exitCode !== 0 || verdict.reward._tag !== "Scored" || verdict.reward.reward !== 1) {
+    if (r.exitCode !== 0) {
       return yield* Effect.dieMessage(
-        `mini-swe-agent running the solution of ${task.name} does not pass its verifier (exit ${r.exitCode}): ` +
+        `mini-swe-agent running the ${solution.kind} solution of ${task.name} exited ${r.exitCode}: ` +
           (r.stderr || r.stdout).slice(-600)
       )
     }
+    yield* checkVerdict(solution, verdict.reward, ` (mini-swe-agent): ${(r.stderr || r.stdout).slice(-600)}`)
     // The transcript: the messages of its own last request plus the answer to it.
     const last = endpoint.exchanges.at(-1)
     if (last === undefined) {
@@ -214,11 +229,22 @@ const run = (settings: Settings) =>
         })
         : HarnessSession.bashAgent({ maxSteps: settings.agentSteps, maxTokens: settings.maxTokens, temperature })
 
-    // 1. SFT on solver transcripts in the agent's own format.
+    // 1. SFT on solver transcripts in the agent's own format (with --sft-mistakes, some from a careless solver).
+    if (settings.sftMistakes > 0 && settings.tasks !== "shipped") {
+      return yield* Effect.dieMessage(
+        "--sft-mistakes: the wrong solutions (examples/src/SolverMistakes.ts) are for the shipped tasks; pass --tasks shipped."
+      )
+    }
+    const solutions = yield* SolverMistakes.mix(suite.train, settings.sftMistakes)
     const transcripts = yield* (mini
-      ? Effect.forEach(suite.train, miniSolverTranscript(projectVenv))
-      : Effect.forEach(suite.train, solverTranscript))
-    yield* fs.writeFileString(path.join(out, "sft.jsonl"), transcripts.map((t) => JSON.stringify(t)).join("\n") + "\n")
+      ? Effect.forEach(solutions, miniSolverTranscript(projectVenv))
+      : Effect.forEach(solutions, solverTranscript))
+    yield* fs.writeFileString(
+      path.join(out, "sft.jsonl"),
+      transcripts.map((t, i) => JSON.stringify({ task: solutions[i].task.name, solution: solutions[i].kind, ...t }))
+        .join("\n") + "\n"
+    )
+    const wrongCount = solutions.filter((s) => s.kind === "wrong").length
     const made = yield* Checkpoint.makeModel(settings.preset, settings.seed)
     // mini-swe-agent's stock prompt (system, a ~3,500-character instance template, its tool schema) is ~2,000 tokens
     // in the presets' tokenizer, so its transcripts overflow the tiny preset's 2048: by default its context is raised
@@ -244,7 +270,9 @@ const run = (settings: Settings) =>
     const context = initial.config.max_position_embeddings
     const needed = maxLength + settings.agentSteps * settings.maxTokens
     yield* Console.log(
-      `sft: ${transcripts.length} solver transcripts (${agentLabel} format, its bash tool schema in the prompt), ` +
+      `sft: ${transcripts.length} solver transcripts (${agentLabel} format, its bash tool schema in the prompt${
+        wrongCount === 0 ? "" : `; ${wrongCount} replay a wrong solution, --sft-mistakes ${settings.sftMistakes}`
+      }), ` +
         `${minLength}-${maxLength} tokens, ${
           Option.isSome(settings.sftFrom) ? "no SFT here (--sft-from)" : `${sftEpochs} epochs`
         }; a rollout needs <= ${needed} tokens of ` +
@@ -480,6 +508,12 @@ const command = Command.make("harness", {
     Options.optional
   ),
   sftLearningRate: float("sft-lr", 1e-2, "SFT learning rate"),
+  sftMistakes: float(
+    "sft-mistakes",
+    0,
+    "shipped tasks: fraction of each task's SFT transcripts replaying a careless solver's wrong solution " +
+      "(examples/src/SolverMistakes.ts; 0.5 = one right, one wrong per task)"
+  ),
   sftFrom: Options.directory("sft-from").pipe(
     Options.withDescription(
       "skip the SFT warm-up: start from this checkpoint (an earlier run's <out>/sft-model; same --tasks and agent)"

@@ -71,6 +71,11 @@ describe("examples/src/harness.ts", () => {
           }
           const sft = Fs.readFileSync(Path.join(out, "sft.jsonl"), "utf8").trim().split("\n")
           assert.strictEqual(sft.length, 7)
+          // Without --sft-mistakes every transcript replays the task's own solution.
+          assert.deepStrictEqual(
+            sft.map((l) => (JSON.parse(l) as { solution: string }).solution),
+            Array.from({ length: 7 }, () => "right")
+          )
           assert.strictEqual(Fs.readdirSync(Path.join(out, "traces", "after", "held-out")).length, 3)
           assert.strictEqual(Fs.readdirSync(Path.join(out, "traces", "after", "sampled-train")).length, 14)
           // The generated suite is written in Harbor's layout beside the run.
@@ -92,5 +97,23 @@ describe("examples/src/harness.ts", () => {
         }
       }),
     360_000
+  )
+
+  // The mix itself is SolverMistakes.test.ts's; here only that the flag reaches it (seconds: it stops before SFT).
+  it.live(
+    "--sft-mistakes on generated tasks is refused: the wrong solutions are the shipped tasks'",
+    () =>
+      Effect.promise(async () => {
+        const out = Fs.mkdtempSync(Path.join(Os.tmpdir(), "harness-example-mistakes-"))
+        try {
+          const r = await example([...small, "--sft-mistakes", "0.5", "--out", out])
+          assert.notStrictEqual(r.status, 0)
+          assert.include(r.stderr + r.stdout, "--sft-mistakes: the wrong solutions")
+          assert.isFalse(Fs.existsSync(Path.join(out, "sft.jsonl")))
+        } finally {
+          Fs.rmSync(out, { recursive: true, force: true })
+        }
+      }),
+    120_000
   )
 })
