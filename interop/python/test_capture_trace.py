@@ -140,8 +140,9 @@ def test_trl_harness_worker_trains_what_envtrain_trains(captured: dict, tmp_path
     second["loss_mask"] = second["loss_mask"][3:]
     variants = {"linear": linear, "interleaved": interleaved, "rewritten": rewritten}
     ours = dict(zip(variants, envtrain_rows(list(variants.values()), tmp_path)))
+    trl_of = {name: trl_rows(trace) for name, trace in variants.items()}
     for name, trace in variants.items():
-        theirs = trl_rows(trace)
+        theirs = trl_of[name]
         assert theirs, name
         envtrain = [
             (r["prompt_ids"] + r["completion_ids"], [0] * len(r["prompt_ids"]) + r["mask"], [0.0] * len(r["prompt_ids"]) + r["logprobs"])
@@ -155,11 +156,11 @@ def test_trl_harness_worker_trains_what_envtrain_trains(captured: dict, tmp_path
     envtrain_linear = [
         (r["prompt_ids"] + r["completion_ids"], [0] * len(r["prompt_ids"]) + r["mask"]) for r in ours["linear"]
     ]
-    assert envtrain_linear == [(s.input_ids, s.completion_mask) for s in trl_rows(linear)]
+    assert envtrain_linear == [(s.input_ids, s.completion_mask) for s in trl_of["linear"]]
     # Interleaved: TRL compares a turn with its last row only, so the side call splits the agent's conversation into
     # two rows (the first answer re-read as context); envtrain continues the agent's row.
     assert len(ours["interleaved"]) == len(ours["linear"])
-    assert len(trl_rows(interleaved)) == len(ours["linear"]) + 1
+    assert len(trl_of["interleaved"]) == len(ours["linear"]) + 1
     # Rewritten: both start a new row at the rewrite.
     assert len(ours["rewritten"]) == len(ours["linear"]) + 1
-    assert len(trl_rows(rewritten)) == len(ours["rewritten"])
+    assert len(trl_of["rewritten"]) == len(ours["rewritten"])

@@ -3,7 +3,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, FastCheck as fc } from "effect"
 import { Detokenizer } from "../src/internal/policyServer/detokenizer.js"
-import * as Response from "../src/internal/policyServer/response.js"
+import { ChoiceText } from "../src/internal/policyServer/stream.js"
 import { tinyModel } from "./fixtures.js"
 
 const piece = fc.oneof(
@@ -40,10 +40,11 @@ describe("Detokenizer", () => {
           const full = tokenizer.decode(ids, { skipSpecialTokens: skip })
           assert.strictEqual(detokenizer.text, full.endsWith("\uFFFD") ? last : full)
           // Offsets of a running sequence read in chunks (the gpu backend's steps), against the same definition.
-          const stepwise = new Detokenizer(tokenizer, skip)
+          const stream = new ChoiceText(tokenizer, { stop: [], skipSpecialTokens: skip })
           const offsets: Array<number> = []
-          for (let from = 0; from < ids.length; from += 3) {
-            offsets.push(...Response.stepOffsets(stepwise, ids, from, Math.min(ids.length, from + 3)))
+          for (let to = 3; to < ids.length + 3; to += 3) {
+            stream.read(ids.slice(0, Math.min(ids.length, to)))
+            offsets.push(...stream.offsets)
           }
           assert.deepStrictEqual(offsets, whole.map((w) => w.length))
         }

@@ -37,9 +37,9 @@ export class Detokenizer {
    * Reads `ids[tokens..upTo)` one token at a time; `each(k, before)` gets every token k's index and where its text
    * starts (the text of the whole characters before it).
    */
-  readEach(ids: ReadonlyArray<number>, upTo: number, each?: (k: number, before: number) => void): void {
+  readEach(ids: ReadonlyArray<number>, upTo: number, each: (k: number, before: number) => void): void {
     for (let k = this.tokens; k < upTo; k++) {
-      each?.(k, this.text.length)
+      each(k, this.text.length)
       this.read(ids, k + 1)
     }
   }

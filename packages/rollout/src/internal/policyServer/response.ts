@@ -86,25 +86,6 @@ const piecesOf = (tokenizer: Tokenizer, ids: ReadonlyArray<number>, text: string
   return pieces
 }
 
-/**
- * The `text_offset`s of tokens `from..to-1` of a running sequence (`ids`: its tokens so far), as the finished
- * answer's pieces give them: where the whole characters before each token end. `detokenizer` is the sequence's own,
- * read token by token up to `to` (each call reads on from where the last one stopped, so a whole stream costs one
- * incremental read per token). For a decode step that sampled several tokens (the gpu backend's chunk per submit).
- */
-export const stepOffsets = (
-  detokenizer: Detokenizer,
-  ids: ReadonlyArray<number>,
-  from: number,
-  to: number
-): Array<number> => {
-  const out: Array<number> = []
-  detokenizer.readEach(ids, to, (k, before) => {
-    if (k >= from) out.push(before)
-  })
-  return out
-}
-
 const tokenLabel = (tokenizer: Tokenizer, id: number, asIds: boolean) =>
   asIds ? `token_id:${id}` : tokenizer.decode([id])
 

@@ -17,7 +17,6 @@ import type {
   RunningPolicyServer,
   WeightSource
 } from "../../PolicyServer.js"
-import { Detokenizer } from "./detokenizer.js"
 import * as Metrics from "./metrics.js"
 import {
   ApiError,
@@ -435,8 +434,6 @@ export const make = (
         })
         const promptOf = (i: number) => prompts[Math.floor(i / spec.n)]
         const texts = requests.map(() => new ChoiceText(tokenizer, holdsOf(spec)))
-        // Each choice's token offsets for steps of several tokens, read on as the steps come.
-        const offsets = requests.map(() => new Detokenizer(tokenizer, spec.skipSpecialTokens))
         const start = (v: number) => {
           if (out.start(v)) version = v
         }
@@ -475,9 +472,7 @@ export const make = (
               from,
               to,
               // Several tokens in one step (the gpu backend's submit): each its own offset.
-              spec.logprobs && to - from > 1
-                ? Response.stepOffsets(offsets[i], p.tokenIds, from, to)
-                : texts[i].offset
+              spec.logprobs && to - from > 1 ? texts[i].offsets : texts[i].offset
             ),
           (i, generated) => {
             const c = Response.finish(tokenizer, generated.completion, spec)

@@ -40,6 +40,8 @@ export class ChoiceText {
   sentTokens = 0
   /** Where the tokens of the last `read` start in `text` (completions' `text_offset`). */
   offset = 0
+  /** Where each token of the last `read` starts in `text` (a step of several tokens: each its own `text_offset`). */
+  offsets: Array<number> = []
   private readonly detokenizer: Detokenizer
   private stopped = false
 
@@ -60,7 +62,10 @@ export class ChoiceText {
     if (this.stopped) return "stop"
     const before = this.text.length
     this.offset = before
-    this.detokenizer.read(ids)
+    // Token by token, so a step of several tokens knows where each starts (one short decode window per token).
+    const offsets: Array<number> = []
+    this.detokenizer.readEach(ids, ids.length, (_, start) => offsets.push(start))
+    this.offsets = offsets
     for (const s of this.holds.stop) {
       if (s.length > 0 && this.text.indexOf(s, Math.max(0, before - s.length + 1)) >= 0) {
         this.stopped = true
