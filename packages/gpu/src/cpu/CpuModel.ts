@@ -195,8 +195,8 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
   setWeights(weights)
 
   // RoPE tables for positions 0…P−1 (transformers' f32 angles), grown on demand.
-  let ropeCos = new Float32Array(0)
-  let ropeSin = new Float32Array(0)
+  let ropeCos: Float32Array = new Float32Array(0)
+  let ropeSin: Float32Array = new Float32Array(0)
   let ropePositions = 0
   const ensureRope = (maxPosition: number) => {
     if (maxPosition < ropePositions) return
@@ -274,7 +274,9 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
     dx: Float32Array | undefined,
     accumulate: boolean
   ) => {
-    if (dx !== undefined) gemm.sgemm(false, false, rows, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
+    if (dx !== undefined) {
+      gemm.sgemm(false, false, rows, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
+    }
     gemm.sgemm(true, false, outDim, inDim, rows, 1, dy, outDim, x, inDim, 1, dW, inDim)
   }
 
@@ -354,8 +356,19 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
             const g = Math.floor(hh / group)
             const qo = (n * H + hh) * D
             lay.lse[n * H + hh] = attendRow(
-              lay.q, qo, lay.k, lay.v, b * T * KV * D + g * D, KV * D, w.segmentStart[n], t, D, scale,
-              lay.attnOut, qo, scores
+              lay.q,
+              qo,
+              lay.k,
+              lay.v,
+              b * T * KV * D + g * D,
+              KV * D,
+              w.segmentStart[n],
+              t,
+              D,
+              scale,
+              lay.attnOut,
+              qo,
+              scores
             )
           }
         }
@@ -387,7 +400,9 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
     entropyWeights?: ArrayLike<number>
   ) => {
     const N = forwardRows
-    if (ws === undefined || N === 0) throw new Error("backward needs a forward first (each forward serves one backward).")
+    if (ws === undefined || N === 0) {
+      throw new Error("backward needs a forward first (each forward serves one backward).")
+    }
     if (targets.length !== N || lossWeights.length !== N) {
       throw new Error(`targets (${targets.length}) and lossWeights (${lossWeights.length}) must have ${N} entries.`)
     }
@@ -410,7 +425,17 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
       linearBackward(w.dI2, a.mlpNormed, N, h, W[nm.gate], I, G[nm.gate], w.dh, false)
       linearBackward(w.dI3, a.mlpNormed, N, h, W[nm.up], I, G[nm.up], w.dh, true)
       // d afterAttn = dx + rmsnorm'(dh), into dx.
-      K.rmsNormBackward(w.dh, a.afterAttn, a.mlpRstd, N, h, W[nm.postAttentionLayernorm], G[nm.postAttentionLayernorm], w.dx, true)
+      K.rmsNormBackward(
+        w.dh,
+        a.afterAttn,
+        a.mlpRstd,
+        N,
+        h,
+        W[nm.postAttentionLayernorm],
+        G[nm.postAttentionLayernorm],
+        w.dx,
+        true
+      )
       // Attention: afterAttn = input + o_proj(attnOut).
       linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
       w.dq.fill(0, 0, N * H * D)
@@ -422,8 +447,22 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
           for (let hh = 0; hh < H; hh++) {
             const g = Math.floor(hh / group)
             attendRowBackward(
-              w.dAttn, a.q, (n * H + hh) * D, a.k, a.v, b * T * KV * D + g * D, KV * D, w.segmentStart[n], t, D,
-              scale, a.attnOut, a.lse[n * H + hh], w.dq, w.dk, w.dv
+              w.dAttn,
+              a.q,
+              (n * H + hh) * D,
+              a.k,
+              a.v,
+              b * T * KV * D + g * D,
+              KV * D,
+              w.segmentStart[n],
+              t,
+              D,
+              scale,
+              a.attnOut,
+              a.lse[n * H + hh],
+              w.dq,
+              w.dk,
+              w.dv
             )
           }
         }
@@ -485,7 +524,9 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
     }),
     extendBatch: (caches, chunks) => {
       if (caches.length !== chunks.length) {
-        throw new Error(`extendBatch got ${caches.length} caches and ${chunks.length} token chunks; pass one per sequence.`)
+        throw new Error(
+          `extendBatch got ${caches.length} caches and ${chunks.length} token chunks; pass one per sequence.`
+        )
       }
       let rows = 0
       let maxPos = 0
