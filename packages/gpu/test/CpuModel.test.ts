@@ -96,6 +96,25 @@ describe("CpuModel", () => {
     })
   }
 
+  it("matches the specification across attention tiles: one row of 150 tokens holding three sequences", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 11)
+    const T = 150
+    const tokens = Array.from({ length: T }, (_, i) => (i * 13 + 5) % config.vocab_size)
+    const positions = Array.from({ length: T }, (_, t) => (t < 40 ? t : t < 110 ? t - 40 : t - 110))
+    const model = CpuModel.make(config, weights, Gemm.spec)
+    const logits = model.forward(tokens, 1, T, positions)
+    const fwd = Ref.forward(config, weights, { tokens, batch: 1, seqLen: T, positions })
+    assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
+    const targets = Ref.nextTokenTargets(fwd)
+    const lw = Array.from({ length: T }, (_, i) => -0.01 * (1 + (i % 3)))
+    model.backward(targets, lw, 1)
+    const ref = Ref.backward(config, weights, fwd, targets, lw, 1)
+    for (const name of Object.keys(ref.grads)) {
+      assert.isBelow(maxRelError(model.grads[name], ref.grads[name]), 1e-4, name)
+    }
+  })
+
   it("refuses weights of the wrong size and tokens outside the vocabulary, naming them", () => {
     const config = testConfig()
     const { weights } = testModel(config, 1)

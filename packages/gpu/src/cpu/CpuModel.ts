@@ -8,7 +8,8 @@
  * - Packed batches: a forward takes B rows of T tokens with position ids; a position 0 at t > 0 starts a new
  *   sequence inside the row and attention never crosses it (as the specification). Trainers pack every sequence
  *   of a micro-batch into one row, so each projection is one large matmul.
- * - Attention keeps no T×T probabilities: the forward keeps each row's logsumexp and the backward recomputes.
+ * - Attention is tiled (`attention.ts`): no T×T probabilities; the forward keeps each row's logsumexp and the
+ *   backward recomputes, so long sequences (1–4k tokens) stay within bounded memory.
  * - Numerics: f32 storage, f64 sums inside the element-wise kernels, the Gemm route's own summation order for
  *   matmuls. Results match the specification at the GPU kernels' tolerances, not bit for bit; with a
  *   deterministic route (one thread) the same inputs give the same bits every run.
@@ -25,9 +26,9 @@ import {
   LM_HEAD
 } from "../formats/ModelConfig.js"
 import { ropeTables } from "../ops/rope.js"
+import * as Attention from "./attention.js"
 import type { Gemm } from "./Gemm.js"
 import * as K from "./internal/kernels.js"
-import { attendRow, attendRowBackward } from "./internal/rowAttention.js"
 
 /** @since 0.0.0 */
 export type Weights = Record<string, Float32Array>
@@ -166,7 +167,6 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
   } = config
   const eps = config.rms_norm_eps
   const scale = 1 / Math.sqrt(D)
-  const group = H / KV
   const specs = expectedTensors(config)
   const W: Weights = {}
   const G: Weights = {}
@@ -208,7 +208,7 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
   }
 
   let ws: Workspace | undefined
-  let scores = new Float64Array(0)
+  let scratch = new Float32Array(0)
   const workspace = (rows: number): Workspace => {
     if (ws !== undefined && ws.rows >= rows) return ws
     const N = Math.max(rows, ws === undefined ? 0 : ws.rows * 2)
@@ -317,8 +317,11 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
     K.add(out, lay.afterAttn, n * h, out)
   }
 
-  const ensureScores = (n: number) => {
-    if (scores.length < n) scores = new Float64Array(Math.max(n, scores.length * 2))
+  // The attention's scratch for sequences of T tokens (grown, never shrunk).
+  const scratchFor = (T: number) => {
+    const n = Attention.scratchSize({ seq: T })
+    if (scratch.length < n) scratch = new Float32Array(Math.max(n, scratch.length * 2))
+    return scratch
   }
 
   let forwardRows = 0
@@ -343,36 +346,21 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
       }
     }
     ensureRope(maxPos)
-    ensureScores(T)
     embed(tokens, N, w.layers[0].input)
     for (let n = 0; n < N; n++) w.tokens[n] = tokens[n]
     for (let l = 0; l < L; l++) {
       const lay = w.layers[l]
       attentionInputs(l, lay, N, w.positions)
-      for (let b = 0; b < B; b++) {
-        for (let t = 0; t < T; t++) {
-          const n = b * T + t
-          for (let hh = 0; hh < H; hh++) {
-            const g = Math.floor(hh / group)
-            const qo = (n * H + hh) * D
-            lay.lse[n * H + hh] = attendRow(
-              lay.q,
-              qo,
-              lay.k,
-              lay.v,
-              b * T * KV * D + g * D,
-              KV * D,
-              w.segmentStart[n],
-              t,
-              D,
-              scale,
-              lay.attnOut,
-              qo,
-              scores
-            )
-          }
-        }
-      }
+      Attention.forward({
+        shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
+        q: lay.q,
+        k: lay.k,
+        v: lay.v,
+        segmentStart: w.segmentStart,
+        out: lay.attnOut,
+        lse: lay.lse,
+        scratch: scratchFor(T)
+      })
       outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output)
     }
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
@@ -438,35 +426,20 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
       )
       // Attention: afterAttn = input + o_proj(attnOut).
       linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
-      w.dq.fill(0, 0, N * H * D)
-      w.dk.fill(0, 0, N * KV * D)
-      w.dv.fill(0, 0, N * KV * D)
-      for (let b = 0; b < B; b++) {
-        for (let t = 0; t < T; t++) {
-          const n = b * T + t
-          for (let hh = 0; hh < H; hh++) {
-            const g = Math.floor(hh / group)
-            attendRowBackward(
-              w.dAttn,
-              a.q,
-              (n * H + hh) * D,
-              a.k,
-              a.v,
-              b * T * KV * D + g * D,
-              KV * D,
-              w.segmentStart[n],
-              t,
-              D,
-              scale,
-              a.attnOut,
-              a.lse[n * H + hh],
-              w.dq,
-              w.dk,
-              w.dv
-            )
-          }
-        }
-      }
+      Attention.backward({
+        shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
+        q: a.q,
+        k: a.k,
+        v: a.v,
+        segmentStart: w.segmentStart,
+        out: a.attnOut,
+        lse: a.lse,
+        dOut: w.dAttn,
+        dq: w.dq,
+        dk: w.dk,
+        dv: w.dv,
+        scratch: scratchFor(T)
+      })
       K.rope(w.dq, N, H, D, w.positions, ropeCos, ropeSin, -1, w.dq)
       K.rope(w.dk, N, KV, D, w.positions, ropeCos, ropeSin, -1, w.dk)
       // q/k norms: the rope output buffers (a.q, a.k) are not needed any more, so the projections' gradients go there.
@@ -545,7 +518,6 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
       const w = workspace(Math.max(rows, caches.length))
       forwardRows = 0
       ensureRope(maxPos)
-      ensureScores(maxPos + 1)
       let r = 0
       const starts: Array<number> = []
       caches.forEach((cache, s) => {
@@ -576,14 +548,20 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
               Vc.set(lay.v.subarray(src, src + D), dst)
             }
           }
-          for (let i = 0; i < n; i++) {
-            const row = starts[s] + i
-            for (let hh = 0; hh < H; hh++) {
-              const g = Math.floor(hh / group)
-              const qo = (row * H + hh) * D
-              attendRow(lay.q, qo, Kc, Vc, g * cap * D, D, 0, cache.length + i, D, scale, lay.attnOut, qo, scores)
-            }
-          }
+          Attention.decode(
+            {
+              shape: { heads: H, kvHeads: KV, headDim: D, scale },
+              q: lay.q,
+              keys: Kc,
+              values: Vc,
+              capacity: cap,
+              out: lay.attnOut,
+              scratch: scratchFor(0)
+            },
+            starts[s],
+            n,
+            cache.length
+          )
         })
         outputAndMlp(l, lay, rows, l + 1 < L ? w.layers[l + 1].input : w.output)
       }
