@@ -115,6 +115,24 @@ describe("CpuModel", () => {
     }
   })
 
+  it("profiles per op when asked, and only then", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 2)
+    const { B, T, positions, tokens } = packed(config)
+    const quiet = CpuModel.make(config, weights, Gemm.spec)
+    const timed = CpuModel.make(config, weights, Gemm.spec, { profile: true })
+    for (const m of [quiet, timed]) {
+      m.forward(tokens, B, T, positions)
+      m.backward(Array.from({ length: B * T }, (_, i) => i % config.vocab_size), new Float64Array(B * T).fill(-1), 1)
+    }
+    assert.strictEqual(quiet.profile.size, 0)
+    for (const op of ["matmul", "attention", "attentionBackward", "rmsNorm", "tokenLogprobs", "embedding"]) {
+      assert.isAbove(timed.profile.get(op) ?? 0, 0, op)
+    }
+    timed.resetProfile()
+    assert.strictEqual(timed.profile.size, 0)
+  })
+
   it("refuses weights of the wrong size and tokens outside the vocabulary, naming them", () => {
     const config = testConfig()
     const { weights } = testModel(config, 1)

@@ -26,9 +26,9 @@ import {
   LM_HEAD
 } from "../formats/ModelConfig.js"
 import { ropeTables } from "../ops/rope.js"
-import * as Attention from "./attention.js"
+import * as Attn from "./attention.js"
 import type { Gemm } from "./Gemm.js"
-import * as K from "./internal/kernels.js"
+import * as Kernels from "./internal/kernels.js"
 
 /** @since 0.0.0 */
 export type Weights = Record<string, Float32Array>
@@ -95,6 +95,15 @@ export interface CpuModel {
   readonly extendBatch: (caches: ReadonlyArray<KvCache>, chunks: ReadonlyArray<ArrayLike<number>>) => Float32Array
   /** Copies weights in (every tensor of the config, checked by name and size). */
   readonly setWeights: (weights: Readonly<Record<string, ArrayLike<number>>>) => void
+  /** With `profile: true`: milliseconds spent per op since the start or {@link CpuModel.resetProfile}. */
+  readonly profile: ReadonlyMap<string, number>
+  readonly resetProfile: () => void
+}
+
+/** Options of {@link make}. */
+export interface Options {
+  /** Time every op (matmul, attention, each element-wise kernel) into {@link CpuModel.profile}. Default false. */
+  readonly profile?: boolean
 }
 
 interface Layer {
@@ -154,8 +163,33 @@ const checkConfig = (config: Config) => {
  *
  * @since 0.0.0
  */
-export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<number>>>, gemm: Gemm): CpuModel => {
+export const make = (
+  config: Config,
+  weights: Readonly<Record<string, ArrayLike<number>>>,
+  gemm: Gemm,
+  options: Options = {}
+): CpuModel => {
   checkConfig(config)
+  const profile = new Map<string, number>()
+  const timed = <F extends (...args: Array<any>) => any>(name: string, f: F): F =>
+    options.profile !== true ? f : ((...args: Parameters<F>) => {
+      const t0 = performance.now()
+      try {
+        return f(...args)
+      } finally {
+        profile.set(name, (profile.get(name) ?? 0) + performance.now() - t0)
+      }
+    }) as F
+  const K: typeof Kernels = Object.fromEntries(
+    Object.entries(Kernels).map(([name, f]) => [name, timed(name, f)])
+  ) as unknown as typeof Kernels
+  const Attention = {
+    forward: timed("attention", Attn.forward),
+    backward: timed("attentionBackward", Attn.backward),
+    decode: timed("attentionDecode", Attn.decode),
+    scratchSize: Attn.scratchSize
+  }
+  const sgemm = timed("matmul", gemm.sgemm)
   const {
     head_dim: D,
     hidden_size: h,
@@ -261,7 +295,7 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
 
   // y[rows × out] = x[rows × in] · Wᵀ (torch's Linear, W [out, in]).
   const linear = (x: Float32Array, rows: number, inDim: number, w: Float32Array, outDim: number, y: Float32Array) =>
-    gemm.sgemm(false, true, rows, outDim, inDim, 1, x, inDim, w, inDim, 0, y, outDim)
+    sgemm(false, true, rows, outDim, inDim, 1, x, inDim, w, inDim, 0, y, outDim)
   // dx (= or +=) dy · W; dW += dyᵀ · x.
   const linearBackward = (
     dy: Float32Array,
@@ -275,12 +309,12 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
     accumulate: boolean
   ) => {
     if (dx !== undefined) {
-      gemm.sgemm(false, false, rows, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
+      sgemm(false, false, rows, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
     }
-    gemm.sgemm(true, false, outDim, inDim, rows, 1, dy, outDim, x, inDim, 1, dW, inDim)
+    sgemm(true, false, outDim, inDim, rows, 1, dy, outDim, x, inDim, 1, dW, inDim)
   }
 
-  const embed = (tokens: ArrayLike<number>, n: number, x: Float32Array) => {
+  const embed = timed("embedding", (tokens: ArrayLike<number>, n: number, x: Float32Array) => {
     const table = W[EMBED_TOKENS]
     for (let i = 0; i < n; i++) {
       const t = tokens[i]
@@ -289,7 +323,7 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
       }
       x.set(table.subarray(t * h, t * h + h), i * h)
     }
-  }
+  })
 
   // Projections, q/k norms and RoPE of rows 0…n−1 of `lay` from lay.input.
   const attentionInputs = (l: number, lay: Layer, n: number, positions: Int32Array) => {
@@ -576,7 +610,9 @@ export const make = (config: Config, weights: Readonly<Record<string, ArrayLike<
       linear(w.finalNormed, S, h, W[headName], V, w.logits)
       return w.logits.subarray(0, S * V)
     },
-    setWeights
+    setWeights,
+    profile,
+    resetProfile: () => profile.clear()
   }
   return self
 }
