@@ -21,6 +21,8 @@ import type { Gemm } from "./Gemm.js"
 import { checkArgs, scaleOnly } from "./internal/gemmArgs.js"
 import type { WasmVariant } from "./internal/sgemmWat.js"
 import { workBytes } from "./internal/sgemmWat.js"
+import type { WasmMemory, WasmModule } from "./internal/wasmApi.js"
+import { Wasm } from "./internal/wasmApi.js"
 
 /** A WebAssembly route this Node cannot run, with the reason and what to do. */
 export class WasmUnavailable extends Data.TaggedError("WasmUnavailable")<{
@@ -34,9 +36,9 @@ const MAX_PAGES = 65536
 // 64-byte alignment: each allocation starts on its own cache line.
 const ALIGN = 64
 
-const modules = new Map<WasmVariant, WebAssembly.Module>()
+const modules = new Map<WasmVariant, WasmModule>()
 
-const compile = (variant: WasmVariant): Either.Either<WebAssembly.Module, WasmUnavailable> => {
+const compile = (variant: WasmVariant): Either.Either<WasmModule, WasmUnavailable> => {
   const cached = modules.get(variant)
   if (cached !== undefined) return Either.right(cached)
   const route = variant === "simd" ? "wasm-simd" : "wasm-relaxed-simd"
@@ -54,7 +56,7 @@ const compile = (variant: WasmVariant): Either.Either<WebAssembly.Module, WasmUn
       })
     )
   }
-  if (!WebAssembly.validate(bytes)) {
+  if (!Wasm.validate(bytes)) {
     return Either.left(
       new WasmUnavailable({
         route,
@@ -65,7 +67,7 @@ const compile = (variant: WasmVariant): Either.Either<WebAssembly.Module, WasmUn
       })
     )
   }
-  const mod = new WebAssembly.Module(bytes)
+  const mod = new Wasm.Module(bytes)
   modules.set(variant, mod)
   return Either.right(mod)
 }
@@ -73,7 +75,7 @@ const compile = (variant: WasmVariant): Either.Either<WebAssembly.Module, WasmUn
 /** A WebAssembly route whose memory holds its tensors: {@link Gemm} plus the memory, for workers to share. */
 export interface WasmGemm extends Gemm {
   readonly route: "wasm-simd" | "wasm-relaxed-simd"
-  readonly memory: WebAssembly.Memory
+  readonly memory: WasmMemory
 }
 
 type Sgemm = (
@@ -100,8 +102,8 @@ type Sgemm = (
  */
 export const make = (variant: WasmVariant): Either.Either<WasmGemm, WasmUnavailable> =>
   Either.map(compile(variant), (mod) => {
-    const memory = new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
-    const run = new WebAssembly.Instance(mod, { env: { memory } }).exports.sgemm as Sgemm
+    const memory = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
+    const run = new Wasm.Instance(mod, { env: { memory } }).exports.sgemm as Sgemm
     // Every buffer a view of this memory was made on (each grow gives `memory.buffer` a new object; old views keep
     // theirs), so a view's buffer tells whether it lives here.
     const buffers = new WeakSet<ArrayBufferLike>()

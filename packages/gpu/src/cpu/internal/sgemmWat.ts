@@ -73,7 +73,9 @@ const kernel = (b: Blocking, variant: WasmVariant, family: "N" | "T", mr: number
       : `(v128.load32_splat offset=${r * 4} (local.get $a0))`
     lines.push(`    (local.set $s ${load})`)
     for (const v of range(V)) {
-      lines.push(`    (local.set $c${r}_${v} ${fma("(local.get $s)", `(local.get $b${v})`, `(local.get $c${r}_${v})`)})`)
+      lines.push(
+        `    (local.set $c${r}_${v} ${fma("(local.get $s)", `(local.get $b${v})`, `(local.get $c${r}_${v})`)})`
+      )
     }
   }
   if (family === "N") {
@@ -95,7 +97,9 @@ const kernel = (b: Blocking, variant: WasmVariant, family: "N" | "T", mr: number
   for (const r of range(mr)) {
     lines.push(`          (local.set $p ${cAddr(r)})`)
     for (const v of range(V)) {
-      lines.push(`          (v128.store offset=${v * 16} (local.get $p) (f32x4.mul (local.get $c${r}_${v}) (local.get $al)))`)
+      lines.push(
+        `          (v128.store offset=${v * 16} (local.get $p) (f32x4.mul (local.get $c${r}_${v}) (local.get $al)))`
+      )
     }
   }
   lines.push(`        )`, `        (else`)
@@ -103,7 +107,9 @@ const kernel = (b: Blocking, variant: WasmVariant, family: "N" | "T", mr: number
     lines.push(`          (local.set $p ${cAddr(r)})`)
     for (const v of range(V)) {
       lines.push(
-        `          (v128.store offset=${v * 16} (local.get $p) (f32x4.add (f32x4.mul (local.get $c${r}_${v}) (local.get $al))`,
+        `          (v128.store offset=${
+          v * 16
+        } (local.get $p) (f32x4.add (f32x4.mul (local.get $c${r}_${v}) (local.get $al))`,
         `            (f32x4.mul (v128.load offset=${v * 16} (local.get $p)) (local.get $be))))`
       )
     }
@@ -157,7 +163,11 @@ const packB = (b: Blocking) => {
         (loop $krows
           (if (i32.eq (local.get $w) (i32.const ${b.NR}))
             (then
-${range(V).map((v) => `              (v128.store offset=${v * 16} (local.get $dst) (v128.load offset=${v * 16} (local.get $src)))`).join("\n")})
+${
+    range(V).map((v) =>
+      `              (v128.store offset=${v * 16} (local.get $dst) (v128.load offset=${v * 16} (local.get $src)))`
+    ).join("\n")
+  })
             (else
               (local.set $j (i32.const 0))
               (loop $cols
