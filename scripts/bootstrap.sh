@@ -4,7 +4,8 @@
 #  2. on Linux, when Dawn finds no WebGPU adapter, installs Mesa's software Vulkan driver (as root)
 #     or stops with the exact command to run;
 #  3. on Linux, installs Debian's chromium when missing (the same way);
-#  4. on Linux, installs Debian's bubblewrap when missing (the harness's sandboxes; the same way).
+#  4. on Linux, installs Debian's bubblewrap when missing (the harness's sandboxes; the same way);
+#  5. on Linux, installs Debian's OpenBLAS when missing and root (the CPU matmuls), else says WebAssembly is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,3 +35,4 @@ fi
 
 bash scripts/ensure-chromium.sh
 bash scripts/ensure-bubblewrap.sh
+bash scripts/ensure-openblas.sh

@@ -3,8 +3,10 @@
  *
  * @since 0.0.0
  */
+export * as Blas from "./cpu/Blas.js"
 export * as CpuModel from "./cpu/CpuModel.js"
 export * as Gemm from "./cpu/Gemm.js"
+export * as WasmGemm from "./cpu/WasmGemm.js"
 export * as Checkpoint from "./formats/Checkpoint.js"
 export * as ModelConfig from "./formats/ModelConfig.js"
 export * as Safetensors from "./formats/Safetensors.js"

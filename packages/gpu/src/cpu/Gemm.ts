@@ -8,6 +8,10 @@
  *
  * @since 0.0.0
  */
+import { Data, Effect, Either } from "effect"
+import * as os from "node:os"
+import * as Blas from "./Blas.js"
+import * as WasmGemm from "./WasmGemm.js"
 
 /** Which implementation a {@link Gemm} is. */
 export type GemmRoute = "openblas" | "accelerate" | "wasm-relaxed-simd" | "wasm-simd" | "spec"
@@ -59,3 +63,107 @@ export const spec: Gemm = {
     }
   }
 }
+
+/** The route asked for cannot run here; `fix` says what would make it run. */
+export class GemmRouteUnavailable extends Data.TaggedError("GemmRouteUnavailable")<{
+  readonly route: GemmRoute
+  readonly reason: string
+  readonly fix: string
+}> {
+  override get message() {
+    return `the ${this.route} matmul route is not available: ${this.reason}. Fix: ${this.fix}`
+  }
+}
+
+/** The route {@link select} chose, and one line saying which and why. */
+export interface Selected {
+  readonly gemm: Gemm
+  readonly description: string
+}
+
+export interface SelectOptions {
+  /** Threads per call (default: every core). Only the BLAS routes use more than one. */
+  readonly threads?: number
+  /** One thread and a fixed summation order, so results repeat bit for bit on the same machine. */
+  readonly deterministic?: boolean
+  /** Exactly this route, or a {@link GemmRouteUnavailable} failure: never a substitute. */
+  readonly route?: GemmRoute
+}
+
+const plural = (n: number) => `${n} thread${n === 1 ? "" : "s"}`
+
+const tryRoute = (route: GemmRoute, threads: number): Either.Either<Selected, GemmRouteUnavailable> => {
+  const unavailable = (e: { readonly reason: string; readonly fix: string }) =>
+    new GemmRouteUnavailable({ route, reason: e.reason, fix: e.fix })
+  switch (route) {
+    case "openblas":
+    case "accelerate": {
+      const platform = process.platform === "darwin" ? "accelerate" : "openblas"
+      if (route !== platform) {
+        return Either.left(
+          new GemmRouteUnavailable({
+            route,
+            reason: `${route} is not this platform's BLAS (${process.platform})`,
+            fix: `ask for ${platform} or a WebAssembly route`
+          })
+        )
+      }
+      return Either.mapBoth(Blas.load({ threads }), {
+        onLeft: unavailable,
+        onRight: (gemm) => ({ gemm, description: `${gemm.version} on ${plural(threads)}` })
+      })
+    }
+    case "wasm-relaxed-simd":
+    case "wasm-simd":
+      return Either.mapBoth(WasmGemm.make(route === "wasm-simd" ? "simd" : "relaxed-simd"), {
+        onLeft: unavailable,
+        onRight: (gemm) => ({
+          gemm,
+          description: `WebAssembly ${route === "wasm-simd" ? "SIMD128" : "relaxed SIMD"}, 1 thread` +
+            (threads > 1 ? ` (the WebAssembly route runs one thread per call; ${plural(threads)} asked)` : "")
+        })
+      })
+    case "spec":
+      return Either.right({ gemm: spec, description: "the plain-TypeScript specification loop, 1 thread (slow)" })
+  }
+}
+
+/**
+ * The fastest matmul route this machine has, or exactly `options.route`. Order: the platform BLAS (OpenBLAS on
+ * Linux, Accelerate on macOS), WebAssembly relaxed SIMD, WebAssembly SIMD128; the description names why a faster
+ * one was passed over, e.g. "WebAssembly relaxed SIMD, 1 thread: OpenBLAS not found (…); fix: install …".
+ *
+ * @since 0.0.0
+ */
+export const select = (options: SelectOptions = {}): Effect.Effect<Selected, GemmRouteUnavailable> =>
+  Effect.suspend(() => {
+    const asked = options.threads ?? os.availableParallelism()
+    if (!Number.isInteger(asked) || asked < 1) {
+      return Effect.fail(
+        new GemmRouteUnavailable({
+          route: options.route ?? "spec",
+          reason: `threads = ${asked} is not a count of threads`,
+          fix: "pass threads as a whole number ≥ 1 (or leave it out for every core)"
+        })
+      )
+    }
+    const threads = options.deterministic === true ? 1 : asked
+    if (options.route !== undefined) return tryRoute(options.route, threads)
+    const order: ReadonlyArray<GemmRoute> = [
+      process.platform === "darwin" ? "accelerate" : "openblas",
+      "wasm-relaxed-simd",
+      "wasm-simd",
+      "spec"
+    ]
+    const passed: Array<string> = []
+    for (const route of order) {
+      const got = tryRoute(route, threads)
+      if (Either.isRight(got)) {
+        const why = passed.length === 0 ? "" : `: ${passed.join("; ")}`
+        return Effect.succeed({ gemm: got.right.gemm, description: got.right.description + why })
+      }
+      passed.push(`${route}: ${got.left.reason} (${got.left.fix})`)
+    }
+    // The spec route always succeeds, so the loop returns; this keeps the compiler's flow analysis happy.
+    return Effect.succeed({ gemm: spec, description: "the plain-TypeScript specification loop, 1 thread (slow)" })
+  })
