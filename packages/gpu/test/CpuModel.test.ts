@@ -1,12 +1,19 @@
 import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
 import * as CpuModel from "../src/cpu/CpuModel.js"
 import * as Gemm from "../src/cpu/Gemm.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
 import { maxRelError } from "./helpers.js"
 import { testConfig, testModel } from "./qwen3Fixtures.js"
 
-// The CPU device against the specification (Qwen3Reference, f32 storage, f64 sums) at the GPU kernels' tolerances.
-const routes: ReadonlyArray<Gemm.Gemm> = [Gemm.spec]
+// The CPU device against the specification (Qwen3Reference, f32 storage, f64 sums) at the GPU kernels' tolerances,
+// on every matmul route. OpenBLAS must be present here (npm test's set-up installs it): a missing route fails.
+const routes: ReadonlyArray<Gemm.Gemm> = [
+  Gemm.spec,
+  ...(["openblas", "wasm-relaxed-simd", "wasm-simd"] as const).map((route) =>
+    Effect.runSync(Gemm.select({ route, threads: 2 })).gemm
+  )
+]
 
 const packed = (config: ReturnType<typeof testConfig>) => {
   // Two rows of 9; row 1 holds two sequences (positions restart at t = 4).
@@ -69,7 +76,9 @@ describe("CpuModel", () => {
       const adam = { lr: 1e-2, weightDecay: 0.1 }
       Ref.adamWStep(w2, g, state, adam)
       model.adamW(Math.min(1, 0.5 / (norm + 1e-6)), adam)
-      for (const name of Object.keys(w2)) assert.isBelow(maxRelError(model.weights[name], w2[name]), 1e-5, name)
+      // AdamW's first step moves each weight by about lr·sign(g): an entry with a tiny gradient amplifies the route's
+      // rounding of it, so weights compare at 1e-4 (lr is 1e-2).
+      for (const name of Object.keys(w2)) assert.isBelow(maxRelError(model.weights[name], w2[name]), 1e-4, name)
       assert.strictEqual(model.step, 1)
       assert.strictEqual(model.gradNorm(), 0)
     })

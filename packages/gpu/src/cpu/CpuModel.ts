@@ -28,6 +28,7 @@ import {
 import { ropeTables } from "../ops/rope.js"
 import * as Attn from "./attention.js"
 import type { Gemm } from "./Gemm.js"
+import * as GemmAttention from "./internal/gemmAttention.js"
 import * as Kernels from "./internal/kernels.js"
 
 /** @since 0.0.0 */
@@ -183,12 +184,10 @@ export const make = (
   const K: typeof Kernels = Object.fromEntries(
     Object.entries(Kernels).map(([name, f]) => [name, timed(name, f)])
   ) as unknown as typeof Kernels
-  const Attention = {
-    forward: timed("attention", Attn.forward),
-    backward: timed("attentionBackward", Attn.backward),
-    decode: timed("attentionDecode", Attn.decode),
-    scratchSize: Attn.scratchSize
-  }
+  const Attention = { decode: timed("attentionDecode", Attn.decode), scratchSize: Attn.scratchSize }
+  // Training's attention runs its products on the matmul route (blocks of query rows × visible keys).
+  const attentionForward = timed("attention", GemmAttention.forward)
+  const attentionBackward = timed("attentionBackward", GemmAttention.backward)
   const sgemm = timed("matmul", gemm.sgemm)
   const {
     head_dim: D,
@@ -243,6 +242,9 @@ export const make = (
 
   let ws: Workspace | undefined
   let scratch = new Float32Array(0)
+  // One row of scaled logits and their exponentials (the softmax's scratch).
+  const rowZ = new Float64Array(V)
+  const rowE = new Float64Array(V)
   const workspace = (rows: number): Workspace => {
     if (ws !== undefined && ws.rows >= rows) return ws
     const N = Math.max(rows, ws === undefined ? 0 : ws.rows * 2)
@@ -351,7 +353,13 @@ export const make = (
     K.add(out, lay.afterAttn, n * h, out)
   }
 
-  // The attention's scratch for sequences of T tokens (grown, never shrunk).
+  let blocks: Float32Array = new Float32Array(0)
+  const blockScratch = (T: number) => {
+    const n = GemmAttention.scratchSize(T)
+    if (blocks.length < n) blocks = gemm.alloc(Math.max(n, blocks.length * 2))
+    return blocks
+  }
+  // The decode attention's scratch for sequences of T tokens (grown, never shrunk).
   const scratchFor = (T: number) => {
     const n = Attention.scratchSize({ seq: T })
     if (scratch.length < n) scratch = new Float32Array(Math.max(n, scratch.length * 2))
@@ -385,16 +393,17 @@ export const make = (
     for (let l = 0; l < L; l++) {
       const lay = w.layers[l]
       attentionInputs(l, lay, N, w.positions)
-      Attention.forward({
-        shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
-        q: lay.q,
-        k: lay.k,
-        v: lay.v,
-        segmentStart: w.segmentStart,
-        out: lay.attnOut,
-        lse: lay.lse,
-        scratch: scratchFor(T)
-      })
+      attentionForward(
+        gemm,
+        { B, T, H, KV, D, scale },
+        lay.q,
+        lay.k,
+        lay.v,
+        w.segmentStart,
+        lay.attnOut,
+        lay.lse,
+        blockScratch(T)
+      )
       outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output)
     }
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
@@ -411,7 +420,7 @@ export const make = (
     if (targets.length !== N) throw new Error(`targets has ${targets.length} entries; the forward had ${N} rows.`)
     const logprobs = new Float64Array(N)
     const entropy = new Float64Array(N)
-    K.tokenLogprobs(ws.logits, N, V, targets, temperature, logprobs, entropy)
+    K.tokenLogprobs(ws.logits, N, V, targets, temperature, logprobs, entropy, rowZ, rowE)
     return { logprobs, entropy }
   }
 
@@ -432,7 +441,19 @@ export const make = (
     const { B, T } = lastShape
     const logprobs = new Float64Array(N)
     const entropy = new Float64Array(N)
-    const loss = K.tokenLogprobs(w.logits, N, V, targets, temperature, logprobs, entropy, lossWeights, entropyWeights)
+    const loss = K.tokenLogprobs(
+      w.logits,
+      N,
+      V,
+      targets,
+      temperature,
+      logprobs,
+      entropy,
+      rowZ,
+      rowE,
+      lossWeights,
+      entropyWeights
+    )
     forwardRows = 0
     const dLogits = w.logits
     // dh = dLogits · head; gHead += dLogitsᵀ · finalNormed.
@@ -460,20 +481,21 @@ export const make = (
       )
       // Attention: afterAttn = input + o_proj(attnOut).
       linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
-      Attention.backward({
-        shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
-        q: a.q,
-        k: a.k,
-        v: a.v,
-        segmentStart: w.segmentStart,
-        out: a.attnOut,
-        lse: a.lse,
-        dOut: w.dAttn,
-        dq: w.dq,
-        dk: w.dk,
-        dv: w.dv,
-        scratch: scratchFor(T)
-      })
+      attentionBackward(
+        gemm,
+        { B, T, H, KV, D, scale },
+        a.q,
+        a.k,
+        a.v,
+        w.segmentStart,
+        a.attnOut,
+        a.lse,
+        w.dAttn,
+        w.dq,
+        w.dk,
+        w.dv,
+        blockScratch(T)
+      )
       K.rope(w.dq, N, H, D, w.positions, ropeCos, ropeSin, -1, w.dq)
       K.rope(w.dk, N, KV, D, w.positions, ropeCos, ropeSin, -1, w.dk)
       // q/k norms: the rope output buffers (a.q, a.k) are not needed any more, so the projections' gradients go there.

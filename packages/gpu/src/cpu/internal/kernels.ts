@@ -118,7 +118,8 @@ export const add = (a: Float32Array, b: Float32Array, n: number, out: Float32Arr
 /**
  * Per row of logits [rows, vocab]: log_softmax(logits/T)[target] (0 when target < 0) and the entropy, as
  * `cpuTokenLogprobs`. With `dLogp` (and optionally `dEntropy`), also overwrites the row's logits by
- * dL/dlogits of L = Σ w·logprob + Σ e·entropy and returns L (rows without a weight get zeros).
+ * dL/dlogits of L = Σ w·logprob + Σ e·entropy and returns L (rows without a weight get zeros). `z` and `e` are
+ * scratch rows of ≥ vocab values (one exp per logit: the row's scaled logits and their exponentials are kept).
  */
 export const tokenLogprobs = (
   logits: Float32Array,
@@ -128,6 +129,8 @@ export const tokenLogprobs = (
   temperature: number,
   logprobs: Float64Array,
   entropy: Float64Array,
+  z: Float64Array,
+  e: Float64Array,
   dLogp?: ArrayLike<number>,
   dEntropy?: ArrayLike<number>
 ): number => {
@@ -135,37 +138,49 @@ export const tokenLogprobs = (
   for (let n = 0; n < rows; n++) {
     const o = n * vocab
     let max = -Infinity
-    for (let v = 0; v < vocab; v++) {
-      const z = Math.fround(logits[o + v] / temperature)
-      if (z > max) max = z
+    if (temperature === 1) {
+      for (let v = 0; v < vocab; v++) {
+        const x = logits[o + v]
+        z[v] = x
+        if (x > max) max = x
+      }
+    } else {
+      for (let v = 0; v < vocab; v++) {
+        const x = Math.fround(logits[o + v] / temperature)
+        z[v] = x
+        if (x > max) max = x
+      }
     }
     let sum = 0
-    for (let v = 0; v < vocab; v++) sum += Math.exp(Math.fround(logits[o + v] / temperature) - max)
-    const lse = max + Math.log(sum)
-    let expected = 0
+    let weighted = 0
     for (let v = 0; v < vocab; v++) {
-      const z = Math.fround(logits[o + v] / temperature)
-      expected += Math.exp(z - lse) * z
+      const x = Math.exp(z[v] - max)
+      e[v] = x
+      sum += x
+      weighted += x * z[v]
     }
-    const h = lse - expected
+    const lse = max + Math.log(sum)
+    const h = lse - weighted / sum
     const target = targets[n]
-    const lp = target < 0 ? 0 : Math.fround(logits[o + target] / temperature) - lse
+    const lp = target < 0 ? 0 : z[target] - lse
     logprobs[n] = lp
     entropy[n] = h
     if (dLogp === undefined) continue
     const w = target < 0 ? 0 : dLogp[n]
-    const e = dEntropy === undefined ? 0 : dEntropy[n]
-    if (w === 0 && e === 0) {
+    const ew = dEntropy === undefined ? 0 : dEntropy[n]
+    if (w === 0 && ew === 0) {
       logits.fill(0, o, o + vocab)
       continue
     }
-    loss += w * lp + e * h
+    loss += w * lp + ew * h
+    const inv = 1 / sum
+    const shift = h - lse
     for (let v = 0; v < vocab; v++) {
-      const z = Math.fround(logits[o + v] / temperature)
-      const p = Math.exp(z - lse)
-      const dz = w * ((v === target ? 1 : 0) - p) - e * p * (z - lse + h)
-      logits[o + v] = dz / temperature
+      const p = e[v] * inv
+      // d logprob/dz = onehot − p; d entropy/dz = −p·(z − lse + H); d/dlogits = d/dz / T.
+      logits[o + v] = (-w * p - ew * p * (z[v] + shift)) / temperature
     }
+    if (target >= 0) logits[o + target] += w / temperature
   }
   return loss
 }
