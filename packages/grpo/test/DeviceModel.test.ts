@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint, Gemm } from "@envtrain/gpu"
 import type { GenerateRequest } from "@envtrain/rollout/Policy"
-import { Effect } from "effect"
+import { Effect, Exit } from "effect"
 import { deviceModel } from "../src/internal/deviceModel.js"
 import { batchOf, optimizerStep } from "../src/internal/model.js"
 import * as Trainer from "../src/Trainer.js"
@@ -88,5 +88,45 @@ describe("CPU device model", () => {
       for (const [name, t] of x.weights) assert.deepStrictEqual(y.weights.get(name)!.data, t.data, name)
       const bad = yield* Effect.flip(copy.importOptimizerState!({ moments: new Map() }))
       assert.match(bad.problem, /lacks "exp_avg\./)
+    }))
+
+  it.scoped("Trainer.cpuModel runs the device in a worker thread: the in-thread results, bit for bit, and a free event loop", () =>
+    Effect.gen(function*() {
+      const checkpoint = yield* Checkpoint.makeModel("tiny", 4)
+      const remote = yield* Trainer.cpuModel(checkpoint, { route: "openblas", threads: 1 })
+      assert.match(remote.device ?? "", /^OpenBLAS .* on 1 thread/)
+      const local = deviceModel(checkpoint, { gemm: (yield* Gemm.select({ route: "openblas", threads: 1 })).gemm })
+      const [a, b] = [yield* remote.generate(requests(1)), yield* local.generate(requests(1))]
+      assert.deepStrictEqual(a, b)
+      const batch = batchOf(requests(1).map((r) => r.promptIds), a.map((c) => c.tokenIds))
+      const w = (s: { readonly logprobs: Float64Array }) => Array.from(s.logprobs, (l) => -0.1 * l)
+      assert.deepStrictEqual(yield* remote.accumulate(batch, 1, w), yield* local.accumulate(batch, 1, w))
+      assert.deepStrictEqual(yield* remote.step(adam), yield* local.step(adam))
+      const [x, y] = [yield* remote.exportState, yield* local.exportState]
+      for (const [name, t] of y.weights) assert.deepStrictEqual(x.weights.get(name)!.data, t.data, name)
+      // While the worker scores a large batch, this thread's timers keep firing (a blocked loop fires none until the
+      // end; the bound is loose so that a loaded machine does not fail it).
+      const big = batchOf(
+        Array.from({ length: 24 }, (_, i) => Array.from({ length: 200 }, (_, t) => (i * 31 + t * 7) % 900)),
+        Array.from({ length: 24 }, (_, i) => Array.from({ length: 100 }, (_, t) => (i + t * 3) % 900))
+      )
+      let ticks = 0
+      const started = performance.now()
+      const timer = setInterval(() => ticks++, 5)
+      yield* remote.score(big, 1)
+      clearInterval(timer)
+      const elapsed = performance.now() - started
+      assert.isAbove(ticks, 0, `no timer fired in ${elapsed.toFixed(0)} ms of scoring`)
+      assert.isAtLeast(ticks, Math.floor(elapsed / 5 / 10), `only ${ticks} ticks in ${elapsed.toFixed(0)} ms`)
+    }))
+
+  it.scoped("a route this machine does not have fails the start, naming the fix; it is never substituted", () =>
+    Effect.gen(function*() {
+      const checkpoint = yield* Checkpoint.makeModel("tiny", 4)
+      const exit = yield* Effect.exit(Trainer.cpuModel(checkpoint, { route: "accelerate" }))
+      assert.isTrue(Exit.isFailure(exit))
+      const message = String(Exit.isFailure(exit) ? exit.cause : "")
+      assert.match(message, /accelerate matmul route is not available/)
+      assert.match(message, /Fix: ask for openblas/)
     }))
 })
