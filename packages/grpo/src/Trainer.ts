@@ -59,6 +59,8 @@ import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
 import { cachedCpuModel } from "./internal/cachedModel.js"
+import type * as DeviceModel from "./internal/deviceModel.js"
+import { deviceModel as makeDeviceModel } from "./internal/deviceModel.js"
 import * as DynamicSampling from "./internal/dynamicSampling.js"
 import {
   type GenerationResult,
@@ -145,6 +147,18 @@ export const workerModel: (
   model: Checkpoint.Model,
   options?: WorkerModelOptions
 ) => Effect.Effect<TrainableModel, WorkerModelError, Scope.Scope> = WorkerModel.workerModel
+
+/**
+ * The CPU device's model in this thread, on a matmul route chosen with `Gemm.select` / `CpuDevice.make`: what a
+ * policy server decodes with (each decode step is one short batched pass). Training should use {@link cpuModel},
+ * which runs the same model in a worker thread.
+ *
+ * @since 0.0.0
+ */
+export const deviceModel: (model: Checkpoint.Model, options: DeviceModelOptions) => TrainableModel = makeDeviceModel
+
+/** @since 0.0.0 */
+export type DeviceModelOptions = DeviceModel.DeviceModelOptions
 
 /**
  * Options of {@link cpuModel}: the device's (`threads` per matmul, default every core; `deterministic`: one thread
