@@ -142,10 +142,16 @@ describe("Trainer.workerModel", () => {
         const inFlight = defectOf(yield* Fiber.join(long))
         assert.instanceOf(inFlight, WorkerModel.WorkerModelError)
         assert.match((inFlight as Error).message, /^CPU model worker envtrain-cpu-model \(thread \d+\): it exited/)
+        assert.match((inFlight as Error).message, /\[call: Generate\]$/)
         const later = defectOf(
           yield* Effect.exit(model.step(optimizerStep(yield* Config.resolve(yield* F.config({})), 1)))
         )
-        assert.strictEqual(later, inFlight)
+        // The same cause, named with the call that met it.
+        assert.instanceOf(later, WorkerModel.WorkerModelError)
+        assert.strictEqual(
+          (later as Error).message,
+          (inFlight as Error).message.replace("[call: Generate]", "[call: Step]")
+        )
       }),
     { timeout: 60_000 }
   )
@@ -163,7 +169,11 @@ describe("Trainer.workerModel", () => {
         /did not answer Generate within 20ms \(callTimeout\)/,
         (error as Error).message
       )
-      assert.strictEqual(defectOf(yield* Effect.exit(model.exportState)), error)
+      // Later calls fail with the same cause, named with their own call.
+      assert.strictEqual(
+        (defectOf(yield* Effect.exit(model.exportState)) as Error).message,
+        (error as Error).message.replace("[call: Generate]", "[call: ExportState]")
+      )
     }), { timeout: 60_000 })
 })
 

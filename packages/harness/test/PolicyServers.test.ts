@@ -19,11 +19,13 @@ import { Effect, Metric, Option, Scope } from "effect"
 import * as Http from "node:http"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 
-// `envtrain serve-policy --backend cpu` in its own process, stopped with the scope.
+// `envtrain serve-policy --backend reference` in its own process, stopped with the scope: the specification model on
+// both sides, so that "the same run as in process" is checked bit for bit (the CPU device's server is tested against
+// the trainer's device model in ServePolicy.test.ts).
 const startServer = (dir: string, port?: number) =>
   PolicyServerProcess.launch({
     model: dir,
-    backend: "cpu",
+    backend: "reference",
     servedModelName: "tiny",
     ...(port === undefined ? {} : { port })
   })

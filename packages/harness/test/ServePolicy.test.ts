@@ -6,6 +6,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import * as Gemm from "@envtrain/gpu/cpu/Gemm"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
 import * as Qwen3Reference from "@envtrain/gpu/model/Qwen3Reference"
@@ -60,9 +61,11 @@ const models = Effect.all([Checkpoint.makeModel("tiny", 3), Checkpoint.makeModel
   Effect.orDie
 )
 
+// The reference backend is the specification itself: the protocol tests below compare it with Qwen3Reference bit for
+// bit. The CPU device's backend has its own tests (equal to the trainer's device model, the spec within f32).
 const serveCpu = (model: Checkpoint.Model, options: PolicyServer.PolicyServerOptions = {}) =>
   Effect.gen(function*() {
-    const backend = yield* PolicyBackend.cpu(model, { maxBatchSize: 8 }).pipe(Effect.provide(NodeContext.layer))
+    const backend = yield* PolicyBackend.reference(model, { maxBatchSize: 8 }).pipe(Effect.provide(NodeContext.layer))
     return yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny", ...options })
   })
 
@@ -76,7 +79,39 @@ const metricsOf = (url: string) => {
   return { gauge, metrics, poll }
 }
 
-describe("serve-policy, CPU backend", () => {
+describe("serve-policy, CPU device backend", () => {
+  it.scopedLive("greedy completions equal the trainer's device model, and the spec's tokens; logprobs within f32", () =>
+    Effect.gen(function*() {
+      const [a, b] = yield* models
+      for (const model of [a, b]) {
+        const { gemm } = yield* Gemm.select({ route: "openblas", threads: 1 })
+        const backend = yield* PolicyBackend.cpu(model, { maxBatchSize: 8, device: { route: "openblas", threads: 1 } })
+          .pipe(Effect.provide(NodeContext.layer))
+        assert.strictEqual(backend.name, "cpu")
+        const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
+        const ids = model.tokenizer.encode("<|im_start|>user\nCatch the ball.<|im_end|>\n<|im_start|>assistant\n")
+        const want = greedy(model, ids, 12)
+        const trainer = yield* Trainer.deviceModel(model, { gemm }).generate([{
+          promptIds: ids,
+          sampling: { maxTokens: 12, temperature: 0, stopTokenIds: model.tokenizer.eosTokenIds, seed: 0 }
+        }])
+        assert.deepStrictEqual(trainer[0].tokenIds, want.tokens)
+        const c = (yield* post(`${server.url}/v1/completions`, {
+          model: "tiny",
+          prompt: ids,
+          max_tokens: 12,
+          temperature: 0,
+          logprobs: 0,
+          return_token_ids: true
+        })).json.choices[0]
+        assert.deepStrictEqual(c.token_ids, want.tokens)
+        assert.deepStrictEqual(c.logprobs.token_logprobs, trainer[0].logprobs)
+        c.logprobs.token_logprobs.forEach((lp: number, i: number) => assert.closeTo(lp, want.logprobs[i], 1e-4))
+      }
+    }))
+})
+
+describe("serve-policy, reference backend", () => {
   it.scopedLive("greedy completions equal the trainer's model and `envtrain generate`; logprobs and ids line up", () =>
     Effect.gen(function*() {
       const [a] = yield* models

@@ -28,7 +28,10 @@ export interface DeviceModelOptions {
   readonly gemm: Gemm.Gemm
   /** Most generation requests served by one call of `generate`. Default 64. */
   readonly maxBatchSize?: number
-  /** Most tokens in one forward/backward pass (bounds the activations' memory). Default 8192. */
+  /**
+   * Most tokens in one forward/backward pass (bounds the activations' memory). Default: what fits 2 GiB of
+   * activations and logits for this config, between 256 and 8192.
+   */
   readonly maxTokensPerPass?: number
 }
 
@@ -86,6 +89,17 @@ const plan = (batch: SequenceBatch, maxTokens: number): ReadonlyArray<Pass> => {
   return passes
 }
 
+/** f32 values a forward keeps per token (every layer's activations, the logits) and the backward's scratch. */
+const valuesPerToken = (c: Checkpoint.Model["config"]) => {
+  const q = c.num_attention_heads * c.head_dim
+  const kv = c.num_key_value_heads * c.head_dim
+  const layer = 6 * c.hidden_size + 4 * q + 5 * kv + 3 * c.intermediate_size + 4 + 2 * c.num_attention_heads
+  return c.num_hidden_layers * layer + 4 * c.hidden_size + c.vocab_size + 3 * c.intermediate_size + 3 * q + 2 * kv
+}
+
+const defaultTokensPerPass = (c: Checkpoint.Model["config"]) =>
+  Math.max(256, Math.min(8192, Math.floor(2 ** 31 / (4 * valuesPerToken(c)))))
+
 const record = (tensors: Safetensors.Tensors): Record<string, Float32Array> => {
   const out: Record<string, Float32Array> = {}
   for (const [name, t] of tensors) out[name] = t.data instanceof Float32Array ? t.data : Float32Array.from(t.data)
@@ -100,7 +114,7 @@ const record = (tensors: Safetensors.Tensors): Record<string, Float32Array> => {
 export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOptions): TrainableModel => {
   const config = checkpoint.config
   const V = config.vocab_size
-  const maxTokens = options.maxTokensPerPass ?? 8192
+  const maxTokens = options.maxTokensPerPass ?? defaultTokensPerPass(config)
   const shapes = new Map<string, ReadonlyArray<number>>([...checkpoint.tensors].map(([n, t]) => [n, t.shape]))
   const dev = CpuModel.make(config, record(checkpoint.tensors), options.gemm)
 

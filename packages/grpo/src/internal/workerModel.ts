@@ -120,12 +120,6 @@ export const start = (
         pending.set(id, deferred)
         worker.postMessage({ id, request } satisfies Envelope)
         return Deferred.await(deferred).pipe(
-          // Name the operation the failed call asked for.
-          Effect.mapError((e) =>
-            e._tag === "WorkerModelError"
-              ? new WorkerModelError({ worker: e.worker, problem: `${e.problem} [call: ${request._tag}]` })
-              : e
-          ),
           Effect.timeoutFail({
             duration: timeout,
             onTimeout: () => {
@@ -139,7 +133,14 @@ export const start = (
           }),
           Effect.ensuring(Effect.sync(() => pending.delete(id)))
         ) as Effect.Effect<Replies[T], WorkerModelError | OptimizerStateMismatch>
-      })
+      }).pipe(
+        // Name the call that met the failure (the worker's state, not the call, is usually the cause).
+        Effect.mapError((e) =>
+          e._tag === "WorkerModelError"
+            ? new WorkerModelError({ worker: e.worker, problem: `${e.problem} [call: ${request._tag}]` })
+            : e
+        )
+      )
     // The trainer's model interface has no error channel: a lost worker ends the run (a defect naming it).
     const call = <T extends Request["_tag"]>(request: Extract<Request, { readonly _tag: T }>) =>
       Effect.orDie(ask(request))
