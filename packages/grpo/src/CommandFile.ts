@@ -14,6 +14,9 @@
  *                               # first CAPACITY_REACHED reports; extra episodes wait for a session, bounded)
  * recipe: wordle                # instead of environment: a built-in recipe (environment, prompts, rewards, success)
  * rewards: shaped               # the recipe's named reward set
+ * rewardFuncs: [./my-rewards.ts] # TRL's reward_funcs: modules whose default export is a reward function (Reward.make,
+ *                               # Reward.perEpisode, a plain (args) => numbers, or an array), added to the
+ *                               # environment's own reward; paths as environment's, anywhere on disk
  * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
  * #   environment: { wordle: wordle, catch: catch }   envUrl: { catch: http://127.0.0.1:8001 }
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
@@ -29,6 +32,7 @@
  * learningRate: 1.0e-5
  * ```
  *
+ * Run keys, like the GRPO keys, may be written in snake_case (`sft_data`, `env_url`, `reward_funcs`).
  * Overrides follow the file as `key=value` (e.g. `envtrain train catch.yaml maxSteps=10 learning_rate=3e-5`).
  * SIGINT/SIGTERM interrupt the run and write a checkpoint of the last completed step (with `Main.run`).
  *
@@ -49,6 +53,7 @@ import { Client, Environment, MultiEnv, Registry } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Data, Effect, Schema } from "effect"
+import * as nodePath from "node:path"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
@@ -88,6 +93,8 @@ export const RunSpec = Schema.Struct({
   recipe: Schema.optional(Schema.String),
   // The recipe's named reward set (e.g. wordle's seed | shaped).
   rewards: Schema.optional(Schema.String),
+  // TRL's reward_funcs: modules of reward functions, added to the environment's (or recipe's) own reward.
+  rewardFuncs: Schema.optional(Schema.Union(Schema.String, Schema.Array(Schema.String))),
   // Render the tool schemas into the system prompt (TRL does); false for a model trained without them.
   toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
@@ -112,6 +119,13 @@ export const RunSpec = Schema.Struct({
 export type RunSpec = typeof RunSpec.Type
 
 const runKeys = new Set(Object.keys(RunSpec.fields))
+
+/** The run key a file's key names (`sftData` or `sft_data`, as the GRPO keys take either), if any. */
+const runKey = (key: string): string | undefined => {
+  if (runKeys.has(key)) return key
+  const camel = key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase())
+  return runKeys.has(camel) ? camel : undefined
+}
 
 /**
  * The command file is missing something the command needs.
@@ -143,7 +157,17 @@ export const load = Effect.fn("CommandFile.load")(function*(path: string, overri
   }
   const run: Record<string, unknown> = {}
   const grpo: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) (runKeys.has(k) ? run : grpo)[k] = v
+  const given: Record<string, string> = {}
+  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
+    const key = runKey(k)
+    if (key === undefined) grpo[k] = v
+    else if (key in given) {
+      return yield* new CommandFileError({ path, problem: `"${given[key]}" and "${k}" both set ${key}: keep only one` })
+    } else {
+      given[key] = k
+      run[key] = v
+    }
+  }
   const spec = yield* Schema.decodeUnknown(RunSpec)(run).pipe(
     Effect.mapError((e) => new CommandFileError({ path, problem: `run keys: ${e.message}` }))
   )
@@ -211,6 +235,62 @@ const native = <S, C>(
  */
 export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
+    const base = yield* environmentTrainable(path, spec)
+    const modules = spec.rewardFuncs === undefined
+      ? []
+      : typeof spec.rewardFuncs === "string"
+      ? [spec.rewardFuncs]
+      : spec.rewardFuncs
+    const extra: Array<Reward.RewardFunction<any, any, any, any, any>> = []
+    for (const module of modules) extra.push(...(yield* rewardModule(path, module)))
+    return extra.length === 0 ? base : { ...base, rewards: [...base.rewards, ...extra] }
+  })
+
+const rewardUsage = "give the path of a module whose default export is a reward function: " +
+  "Reward.make(\"name\", (args) => numbers), Reward.perEpisode(\"name\", (episode) => number | null), " +
+  "a plain (args) => numbers function, or an array of them"
+
+const isRewardFunction = (u: unknown): u is Reward.RewardFunction<any, any, any, any, any> =>
+  typeof u === "object" && u !== null && typeof (u as { name?: unknown }).name === "string" &&
+  typeof (u as { score?: unknown }).score === "function" &&
+  typeof (u as { environmentOwned?: unknown }).environmentOwned === "boolean"
+
+/**
+ * The reward functions a `rewardFuncs` module exports: its default export (a reward function, a plain function of
+ * TRL's keyword arguments named by its own name, or an array of them), else every exported reward function.
+ */
+const rewardModule = (path: string, module: string) =>
+  Effect.gen(function*() {
+    const fail = (problem: string) => new CommandFileError({ path, problem: `rewardFuncs: ${problem}` })
+    const exports = yield* Effect.mapError(
+      Registry.importModule(module),
+      (e) => fail(e.missing ? `${e.problem}: ${rewardUsage}` : e.problem)
+    )
+    const asReward = (u: unknown, name: string): Reward.RewardFunction<any, any, any, any, any> | undefined =>
+      isRewardFunction(u)
+        ? u
+        : typeof u === "function"
+        ? Reward.make(u.name === "" || u.name === "default" ? name : u.name, u as (args: any) => any)
+        : undefined
+    const base = nodePath.basename(module).replace(/\.[^.]*$/, "")
+    const chosen = exports.default !== undefined
+      ? (Array.isArray(exports.default) ? exports.default : [exports.default]).map((u, i) =>
+        asReward(u, Array.isArray(exports.default) ? `${base}_${i}` : base)
+      )
+      : Object.values(exports).filter(isRewardFunction)
+    if (chosen.length === 0 || chosen.some((r) => r === undefined)) {
+      return yield* fail(
+        `${module} exports no reward function (its default export is ${
+          exports.default === undefined ? "missing" : "not one"
+        }): ${rewardUsage}`
+      )
+    }
+    return chosen as Array<Reward.RewardFunction<any, any, any, any, any>>
+  })
+
+/** The environment's (or recipe's) trainable part, scored by its own reward. */
+const environmentTrainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
+  Effect.gen(function*() {
     if (spec.envConcurrency !== undefined) {
       if (spec.envUrl === undefined) {
         return yield* new CommandFileError({
@@ -252,7 +332,8 @@ export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable,
         name: entry.name,
         open: native(env, spec.toolsInPrompt),
         rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
-        success: (e, r) => e.state !== undefined && success(e.state, r)
+        // The environment's rule reads the environment's own reward, not a sum that rewardFuncs may add to.
+        success: (e) => e.state !== undefined && success(e.state, reward(e.state) ?? Number.NaN)
       }
     }
     return yield* routed(path, spec, environment, problem, scored)
@@ -356,9 +437,10 @@ const routed = (
           (s: Routed) => scoring[name].reward(s.state)
         )
       ),
-      success: (e, r) => {
+      success: (e) => {
         const s = e.state as Routed | undefined
-        return s !== undefined && scoring[s.active] !== undefined && scoring[s.active].success(s.state, r)
+        const scorer = s === undefined ? undefined : scoring[s.active]
+        return s !== undefined && scorer !== undefined && scorer.success(s.state, scorer.reward(s.state) ?? Number.NaN)
       }
     }
   })
