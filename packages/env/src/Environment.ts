@@ -285,7 +285,12 @@ function* callTool<State>(
   }
   if (Cause.isInterruptedOnly(exit.cause)) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
   const typed = Cause.failureOption(exit.cause)
-  if (typed._tag === "Some") return toolFailure(toolName, "failure", typed.value.message)
+  if (typed._tag === "Some") {
+    // A server's answer (`invalid_args`, `tool_not_found`) is counted as the same mistake made in process.
+    const tag = (typed.value as { readonly _tag?: unknown })._tag
+    const reason = tag === "InvalidArguments" ? "invalid_arguments" : tag === "UnknownTool" ? "unknown_tool" : "failure"
+    return toolFailure(toolName, reason, typed.value.message)
+  }
   // A remote-backed tool whose session was lost (or timed out, or its connection failed) has no answer for the
   // model: the episode cannot go on. It stays a defect carrying the client error, for the rollout to end the
   // episode as unscoreable; it is never shown to the model or counted as a tool failure.
