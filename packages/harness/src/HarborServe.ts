@@ -9,7 +9,9 @@
  *   verifier's `reward` (null = never graded, not 0) and `rewards`, the captured `turns` (engine token ids, logprobs,
  *   loss mask, node id, tool calls, request messages), `conversations`, counts, `wall_s`; failures come back as
  *   `ok: false` with `error` and `exception_type`, never raised. The other keyword arguments of OpenEnv's tool are
- *   accepted; `sandbox` must be `bubblewrap` (envtrain's only backend) and `llm_url` empty or the server's own.
+ *   accepted; `sandbox` must be `bubblewrap` (envtrain's only backend) and `llm_url` empty or the server's own. A
+ *   harness or sandbox this server does not run is refused (`ok: false`, naming what it runs), unless the operator
+ *   aliased the name (`aliases`): then `param_fixes` says what ran instead.
  * - `list_tasks(split, start=0, stop=20)` → JSON list of `HarborTaskRef` (`index, task_id, task_name, dataset,
  *   instruction`).
  * - `capabilities()` → JSON: `harnesses`, `sandboxes`, `datasets` (splits with task counts), `llm`.
@@ -27,7 +29,7 @@
  */
 import type { FileSystem, Path } from "@effect/platform"
 import { OpenEnv, TaskApi } from "@envtrain/env"
-import { Effect, Either, Schema } from "effect"
+import { Data, Effect, Either, Schema } from "effect"
 import type { RunningCaptureProxy } from "./CaptureProxy.js"
 import type * as HarborTask from "./HarborTask.js"
 import * as HarnessSession from "./HarnessSession.js"
@@ -44,6 +46,26 @@ export interface HarborServeOptions {
   readonly agents: ReadonlyArray<HarnessSession.Agent>
   /** Default 8 (OpenEnv's). */
   readonly defaultMaxConcurrentEnvs?: number
+  /**
+   * Names a request may give for what this server runs instead, set by the operator (`--harness-alias
+   * opencode=bash-agent`, `--sandbox-alias e2b=bubblewrap`): OpenEnv's client sends `harness="opencode"` and
+   * `sandbox="e2b"` unless told otherwise. Without an alias such a request is refused; with one, the result's
+   * `harness`/`sandbox` say what ran and `param_fixes` says what was mapped.
+   */
+  readonly aliases?: {
+    readonly harness?: Readonly<Record<string, string>>
+    readonly sandbox?: Readonly<Record<string, string>>
+  }
+}
+
+/** The only sandbox backend envtrain has. @since 0.0.0 */
+export const sandboxBackend = "bubblewrap"
+
+/** A configuration error of the server itself (an alias naming nothing this server runs). @since 0.0.0 */
+export class HarborServeError extends Data.TaggedError("HarborServeError")<{ readonly problem: string }> {
+  override get message() {
+    return this.problem
+  }
 }
 
 const str = { type: "string" } as const
@@ -238,13 +260,32 @@ export const definition = (options: HarborServeOptions) =>
     const provider = taskProvider(options.suite)
     const agents = new Map(options.agents.map((a) => [a.name, a]))
     const defaultAgent = options.agents[0]
+    const harnessAliases = options.aliases?.harness ?? {}
+    const sandboxAliases = options.aliases?.sandbox ?? {}
+    for (const [from, to] of Object.entries(harnessAliases)) {
+      if (!agents.has(to)) {
+        return yield* new HarborServeError({
+          problem: `--harness-alias ${from}=${to}: this server has no harness "${to}" (it runs ${
+            [...agents.keys()].join(", ")
+          })`
+        })
+      }
+    }
+    for (const [from, to] of Object.entries(sandboxAliases)) {
+      if (to !== sandboxBackend) {
+        return yield* new HarborServeError({
+          problem: `--sandbox-alias ${from}=${to}: envtrain's only sandbox is ${sandboxBackend}`
+        })
+      }
+    }
+    const available = [...agents.keys()].join(", ")
 
     const runRollout = (args: Readonly<Record<string, unknown>>) =>
       Effect.gen(function*() {
         const split = asString(args.split, "")
         const index = asNumber(args.task_index, 0)
         const harness = asString(args.harness, defaultAgent.name)
-        const sandbox = asString(args.sandbox, "bubblewrap")
+        const sandbox = asString(args.sandbox, sandboxBackend)
         const identity = { split, harness, sandbox, dataset: split || splits[0].name }
         const found = TaskApi.task(provider, split, index)
         if (Either.isLeft(found)) {
@@ -257,8 +298,15 @@ export const definition = (options: HarborServeOptions) =>
         const ref = found.right as HarborTaskRef
         const chosen = splits.find((s) => s.name === ref.dataset)!
         const task = chosen.tasks[ref.index]
-        const agent = agents.get(harness) ??
-          (harness === "opencode" || harness === "" ? defaultAgent : undefined)
+        // "" asks for nothing in particular: the server's default. Any other name runs as itself, or as what the
+        // operator aliased it to (said in param_fixes); nothing else is substituted.
+        const paramFixes: Array<string> = []
+        const harnessName = harness === "" ? defaultAgent.name : harness
+        const aliasedHarness = agents.has(harnessName) ? undefined : harnessAliases[harnessName]
+        const agent = agents.get(aliasedHarness ?? harnessName)
+        if (aliasedHarness !== undefined) {
+          paramFixes.push(`harness "${harness}" ran as "${aliasedHarness}" (the server's --harness-alias)`)
+        }
         const withTask = {
           ...identity,
           dataset: chosen.name,
@@ -269,16 +317,22 @@ export const definition = (options: HarborServeOptions) =>
         if (agent === undefined) {
           return failedResult(
             withTask,
-            `unknown harness "${harness}"; this server runs ${[...agents.keys()].join(", ")}`,
+            `harness "${harness}" is not available: this server runs ${available} (pass harness="${defaultAgent.name}"` +
+              `, or the server's operator maps the name with --harness-alias ${harness}=${defaultAgent.name})`,
             "ValueError"
           )
         }
-        if (sandbox !== "bubblewrap" && sandbox !== "e2b" && sandbox !== "") {
-          return failedResult(
-            withTask,
-            `sandbox "${sandbox}" is not available; envtrain runs bubblewrap sandboxes`,
-            "ValueError"
-          )
+        if (sandbox !== sandboxBackend && sandbox !== "") {
+          if (sandboxAliases[sandbox] !== sandboxBackend) {
+            return failedResult(
+              withTask,
+              `sandbox "${sandbox}" is not available: envtrain runs ${sandboxBackend} sandboxes (pass ` +
+                `sandbox="${sandboxBackend}", or the server's operator maps the name with --sandbox-alias ` +
+                `${sandbox}=${sandboxBackend})`,
+              "ValueError"
+            )
+          }
+          paramFixes.push(`sandbox "${sandbox}" ran as "${sandboxBackend}" (the server's --sandbox-alias)`)
         }
         const llmUrl = asString(args.llm_url, "")
         if (llmUrl !== "" && llmUrl.replace(/\/+$/, "") !== options.llmUrl.replace(/\/+$/, "")) {
@@ -300,11 +354,15 @@ export const definition = (options: HarborServeOptions) =>
         const trial = `${task.name}-${crypto.randomUUID().slice(0, 8)}`
         const outcome = yield* Effect.either(HarnessSession.rollout(factory, task.instruction, index, trial))
         const seconds = (Date.now() - started) / 1000
-        const full = { ...withTask, sandbox: "bubblewrap", trial_name: trial, session_id: trial }
+        const full = { ...withTask, sandbox: sandboxBackend, trial_name: trial, session_id: trial }
         if (outcome._tag === "Left") {
-          return { ...failedResult(full, outcome.left.message, outcome.left._tag), wall_s: seconds }
+          return {
+            ...failedResult(full, outcome.left.message, outcome.left._tag),
+            param_fixes: paramFixes,
+            wall_s: seconds
+          }
         }
-        return resultOf(full, outcome.right, seconds)
+        return { ...resultOf(full, outcome.right, seconds), param_fixes: paramFixes }
       }).pipe(
         // Failures are returned, never raised (OpenEnv's rule): a defect too.
         Effect.catchAllDefect((d) => Effect.succeed(failedResult({}, String(d), "InternalError")))
@@ -326,7 +384,7 @@ export const definition = (options: HarborServeOptions) =>
         if (name === "capabilities") {
           return Effect.succeed(text({
             harnesses: options.agents.map((a) => a.name),
-            sandboxes: ["bubblewrap"],
+            sandboxes: [sandboxBackend],
             datasets: TaskApi.descriptors(provider),
             llm: { url: options.llmUrl, model: options.model, tier: "train" }
           }))
