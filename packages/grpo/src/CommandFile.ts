@@ -19,6 +19,8 @@
  *                               # environment's own reward; paths as environment's, anywhere on disk
  * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
  * #   environment: { wordle: wordle, catch: catch }   envUrl: { catch: http://127.0.0.1:8001 }
+ * strictColumns: false          # true: refuse dataset columns the environment's columns Schema does not declare
+ *                               # (default: a warning once per column; reward functions receive every column)
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * policyServers: [http://127.0.0.1:8000]   # optional: generate on `envtrain serve-policy` (weights pushed each step)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
@@ -95,6 +97,8 @@ export const RunSpec = Schema.Struct({
   rewards: Schema.optional(Schema.String),
   // TRL's reward_funcs: modules of reward functions, added to the environment's (or recipe's) own reward.
   rewardFuncs: Schema.optional(Schema.Union(Schema.String, Schema.Array(Schema.String))),
+  // Refuse rows with columns the environment's columns Schema does not declare (default: warn once per column).
+  strictColumns: Schema.optionalWith(Schema.Boolean, { default: () => false }),
   // Render the tool schemas into the system prompt (TRL does); false for a model trained without them.
   toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
@@ -466,8 +470,10 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
     })
   })
 
-const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) =>
-  spec.backend === "gpu" ? Effect.provide(Effect.scoped(effect), Gpu.layer()) : Effect.scoped(effect)
+const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) => {
+  const strict = Effect.provideService(effect, Environment.StrictColumns, spec.strictColumns)
+  return spec.backend === "gpu" ? Effect.provide(Effect.scoped(strict), Gpu.layer()) : Effect.scoped(strict)
+}
 
 // Context length for the GPU model: the rendered prompt (with tools) plus the completion budget.
 const sequenceLength = (config: Config.GRPOConfig) => Math.min(4096, config.maxCompletionLength + 1024)
