@@ -244,8 +244,29 @@ export const resultOf = (
   }
 }
 
-const asString = (v: unknown, fallback: string) => (typeof v === "string" ? v : fallback)
-const asNumber = (v: unknown, fallback: number) => (typeof v === "number" && Number.isFinite(v) ? v : fallback)
+/**
+ * A tool's keyword arguments, read by type: absent (or null) gives the tool's default; a value of another type is a
+ * problem named in the answer, never replaced by the default.
+ */
+const argumentReader = (args: Readonly<Record<string, unknown>>) => {
+  const problems: Array<string> = []
+  const read = <A>(key: string, fallback: A, ok: (v: unknown) => v is A, kind: string): A => {
+    const v = args[key]
+    if (v === undefined || v === null) return fallback
+    if (ok(v)) return v
+    problems.push(`${key} must be ${kind}, got ${JSON.stringify(v)}`)
+    return fallback
+  }
+  return {
+    problems,
+    string: (key: string, fallback: string) =>
+      read(key, fallback, (v): v is string => typeof v === "string", "a string"),
+    number: (key: string, fallback: number) =>
+      read(key, fallback, (v): v is number => typeof v === "number" && Number.isFinite(v), "a number"),
+    integer: (key: string, fallback: number) =>
+      read(key, fallback, (v): v is number => typeof v === "number" && Number.isInteger(v), "an integer")
+  }
+}
 
 /**
  * The Harbor MCP environment over a suite, a capture proxy and agents. Needs FileSystem and Path (captured from
@@ -282,11 +303,15 @@ export const definition = (options: HarborServeOptions) =>
 
     const runRollout = (args: Readonly<Record<string, unknown>>) =>
       Effect.gen(function*() {
-        const split = asString(args.split, "")
-        const index = asNumber(args.task_index, 0)
-        const harness = asString(args.harness, defaultAgent.name)
-        const sandbox = asString(args.sandbox, sandboxBackend)
+        const read = argumentReader(args)
+        const split = read.string("split", "")
+        const index = read.integer("task_index", 0)
+        const harness = read.string("harness", defaultAgent.name)
+        const sandbox = read.string("sandbox", sandboxBackend)
+        const llmUrl = read.string("llm_url", "")
+        const timeoutSec = read.number("agent_timeout_sec", 0)
         const identity = { split, harness, sandbox, dataset: split || splits[0].name }
+        if (read.problems.length > 0) return failedResult(identity, read.problems.join("; "), "TypeError")
         const found = TaskApi.task(provider, split, index)
         if (Either.isLeft(found)) {
           return failedResult(
@@ -334,7 +359,6 @@ export const definition = (options: HarborServeOptions) =>
           }
           paramFixes.push(`sandbox "${sandbox}" ran as "${sandboxBackend}" (the server's --sandbox-alias)`)
         }
-        const llmUrl = asString(args.llm_url, "")
         if (llmUrl !== "" && llmUrl.replace(/\/+$/, "") !== options.llmUrl.replace(/\/+$/, "")) {
           return failedResult(
             withTask,
@@ -342,7 +366,6 @@ export const definition = (options: HarborServeOptions) =>
             "ValueError"
           )
         }
-        const timeoutSec = asNumber(args.agent_timeout_sec, 0)
         const factory = HarnessSession.makeFactory({
           tasks: [task],
           agent,
@@ -373,12 +396,12 @@ export const definition = (options: HarborServeOptions) =>
         if (name === "run_rollout") return Effect.map(Effect.provide(runRollout(args), runtime), text)
         if (name === "list_tasks") {
           // The Task API's task_range, as OpenEnv's tool is (an unknown split lists nothing here).
-          const listed = TaskApi.range(
-            provider,
-            asString(args.split, ""),
-            asNumber(args.start, 0),
-            asNumber(args.stop, 20)
-          )
+          const read = argumentReader(args)
+          const range = [read.string("split", ""), read.integer("start", 0), read.integer("stop", 20)] as const
+          if (read.problems.length > 0) {
+            return Effect.fail(new OpenEnv.McpToolError({ kind: "invalid_args", message: read.problems.join("; ") }))
+          }
+          const listed = TaskApi.range(provider, ...range)
           return Effect.succeed(text(Either.getOrElse(listed, () => [])))
         }
         if (name === "capabilities") {

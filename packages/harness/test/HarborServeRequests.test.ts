@@ -52,6 +52,10 @@ describe("harness serve: what a rollout request asks for", () => {
           "sandbox \"e2b\" is not available: envtrain runs bubblewrap sandboxes (pass sandbox=\"bubblewrap\", or the " +
             "server's operator maps the name with --sandbox-alias e2b=bubblewrap)"
         )
+        // An argument of the wrong type is named, not read as the default (task 0, the default harness).
+        const typed = yield* run({ task_index: "3", harness: 5 })
+        assert.strictEqual(typed.ok, false)
+        assert.strictEqual(typed.error, "task_index must be an integer, got \"3\"; harness must be a string, got 5")
         // What it runs, asked for by name or left to the server: nothing mapped.
         for (const args of [{ harness: "oracle", sandbox: "bubblewrap" }, { harness: "", sandbox: "" }]) {
           const ran = yield* run(args)
