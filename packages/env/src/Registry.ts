@@ -59,6 +59,8 @@ export interface Entry<State = any> {
   readonly reward?: ((state: State) => number | null) | undefined
   /** Held-out success of a finished episode. */
   readonly success?: ((state: State, reward: number) => boolean) | undefined
+  /** A module definition's scripted player, for SFT transcripts (`Definition`'s `solver`). */
+  readonly solver?: Definition.Solver<State> | undefined
   /** Where it came from: `built-in`, or the module path. */
   readonly source: string
 }
@@ -191,6 +193,7 @@ export const fromDefinition = (definition: Definition.Definition, source: string
   remote: (url) => definition.remote(url),
   reward: definition.reward,
   success: definition.success,
+  solver: definition.solver,
   source
 })
 
@@ -353,6 +356,14 @@ export const discover = (
           })
         )
         : Effect.succeed(listed)
+    ),
+    // What the model will be shown, said once: a server of unknown kind is trusted for its tool list.
+    Effect.tap((listed) =>
+      Effect.logInfo(
+        `environment at ${url}: ${listed.length} MCP tool${listed.length === 1 ? "" : "s"} (${
+          listed.map((t) => t.name).join(", ")
+        }); each episode's reward is the last step's envelope reward`
+      )
     ),
     Effect.map((listed): Entry<DiscoveredState> => {
       const tools = listed.map(listedTool)

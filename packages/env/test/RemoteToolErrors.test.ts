@@ -36,12 +36,15 @@ const diceV2 = Definition.make({
 
 const rollError = "Invalid arguments for tool 'roll': parameter 'count' must be between 1 and 3, got 7"
 
-/** Log lines at warning or above, kept to check that a server's answer is not logged as a crash. */
+/** Log lines at warning or above, kept to check that a server's answer is not logged as a crash; and the rest. */
 const warnings: Array<string> = []
+const infos: Array<string> = []
 const keepWarnings = Logger.replace(
   Logger.defaultLogger,
   Logger.make(({ logLevel, message }) => {
-    if (LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)) warnings.push(String(message))
+    const text = Array.isArray(message) ? message.map(String).join(" ") : String(message)
+    if (LogLevel.greaterThanEqual(logLevel, LogLevel.Warning)) warnings.push(text)
+    else infos.push(text)
   })
 )
 
@@ -62,6 +65,10 @@ describe("what an OpenEnv server says about a tool call reaches the model as TRL
         })
         // A server of unknown kind (its tools found by listing them): the server checks the arguments.
         const discovered = yield* Registry.load(server.url)
+        // The tools found at the URL are named in the log (a new user's first check that the right server answered).
+        assert.deepStrictEqual(infos, [
+          `environment at ${server.url}: 1 MCP tool (roll); each episode's reward is the last step's envelope reward`
+        ])
         const played = yield* Environment.run(
           discovered.environment!,
           {},

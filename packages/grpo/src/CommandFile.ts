@@ -25,8 +25,9 @@
  * policyServers: [http://127.0.0.1:8000]   # optional: generate on `envtrain serve-policy` (weights pushed each step)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
- * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or with a recipe its solver's
- *                                   # transcripts: { seeds: [0, 400], errorRate: 0.2 }
+ * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or the transcripts of a recipe's
+ *                                   # solver (or of a module environment's Definition `solver`, with the
+ *                                   # dataset's prompt): { seeds: [0, 400], errorRate: 0.2 }
  * maxLength: 300                # `sft` only: longest sequence kept (tokens)
  * resume: true                  # continue from the newest checkpoint in outputDir
  * outputDir: runs/catch
@@ -164,8 +165,15 @@ export const load = Effect.fn("CommandFile.load")(function*(path: string, overri
   const given: Record<string, string> = {}
   for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
     const key = runKey(k)
-    if (key === undefined) grpo[k] = v
-    else if (key in given) {
+    if (key === undefined) {
+      // A misspelt run key would otherwise reach the GRPO keys, whose error names only GRPO keys.
+      const nearest = Config.suggest(k, [...runKeys])
+      const run = nearest === undefined ? undefined : runKey(nearest)
+      if (run !== undefined) {
+        return yield* new CommandFileError({ path, problem: `unknown key "${k}": did you mean "${nearest}"?` })
+      }
+      grpo[k] = v
+    } else if (key in given) {
       return yield* new CommandFileError({ path, problem: `"${given[key]}" and "${k}" both set ${key}: keep only one` })
     } else {
       given[key] = k
@@ -508,8 +516,13 @@ export const train = Effect.fn("CommandFile.train")(function*(path: string, over
   )
 })
 
-/** The SFT transcripts: a JSONL file, or a recipe's solver playing the given seeds (as the examples make them). */
-const sftTranscripts = (path: string, spec: RunSpec) =>
+/**
+ * What `sft` trains on: the transcripts of a JSONL file, or of a solver playing the given seeds (a recipe's, as the
+ * examples make them, or a module environment's Definition `solver`).
+ *
+ * @since 0.0.0
+ */
+export const sftTranscripts = (path: string, spec: RunSpec) =>
   Effect.gen(function*() {
     const data = spec.sftData
     if (data === undefined) {
@@ -519,13 +532,9 @@ const sftTranscripts = (path: string, spec: RunSpec) =>
       })
     }
     if (typeof data === "string") return yield* SftTrainer.fromJsonl(data)
-    if (spec.recipe === undefined) {
-      return yield* new CommandFileError({
-        path,
-        problem: `sftData { seeds, errorRate } plays a recipe's solver: set recipe (${recipeNames()})`
-      })
-    }
-    const recipe = yield* recipeNamed(path, spec.recipe)
+    const recipe = spec.recipe === undefined
+      ? yield* solverRecipe(path, spec)
+      : yield* recipeNamed(path, spec.recipe)
     const transcripts = yield* SftData.collect(recipe, {
       seeds: Dataset.range(data.seeds[0], data.seeds[1]),
       errorRate: data.errorRate,
@@ -533,6 +542,56 @@ const sftTranscripts = (path: string, spec: RunSpec) =>
     })
     // As the examples train: without tool schemas in the prompt unless toolsInPrompt.
     return spec.toolsInPrompt ? transcripts : transcripts.map((t) => ({ messages: t.messages }))
+  })
+
+/**
+ * A one-environment recipe around a definition's `solver` (a module's `environment:`), so `sftData: { seeds,
+ * errorRate }` warms up one's own environment as the built-in recipes do: the dataset's prompt, the solver's calls,
+ * no reasoning line, and "Done." to close.
+ */
+const solverRecipe = (path: string, spec: RunSpec) =>
+  Effect.gen(function*() {
+    const usage = "sftData { seeds, errorRate } plays a solver's games"
+    if (typeof spec.environment !== "string") {
+      return yield* new CommandFileError({
+        path,
+        problem: `${usage}: set recipe (${recipeNames()}), or environment (one module whose definition has a solver)`
+      })
+    }
+    const entry = yield* Effect.mapError(
+      Registry.load(spec.environment),
+      (e) => new CommandFileError({ path, problem: e.message })
+    )
+    const solver = entry.solver
+    if (solver === undefined || entry.environment === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `${usage}, and environment '${entry.name}' has no solver: give its Definition.make a solver ` +
+          `((options) => (episode) => …), set recipe (${recipeNames()}) for a built-in's, or give sftData as a ` +
+          "JSONL path of {messages, tools} transcripts"
+      })
+    }
+    const dataset = spec.dataset
+    if (dataset === undefined || typeof dataset === "string" || dataset.prompt === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `${usage}: set dataset: { seeds: [a, b], prompt: "…" } (the prompt the transcripts begin with)`
+      })
+    }
+    const prompt = dataset.prompt
+    const columns = dataset.columns
+    const recipe: Recipe.Recipe<any> = {
+      name: entry.name,
+      environment: entry.environment,
+      prompt: () => [{ role: "user", content: prompt }],
+      ...(columns === undefined ? {} : { columns: () => columns }),
+      rewardFunctions: [],
+      success: () => false,
+      player: solver,
+      reasoning: () => "",
+      closing: () => "Done."
+    }
+    return recipe
   })
 
 /** `sft CONFIG [key=value ...]`: the supervised warm-up on the file's transcripts. */

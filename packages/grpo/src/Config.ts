@@ -376,11 +376,11 @@ const levenshtein = (a: string, b: string): number => {
 }
 
 /** The closest known key (camelCase or snake_case, whichever the user wrote) if it is plausibly a typo. */
-export const suggest = (key: string): string | undefined => {
+export const suggest = (key: string, extra: ReadonlyArray<string> = []): string | undefined => {
   const snake = key.includes("_")
   const candidates = snake
-    ? [...fieldNames.map(snakeCase), ...Object.keys(aliases)]
-    : [...fieldNames]
+    ? [...fieldNames.map(snakeCase), ...Object.keys(aliases), ...extra.map(snakeCase)]
+    : [...fieldNames, ...extra]
   const lower = key.toLowerCase()
   let best: string | undefined
   let bestDistance = Infinity
