@@ -94,6 +94,25 @@ describe("a user's modules outside the repository", () => {
           assert.strictEqual(metrics["eval/rewards/echoes/mean"], 0)
           assert.strictEqual(metrics["eval/rewards/long_completions/mean"], 0.08)
           assert.strictEqual(metrics["eval/rewards/echo-defined/mean"], 0)
+          // The environment's own solver gives the SFT warm-up (its transcripts), from the same project.
+          fs.copyFileSync(path.join(repo, "packages/grpo/test/fixtures/shout.ts"), path.join(dir, "shout.ts"))
+          const sftConfig = path.join(dir, "sft.yaml")
+          fs.writeFileSync(
+            sftConfig,
+            [
+              `model: ${model}`,
+              "backend: cpu",
+              "environment: ./shout.ts",
+              "dataset: { seeds: [0, 8], prompt: \"Say hello.\" }",
+              "sft_data: { seeds: [0, 8], errorRate: 0.5 }",
+              "max_steps: 1",
+              `output_dir: ${path.join(dir, "sft")}`
+            ].join("\n")
+          )
+          const sft = yield* runCli(["sft", sftConfig], dir)
+          assert.strictEqual(sft.code, 0, sft.out)
+          assert.include(sft.out, `sft: 1/1 steps, output in ${path.join(dir, "sft")}`)
+          assert.isTrue(fs.existsSync(path.join(dir, "sft", "checkpoint-1")))
         }
       }),
     { timeout: 240_000 }
