@@ -7,27 +7,12 @@ its dashboard does and serves the run (name, config, metrics) from its database.
 from __future__ import annotations
 
 import json
-import os
 import struct
-import subprocess
 
 import pytest
-from conftest import BIN, ROOT, TSX
+from conftest import run_envtrain as envtrain
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def envtrain(*args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [str(TSX), str(BIN), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_COLOR": "1", **(env or {})},
-        timeout=240,
-    )
-    assert done.returncode == 0, f"envtrain {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
