@@ -480,7 +480,17 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
 
 const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) => {
   const strict = Effect.provideService(effect, Environment.StrictColumns, spec.strictColumns)
-  return spec.backend === "gpu" ? Effect.provide(Effect.scoped(strict), Gpu.layer()) : Effect.scoped(strict)
+  if (spec.backend === "cpu") return Effect.scoped(strict)
+  // Which adapter `backend: gpu` got is said: on a machine without a GPU driver it is a software one (lavapipe).
+  const adapter = Effect.flatMap(Gpu.Gpu, ({ adapter }) =>
+    adapter.isSoftware
+      ? Effect.logWarning(
+        `backend gpu: the only WebGPU adapter is a software one (${Gpu.describe(adapter)}), so the run is on ` +
+          "the CPU through it: install the GPU's Vulkan driver for a hardware adapter (envtrain doctor " +
+          "--require-hardware checks)"
+      )
+      : Effect.logInfo(`backend gpu: ${Gpu.describe(adapter)}`))
+  return Effect.provide(Effect.scoped(Effect.zipRight(adapter, strict)), Gpu.layer())
 }
 
 // Context length for the GPU model: the rendered prompt (with tools) plus the completion budget.
