@@ -30,7 +30,7 @@ import type { Option, Scope } from "effect"
 import { Cause, Context, Effect, Exit, Layer, Random, Ref, Schema } from "effect"
 import { isClientError } from "./Client.js"
 import * as PythonText from "./internal/pythonText.js"
-import { firstSeen, undeclaredColumns } from "./internal/undeclaredColumns.js"
+import { firstSeen, undeclaredColumns as undeclared } from "./internal/undeclaredColumns.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Tool from "./Tool.js"
 
@@ -59,7 +59,7 @@ export const decodeColumns = <Columns>(
   const decoded = Schema.decodeUnknown(schema)(row).pipe(
     Effect.mapError((e) => new InvalidColumns({ environment, message: e.message }))
   )
-  const extra = undeclaredColumns(schema, row)
+  const extra = undeclared(schema, row)
   // The common case (every column declared) is the decode alone: this runs once per episode.
   if (extra.length === 0) return decoded
   return Effect.gen(function*() {
@@ -83,6 +83,10 @@ export const decodeColumns = <Columns>(
     return yield* decoded
   })
 }
+
+/** The row's columns that the environment's columns Schema does not declare (`seed`, which every row gets, aside). */
+export const undeclaredColumns = (env: Environment<any, any>, row: Row): ReadonlyArray<string> =>
+  undeclared(env.columns, row)
 
 /** The row's columns did not match the environment's columns Schema. */
 export class InvalidColumns extends Schema.TaggedError<InvalidColumns>()("InvalidColumns", {

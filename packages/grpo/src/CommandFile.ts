@@ -224,6 +224,8 @@ const datasetOf = (path: string, run: RunSpec, spec: typeof DatasetSpec.Type, la
 
 interface Trainable {
   readonly name: string
+  /** The environment a row's columns go to, when there is one (not routed), to check them before the run. */
+  readonly environment?: Environment.Environment<any, any>
   readonly open: Trainer.OpenSession<any, never, never>
   readonly rewards: ReadonlyArray<Reward.RewardFunction<any, any, any, any, any>>
   readonly success: (episode: Episode.EpisodeRecord<any>, reward: number) => boolean
@@ -342,6 +344,7 @@ const environmentTrainable = (path: string, spec: RunSpec): Effect.Effect<Traina
       const { reward, success } = yield* scored(entry)
       return {
         name: entry.name,
+        environment: env,
         open: native(env, spec.toolsInPrompt),
         rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
         // The environment's rule reads the environment's own reward, not a sum that rewardFuncs may add to.
@@ -390,6 +393,7 @@ const fromRecipe = (path: string, spec: RunSpec, name: string): Effect.Effect<Tr
     )
     return {
       name: recipe.name,
+      environment: env,
       open: native(env, spec.toolsInPrompt),
       rewards: recipe.rewardFunctions,
       success: (e, _r) => e.state !== undefined && recipe.success(e.state)
@@ -502,6 +506,7 @@ export const train = Effect.fn("CommandFile.train")(function*(path: string, over
   const env = yield* trainable(path, spec)
   if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
   const dataset = yield* datasetOf(path, spec, spec.dataset, "dataset")
+  yield* checkColumns(path, spec, env, dataset, "dataset")
   const evalDataset = spec.evalDataset === undefined
     ? undefined
     : yield* datasetOf(path, spec, spec.evalDataset, "evalDataset")
@@ -525,6 +530,33 @@ export const train = Effect.fn("CommandFile.train")(function*(path: string, over
     })
   )
 })
+
+/**
+ * strictColumns, before the run: a dataset column the environment's columns Schema does not declare is named here,
+ * as the command file's error (the episodes would refuse it too, as a failure of the run).
+ */
+const checkColumns = (
+  path: string,
+  spec: RunSpec,
+  env: Trainable,
+  dataset: Dataset.Dataset,
+  label: string
+) =>
+  Effect.gen(function*() {
+    if (!spec.strictColumns || env.environment === undefined) return
+    const extra = new Set<string>()
+    for (const { prompt: _prompt, ...columns } of dataset.rows) {
+      for (const c of Environment.undeclaredColumns(env.environment, columns)) extra.add(c)
+    }
+    if (extra.size > 0) {
+      return yield* new CommandFileError({
+        path,
+        problem: `strictColumns: the ${label}'s columns ${
+          [...extra].join(", ")
+        } are not in environment '${env.environment.name}''s columns Schema: declare them in its columns, or remove them from the ${label}`
+      })
+    }
+  })
 
 /**
  * What `sft` trains on: the transcripts of a JSONL file, or of a solver playing the given seeds (a recipe's, as the
@@ -633,6 +665,7 @@ export const evaluate = Effect.fn("CommandFile.evaluate")(function*(path: string
   const source = spec.evalDataset ?? spec.dataset
   if (source === undefined) return yield* new CommandFileError({ path, problem: "set evalDataset" })
   const dataset = yield* datasetOf(path, spec, source, "evalDataset")
+  yield* checkColumns(path, spec, env, dataset, "evalDataset")
   return yield* withDevice(
     spec,
     Effect.gen(function*() {
