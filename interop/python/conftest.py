@@ -20,6 +20,20 @@ TSX = ROOT / "node_modules" / ".bin" / "tsx"
 BIN = ROOT / "packages" / "harness" / "src" / "bin.ts"
 
 
+def run_envtrain(*args: str, env: dict[str, str] | None = None) -> str:
+    """The real `envtrain` binary run to completion in the repository root; its stdout and stderr (it must exit 0)."""
+    done = subprocess.run(
+        [str(TSX), str(BIN), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
+        timeout=240,
+    )
+    assert done.returncode == 0, f"envtrain {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

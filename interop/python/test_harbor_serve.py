@@ -60,7 +60,9 @@ def harbor_url(tmp_path_factory: pytest.TempPathFactory):
     harbor_port = free_port()
     harbor = start(
         "harness", "serve", "--llm-url", f"http://127.0.0.1:{policy_port}", "--port", str(harbor_port),
-        "--max-concurrent-envs", "3", "--agent-steps", "2", "--max-tokens", "8", port=harbor_port,
+        "--max-concurrent-envs", "3", "--agent-steps", "2", "--max-tokens", "8",
+        # HarborEnv.run_rollout sends sandbox="e2b" unless told: the operator maps it (each result says so).
+        "--sandbox-alias", "e2b=bubblewrap", port=harbor_port,
     )
     try:
         yield f"http://127.0.0.1:{harbor_port}", f"http://127.0.0.1:{policy_port}"
@@ -98,6 +100,13 @@ def test_openenv_harbor_client_runs_rollouts_on_envtrain(harbor_url) -> None:
         assert graded.ok, graded.error
         assert graded.reward == 0.0
         assert graded.n_turns >= 1
+        assert graded.sandbox == "bubblewrap"
+        assert graded.param_fixes == ['sandbox "e2b" ran as "bubblewrap" (the server\'s --sandbox-alias)']
+        # The client's default harness, opencode, is not run here and not aliased: refused, not substituted.
+        opencode = env.run_rollout(split="train", task_index=0, sandbox="bubblewrap")
+        assert not opencode.ok and opencode.reward is None and opencode.exception_type == "ValueError"
+        assert 'harness "opencode" is not available: this server runs bash-agent, oracle' in (opencode.error or "")
+        assert "--harness-alias opencode=bash-agent" in (opencode.error or "")
 
         # Failures are returned, not raised.
         missing = env.run_rollout(split="train", task_index=99, harness="oracle")

@@ -6,29 +6,15 @@ it (`envtrain serve <module path>`), and OpenEnv's own Python clients play it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
-from conftest import BIN, ROOT, TSX, EnvtrainServer
+from conftest import EnvtrainServer
+from conftest import run_envtrain as envtrain
 from openenv.core import GenericEnvClient, MCPToolClient
 
 pytestmark = pytest.mark.timeout(300)
 
 MODULE = "./examples/src/environments/echo.ts"
-
-
-def envtrain(*args: str) -> str:
-    done = subprocess.run(
-        [str(TSX), str(BIN), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_COLOR": "1"},
-        timeout=240,
-    )
-    assert done.returncode == 0, f"envtrain {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def test_envtrain_trains_a_module_environment(tmp_path):

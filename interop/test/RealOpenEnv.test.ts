@@ -15,7 +15,7 @@
 import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Catch, Client, Echo, Environment, Remote, Server, Wordle } from "@envtrain/env"
+import { Catch, Client, Definition, Echo, Environment, Registry, Remote, Server, Wordle } from "@envtrain/env"
 import { Checkpoint } from "@envtrain/gpu"
 import { Config, Dataset, Metrics, Reward, Trainer } from "@envtrain/grpo"
 import { Episode } from "@envtrain/rollout"
@@ -317,6 +317,60 @@ describe("envtrain against real OpenEnv servers", () => {
           ...(yield* instance.state),
           episode_id: ""
         })
+      }),
+    { timeout: 240_000 }
+  )
+
+  it.scopedLive(
+    "MCP echo on FastMCP: its invalid_args, execution_error and tool_not_found answers reach the model as tool errors",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* serve("mcp_echo.py")
+        // A server of unknown kind: its tools listed, the arguments checked by FastMCP.
+        const discovered = yield* Registry.load(server.url)
+        const played = yield* Environment.run(discovered.environment!, {}, (ep) =>
+          Effect.gen(function*() {
+            yield* ep.call("echo_message", {})
+            yield* ep.call("echo_message", { message: 5 })
+            yield* ep.call("echo_message", { message: "still here" })
+          }))
+        const [missing, typed, good] = played.steps.map((s) => s.outcome)
+        assert.strictEqual(missing._tag === "Failure" && missing.reason, "invalid_arguments")
+        assert.match(
+          missing.text,
+          /^\{'error': '1 validation error for call\[echo_message\]\\nmessage\\n {2}Missing required/
+        )
+        assert.strictEqual(typed._tag === "Failure" && typed.reason, "failure")
+        assert.match(typed.text, /Input should be a valid string/)
+        assert.deepStrictEqual(good, { _tag: "Success", tool: "echo_message", text: "still here" })
+        // The typed twin of a definition with a tool the server lacks: the server's tool_not_found, as the model's
+        // own mistake; the session goes on.
+        const newer = Definition.make({
+          name: "echo",
+          description: "Echo, and a tool the server does not have.",
+          start: () => ({}),
+          tools: {
+            echo_message: { description: "Echo.", parameters: { message: Schema.String }, run: () => "" },
+            shout: { description: "Shout.", parameters: { message: Schema.String }, run: () => "" }
+          },
+          reward: () => null
+        })
+        const skewed = yield* Environment.run(newer.remote(server.url, clientOptions), {}, (ep) =>
+          Effect.gen(function*() {
+            yield* ep.call("shout", { message: "hi" })
+            yield* ep.call("echo_message", { message: "hi" })
+          }))
+        const [unknown, after] = skewed.steps.map((s) =>
+          s.outcome
+        )
+        assert.strictEqual(unknown._tag === "Failure" && unknown.reason, "unknown_tool")
+        assert.include(unknown.text, "shout")
+        assert.notInclude(unknown.text, server.url.replace(/^http:\/\//, ""))
+        assert.deepStrictEqual(after, { _tag: "Success", tool: "echo_message", text: "hi" })
+        for (const run of [played, skewed]) {
+          assert.strictEqual(run.counters.defects, 0)
+        }
+        assert.deepStrictEqual([played.counters.failures, skewed.counters.failures], [2, 1])
       }),
     { timeout: 240_000 }
   )

@@ -88,7 +88,18 @@ export interface Options<State extends object, Columns, CI, Tools extends Record
   readonly done?: (state: State) => boolean
   /** Sessions one server holds at once by default (`--max-concurrent-envs` overrides). Default 8. */
   readonly maxConcurrentSessions?: number
+  /**
+   * A scripted player, for an SFT warm-up on its transcripts (`envtrain sft` with `sftData: { seeds, errorRate }`,
+   * or `SftData.collect`): it plays one episode through `episode.call(tool, args)`, making a wrong move with
+   * probability `errorRate` (drawn from `seed`) so that the warmed-up policy leaves GRPO something to learn.
+   */
+  readonly solver?: Solver<State>
 }
+
+/** A scripted player made from an error rate and a seed (what the built-in games' solvers are). */
+export type Solver<State> = (options: { readonly errorRate: number; readonly seed: number }) => (
+  episode: Environment.Episode<State>
+) => Effect.Effect<void>
 
 /** The state a served definition reports: OpenEnv's base state plus the definition's fields. */
 export type ServedState<State> = State & { readonly episode_id: string | null; readonly step_count: number }
@@ -102,6 +113,8 @@ export interface Definition<State extends object = any, Columns = any> {
   readonly columns: Schema.Schema<Columns, any>
   /** The in-process environment (a fresh state per episode). */
   readonly environment: Environment.Environment<State, Columns>
+  /** The scripted player for SFT transcripts, if the definition gives one. */
+  readonly solver?: Solver<State> | undefined
   /** The OpenEnv (MCP) environment `envtrain serve` serves. */
   readonly openEnv: OpenEnvDefinition<McpAction>
   /** The same environment played on a server that serves this definition. */
@@ -222,7 +235,8 @@ export const make = <
     remote: (url, clientOptions = {}) =>
       mcpRemote<ServedState<State>, Columns>({ name: options.name, description, tools, columns, url, clientOptions }),
     reward,
-    success
+    success,
+    solver: options.solver
   }
 }
 

@@ -30,11 +30,63 @@ import type { Option, Scope } from "effect"
 import { Cause, Context, Effect, Exit, Layer, Random, Ref, Schema } from "effect"
 import { isClientError } from "./Client.js"
 import * as PythonText from "./internal/pythonText.js"
+import { firstSeen, undeclaredColumns as undeclared } from "./internal/undeclaredColumns.js"
 import type { OpenEnvDefinition } from "./OpenEnv.js"
 import * as Tool from "./Tool.js"
 
 /** The columns of a dataset row, as the trainer passes them to `reset`. */
 export type Row = Readonly<Record<string, unknown>>
+
+/**
+ * Whether a dataset column that an environment's `columns` Schema does not declare is refused (`true`: the episode
+ * fails with {@link InvalidColumns}) or said once per environment as a warning and left out of `reset` (`false`,
+ * the default; reward functions still receive every column). `strictColumns: true` in a command file sets it.
+ */
+export class StrictColumns extends Context.Reference<StrictColumns>()("@envtrain/env/Environment/StrictColumns", {
+  defaultValue: () => false
+}) {}
+
+/**
+ * Decodes a dataset row with an environment's columns Schema. Columns the Schema does not declare are dropped by
+ * decoding; each is warned about once (naming the environment, the columns and the fix), or refused under
+ * {@link StrictColumns}.
+ */
+export const decodeColumns = <Columns>(
+  environment: string,
+  schema: Schema.Schema<Columns, any>,
+  row: Row
+): Effect.Effect<Columns, InvalidColumns> => {
+  const decoded = Schema.decodeUnknown(schema)(row).pipe(
+    Effect.mapError((e) => new InvalidColumns({ environment, message: e.message }))
+  )
+  const extra = undeclared(schema, row)
+  // The common case (every column declared) is the decode alone: this runs once per episode.
+  if (extra.length === 0) return decoded
+  return Effect.gen(function*() {
+    const listed = (names: ReadonlyArray<string>) =>
+      names.length === 1 ? `column ${names[0]} is` : `columns ${names.join(", ")} are`
+    if (yield* StrictColumns) {
+      return yield* new InvalidColumns({
+        environment,
+        message: `the dataset's ${listed(extra)} not in environment '${environment}''s columns Schema ` +
+          "(strictColumns is set): declare them in the environment's columns, or remove them from the dataset"
+      })
+    }
+    const fresh = firstSeen(schema, extra)
+    if (fresh.length > 0) {
+      yield* Effect.logWarning(
+        `environment '${environment}': the dataset's ${listed(fresh)} not in its columns Schema, so reset does ` +
+          "not receive them (reward functions do): declare them in columns to use them in start/reset; " +
+          "strictColumns: true refuses such rows"
+      )
+    }
+    return yield* decoded
+  })
+}
+
+/** The row's columns that the environment's columns Schema does not declare (`seed`, which every row gets, aside). */
+export const undeclaredColumns = (env: Environment<any, any>, row: Row): ReadonlyArray<string> =>
+  undeclared(env.columns, row)
 
 /** The row's columns did not match the environment's columns Schema. */
 export class InvalidColumns extends Schema.TaggedError<InvalidColumns>()("InvalidColumns", {
@@ -212,9 +264,7 @@ export const episode = <State, Columns>(
 
 // Module-level generator functions, not a `function*` per episode or call (see docs/architecture.md, "Hot paths and the young generation").
 function* startEpisode<State, Columns>(env: Environment<State, Columns>, row: Row) {
-  const columns = yield* Schema.decodeUnknown(env.columns)(row).pipe(
-    Effect.mapError((e) => new InvalidColumns({ environment: env.name, message: e.message }))
-  )
+  const columns = yield* decodeColumns(env.name, env.columns, row)
   const instance = yield* env.instance
   const observation = yield* instance.reset(columns)
   return fromInstance(env.name, env.tools, instance, observation)
@@ -285,7 +335,12 @@ function* callTool<State>(
   }
   if (Cause.isInterruptedOnly(exit.cause)) return yield* Effect.failCause(exit.cause as Cause.Cause<never>)
   const typed = Cause.failureOption(exit.cause)
-  if (typed._tag === "Some") return toolFailure(toolName, "failure", typed.value.message)
+  if (typed._tag === "Some") {
+    // A server's answer (`invalid_args`, `tool_not_found`) is counted as the same mistake made in process.
+    const tag = (typed.value as { readonly _tag?: unknown })._tag
+    const reason = tag === "InvalidArguments" ? "invalid_arguments" : tag === "UnknownTool" ? "unknown_tool" : "failure"
+    return toolFailure(toolName, reason, typed.value.message)
+  }
   // A remote-backed tool whose session was lost (or timed out, or its connection failed) has no answer for the
   // model: the episode cannot go on. It stays a defect carrying the client error, for the rollout to end the
   // episode as unscoreable; it is never shown to the model or counted as a tool failure.

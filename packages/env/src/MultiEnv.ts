@@ -15,7 +15,7 @@
  * @since 0.0.0
  */
 import { Effect, ExecutionStrategy, Exit, Schema, Scope } from "effect"
-import type * as Environment from "./Environment.js"
+import * as Environment from "./Environment.js"
 import type * as Tool from "./Tool.js"
 
 /** A tool of an environment that is not the active one in this episode. */
@@ -88,7 +88,7 @@ export const make = <const Envs extends Record<string, Environment.Environment<a
           const child = yield* Scope.fork(scope, ExecutionStrategy.sequential)
           const sub = yield* Scope.extend(env.instance, child)
           const { [column]: _routing, ...rest } = row as Environment.Row
-          const subColumns = yield* Schema.decodeUnknown(env.columns)(rest).pipe(Effect.orDie)
+          const subColumns = yield* Environment.decodeColumns(env.name, env.columns, rest).pipe(Effect.orDie)
           active = { name, instance: sub, scope: child }
           return yield* sub.reset(subColumns)
         }),

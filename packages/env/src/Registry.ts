@@ -18,8 +18,8 @@
  * @since 0.0.0
  */
 import { Data, Effect, Schema } from "effect"
+import * as fs from "node:fs"
 import * as nodePath from "node:path"
-import { pathToFileURL } from "node:url"
 import * as BrowserGym from "./BrowserGym.js"
 import * as Carla from "./Carla.js"
 import * as Catch from "./Catch.js"
@@ -28,6 +28,7 @@ import * as Definition from "./Definition.js"
 import * as Echo from "./Echo.js"
 import type * as Environment from "./Environment.js"
 import { mcpRemote } from "./internal/mcpRemote.js"
+import * as userModule from "./internal/userModule.js"
 import type { McpToolDescriptor, OpenEnvDefinition } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
 import * as Server from "./Server.js"
@@ -58,6 +59,8 @@ export interface Entry<State = any> {
   readonly reward?: ((state: State) => number | null) | undefined
   /** Held-out success of a finished episode. */
   readonly success?: ((state: State, reward: number) => boolean) | undefined
+  /** A module definition's scripted player, for SFT transcripts (`Definition`'s `solver`). */
+  readonly solver?: Definition.Solver<State> | undefined
   /** Where it came from: `built-in`, or the module path. */
   readonly source: string
 }
@@ -190,6 +193,7 @@ export const fromDefinition = (definition: Definition.Definition, source: string
   remote: (url) => definition.remote(url),
   reward: definition.reward,
   success: definition.success,
+  solver: definition.solver,
   source
 })
 
@@ -221,9 +225,35 @@ const definitionIn = (spec: string, module: Readonly<Record<string, unknown>>) =
   )
 }
 
+/** A user's module did not load; `problem` says why and names the fix. */
+export class ModuleLoadError extends Data.TaggedError("ModuleLoadError")<{
+  readonly path: string
+  /** The file itself does not exist (as opposed to failing to load). */
+  readonly missing: boolean
+  readonly problem: string
+}> {
+  override get message() {
+    return `${this.path}: ${this.problem}`
+  }
+}
+
 /**
- * A built-in by name, the definition a module exports (a path relative to the working directory; TypeScript modules
- * load when the process runs under tsx, as the `envtrain` binary does), or a server by URL ({@link discover}).
+ * The exports of a user's module (an environment, reward functions): a path relative to the working directory or
+ * absolute, anywhere on disk, TypeScript (compiled by tsx, whether or not the process runs under it) or JavaScript,
+ * ESM or CommonJS. Its imports resolve from where it is, as Node resolves them: a module outside this repository
+ * imports `@envtrain/env` and `effect` from its own project's `node_modules`.
+ */
+export const importModule = (path: string): Effect.Effect<Readonly<Record<string, unknown>>, ModuleLoadError> => {
+  const file = nodePath.resolve(path)
+  return Effect.tryPromise({
+    try: () => userModule.importModule(file),
+    catch: (e) => new ModuleLoadError({ path, missing: !fs.existsSync(file), problem: userModule.loadProblem(file, e) })
+  })
+}
+
+/**
+ * A built-in by name, the definition a module exports ({@link importModule}), or a server by URL
+ * ({@link discover}).
  */
 export const load = (spec: string): Effect.Effect<Entry, UnknownEnvironment> => {
   const known = builtin(spec)
@@ -232,19 +262,10 @@ export const load = (spec: string): Effect.Effect<Entry, UnknownEnvironment> => 
   if (!isModulePath(spec)) {
     return Effect.fail(new UnknownEnvironment({ spec, problem: `no built-in has that name: ${usage()}` }))
   }
-  const file = nodePath.resolve(spec)
-  return Effect.tryPromise({
-    try: () => import(pathToFileURL(file).href) as Promise<Record<string, unknown>>,
-    catch: (e) => {
-      const text = e instanceof Error ? e.message : String(e)
-      const missing = typeof e === "object" && e !== null && "code" in e && e.code === "ERR_MODULE_NOT_FOUND" &&
-        text.includes(file)
-      return new UnknownEnvironment({
-        spec,
-        problem: missing ? `no such file (${file}): ${usage()}` : `the module failed to load: ${text}`
-      })
-    }
-  }).pipe(
+  return importModule(spec).pipe(
+    Effect.mapError((e) =>
+      new UnknownEnvironment({ spec, problem: e.missing ? `${e.problem}: ${usage()}` : e.problem })
+    ),
     Effect.flatMap((module) => definitionIn(spec, module)),
     Effect.map((definition) => fromDefinition(definition, spec))
   )
@@ -335,6 +356,14 @@ export const discover = (
           })
         )
         : Effect.succeed(listed)
+    ),
+    // What the model will be shown, said once: a server of unknown kind is trusted for its tool list.
+    Effect.tap((listed) =>
+      Effect.logInfo(
+        `environment at ${url}: ${listed.length} MCP tool${listed.length === 1 ? "" : "s"} (${
+          listed.map((t) => t.name).join(", ")
+        }); each episode's reward is the last step's envelope reward`
+      )
     ),
     Effect.map((listed): Entry<DiscoveredState> => {
       const tools = listed.map(listedTool)

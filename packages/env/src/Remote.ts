@@ -27,6 +27,7 @@ import type { Schema } from "effect"
 import { Effect, Option } from "effect"
 import * as Client from "./Client.js"
 import type * as Environment from "./Environment.js"
+import { stepOrToolError } from "./internal/serverToolErrors.js"
 import * as Tool from "./Tool.js"
 
 /** Client options shared by the remote layers (the URL is given separately). */
@@ -94,7 +95,7 @@ export const environment = <A, AI, O, OI, Columns, CI>(
         state.done
           ? Effect.fail(new Tool.GameOver({ message: "Episode is done." }))
           : client.step(options.actionFor(tool, params)).pipe(
-            Effect.orDie,
+            stepOrToolError,
             Effect.map((r) => {
               state = { done: r.done, reward: r.reward, steps: state.steps + 1, observation: r.observation }
               return options.render(r.observation)

@@ -24,7 +24,9 @@
  *
  * @since 0.0.0
  */
-import { Effect, Either, ParseResult, Schema, SchemaAST } from "effect"
+import type { ParseResult } from "effect"
+import { Effect, Either, Schema, SchemaAST } from "effect"
+import { argumentProblems } from "./internal/argumentsError.js"
 import * as PythonText from "./internal/pythonText.js"
 
 /** Any typed failure of a tool: its `message` is the text the model sees. */
@@ -320,7 +322,8 @@ const jsonSchemaOf = (input: SchemaAST.AST): JsonSchema => {
 
 /**
  * Decodes the raw arguments the model sent (parsed JSON) with the tool's parameter Schema. Unknown keys are
- * rejected, as Python rejects an unexpected keyword argument. The error message names the parameter.
+ * rejected, as Python rejects an unexpected keyword argument. The error message names the parameter and the rule it
+ * broke ("parameter 'count' must be between 1 and 3, got 7").
  */
 export const decodeArguments = <T extends Any>(
   tool: T,
@@ -358,17 +361,8 @@ export const decodeArguments = <T extends Any>(
     )
   })
 
-const formatArgumentsError = (toolName: string, error: ParseResult.ParseError) => {
-  const issues = ParseResult.ArrayFormatter.formatErrorSync(error)
-  const parts = issues.map((issue) => {
-    if (issue.path.length === 0) return `arguments must be a JSON object with the tool's parameters (${issue.message})`
-    const name = issue.path.map(String).join(".")
-    if (issue._tag === "Missing") return `missing required parameter '${name}'`
-    if (issue._tag === "Unexpected") return `unexpected parameter '${name}'`
-    return `parameter '${name}': ${issue.message}`
-  })
-  return `Invalid arguments for tool '${toolName}': ${parts.join("; ")}`
-}
+const formatArgumentsError = (toolName: string, error: ParseResult.ParseError) =>
+  `Invalid arguments for tool '${toolName}': ${argumentProblems(error.issue).join("; ")}`
 
 /** Encodes a tool's success value into the text the model sees (strings as is, anything else as JSON). */
 export const encodeResult = <T extends Any>(tool: T, value: unknown): Effect.Effect<string> =>

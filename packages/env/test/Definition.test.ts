@@ -47,7 +47,7 @@ describe("Definition", () => {
         { seed: 1 },
         (ep) => Effect.asVoid(ep.call("guess", { number: "seven" }))
       )
-      assert.include(bad.steps[0].outcome.text, "parameter \\'number\\': Expected number, actual \"seven\"")
+      assert.include(bad.steps[0].outcome.text, "parameter \\'number\\' must be a number, got \"seven\"")
       assert.strictEqual(bad.state.guesses, 0)
       // Columns are decoded with the definition's Schema.
       const missing = yield* Effect.flip(Environment.run(guessNumber.environment, {}, () => Effect.void))

@@ -148,6 +148,36 @@ describe("Tool argument decoding", () => {
       assert.deepStrictEqual(yield* Tool.decodeArguments(Catch.Move, { direction: "left" }), { direction: "left" })
     }))
 
+  it.effect("errors state the rule broken, not the parameter's description (which is written for the prompt)", () =>
+    Effect.gen(function*() {
+      const roll = Tool.make("roll", {
+        description: "Roll dice.",
+        parameters: {
+          count: Schema.Int.pipe(Schema.between(1, 3)).annotations({ description: "How many dice to roll" }),
+          face: Schema.optional(Schema.Literal("red", "blue").annotations({ description: "The dice's colour" })),
+          name: Schema.optional(Schema.String.pipe(Schema.minLength(2)).annotations({ description: "Who rolls" })),
+          even: Schema.optional(Schema.Int.pipe(Schema.filter((n) => n % 2 === 0, { message: () => "must be even" }))),
+          word: Schema.optional(
+            Schema.String.pipe(Schema.filter((w) => w.length === 5)).annotations({ description: "A five-letter word" })
+          )
+        }
+      })
+      const problem = (args: unknown) => Effect.map(Effect.flip(Tool.decodeArguments(roll, args)), (e) => e.message)
+      const prefix = "Invalid arguments for tool 'roll': "
+      const cases: ReadonlyArray<readonly [unknown, string]> = [
+        [{ count: 7 }, "parameter 'count' must be between 1 and 3, got 7"],
+        [{ count: 1.5 }, "parameter 'count' must be an integer, got 1.5"],
+        [{ count: "2" }, "parameter 'count' must be a number, got \"2\""],
+        [{ count: 1, face: "green" }, "parameter 'face' must be one of \"red\", \"blue\", got \"green\""],
+        [{ count: 1, name: "x" }, "parameter 'name' must be at least 2 characters long, got \"x\""],
+        [{ count: 1, even: 3 }, "parameter 'even': must be even"],
+        // A check with neither a message nor a JSON Schema: its description is all there is to name it by.
+        [{ count: 1, word: "abc" }, "parameter 'word' fails its check (A five-letter word), got \"abc\""],
+        [{}, "missing required parameter 'count'"]
+      ]
+      for (const [args, expected] of cases) assert.strictEqual(yield* problem(args), prefix + expected)
+    }))
+
   it.prop("any well-typed arguments decode to themselves", [Sudoku.Place.parameters], ([params]) => {
     const decoded = Schema.decodeUnknownSync(Sudoku.Place.parameters)(params)
     assert.deepStrictEqual(decoded, params)

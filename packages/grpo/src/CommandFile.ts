@@ -16,14 +16,20 @@
  *                               # first CAPACITY_REACHED reports; extra episodes wait for a session, bounded)
  * recipe: wordle                # instead of environment: a built-in recipe (environment, prompts, rewards, success)
  * rewards: shaped               # the recipe's named reward set
+ * rewardFuncs: [./my-rewards.ts] # TRL's reward_funcs: modules whose default export is a reward function (Reward.make,
+ *                               # Reward.perEpisode, a plain (args) => numbers, or an array), added to the
+ *                               # environment's own reward; paths as environment's, anywhere on disk
  * # several environments, routed per row by a dataset column (routeColumn, default `env`), one URL each if served:
  * #   environment: { wordle: wordle, catch: catch }   envUrl: { catch: http://127.0.0.1:8001 }
+ * strictColumns: false          # true: refuse dataset columns the environment's columns Schema does not declare
+ *                               # (default: a warning once per column; reward functions receive every column)
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * policyServers: [http://127.0.0.1:8000]   # optional: generate on `envtrain serve-policy` (weights pushed each step)
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
- * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or with a recipe its solver's
- *                                   # transcripts: { seeds: [0, 400], errorRate: 0.2 }
+ * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or the transcripts of a recipe's
+ *                                   # solver (or of a module environment's Definition `solver`, with the
+ *                                   # dataset's prompt): { seeds: [0, 400], errorRate: 0.2 }
  * maxLength: 300                # `sft` only: longest sequence kept (tokens)
  * resume: true                  # continue from the newest checkpoint in outputDir
  * outputDir: runs/catch
@@ -31,6 +37,7 @@
  * learningRate: 1.0e-5
  * ```
  *
+ * Run keys, like the GRPO keys, may be written in snake_case (`sft_data`, `env_url`, `reward_funcs`).
  * Overrides follow the file as `key=value` (e.g. `envtrain train catch.yaml maxSteps=10 learning_rate=3e-5`).
  * SIGINT/SIGTERM interrupt the run and write a checkpoint of the last completed step (with `Main.run`).
  *
@@ -51,6 +58,7 @@ import { Client, Environment, MultiEnv, Registry } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Data, Effect, Schema } from "effect"
+import * as nodePath from "node:path"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
@@ -92,6 +100,10 @@ export const RunSpec = Schema.Struct({
   recipe: Schema.optional(Schema.String),
   // The recipe's named reward set (e.g. wordle's seed | shaped).
   rewards: Schema.optional(Schema.String),
+  // TRL's reward_funcs: modules of reward functions, added to the environment's (or recipe's) own reward.
+  rewardFuncs: Schema.optional(Schema.Union(Schema.String, Schema.Array(Schema.String))),
+  // Refuse rows with columns the environment's columns Schema does not declare (default: warn once per column).
+  strictColumns: Schema.optionalWith(Schema.Boolean, { default: () => false }),
   // Render the tool schemas into the system prompt (TRL does); false for a model trained without them.
   toolsInPrompt: Schema.optionalWith(Schema.Boolean, { default: () => true }),
   dataset: Schema.optional(DatasetSpec),
@@ -116,6 +128,13 @@ export const RunSpec = Schema.Struct({
 export type RunSpec = typeof RunSpec.Type
 
 const runKeys = new Set(Object.keys(RunSpec.fields))
+
+/** The run key a file's key names (`sftData` or `sft_data`, as the GRPO keys take either), if any. */
+const runKey = (key: string): string | undefined => {
+  if (runKeys.has(key)) return key
+  const camel = key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase())
+  return runKeys.has(camel) ? camel : undefined
+}
 
 /**
  * The command file is missing something the command needs.
@@ -147,7 +166,24 @@ export const load = Effect.fn("CommandFile.load")(function*(path: string, overri
   }
   const run: Record<string, unknown> = {}
   const grpo: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) (runKeys.has(k) ? run : grpo)[k] = v
+  const given: Record<string, string> = {}
+  for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
+    const key = runKey(k)
+    if (key === undefined) {
+      // A misspelt run key would otherwise reach the GRPO keys, whose error names only GRPO keys.
+      const nearest = Config.suggest(k, [...runKeys])
+      const run = nearest === undefined ? undefined : runKey(nearest)
+      if (run !== undefined) {
+        return yield* new CommandFileError({ path, problem: `unknown key "${k}": did you mean "${nearest}"?` })
+      }
+      grpo[k] = v
+    } else if (key in given) {
+      return yield* new CommandFileError({ path, problem: `"${given[key]}" and "${k}" both set ${key}: keep only one` })
+    } else {
+      given[key] = k
+      run[key] = v
+    }
+  }
   const spec = yield* Schema.decodeUnknown(RunSpec)(run).pipe(
     Effect.mapError((e) => new CommandFileError({ path, problem: `run keys: ${e.message}` }))
   )
@@ -192,6 +228,8 @@ const datasetOf = (path: string, run: RunSpec, spec: typeof DatasetSpec.Type, la
 
 interface Trainable {
   readonly name: string
+  /** The environment a row's columns go to, when there is one (not routed), to check them before the run. */
+  readonly environment?: Environment.Environment<any, any>
   readonly open: Trainer.OpenSession<any, never, never>
   readonly rewards: ReadonlyArray<Reward.RewardFunction<any, any, any, any, any>>
   readonly success: (episode: Episode.EpisodeRecord<any>, reward: number) => boolean
@@ -214,6 +252,62 @@ const native = <S, C>(
  * @since 0.0.0
  */
 export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
+  Effect.gen(function*() {
+    const base = yield* environmentTrainable(path, spec)
+    const modules = spec.rewardFuncs === undefined
+      ? []
+      : typeof spec.rewardFuncs === "string"
+      ? [spec.rewardFuncs]
+      : spec.rewardFuncs
+    const extra: Array<Reward.RewardFunction<any, any, any, any, any>> = []
+    for (const module of modules) extra.push(...(yield* rewardModule(path, module)))
+    return extra.length === 0 ? base : { ...base, rewards: [...base.rewards, ...extra] }
+  })
+
+const rewardUsage = "give the path of a module whose default export is a reward function: " +
+  "Reward.make(\"name\", (args) => numbers), Reward.perEpisode(\"name\", (episode) => number | null), " +
+  "a plain (args) => numbers function, or an array of them"
+
+const isRewardFunction = (u: unknown): u is Reward.RewardFunction<any, any, any, any, any> =>
+  typeof u === "object" && u !== null && typeof (u as { name?: unknown }).name === "string" &&
+  typeof (u as { score?: unknown }).score === "function" &&
+  typeof (u as { environmentOwned?: unknown }).environmentOwned === "boolean"
+
+/**
+ * The reward functions a `rewardFuncs` module exports: its default export (a reward function, a plain function of
+ * TRL's keyword arguments named by its own name, or an array of them), else every exported reward function.
+ */
+const rewardModule = (path: string, module: string) =>
+  Effect.gen(function*() {
+    const fail = (problem: string) => new CommandFileError({ path, problem: `rewardFuncs: ${problem}` })
+    const exports = yield* Effect.mapError(
+      Registry.importModule(module),
+      (e) => fail(e.missing ? `${e.problem}: ${rewardUsage}` : e.problem)
+    )
+    const asReward = (u: unknown, name: string): Reward.RewardFunction<any, any, any, any, any> | undefined =>
+      isRewardFunction(u)
+        ? u
+        : typeof u === "function"
+        ? Reward.make(u.name === "" || u.name === "default" ? name : u.name, u as (args: any) => any)
+        : undefined
+    const base = nodePath.basename(module).replace(/\.[^.]*$/, "")
+    const chosen = exports.default !== undefined
+      ? (Array.isArray(exports.default) ? exports.default : [exports.default]).map((u, i) =>
+        asReward(u, Array.isArray(exports.default) ? `${base}_${i}` : base)
+      )
+      : Object.values(exports).filter(isRewardFunction)
+    if (chosen.length === 0 || chosen.some((r) => r === undefined)) {
+      return yield* fail(
+        `${module} exports no reward function (its default export is ${
+          exports.default === undefined ? "missing" : "not one"
+        }): ${rewardUsage}`
+      )
+    }
+    return chosen as Array<Reward.RewardFunction<any, any, any, any, any>>
+  })
+
+/** The environment's (or recipe's) trainable part, scored by its own reward. */
+const environmentTrainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
     if (spec.envConcurrency !== undefined) {
       if (spec.envUrl === undefined) {
@@ -254,9 +348,11 @@ export const trainable = (path: string, spec: RunSpec): Effect.Effect<Trainable,
       const { reward, success } = yield* scored(entry)
       return {
         name: entry.name,
+        environment: env,
         open: native(env, spec.toolsInPrompt),
         rewards: [Reward.fromEnvironment(entry.name, (_s: unknown): _s is unknown => true, reward)],
-        success: (e, r) => e.state !== undefined && success(e.state, r)
+        // The environment's rule reads the environment's own reward, not a sum that rewardFuncs may add to.
+        success: (e) => e.state !== undefined && success(e.state, reward(e.state) ?? Number.NaN)
       }
     }
     return yield* routed(path, spec, environment, problem, scored)
@@ -301,6 +397,7 @@ const fromRecipe = (path: string, spec: RunSpec, name: string): Effect.Effect<Tr
     )
     return {
       name: recipe.name,
+      environment: env,
       open: native(env, spec.toolsInPrompt),
       rewards: recipe.rewardFunctions,
       success: (e, _r) => e.state !== undefined && recipe.success(e.state)
@@ -360,9 +457,10 @@ const routed = (
           (s: Routed) => scoring[name].reward(s.state)
         )
       ),
-      success: (e, r) => {
+      success: (e) => {
         const s = e.state as Routed | undefined
-        return s !== undefined && scoring[s.active] !== undefined && scoring[s.active].success(s.state, r)
+        const scorer = s === undefined ? undefined : scoring[s.active]
+        return s !== undefined && scorer !== undefined && scorer.success(s.state, scorer.reward(s.state) ?? Number.NaN)
       }
     }
   })
@@ -396,8 +494,20 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
     })
   })
 
-const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) =>
-  spec.backend === "gpu" ? Effect.provide(Effect.scoped(effect), Gpu.layer()) : Effect.scoped(effect)
+const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) => {
+  const strict = Effect.provideService(effect, Environment.StrictColumns, spec.strictColumns)
+  if (spec.backend === "cpu") return Effect.scoped(strict)
+  // Which adapter `backend: gpu` got is said: on a machine without a GPU driver it is a software one (lavapipe).
+  const adapter = Effect.flatMap(Gpu.Gpu, ({ adapter }) =>
+    adapter.isSoftware
+      ? Effect.logWarning(
+        `backend gpu: the only WebGPU adapter is a software one (${Gpu.describe(adapter)}), so the run is on ` +
+          "the CPU through it: install the GPU's Vulkan driver for a hardware adapter (envtrain doctor " +
+          "--require-hardware checks)"
+      )
+      : Effect.logInfo(`backend gpu: ${Gpu.describe(adapter)}`))
+  return Effect.provide(Effect.scoped(Effect.zipRight(adapter, strict)), Gpu.layer())
+}
 
 // Context length for the GPU model: the rendered prompt (with tools) plus the completion budget.
 const sequenceLength = (config: Config.GRPOConfig) => Math.min(4096, config.maxCompletionLength + 1024)
@@ -408,6 +518,7 @@ export const train = Effect.fn("CommandFile.train")(function*(path: string, over
   const env = yield* trainable(path, spec)
   if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
   const dataset = yield* datasetOf(path, spec, spec.dataset, "dataset")
+  yield* checkColumns(path, spec, env, dataset, "dataset")
   const evalDataset = spec.evalDataset === undefined
     ? undefined
     : yield* datasetOf(path, spec, spec.evalDataset, "evalDataset")
@@ -432,8 +543,40 @@ export const train = Effect.fn("CommandFile.train")(function*(path: string, over
   )
 })
 
-/** The SFT transcripts: a JSONL file, or a recipe's solver playing the given seeds (as the examples make them). */
-const sftTranscripts = (path: string, spec: RunSpec) =>
+/**
+ * strictColumns, before the run: a dataset column the environment's columns Schema does not declare is named here,
+ * as the command file's error (the episodes would refuse it too, as a failure of the run).
+ */
+const checkColumns = (
+  path: string,
+  spec: RunSpec,
+  env: Trainable,
+  dataset: Dataset.Dataset,
+  label: string
+) =>
+  Effect.gen(function*() {
+    if (!spec.strictColumns || env.environment === undefined) return
+    const extra = new Set<string>()
+    for (const { prompt: _prompt, ...columns } of dataset.rows) {
+      for (const c of Environment.undeclaredColumns(env.environment, columns)) extra.add(c)
+    }
+    if (extra.size > 0) {
+      return yield* new CommandFileError({
+        path,
+        problem: `strictColumns: the ${label}'s columns ${
+          [...extra].join(", ")
+        } are not in environment '${env.environment.name}''s columns Schema: declare them in its columns, or remove them from the ${label}`
+      })
+    }
+  })
+
+/**
+ * What `sft` trains on: the transcripts of a JSONL file, or of a solver playing the given seeds (a recipe's, as the
+ * examples make them, or a module environment's Definition `solver`).
+ *
+ * @since 0.0.0
+ */
+export const sftTranscripts = (path: string, spec: RunSpec) =>
   Effect.gen(function*() {
     const data = spec.sftData
     if (data === undefined) {
@@ -443,13 +586,9 @@ const sftTranscripts = (path: string, spec: RunSpec) =>
       })
     }
     if (typeof data === "string") return yield* SftTrainer.fromJsonl(data)
-    if (spec.recipe === undefined) {
-      return yield* new CommandFileError({
-        path,
-        problem: `sftData { seeds, errorRate } plays a recipe's solver: set recipe (${recipeNames()})`
-      })
-    }
-    const recipe = yield* recipeNamed(path, spec.recipe)
+    const recipe = spec.recipe === undefined
+      ? yield* solverRecipe(path, spec)
+      : yield* recipeNamed(path, spec.recipe)
     const transcripts = yield* SftData.collect(recipe, {
       seeds: Dataset.range(data.seeds[0], data.seeds[1]),
       errorRate: data.errorRate,
@@ -457,6 +596,56 @@ const sftTranscripts = (path: string, spec: RunSpec) =>
     })
     // As the examples train: without tool schemas in the prompt unless toolsInPrompt.
     return spec.toolsInPrompt ? transcripts : transcripts.map((t) => ({ messages: t.messages }))
+  })
+
+/**
+ * A one-environment recipe around a definition's `solver` (a module's `environment:`), so `sftData: { seeds,
+ * errorRate }` warms up one's own environment as the built-in recipes do: the dataset's prompt, the solver's calls,
+ * no reasoning line, and "Done." to close.
+ */
+const solverRecipe = (path: string, spec: RunSpec) =>
+  Effect.gen(function*() {
+    const usage = "sftData { seeds, errorRate } plays a solver's games"
+    if (typeof spec.environment !== "string") {
+      return yield* new CommandFileError({
+        path,
+        problem: `${usage}: set recipe (${recipeNames()}), or environment (one module whose definition has a solver)`
+      })
+    }
+    const entry = yield* Effect.mapError(
+      Registry.load(spec.environment),
+      (e) => new CommandFileError({ path, problem: e.message })
+    )
+    const solver = entry.solver
+    if (solver === undefined || entry.environment === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `${usage}, and environment '${entry.name}' has no solver: give its Definition.make a solver ` +
+          `((options) => (episode) => …), set recipe (${recipeNames()}) for a built-in's, or give sftData as a ` +
+          "JSONL path of {messages, tools} transcripts"
+      })
+    }
+    const dataset = spec.dataset
+    if (dataset === undefined || typeof dataset === "string" || dataset.prompt === undefined) {
+      return yield* new CommandFileError({
+        path,
+        problem: `${usage}: set dataset: { seeds: [a, b], prompt: "…" } (the prompt the transcripts begin with)`
+      })
+    }
+    const prompt = dataset.prompt
+    const columns = dataset.columns
+    const recipe: Recipe.Recipe<any> = {
+      name: entry.name,
+      environment: entry.environment,
+      prompt: () => [{ role: "user", content: prompt }],
+      ...(columns === undefined ? {} : { columns: () => columns }),
+      rewardFunctions: [],
+      success: () => false,
+      player: solver,
+      reasoning: () => "",
+      closing: () => "Done."
+    }
+    return recipe
   })
 
 /** `sft CONFIG [key=value ...]`: the supervised warm-up on the file's transcripts. */
@@ -488,6 +677,7 @@ export const evaluate = Effect.fn("CommandFile.evaluate")(function*(path: string
   const source = spec.evalDataset ?? spec.dataset
   if (source === undefined) return yield* new CommandFileError({ path, problem: "set evalDataset" })
   const dataset = yield* datasetOf(path, spec, source, "evalDataset")
+  yield* checkColumns(path, spec, env, dataset, "evalDataset")
   return yield* withDevice(
     spec,
     Effect.gen(function*() {

@@ -36,6 +36,27 @@ const Positive = Schema.Finite.pipe(Schema.greaterThan(0))
 const withDefault = <A, I>(schema: Schema.Schema<A, I, never>, value: A, description: string) =>
   Schema.optionalWith(schema.annotations({ description }), { default: () => value })
 
+const trackerNames: ReadonlyArray<string> = ["trackio", "tensorboard"]
+
+/**
+ * TRL's `report_to`: one name or a list, read as a list; `"none"` (alone) is none. A name envtrain does not write is
+ * refused naming the ones it does (`"all"` too: it would mean whatever happens to be installed).
+ */
+const ReportTo = Schema.transform(
+  Schema.Union(Schema.String, Schema.Array(Schema.String)),
+  Schema.Array(Schema.String),
+  {
+    strict: true,
+    decode: (v) => (typeof v === "string" ? [v] : v).filter((n) => n !== "none"),
+    encode: (v) => v
+  }
+).pipe(Schema.filter((names) => {
+  const unknown = names.filter((n) => !trackerNames.includes(n))
+  return unknown.length === 0 ||
+    `report_to names ${unknown.map((n) => JSON.stringify(n)).join(", ")}, which envtrain does not write: it writes ` +
+      `${trackerNames.join(", ")} (or "none"; metrics.jsonl and report.html are always written)`
+}))
+
 /** Loss variants (TRL `loss_type`). `dapo` is the default. */
 export const LossType = Schema.Literal("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 /** @since 0.0.0 */
@@ -254,6 +275,22 @@ export const GRPOConfig = Schema.Struct({
     "How many completions to print per logging step; null = all of the latest generation batch."
   ),
   logUniquePrompts: withDefault(Schema.Boolean, false, "Deduplicate the completions table by prompt."),
+  reportTo: withDefault(
+    ReportTo,
+    [],
+    "Trackers to log the metrics to besides metrics.jsonl and report.html (TRL report_to): trackio, tensorboard, " +
+      "or none."
+  ),
+  runName: withDefault(
+    Schema.NullOr(Schema.String),
+    null,
+    "The run's name in the trackers (TRL run_name); null = the report's title."
+  ),
+  project: withDefault(
+    Schema.String,
+    "huggingface",
+    "Trackio's project (TrainingArguments project; the TRACKIO_PROJECT environment variable overrides it)."
+  ),
   // --- rendering ---
   chatTemplateKwargs: withDefault(
     Schema.Record({ key: Schema.String, value: Schema.Unknown }),
@@ -376,11 +413,11 @@ const levenshtein = (a: string, b: string): number => {
 }
 
 /** The closest known key (camelCase or snake_case, whichever the user wrote) if it is plausibly a typo. */
-export const suggest = (key: string): string | undefined => {
+export const suggest = (key: string, extra: ReadonlyArray<string> = []): string | undefined => {
   const snake = key.includes("_")
   const candidates = snake
-    ? [...fieldNames.map(snakeCase), ...Object.keys(aliases)]
-    : [...fieldNames]
+    ? [...fieldNames.map(snakeCase), ...Object.keys(aliases), ...extra.map(snakeCase)]
+    : [...fieldNames, ...extra]
   const lower = key.toLowerCase()
   let best: string | undefined
   let bestDistance = Infinity

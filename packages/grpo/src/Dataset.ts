@@ -91,6 +91,12 @@ const decodeRow = (value: unknown, line: number, source: string): Effect.Effect<
     return Effect.fail(new DatasetError({ source, problem: `line ${line} is not a JSON object` }))
   }
   const record = value as Record<string, unknown>
+  if (record.prompt !== undefined && record.messages !== undefined) {
+    // One would be dropped without a word: which the row means is the writer's to say.
+    return Effect.fail(
+      new DatasetError({ source, problem: `line ${line} has both "prompt" and "messages": keep one of them` })
+    )
+  }
   const raw = record.prompt ?? record.messages
   if (raw === undefined) {
     // TRL: with an environment a row may omit the prompt; it defaults to an empty user message.

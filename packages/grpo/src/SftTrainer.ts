@@ -246,7 +246,13 @@ export const train = (options: SftOptions) =>
         numTokens: 0,
         config: config as unknown as Record<string, unknown>
       },
-      logs: [Metrics.files.metrics]
+      logs: [Metrics.files.metrics],
+      trackers: {
+        reportTo: config.reportTo,
+        runName: config.runName,
+        project: config.project,
+        config: config as unknown as Record<string, unknown>
+      }
     })
     let { batch, epoch } = loop.state().position
     let numTokens = loop.state().numTokens

@@ -399,7 +399,13 @@ const openRun = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>
         pending: [],
         config: options.config as unknown as Record<string, unknown>
       },
-      logs: [Metrics.files.metrics, Metrics.files.completions, Metrics.files.evaluations]
+      logs: [Metrics.files.metrics, Metrics.files.completions, Metrics.files.evaluations],
+      trackers: {
+        reportTo: config.reportTo,
+        runName: config.runName,
+        project: config.project,
+        config: options.config as unknown as Record<string, unknown>
+      }
     })
     const feed = feedOf(loop.state())
     const flat = yield* flatCounter(loop)
@@ -790,6 +796,7 @@ const evaluator = <State, E, R, RE, RR>(
       })
       results.push(result)
       yield* Evaluation.write(loop.outputDir, result)
+      yield* loop.track(step, result.metrics)
       yield* loop.progress.log(Evaluation.formatTable(result))
     })
   return { results, evaluate }

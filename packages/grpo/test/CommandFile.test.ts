@@ -194,7 +194,7 @@ describe("CommandFile", () => {
         )
         yield* write(["sftData: { seeds: [0, 4], errorRate: 0.2 }"])
         const noRecipe = yield* Effect.flip(CommandFile.sft(file, []))
-        assert.include(noRecipe.message, "plays a recipe's solver: set recipe")
+        assert.include(noRecipe.message, "plays a solver's games: set recipe")
       }).pipe(Effect.provide(NodeContext.layer)),
     120_000
   )

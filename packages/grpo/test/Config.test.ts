@@ -373,7 +373,7 @@ describe("Config: TRL keys without an envtrain field", () => {
       for (
         const expected of [
           "bf16: envtrain trains with float32 weights, gradients and optimizer state",
-          "report_to: envtrain logs metrics to <outputDir>/metrics.jsonl",
+          "report_to names \"wandb\", which envtrain does not write: it writes trackio, tensorboard",
           "remove_unused_columns: envtrain passes every dataset column",
           "entropy_coef: envtrain's loss has no entropy bonus",
           "sync_ref_model: envtrain's KL reference (beta > 0) is the model as it was at the start",

@@ -60,5 +60,12 @@ describe("Dataset", () => {
       const exit = yield* Effect.exit(Dataset.fromJsonl(file))
       assert.isTrue(Exit.isFailure(exit))
       if (Exit.isFailure(exit)) assert.include(String(exit.cause), "line 1")
+      // Both forms on one row: refused, not one of them dropped.
+      yield* fs.writeFileString(
+        file,
+        `{"prompt": "a"}\n{"prompt": "b", "messages": [{"role": "user", "content": "c"}]}\n`
+      )
+      const both = yield* Effect.flip(Dataset.fromJsonl(file))
+      assert.include(both.message, "line 2 has both \"prompt\" and \"messages\": keep one of them")
     }).pipe(Effect.provide(NodeContext.layer)))
 })

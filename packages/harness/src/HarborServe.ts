@@ -9,7 +9,9 @@
  *   verifier's `reward` (null = never graded, not 0) and `rewards`, the captured `turns` (engine token ids, logprobs,
  *   loss mask, node id, tool calls, request messages), `conversations`, counts, `wall_s`; failures come back as
  *   `ok: false` with `error` and `exception_type`, never raised. The other keyword arguments of OpenEnv's tool are
- *   accepted; `sandbox` must be `bubblewrap` (envtrain's only backend) and `llm_url` empty or the server's own.
+ *   accepted; `sandbox` must be `bubblewrap` (envtrain's only backend) and `llm_url` empty or the server's own. A
+ *   harness or sandbox this server does not run is refused (`ok: false`, naming what it runs), unless the operator
+ *   aliased the name (`aliases`): then `param_fixes` says what ran instead.
  * - `list_tasks(split, start=0, stop=20)` → JSON list of `HarborTaskRef` (`index, task_id, task_name, dataset,
  *   instruction`).
  * - `capabilities()` → JSON: `harnesses`, `sandboxes`, `datasets` (splits with task counts), `llm`.
@@ -27,7 +29,7 @@
  */
 import type { FileSystem, Path } from "@effect/platform"
 import { OpenEnv, TaskApi } from "@envtrain/env"
-import { Effect, Either, Schema } from "effect"
+import { Data, Effect, Either, Schema } from "effect"
 import type { RunningCaptureProxy } from "./CaptureProxy.js"
 import type * as HarborTask from "./HarborTask.js"
 import * as HarnessSession from "./HarnessSession.js"
@@ -44,6 +46,26 @@ export interface HarborServeOptions {
   readonly agents: ReadonlyArray<HarnessSession.Agent>
   /** Default 8 (OpenEnv's). */
   readonly defaultMaxConcurrentEnvs?: number
+  /**
+   * Names a request may give for what this server runs instead, set by the operator (`--harness-alias
+   * opencode=bash-agent`, `--sandbox-alias e2b=bubblewrap`): OpenEnv's client sends `harness="opencode"` and
+   * `sandbox="e2b"` unless told otherwise. Without an alias such a request is refused; with one, the result's
+   * `harness`/`sandbox` say what ran and `param_fixes` says what was mapped.
+   */
+  readonly aliases?: {
+    readonly harness?: Readonly<Record<string, string>>
+    readonly sandbox?: Readonly<Record<string, string>>
+  }
+}
+
+/** The only sandbox backend envtrain has. @since 0.0.0 */
+export const sandboxBackend = "bubblewrap"
+
+/** A configuration error of the server itself (an alias naming nothing this server runs). @since 0.0.0 */
+export class HarborServeError extends Data.TaggedError("HarborServeError")<{ readonly problem: string }> {
+  override get message() {
+    return this.problem
+  }
 }
 
 const str = { type: "string" } as const
@@ -222,8 +244,29 @@ export const resultOf = (
   }
 }
 
-const asString = (v: unknown, fallback: string) => (typeof v === "string" ? v : fallback)
-const asNumber = (v: unknown, fallback: number) => (typeof v === "number" && Number.isFinite(v) ? v : fallback)
+/**
+ * A tool's keyword arguments, read by type: absent (or null) gives the tool's default; a value of another type is a
+ * problem named in the answer, never replaced by the default.
+ */
+const argumentReader = (args: Readonly<Record<string, unknown>>) => {
+  const problems: Array<string> = []
+  const read = <A>(key: string, fallback: A, ok: (v: unknown) => v is A, kind: string): A => {
+    const v = args[key]
+    if (v === undefined || v === null) return fallback
+    if (ok(v)) return v
+    problems.push(`${key} must be ${kind}, got ${JSON.stringify(v)}`)
+    return fallback
+  }
+  return {
+    problems,
+    string: (key: string, fallback: string) =>
+      read(key, fallback, (v): v is string => typeof v === "string", "a string"),
+    number: (key: string, fallback: number) =>
+      read(key, fallback, (v): v is number => typeof v === "number" && Number.isFinite(v), "a number"),
+    integer: (key: string, fallback: number) =>
+      read(key, fallback, (v): v is number => typeof v === "number" && Number.isInteger(v), "an integer")
+  }
+}
 
 /**
  * The Harbor MCP environment over a suite, a capture proxy and agents. Needs FileSystem and Path (captured from
@@ -238,14 +281,37 @@ export const definition = (options: HarborServeOptions) =>
     const provider = taskProvider(options.suite)
     const agents = new Map(options.agents.map((a) => [a.name, a]))
     const defaultAgent = options.agents[0]
+    const harnessAliases = options.aliases?.harness ?? {}
+    const sandboxAliases = options.aliases?.sandbox ?? {}
+    for (const [from, to] of Object.entries(harnessAliases)) {
+      if (!agents.has(to)) {
+        return yield* new HarborServeError({
+          problem: `--harness-alias ${from}=${to}: this server has no harness "${to}" (it runs ${
+            [...agents.keys()].join(", ")
+          })`
+        })
+      }
+    }
+    for (const [from, to] of Object.entries(sandboxAliases)) {
+      if (to !== sandboxBackend) {
+        return yield* new HarborServeError({
+          problem: `--sandbox-alias ${from}=${to}: envtrain's only sandbox is ${sandboxBackend}`
+        })
+      }
+    }
+    const available = [...agents.keys()].join(", ")
 
     const runRollout = (args: Readonly<Record<string, unknown>>) =>
       Effect.gen(function*() {
-        const split = asString(args.split, "")
-        const index = asNumber(args.task_index, 0)
-        const harness = asString(args.harness, defaultAgent.name)
-        const sandbox = asString(args.sandbox, "bubblewrap")
+        const read = argumentReader(args)
+        const split = read.string("split", "")
+        const index = read.integer("task_index", 0)
+        const harness = read.string("harness", defaultAgent.name)
+        const sandbox = read.string("sandbox", sandboxBackend)
+        const llmUrl = read.string("llm_url", "")
+        const timeoutSec = read.number("agent_timeout_sec", 0)
         const identity = { split, harness, sandbox, dataset: split || splits[0].name }
+        if (read.problems.length > 0) return failedResult(identity, read.problems.join("; "), "TypeError")
         const found = TaskApi.task(provider, split, index)
         if (Either.isLeft(found)) {
           return failedResult(
@@ -257,8 +323,15 @@ export const definition = (options: HarborServeOptions) =>
         const ref = found.right as HarborTaskRef
         const chosen = splits.find((s) => s.name === ref.dataset)!
         const task = chosen.tasks[ref.index]
-        const agent = agents.get(harness) ??
-          (harness === "opencode" || harness === "" ? defaultAgent : undefined)
+        // "" asks for nothing in particular: the server's default. Any other name runs as itself, or as what the
+        // operator aliased it to (said in param_fixes); nothing else is substituted.
+        const paramFixes: Array<string> = []
+        const harnessName = harness === "" ? defaultAgent.name : harness
+        const aliasedHarness = agents.has(harnessName) ? undefined : harnessAliases[harnessName]
+        const agent = agents.get(aliasedHarness ?? harnessName)
+        if (aliasedHarness !== undefined) {
+          paramFixes.push(`harness "${harness}" ran as "${aliasedHarness}" (the server's --harness-alias)`)
+        }
         const withTask = {
           ...identity,
           dataset: chosen.name,
@@ -269,18 +342,23 @@ export const definition = (options: HarborServeOptions) =>
         if (agent === undefined) {
           return failedResult(
             withTask,
-            `unknown harness "${harness}"; this server runs ${[...agents.keys()].join(", ")}`,
+            `harness "${harness}" is not available: this server runs ${available} (pass harness="${defaultAgent.name}"` +
+              `, or the server's operator maps the name with --harness-alias ${harness}=${defaultAgent.name})`,
             "ValueError"
           )
         }
-        if (sandbox !== "bubblewrap" && sandbox !== "e2b" && sandbox !== "") {
-          return failedResult(
-            withTask,
-            `sandbox "${sandbox}" is not available; envtrain runs bubblewrap sandboxes`,
-            "ValueError"
-          )
+        if (sandbox !== sandboxBackend && sandbox !== "") {
+          if (sandboxAliases[sandbox] !== sandboxBackend) {
+            return failedResult(
+              withTask,
+              `sandbox "${sandbox}" is not available: envtrain runs ${sandboxBackend} sandboxes (pass ` +
+                `sandbox="${sandboxBackend}", or the server's operator maps the name with --sandbox-alias ` +
+                `${sandbox}=${sandboxBackend})`,
+              "ValueError"
+            )
+          }
+          paramFixes.push(`sandbox "${sandbox}" ran as "${sandboxBackend}" (the server's --sandbox-alias)`)
         }
-        const llmUrl = asString(args.llm_url, "")
         if (llmUrl !== "" && llmUrl.replace(/\/+$/, "") !== options.llmUrl.replace(/\/+$/, "")) {
           return failedResult(
             withTask,
@@ -288,7 +366,6 @@ export const definition = (options: HarborServeOptions) =>
             "ValueError"
           )
         }
-        const timeoutSec = asNumber(args.agent_timeout_sec, 0)
         const factory = HarnessSession.makeFactory({
           tasks: [task],
           agent,
@@ -300,11 +377,15 @@ export const definition = (options: HarborServeOptions) =>
         const trial = `${task.name}-${crypto.randomUUID().slice(0, 8)}`
         const outcome = yield* Effect.either(HarnessSession.rollout(factory, task.instruction, index, trial))
         const seconds = (Date.now() - started) / 1000
-        const full = { ...withTask, sandbox: "bubblewrap", trial_name: trial, session_id: trial }
+        const full = { ...withTask, sandbox: sandboxBackend, trial_name: trial, session_id: trial }
         if (outcome._tag === "Left") {
-          return { ...failedResult(full, outcome.left.message, outcome.left._tag), wall_s: seconds }
+          return {
+            ...failedResult(full, outcome.left.message, outcome.left._tag),
+            param_fixes: paramFixes,
+            wall_s: seconds
+          }
         }
-        return resultOf(full, outcome.right, seconds)
+        return { ...resultOf(full, outcome.right, seconds), param_fixes: paramFixes }
       }).pipe(
         // Failures are returned, never raised (OpenEnv's rule): a defect too.
         Effect.catchAllDefect((d) => Effect.succeed(failedResult({}, String(d), "InternalError")))
@@ -315,18 +396,18 @@ export const definition = (options: HarborServeOptions) =>
         if (name === "run_rollout") return Effect.map(Effect.provide(runRollout(args), runtime), text)
         if (name === "list_tasks") {
           // The Task API's task_range, as OpenEnv's tool is (an unknown split lists nothing here).
-          const listed = TaskApi.range(
-            provider,
-            asString(args.split, ""),
-            asNumber(args.start, 0),
-            asNumber(args.stop, 20)
-          )
+          const read = argumentReader(args)
+          const range = [read.string("split", ""), read.integer("start", 0), read.integer("stop", 20)] as const
+          if (read.problems.length > 0) {
+            return Effect.fail(new OpenEnv.McpToolError({ kind: "invalid_args", message: read.problems.join("; ") }))
+          }
+          const listed = TaskApi.range(provider, ...range)
           return Effect.succeed(text(Either.getOrElse(listed, () => [])))
         }
         if (name === "capabilities") {
           return Effect.succeed(text({
             harnesses: options.agents.map((a) => a.name),
-            sandboxes: ["bubblewrap"],
+            sandboxes: [sandboxBackend],
             datasets: TaskApi.descriptors(provider),
             llm: { url: options.llmUrl, model: options.model, tier: "train" }
           }))

@@ -8,6 +8,7 @@ import type * as Environment from "../Environment.js"
 import { McpAction } from "../OpenEnv.js"
 import type { RemoteOptions } from "../Remote.js"
 import * as Tool from "../Tool.js"
+import { callToolError, stepOrToolError } from "./serverToolErrors.js"
 
 /** What a tool call after the episode's end answers (in process and remote alike). */
 export const EPISODE_DONE = "Episode is done."
@@ -68,17 +69,14 @@ export const mcpRemote = <State, Columns>(o: {
         over
           ? Effect.fail(new Tool.GameOver({ message: EPISODE_DONE }))
           : client.step({ type: "call_tool", tool_name: tool, arguments: params as Record<string, unknown> }).pipe(
-            // Transport failures are not the model's fault: defects carrying the typed client error.
-            Effect.orDie,
+            stepOrToolError,
             Effect.flatMap((r) => {
               over = r.done
               last = { reward: r.reward, done: r.done }
               const error = r.observation.error
               return error === undefined || error === null
                 ? Effect.succeed(resultText(r.observation.result))
-                : error.error_type === "execution_error"
-                ? Effect.fail(new Tool.ToolError({ message: error.message }))
-                : Effect.die(new Error(`${o.name} at ${o.url}: ${error.error_type}: ${error.message}`))
+                : Effect.fail(callToolError(tool, error))
             })
           ),
       state: Effect.map(

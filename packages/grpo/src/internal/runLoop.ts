@@ -10,6 +10,7 @@ import { Cause, Effect, Exit, Option } from "effect"
 import * as Metrics from "../Metrics.js"
 import * as Progress from "../Progress.js"
 import * as Report from "../Report.js"
+import * as Trackers from "../Trackers.js"
 import * as TrainerState from "../TrainerState.js"
 import type { TrainableModel } from "./model.js"
 
@@ -34,6 +35,13 @@ export interface OpenOptions {
   readonly initial: Omit<TrainerState.State, "kind" | "globalStep" | "totalSteps">
   /** The JSONL logs the run appends to in outputDir: removed on a fresh start, cut back to the checkpoint on resume. */
   readonly logs: ReadonlyArray<string>
+  /** The trackers to log to as well (`report_to`), with the run's name there, Trackio's project and the config. */
+  readonly trackers?: {
+    readonly reportTo: ReadonlyArray<string>
+    readonly runName: string | null
+    readonly project: string
+    readonly config: Readonly<Record<string, unknown>>
+  }
 }
 
 /** An opened run: its output directory and committed state, between the trainer and {@link run}. */
@@ -64,6 +72,11 @@ export interface Loop {
   readonly saved: () => boolean
   /** The newest checkpoint this run resumed from or wrote. */
   readonly checkpoint: () => string | undefined
+  /** Logs values at a step to the run's trackers (`report_to`), their names as given. */
+  readonly track: (
+    step: number,
+    values: Readonly<Record<string, number | null>>
+  ) => Effect.Effect<void, Trackers.TrackerError>
 }
 
 /**
@@ -103,10 +116,18 @@ export const open = (settings: RunSettings, options: OpenOptions) =>
     let lastSaved = Option.isSome(resumeFrom) ? startStep : -1
     let lastCheckpoint = Option.getOrUndefined(resumeFrom)
     const base = path.basename(outputDir)
+    const title = settings.title ?? (options.kind === "sft" ? `${base} (SFT)` : base)
+    const trackers = options.trackers === undefined ? [] : yield* Trackers.open(options.trackers.reportTo, {
+      outputDir,
+      runName: options.trackers.runName ?? title,
+      project: options.trackers.project,
+      config: options.trackers.config
+    })
+    for (const t of trackers) yield* progress.log(`report_to ${t.name}: ${t.location}`)
     return {
       kind: options.kind,
       outputDir,
-      title: settings.title ?? (options.kind === "sft" ? `${base} (SFT)` : base),
+      title,
       totalSteps,
       startStep,
       stopAt: settings.stopAfter === undefined ? totalSteps : Math.min(totalSteps, startStep + settings.stopAfter),
@@ -127,7 +148,8 @@ export const open = (settings: RunSettings, options: OpenOptions) =>
         )
       ),
       saved: () => committed.globalStep === lastSaved,
-      checkpoint: () => lastCheckpoint
+      checkpoint: () => lastCheckpoint,
+      track: (step, values) => Effect.forEach(trackers, (t) => t.log(step, values), { discard: true })
     } satisfies Loop
   })
 
@@ -201,7 +223,9 @@ export const run = <A, E, R, EE = never, ER = never, LE = never, LR = never>(
       const last = globalStep === stopAt
       const logging = globalStep % options.loggingSteps === 0 || last
       if (logging) {
-        yield* Metrics.append(loop.file(Metrics.files.metrics), [acc.flush({ step: globalStep, epoch: stepped.epoch })])
+        const record = acc.flush({ step: globalStep, epoch: stepped.epoch })
+        yield* Metrics.append(loop.file(Metrics.files.metrics), [record])
+        yield* loop.track(globalStep, Trackers.trainKeys(record))
         if (options.logged !== undefined) yield* options.logged(globalStep)
       }
       const evaluating = evaluation !== undefined && globalStep % evaluation.evalSteps === 0

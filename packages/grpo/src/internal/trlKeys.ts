@@ -104,8 +104,9 @@ export const checks: Readonly<Record<string, Check>> = {
   torch_empty_cache_steps: accept, // no torch allocator
   // --- data ---
   remove_unused_columns: falseOr(
-    "envtrain passes every dataset column to reset and to the reward functions (TRL's remove_unused_columns: " +
-      "false): remove it"
+    "envtrain passes every dataset column to the reward functions, and to reset those the environment's columns " +
+      "Schema declares (TRL's remove_unused_columns: false; others are warned about once, or refused with " +
+      "strictColumns): remove it"
   ),
   pad_to_multiple_of: accept, // padding changes no result; envtrain pads nothing
   // --- the reference model ---
@@ -126,11 +127,6 @@ export const checks: Readonly<Record<string, Check>> = {
   log_multimodal: boolean, // envtrain's completions are text
   log_completions_hub_repo: nullOr(
     "envtrain writes completions to <outputDir>/completions.jsonl (logCompletions) and uploads nothing: remove it"
-  ),
-  report_to: only(
-    (v) => nullish(v) || v === "none" || (Array.isArray(v) && v.length === 0),
-    "envtrain logs metrics to <outputDir>/metrics.jsonl (TRL's metric names) and draws report.html; it has no " +
-      "tracker integration: remove report_to or set it to \"none\""
   ),
   logging_strategy: only(
     (v) => v === "steps" || nullish(v),
@@ -153,8 +149,8 @@ export const checks: Readonly<Record<string, Check>> = {
       "remove it"
   ),
   do_train: accept,
-  do_eval: accept,
-  run_name: accept // the report's title comes from the command file's `title`
+  do_eval: accept
+  // run_name, report_to and project are GRPOConfig fields (runName, reportTo, project).
 }
 
 /**

@@ -14,7 +14,7 @@
  */
 import { Args, Command, Options } from "@effect/cli"
 import { Server } from "@envtrain/env"
-import { Console, Effect, Option } from "effect"
+import { Console, Effect, HashMap, Option } from "effect"
 import * as CaptureProxy from "../CaptureProxy.js"
 import * as HarborServe from "../HarborServe.js"
 import * as HarborTask from "../HarborTask.js"
@@ -59,6 +59,20 @@ export const serve = Command.make(
       Options.withDefault(512),
       Options.withDescription("max_tokens per call")
     ),
+    harnessAlias: Options.keyValueMap("harness-alias").pipe(
+      Options.optional,
+      Options.withDescription(
+        "NAME=HARNESS: run HARNESS when a request asks for NAME (OpenEnv's client asks for opencode unless told); " +
+          "without it such a request is refused. Each result's param_fixes says what ran"
+      )
+    ),
+    sandboxAlias: Options.keyValueMap("sandbox-alias").pipe(
+      Options.optional,
+      Options.withDescription(
+        "NAME=bubblewrap: run a bubblewrap sandbox when a request asks for NAME (OpenEnv's client asks for e2b " +
+          "unless told); without it such a request is refused. Each result's param_fixes says what ran"
+      )
+    ),
     venv: Options.directory("venv").pipe(
       Options.optional,
       Options.withDescription("a Python venv holding mini-swe-agent: offers the mini-swe-agent harness too")
@@ -83,7 +97,16 @@ export const serve = Command.make(
           ]
         })
       ]
-      const definition = yield* HarborServe.definition({ suite, proxy, llmUrl: args.llmUrl, model, agents })
+      const aliases = (o: Option.Option<HashMap.HashMap<string, string>>) =>
+        Option.match(o, { onNone: () => ({}), onSome: (m) => Object.fromEntries(HashMap.toEntries(m)) })
+      const definition = yield* HarborServe.definition({
+        suite,
+        proxy,
+        llmUrl: args.llmUrl,
+        model,
+        agents,
+        aliases: { harness: aliases(args.harnessAlias), sandbox: aliases(args.sandboxAlias) }
+      })
       const server = yield* Server.serve(definition, {
         host: args.host,
         port: args.port,

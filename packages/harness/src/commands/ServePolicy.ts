@@ -16,7 +16,7 @@ import { Command, Options } from "@effect/cli"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import { Gpu } from "@envtrain/gpu/runtime/Gpu"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
-import { Duration, Effect, Layer, Option } from "effect"
+import { Data, Duration, Effect, Layer, Option } from "effect"
 import * as PolicyBackend from "../PolicyBackend.js"
 
 const options = {
@@ -58,11 +58,19 @@ const options = {
     )
   ),
   stepsPerSubmit: Options.integer("steps-per-submit").pipe(
-    Options.withDefault(8),
+    Options.optional,
     Options.withDescription(
-      "gpu backend: decode steps per GPU submit (requests join, and streams get a chunk, between submits)"
+      "gpu backend: decode steps per GPU submit (requests join, and streams get a chunk, between submits); " +
+        "default 8"
     )
   )
+}
+
+/** A flag combination serve-policy cannot honour; the message names the fix. */
+export class ServePolicyUsageError extends Data.TaggedError("ServePolicyUsageError")<{ readonly problem: string }> {
+  override get message() {
+    return this.problem
+  }
 }
 
 /** `serve-policy`. */
@@ -73,6 +81,12 @@ export const command = Command.make("serve-policy", options, (a) =>
       maxBatchSize: a.maxBatch,
       ...Option.match(a.maxModelLen, { onNone: () => ({}), onSome: (contextLength) => ({ contextLength }) })
     }
+    // A GPU-only setting given with the CPU backend would change nothing: said, not ignored.
+    if (a.backend === "cpu" && Option.isSome(a.stepsPerSubmit)) {
+      return yield* new ServePolicyUsageError({
+        problem: "--steps-per-submit sets the gpu backend's decode steps per GPU submit: drop it with --backend cpu"
+      })
+    }
     const backend = a.backend === "cpu"
       ? yield* PolicyBackend.cpu(model, {
         ...backendOptions,
@@ -81,7 +95,10 @@ export const command = Command.make("serve-policy", options, (a) =>
       : a.backend === "reference"
       ? yield* PolicyBackend.reference(model, backendOptions)
       // The device lives as long as the server: built in the command's scope, not the backend constructor's.
-      : yield* PolicyBackend.gpu(model, { ...backendOptions, stepsPerSubmit: a.stepsPerSubmit }).pipe(
+      : yield* PolicyBackend.gpu(model, {
+        ...backendOptions,
+        stepsPerSubmit: Option.getOrElse(a.stepsPerSubmit, () => 8)
+      }).pipe(
         Effect.provide(yield* Layer.build(Gpu.layer()))
       )
     // vLLM's default: the --model argument as given.

@@ -1,0 +1,41 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { execFile } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+
+// Flags a command cannot honour are refused with the fix, not ignored: the real binary in a child process.
+const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
+
+const run = (args: ReadonlyArray<string>) =>
+  Effect.async<{ code: number; out: string }>((resume) => {
+    const child = execFile(process.execPath, [bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
+      resume(
+        Effect.succeed({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, out: stdout + stderr })
+      )
+    })
+    return Effect.sync(() => child.kill())
+  })
+
+describe("envtrain refuses what it cannot do", () => {
+  it.live(
+    "serve-policy --backend cpu --steps-per-submit: a GPU-only setting, named, not ignored",
+    () =>
+      Effect.gen(function*() {
+        const model = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "envtrain-refusals-")), "tiny")
+        const init = yield* run(["init-model", "--preset", "tiny", "--out", model])
+        assert.strictEqual(init.code, 0, init.out)
+        const refused = yield* run(["serve-policy", "--model", model, "--backend", "cpu", "--steps-per-submit", "4"])
+        assert.strictEqual(refused.code, 1, refused.out)
+        assert.include(
+          refused.out,
+          "envtrain: ServePolicyUsageError: --steps-per-submit sets the gpu backend's decode steps per GPU submit: " +
+            "drop it with --backend cpu"
+        )
+        fs.rmSync(path.dirname(model), { recursive: true, force: true })
+      }),
+    { timeout: 120_000 }
+  )
+})
