@@ -82,9 +82,15 @@ export const command = Command.make("serve-policy", options, (a) =>
       ...Option.match(a.maxModelLen, { onNone: () => ({}), onSome: (contextLength) => ({ contextLength }) })
     }
     // A GPU-only setting given with the CPU backend would change nothing: said, not ignored.
-    if (a.backend === "cpu" && Option.isSome(a.stepsPerSubmit)) {
+    if (a.backend !== "gpu" && Option.isSome(a.stepsPerSubmit)) {
       return yield* new ServePolicyUsageError({
-        problem: "--steps-per-submit sets the gpu backend's decode steps per GPU submit: drop it with --backend cpu"
+        problem:
+          `--steps-per-submit sets the gpu backend's decode steps per GPU submit: drop it with --backend ${a.backend}`
+      })
+    }
+    if (a.backend !== "cpu" && Option.isSome(a.threads)) {
+      return yield* new ServePolicyUsageError({
+        problem: `--threads sets the cpu backend's matmul threads: drop it with --backend ${a.backend}`
       })
     }
     const backend = a.backend === "cpu"
