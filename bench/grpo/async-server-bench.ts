@@ -20,7 +20,7 @@
 import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { Environment } from "@envtrain/env"
-import { Checkpoint } from "@envtrain/gpu"
+import { Checkpoint, Gemm } from "@envtrain/gpu"
 import { PolicyServerProcess } from "@envtrain/harness"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Effect } from "effect"
@@ -34,8 +34,13 @@ import * as SftData from "../../packages/grpo/src/SftData.js"
 import * as SftTrainer from "../../packages/grpo/src/SftTrainer.js"
 import * as Trainer from "../../packages/grpo/src/Trainer.js"
 
+// `--backend cpu|reference` (default cpu: the CPU device on both sides; reference: the plain-TypeScript model).
+const rawArgv = process.argv.slice(2)
+const backendAt = rawArgv.indexOf("--backend")
+const backend = backendAt === -1 ? "cpu" : rawArgv[backendAt + 1]
+if (backend !== "cpu" && backend !== "reference") throw new Error(`--backend takes cpu or reference, got ${backend}`)
 // `--sft-from DIR` anywhere; the rest are the positionals.
-const argv = process.argv.slice(2)
+const argv = backendAt === -1 ? rawArgv : [...rawArgv.slice(0, backendAt), ...rawArgv.slice(backendAt + 2)]
 const flagAt = argv.indexOf("--sft-from")
 const sftFrom = flagAt === -1 ? undefined : argv[flagAt + 1]
 if (flagAt !== -1 && (sftFrom === undefined || sftFrom.startsWith("--"))) throw new Error("--sft-from needs a DIR")
@@ -53,9 +58,17 @@ for (const mode of modes) {
   if (!allModes.includes(mode)) throw new Error(`unknown mode ${mode}: give some of ${allModes.join(",")}`)
 }
 
-// `envtrain serve-policy --backend cpu` in its own process, stopped with the scope; its URL.
+// `envtrain serve-policy --backend <backend>` in its own process, stopped with the scope; its URL.
 const startServer = (dir: string) =>
-  Effect.map(PolicyServerProcess.launch({ model: dir, backend: "cpu" }), (server) => server.url)
+  Effect.map(PolicyServerProcess.launch({ model: dir, backend }), (server) => server.url)
+
+// The trainer's model: in a worker thread, or in this thread, on the bench's backend.
+const modelOf = (checkpoint: Checkpoint.Model, worker: boolean) =>
+  backend === "reference"
+    ? worker ? Trainer.workerModel(checkpoint) : Effect.succeed(Trainer.referenceModel(checkpoint))
+    : worker
+    ? Trainer.cpuModel(checkpoint)
+    : Effect.map(Gemm.select({}), ({ gemm }) => Trainer.deviceModel(checkpoint, { gemm }))
 
 // Catch's episodes as the demo opens them (examples/src/Pipeline.ts, tiny preset): no tool schemas in the prompt,
 // which is what the SFT checkpoint learnt (the call format comes from the SFT data).
@@ -90,9 +103,7 @@ const run = (mode: Mode, round: number, dir: string, checkpoint: Checkpoint.Mode
       ...(mode === "server-async" || mode === "server-async-worker" ? { async: true, maxStaleness: 1 } : {})
     })
     const workerStarted = Date.now()
-    const local = mode === "server-async-worker"
-      ? yield* Trainer.workerModel(checkpoint)
-      : Trainer.referenceModel(checkpoint)
+    const local = yield* modelOf(checkpoint, mode === "server-async-worker")
     const workerStartSeconds = mode === "server-async-worker" ? (Date.now() - workerStarted) / 1000 : null
     // The server's start-up (tsx compile, checkpoint load) is outside the timed run; the first weight push is in it.
     const url = mode === "in-process-sync" ? null : yield* startServer(dir)
@@ -154,7 +165,7 @@ const warmUp = Effect.gen(function*() {
     errorRate: 0.2,
     playerSeed: 0
   })).map((t) => ({ messages: t.messages }))
-  const model = Trainer.referenceModel(base)
+  const model = yield* modelOf(base, true)
   yield* SftTrainer.train({
     config: yield* Config.fromSources({
       outputDir: "/tmp/envtrain-async-server-bench-sft",
@@ -250,10 +261,15 @@ const program = Effect.gen(function*() {
     `${steps} steps per run, 8 episodes per step (G = 4), maxCompletionLength ${completion}, temperature ` +
     `${temperature}, dapo loss, lr 1e-4, seed 42; Catch's rows, prompt (no tool schemas) and reward as the demo ` +
     `plays them; the start: ${start}` +
-    `server-*: generation on an \`envtrain serve-policy --backend cpu\` child (fresh per run; its start-up is not ` +
-    `timed, the first weight push is); server-async*: maxStaleness 1, maxInflightTasks auto; server-async trains ` +
-    `on the in-thread CPU model, server-async-worker on \`Trainer.workerModel\` (the same model in a worker thread; ` +
-    `its start-up is not timed). Machine: ${cpus().length} CPU cores shared with other sessions' jobs, so absolute ` +
+    `Backend: ${
+      backend === "cpu" ? "the CPU device (Trainer.cpuModel / Trainer.deviceModel)" : "the reference model"
+    }. ` +
+    `server-*: generation on an \`envtrain serve-policy --backend ${backend}\` child (fresh per run; its start-up ` +
+    `is not timed, the first weight push is); server-async*: maxStaleness 1, maxInflightTasks auto; server-async ` +
+    `trains on the model in this thread, server-async-worker on the same model in a worker thread (` +
+    `${
+      backend === "cpu" ? "Trainer.cpuModel" : "Trainer.workerModel"
+    }; its start-up is not timed). Machine: ${cpus().length} CPU cores shared with other sessions' jobs, so absolute ` +
     `numbers are noisy; the modes alternate within each round. Reward per wall-minute = mean step reward × steps / ` +
     `wall minutes. Load = 1-minute (5-minute) load average before → after.`,
     "",
@@ -269,7 +285,7 @@ const program = Effect.gen(function*() {
       `${f(r.loadBefore)} (${f(r.load5Before)}) → ${f(r.loadAfter)} (${f(r.load5After)}) |`
     ),
     "",
-    `Reproduce: ${make}\`npx tsx bench/grpo/async-server-bench.ts ` +
+    `Reproduce: ${make}\`npx tsx bench/grpo/async-server-bench.ts --backend ${backend} ` +
     (sftFrom === undefined ? "" : `--sft-from ${DEMO_SFT} `) + args + "`."
   ].join("\n")
   // The new round on top; the earlier rounds (each under its own `## date` heading) stay below as history.
