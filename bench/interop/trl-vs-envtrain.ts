@@ -116,7 +116,7 @@ const startingModel = Effect.gen(function*() {
   }
   const started = Date.now()
   const base = yield* Checkpoint.makeModel(settings.preset, settings.initSeed)
-  const model = Trainer.referenceModel(base)
+  const model = yield* Trainer.cpuModel(base)
   // The recipe's environment is typed loosely (any requirements); the in-process Catch needs none.
   const transcripts = yield* (SftData.collect(Recipe.catchRecipe, {
     seeds: Dataset.range(0, settings.sft.episodes),
@@ -144,7 +144,7 @@ const startingModel = Effect.gen(function*() {
   const sftSeconds = (Date.now() - started) / 1000
   console.log(`starting model: ${dir} (${sftSeconds.toFixed(0)} s)`)
   return { dir, sftSeconds }
-})
+}).pipe(Effect.scoped)
 
 // ---------------------------------------------------------------------------------------------------------------
 // envtrain
@@ -161,7 +161,8 @@ const firstTurns = (prompts: ReadonlyArray<ReadonlyArray<number>>) => {
 const runEnvtrain = (modelDir: string, round: number) =>
   Effect.gen(function*() {
     const checkpoint = yield* Checkpoint.load(modelDir)
-    const base = Trainer.referenceModel(checkpoint)
+    // What `npm start` trains on: the CPU device in its worker thread.
+    const base = yield* Trainer.cpuModel(checkpoint)
     const counters = { decodeSeconds: 0, trainedTokens: 0, prompts: [] as Array<Array<number>> }
     const model: Trainer.TrainableModel = {
       ...base,
@@ -254,12 +255,9 @@ const runEnvtrain = (modelDir: string, round: number) =>
       round,
       wallSeconds: (Date.now() - started) / 1000,
       steps,
-      extra: {
-        backend:
-          "CPU reference model (Qwen3Reference, Trainer.referenceModel with its KV-cache reuse, as npm start uses), one thread"
-      }
+      extra: { backend: `CPU device (Trainer.cpuModel, as npm start uses): ${base.device}` }
     } satisfies SideRun
-  })
+  }).pipe(Effect.scoped)
 
 // ---------------------------------------------------------------------------------------------------------------
 // TRL
@@ -545,8 +543,8 @@ const markdown = (o: any): string => {
     "TRL ships), so `add_response_schema` would raise \"Unrecognized chat template\"; the script sets " +
     "`tokenizer.response_template = trl.chat_template_utils.qwen3_template` (TRL's own Qwen3 parser), which is what " +
     "the error asks for. The template is prefix-preserving, so TRL keeps it (no training-template swap).",
-    "- envtrain: the CPU reference model (plain TypeScript, single-threaded; the backend `npm start` uses for the " +
-    "tiny preset) with its multi-turn KV-cache reuse; `importanceSamplingCorrection: false` (TRL has no sampler " +
+    "- envtrain: the CPU device (`Trainer.cpuModel`, the backend `npm start` uses: f32 kernels, matmuls on OpenBLAS " +
+    "where installed, in a worker thread) with its multi-turn KV-cache reuse; `importanceSamplingCorrection: false` (TRL has no sampler " +
     "correction without vLLM); episodes in flight as the trainer's default.",
     "- Episode semantics both follow TRL's loop (token-concatenated turns, the budget over all turns). One known " +
     "difference: a turn whose tool call does not parse ends TRL's episode (TRL's parse fallback), while envtrain " +
