@@ -1,7 +1,7 @@
 /**
- * The CPU device's matmul routes side by side (GFLOP/s, medians of repeats) on the model presets' real shapes and a
- * few Qwen3-0.6B shapes: the plain-TypeScript spec, WebAssembly SIMD128, WebAssembly relaxed SIMD, OpenBLAS on 1 and
- * 2 threads, and PyTorch's torch.matmul (the project's .venv, 1 and 2 threads: the baseline users run). It also
+ * The CPU device's matmul routes side by side (GFLOP/s, medians of repeats) on the model presets' real shapes, a
+ * few Qwen3-0.6B shapes and decoding's small batches: the plain-TypeScript spec, WebAssembly SIMD128, WebAssembly
+ * relaxed SIMD on 1 and 2 threads, OpenBLAS on 1 and 2 threads, and PyTorch's torch.matmul (the project's .venv, 1 and 2 threads: the baseline users run). It also
  * measures this machine's single-core peak (OpenBLAS, 1 thread, a 2048³ square) and the FFI's per-call overhead.
  * Results go to bench/results/cpu-matmul.{md,json}.
  *
@@ -65,7 +65,14 @@ const shapes: Array<Shape> = [
   { group: "Qwen3-0.6B", what: "gate/up forward", ta: false, tb: true, M: 1024, N: 3072, K: 1024 },
   { group: "Qwen3-0.6B", what: "down forward", ta: false, tb: true, M: 1024, N: 1024, K: 3072 },
   { group: "Qwen3-0.6B", what: "gate/up dW", ta: true, tb: false, M: 3072, N: 1024, K: 1024 },
-  { group: "Qwen3-0.6B", what: "LM head forward (128 tokens)", ta: false, tb: true, M: 128, N: 151936, K: 1024 }
+  { group: "Qwen3-0.6B", what: "LM head forward (128 tokens)", ta: false, tb: true, M: 128, N: 151936, K: 1024 },
+  // Decoding: a batch of 1 or 8 sequences, one token each (the forward products only).
+  ...[1, 8].flatMap((batch): Array<Shape> => [
+    { group: "decode", what: `tiny gate/up, batch ${batch}`, ta: false, tb: true, M: batch, N: 192, K: 64 },
+    { group: "decode", what: `tiny LM head, batch ${batch}`, ta: false, tb: true, M: batch, N: 1024, K: 64 },
+    { group: "decode", what: `small gate/up, batch ${batch}`, ta: false, tb: true, M: batch, N: 768, K: 256 },
+    { group: "decode", what: `small LM head, batch ${batch}`, ta: false, tb: true, M: batch, N: 2048, K: 256 }
+  ])
 ]
 const only = flag("groups")?.split(",")
 if (only !== undefined) shapes.splice(0, shapes.length, ...shapes.filter((s) => only.includes(s.group)))
@@ -134,6 +141,7 @@ const columns = [
   { key: "spec", route: "spec" as const, threads: 1 },
   { key: "wasm-simd", route: "wasm-simd" as const, threads: 1 },
   { key: "wasm-relaxed", route: "wasm-relaxed-simd" as const, threads: 1 },
+  { key: "wasm-relaxed-2t", route: "wasm-relaxed-simd" as const, threads: 2 },
   { key: "openblas-1t", route: "openblas" as const, threads: 1 },
   { key: "openblas-2t", route: "openblas" as const, threads: 2 }
 ]
@@ -150,6 +158,7 @@ for (const s of shapes) {
     const sel = pick(col.route, col.threads)
     descriptions[col.key] = sel.description
     cell[col.key] = gflops(sel.gemm, s)
+    sel.close()
   }
   rows.push({ ...s, gflops: cell })
   console.log(

@@ -243,7 +243,8 @@ describe("WebAssembly routes", () => {
           const c of [
             { ta: false, tb: true, M: 403, N: 70, K: 130, alpha: 0.5, beta: 0.25 },
             { ta: true, tb: false, M: 45, N: 301, K: 270, alpha: 1, beta: 0 },
-            { ta: true, tb: true, M: 150, N: 149, K: 99, alpha: -1, beta: 1 }
+            { ta: true, tb: true, M: 150, N: 149, K: 99, alpha: -1, beta: 1 },
+            { ta: false, tb: true, M: 8, N: 1500, K: 301, alpha: 1, beta: 0.5 } // the few-rows dot-product path
           ]
         ) {
           const ops = operands(c, 3)

@@ -39,6 +39,9 @@ export const blocking: Blocking = { MR: 4, NR: 8, KC: 256, MC: 64, NC: 2048, U: 
 /** Bytes of scratch the exported `sgemm` needs at `work`: the edge tile, then one packed B block. */
 export const workBytes = (b: Blocking = blocking) => b.MR * b.NR * 4 + b.KC * Math.ceil(b.NC / b.NR) * b.NR * 4
 
+/** Up to this many rows, A·Bᵀ takes the dot-product path ({@link dotNT}) instead of packing B. */
+export const SMALL_M = 8
+
 const range = (n: number) => Array.from({ length: n }, (_, i) => i)
 
 /** One micro-kernel for `mr` rows; `family` "N" reads A rows at a variable stride and k at +4 bytes, "T" reads the
@@ -242,6 +245,92 @@ ${
 )`
 }
 
+/**
+ * Few rows of A times Bᵀ (decoding's x·Wᵀ at batch 1 … SMALL_M): packing B would cost as much as the product, so
+ * each C(m, n) is a dot product of A's row m and B's row n, both contiguous over k, 4 lanes at a time (the lanes
+ * summed at the end, then the k mod 4 left). B rows are taken `w` at a time (4, then 1 for the last columns) and
+ * every row of A runs against them while they are in cache.
+ */
+const dotNT = (variant: WasmVariant) => {
+  const fma = (a: string, x: string, c: string) =>
+    variant === "relaxed-simd" ? `(f32x4.relaxed_madd ${a} ${x} ${c})` : `(f32x4.add (f32x4.mul ${a} ${x}) ${c})`
+  const block = (w: number) => {
+    const js = range(w)
+    const hsum = (j: number) =>
+      `(f32.add (f32.add (f32x4.extract_lane 0 (local.get $acc${j})) (f32x4.extract_lane 1 (local.get $acc${j})))
+        (f32.add (f32x4.extract_lane 2 (local.get $acc${j})) (f32x4.extract_lane 3 (local.get $acc${j}))))`
+    return `
+    (local.set $m (i32.const 0))
+    (loop $rows${w}
+      (local.set $pa (i32.add (local.get $a) (i32.shl (i32.mul (local.get $m) (local.get $lda)) (i32.const 2))))
+${js.map((j) => `      (local.set $acc${j} (v128.const i32x4 0 0 0 0))`).join("\n")}
+      (local.set $k (i32.const 0))
+      (if (i32.gt_u (local.get $k4) (i32.const 0)) (then
+        (loop $k${w}
+          (local.set $va (v128.load (i32.add (local.get $pa) (local.get $k))))
+${
+      js.map((j) =>
+        `          (local.set $acc${j} ${
+          fma("(local.get $va)", `(v128.load (i32.add (local.get $pb${j}) (local.get $k)))`, `(local.get $acc${j})`)
+        })`
+      ).join("\n")
+    }
+          (local.set $k (i32.add (local.get $k) (i32.const 16)))
+          (br_if $k${w} (i32.lt_u (local.get $k) (local.get $k4))))))
+${js.map((j) => `      (local.set $s${j} ${hsum(j)})`).join("\n")}
+      (if (i32.lt_u (local.get $k) (local.get $kB)) (then
+        (loop $t${w}
+          (local.set $x (f32.load (i32.add (local.get $pa) (local.get $k))))
+${
+      js.map((j) =>
+        `          (local.set $s${j} (f32.add (local.get $s${j}) (f32.mul (local.get $x) (f32.load (i32.add (local.get $pb${j}) (local.get $k))))))`
+      ).join("\n")
+    }
+          (local.set $k (i32.add (local.get $k) (i32.const 4)))
+          (br_if $t${w} (i32.lt_u (local.get $k) (local.get $kB))))))
+      (local.set $pc (i32.add (local.get $c) (i32.shl (i32.add (i32.mul (local.get $m) (local.get $ldc)) (local.get $n))
+        (i32.const 2))))
+${
+      js.map((j) =>
+        `      (f32.store offset=${j * 4} (local.get $pc) (f32.add (f32.mul (local.get $alpha) (local.get $s${j}))
+        (select (f32.mul (local.get $beta) (f32.load offset=${j * 4} (local.get $pc))) (f32.const 0)
+          (f32.ne (local.get $beta) (f32.const 0)))))`
+      ).join("\n")
+    }
+      (local.set $m (i32.add (local.get $m) (i32.const 1)))
+      (br_if $rows${w} (i32.lt_u (local.get $m) (local.get $M))))`
+  }
+  return `(func $dotNT (param $M i32) (param $N i32) (param $K i32) (param $alpha f32) (param $a i32) (param $lda i32)
+  (param $b i32) (param $ldb i32) (param $beta f32) (param $c i32) (param $ldc i32)
+  (local $n i32) (local $m i32) (local $k i32) (local $k4 i32) (local $kB i32) (local $pa i32) (local $pc i32)
+  (local $pb0 i32) (local $pb1 i32) (local $pb2 i32) (local $pb3 i32) (local $va v128) (local $x f32)
+  (local $acc0 v128) (local $acc1 v128) (local $acc2 v128) (local $acc3 v128)
+  (local $s0 f32) (local $s1 f32) (local $s2 f32) (local $s3 f32)
+  ;; k offsets in bytes: k4 = whole vectors, kB = all of K.
+  (local.set $kB (i32.shl (local.get $K) (i32.const 2)))
+  (local.set $k4 (i32.shl (i32.and (local.get $K) (i32.const -4)) (i32.const 2)))
+  (local.set $n (i32.const 0))
+  (block $done4
+    (loop $cols4
+      (br_if $done4 (i32.gt_u (i32.add (local.get $n) (i32.const 4)) (local.get $N)))
+${
+    range(4).map((j) =>
+      `      (local.set $pb${j} (i32.add (local.get $b) (i32.shl (i32.mul (i32.add (local.get $n) (i32.const ${j})) (local.get $ldb)) (i32.const 2))))`
+    ).join("\n")
+  }
+${block(4)}
+      (local.set $n (i32.add (local.get $n) (i32.const 4)))
+      (br $cols4)))
+  (block $done1
+    (loop $cols1
+      (br_if $done1 (i32.ge_u (local.get $n) (local.get $N)))
+      (local.set $pb0 (i32.add (local.get $b) (i32.shl (i32.mul (local.get $n) (local.get $ldb)) (i32.const 2))))
+${block(1)}
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br $cols1)))
+)`
+}
+
 /** The exported driver: the loop nest over NC, KC, MC, NR, MR blocks (M, N, K ≥ 1; the loader checks). */
 const driver = (b: Blocking) => {
   const call = (family: "N" | "T") => {
@@ -260,6 +349,11 @@ const driver = (b: Blocking) => {
   (local $rs i32) (local $ks i32) (local $ldcB i32) (local $bpack i32) (local $jc i32) (local $nc i32) (local $p0 i32)
   (local $kc i32) (local $betaE f32) (local $ic i32) (local $mc i32) (local $jr i32) (local $nr i32) (local $pb i32)
   (local $ir i32) (local $mr i32) (local $pa i32) (local $pcC i32)
+  (if (i32.and (i32.eqz (local.get $ta)) (i32.and (local.get $tb) (i32.le_u (local.get $M) (i32.const ${SMALL_M}))))
+    (then
+      (call $dotNT (local.get $M) (local.get $N) (local.get $K) (local.get $alpha) (local.get $a) (local.get $lda)
+        (local.get $b) (local.get $ldb) (local.get $beta) (local.get $c) (local.get $ldc))
+      (return)))
   (local.set $rs (select (i32.const 4) (i32.shl (local.get $lda) (i32.const 2)) (local.get $ta)))
   (local.set $ks (select (i32.shl (local.get $lda) (i32.const 2)) (i32.const 4) (local.get $ta)))
   (local.set $ldcB (i32.shl (local.get $ldc) (i32.const 2)))
@@ -317,6 +411,7 @@ export const sgemmWat = (variant: WasmVariant, b: Blocking = blocking): string =
     `(import "env" "memory" (memory 1 65536 shared))`,
     ...(["N", "T"] as const).flatMap((family) => range(b.MR).map((i) => kernel(b, variant, family, i + 1))),
     packB(b),
+    dotNT(variant),
     driver(b),
     `)`
   ].join("\n")
