@@ -86,22 +86,7 @@ export interface WasmGemm extends Gemm {
   readonly close: () => void
 }
 
-type Sgemm = (
-  ta: number,
-  tb: number,
-  M: number,
-  N: number,
-  K: number,
-  alpha: number,
-  a: number,
-  lda: number,
-  b: number,
-  ldb: number,
-  beta: number,
-  c: number,
-  ldc: number,
-  work: number
-) => void
+type Sgemm = (...args: Threads.SgemmArgs) => void
 
 /**
  * Compiles (once per process) and instantiates a WebAssembly route with its own memory.
@@ -144,10 +129,9 @@ export const make = (
     // One packing area per thread.
     const works = Array.from({ length: threads }, () => reserve(workBytes()))
     const helpers = threads > 1 ? Threads.start(mod, memory, threads - 1, `${variant} sgemm`) : undefined
-    const self = (args: Threads.SgemmArgs) => run(...args)
     // Staging areas for arrays that live elsewhere: reused, replaced by a larger one when too small.
     const staging: Array<{ at: number; n: number }> = [{ at: 0, n: 0 }, { at: 0, n: 0 }, { at: 0, n: 0 }]
-    const address = (x: Float32Array, span: number, slot: number, copyIn: boolean) => {
+    const address = (x: Float32Array, span: number, slot: number) => {
       if (buffers.has(x.buffer)) return { at: x.byteOffset, staged: undefined }
       const s = staging[slot]
       if (s.n < span) {
@@ -155,7 +139,7 @@ export const make = (
         s.n = span
       }
       const staged = view(s.at, span)
-      if (copyIn) staged.set(x.subarray(0, span))
+      staged.set(x.subarray(0, span))
       return { at: s.at, staged }
     }
     const gemm: WasmGemm = {
@@ -173,11 +157,11 @@ export const make = (
         checkArgs(transA, transB, M, N, K, A, lda, B, ldb, C, ldc)
         if (M === 0 || N === 0) return
         if (K === 0) return scaleOnly(M, N, beta, C, ldc)
-        const a = address(A, ((transA ? K : M) - 1) * lda + (transA ? M : K), 0, true)
-        const b = address(B, ((transB ? N : K) - 1) * ldb + (transB ? K : N), 1, true)
+        const a = address(A, ((transA ? K : M) - 1) * lda + (transA ? M : K), 0)
+        const b = address(B, ((transB ? N : K) - 1) * ldb + (transB ? K : N), 1)
         const spanC = (M - 1) * ldc + N
-        // C is read only when beta ≠ 0; its gaps between rows (ldc > N) are copied back unchanged either way.
-        const c = address(C, spanC, 2, true)
+        // Copied in even when beta = 0: its gaps between rows (ldc > N) go back out unchanged.
+        const c = address(C, spanC, 2)
         const ta = transA ? 1 : 0, tb = transB ? 1 : 0
         const parts = helpers === undefined ? 1 : Math.min(threads, Math.floor((M * N * K) / MIN_PART))
         if (parts <= 1) {
@@ -196,7 +180,7 @@ export const make = (
             const m = byRows ? size : M, n = byRows ? N : size
             list.push([ta, tb, m, n, K, alpha, aAt, lda, bAt, ldb, beta, c.at + 4 * (row * ldc + col), ldc, works[p]])
           }
-          helpers!.run(list, self)
+          helpers!.run(list, (args) => run(...args))
         }
         if (c.staged !== undefined) C.set(c.staged)
       }

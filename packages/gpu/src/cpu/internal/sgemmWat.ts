@@ -4,12 +4,13 @@
  * writing those out by hand would be a few hundred lines of near-copies. `sgemmBuild.ts` assembles the text with
  * wabt into the committed `sgemm-*.wasm`.
  *
- * Algorithm (GotoBLAS's loop nest, without packing A): C[M×N] = alpha·op(A)·op(B) + beta·C, row-major.
+ * Algorithm (GotoBLAS's loop nest; A packed only when transposed): C[M×N] = alpha·op(A)·op(B) + beta·C, row-major.
  * - B is packed per (NC columns × KC depth) block into NR-wide panels, zero-padded: panel q holds, for each k, the
  *   NR values B(k, q·NR … q·NR+NR-1). Packing is where transB is handled; the block is reused by every row block.
- * - A is read in place: a micro-kernel reads MR rows of A at one k as MR broadcast loads. transA only changes the
- *   strides (A(i,k) at i·lda+k, or at k·lda+i), so no copy of A is made; two kernel families use the stride that
- *   is a constant (4 bytes) as an immediate offset.
+ * - A is read in place when not transposed: a micro-kernel reads MR rows of A at one k as MR broadcast loads (kernel
+ *   family "N", rows at stride lda, k at +4 bytes). A transposed (stored K×M) would put each k of a micro-panel on
+ *   another row of A — another page every k for the backward's long K — so its (MC × KC) block is packed into
+ *   MR-row panels, k-major (family "T": the MR values of one k contiguous, k at +MR·4 bytes).
  * - The micro-kernel keeps an MR × NR block of C in MR·NR/4 v128 accumulators for the whole KC depth, then stores
  *   alpha·acc + beta·C (beta of the first depth block, 1 after). beta = 0 never reads C (BLAS semantics: C may hold
  *   NaN). Column edges go through a small tile; row edges have their own kernels (mr = 1 … MR-1).
@@ -37,7 +38,8 @@ export interface Blocking {
 export const blocking: Blocking = { MR: 4, NR: 8, KC: 256, MC: 64, NC: 2048, U: 1 }
 
 /** Bytes of scratch the exported `sgemm` needs at `work`: the edge tile, then one packed B block. */
-export const workBytes = (b: Blocking = blocking) => b.MR * b.NR * 4 + b.KC * Math.ceil(b.NC / b.NR) * b.NR * 4
+export const workBytes = (b: Blocking = blocking) =>
+  b.MR * b.NR * 4 + b.MC * b.KC * 4 + b.KC * Math.ceil(b.NC / b.NR) * b.NR * 4
 
 /** Up to this many rows, A·Bᵀ takes the dot-product path ({@link dotNT}) instead of packing B. */
 export const SMALL_M = 8
@@ -331,6 +333,48 @@ ${block(1)}
 )`
 }
 
+/** Packs transposed A's (mc × kc) block at rows i0, depth k0 into MR-row panels at dst: panel p holds, for each k,
+ * A(i0+p·MR … +MR-1, k0+k) = a[(k0+k)·lda + i0+p·MR+r], zero-padded past row mc. */
+const packA = (b: Blocking) => {
+  if (b.MR % 4 !== 0) throw new Error("sgemmWat: packA copies whole vectors, so MR must be a multiple of 4")
+  return `(func $packA (param $a i32) (param $lda i32) (param $i0 i32) (param $k0 i32) (param $mc i32) (param $kc i32)
+  (param $dst i32)
+  (local $ir i32) (local $w i32) (local $k i32) (local $r i32) (local $src i32) (local $ldaB i32)
+  (local.set $ldaB (i32.shl (local.get $lda) (i32.const 2)))
+  (local.set $ir (i32.const 0))
+  (loop $panels
+    (local.set $w (select (i32.sub (local.get $mc) (local.get $ir)) (i32.const ${b.MR})
+      (i32.lt_u (i32.sub (local.get $mc) (local.get $ir)) (i32.const ${b.MR}))))
+    (local.set $src (i32.add (local.get $a) (i32.shl (i32.add (i32.mul (local.get $k0) (local.get $lda))
+      (i32.add (local.get $i0) (local.get $ir))) (i32.const 2))))
+    (local.set $k (i32.const 0))
+    (loop $ks
+      (if (i32.eq (local.get $w) (i32.const ${b.MR}))
+        (then
+${
+    range(b.MR / 4).map((v) =>
+      `          (v128.store offset=${v * 16} (local.get $dst) (v128.load offset=${v * 16} (local.get $src)))`
+    ).join("\n")
+  })
+        (else
+          (local.set $r (i32.const 0))
+          (loop $rows
+            ;; Not select: A past row w may lie past the end of the memory.
+            (f32.store (i32.add (local.get $dst) (i32.shl (local.get $r) (i32.const 2)))
+              (if (result f32) (i32.lt_u (local.get $r) (local.get $w))
+                (then (f32.load (i32.add (local.get $src) (i32.shl (local.get $r) (i32.const 2)))))
+                (else (f32.const 0))))
+            (local.set $r (i32.add (local.get $r) (i32.const 1)))
+            (br_if $rows (i32.lt_u (local.get $r) (i32.const ${b.MR}))))))
+      (local.set $src (i32.add (local.get $src) (local.get $ldaB)))
+      (local.set $dst (i32.add (local.get $dst) (i32.const ${b.MR * 4})))
+      (local.set $k (i32.add (local.get $k) (i32.const 1)))
+      (br_if $ks (i32.lt_u (local.get $k) (local.get $kc))))
+    (local.set $ir (i32.add (local.get $ir) (i32.const ${b.MR})))
+    (br_if $panels (i32.lt_u (local.get $ir) (local.get $mc))))
+)`
+}
+
 /** The exported driver: the loop nest over NC, KC, MC, NR, MR blocks (M, N, K ≥ 1; the loader checks). */
 const driver = (b: Blocking) => {
   const call = (family: "N" | "T") => {
@@ -348,16 +392,18 @@ const driver = (b: Blocking) => {
   (param $ldc i32) (param $work i32)
   (local $rs i32) (local $ks i32) (local $ldcB i32) (local $bpack i32) (local $jc i32) (local $nc i32) (local $p0 i32)
   (local $kc i32) (local $betaE f32) (local $ic i32) (local $mc i32) (local $jr i32) (local $nr i32) (local $pb i32)
-  (local $ir i32) (local $mr i32) (local $pa i32) (local $pcC i32)
+  (local $ir i32) (local $mr i32) (local $pa i32) (local $pcC i32) (local $apack i32)
   (if (i32.and (i32.eqz (local.get $ta)) (i32.and (local.get $tb) (i32.le_u (local.get $M) (i32.const ${SMALL_M}))))
     (then
       (call $dotNT (local.get $M) (local.get $N) (local.get $K) (local.get $alpha) (local.get $a) (local.get $lda)
         (local.get $b) (local.get $ldb) (local.get $beta) (local.get $c) (local.get $ldc))
       (return)))
   (local.set $rs (select (i32.const 4) (i32.shl (local.get $lda) (i32.const 2)) (local.get $ta)))
-  (local.set $ks (select (i32.shl (local.get $lda) (i32.const 2)) (i32.const 4) (local.get $ta)))
+  ;; Transposed A is read from its packed panels: k at +MR·4 bytes.
+  (local.set $ks (select (i32.const ${b.MR * 4}) (i32.const 4) (local.get $ta)))
   (local.set $ldcB (i32.shl (local.get $ldc) (i32.const 2)))
-  (local.set $bpack (i32.add (local.get $work) (i32.const ${b.MR * b.NR * 4})))
+  (local.set $apack (i32.add (local.get $work) (i32.const ${b.MR * b.NR * 4})))
+  (local.set $bpack (i32.add (local.get $apack) (i32.const ${b.MC * b.KC * 4})))
   (local.set $jc (i32.const 0))
   (loop $ljc
     (local.set $nc (select (i32.const ${b.NC}) (i32.sub (local.get $N) (local.get $jc))
@@ -373,6 +419,9 @@ const driver = (b: Blocking) => {
       (loop $lic
         (local.set $mc (select (i32.const ${b.MC}) (i32.sub (local.get $M) (local.get $ic))
           (i32.gt_u (i32.sub (local.get $M) (local.get $ic)) (i32.const ${b.MC}))))
+        (if (local.get $ta) (then
+          (call $packA (local.get $a) (local.get $lda) (local.get $ic) (local.get $p0) (local.get $mc) (local.get $kc)
+            (local.get $apack))))
         (local.set $jr (i32.const 0))
         (loop $ljr
           (local.set $nr (select (i32.const ${b.NR}) (i32.sub (local.get $nc) (local.get $jr))
@@ -383,8 +432,11 @@ const driver = (b: Blocking) => {
           (loop $lir
             (local.set $mr (select (i32.const ${b.MR}) (i32.sub (i32.add (local.get $ic) (local.get $mc)) (local.get $ir))
               (i32.gt_u (i32.sub (i32.add (local.get $ic) (local.get $mc)) (local.get $ir)) (i32.const ${b.MR}))))
-            (local.set $pa (i32.add (local.get $a) (i32.add (i32.mul (local.get $ir) (local.get $rs))
-              (i32.mul (local.get $p0) (local.get $ks)))))
+            (local.set $pa (select
+              (i32.add (local.get $apack) (i32.shl (i32.mul (i32.sub (local.get $ir) (local.get $ic)) (local.get $kc))
+                (i32.const 2)))
+              (i32.add (local.get $a) (i32.add (i32.mul (local.get $ir) (local.get $rs)) (i32.shl (local.get $p0) (i32.const 2))))
+              (local.get $ta)))
             (local.set $pcC (i32.add (local.get $c) (i32.add (i32.mul (local.get $ir) (local.get $ldcB))
               (i32.shl (i32.add (local.get $jc) (local.get $jr)) (i32.const 2)))))
             (if (local.get $ta)
@@ -411,6 +463,7 @@ export const sgemmWat = (variant: WasmVariant, b: Blocking = blocking): string =
     `(import "env" "memory" (memory 1 65536 shared))`,
     ...(["N", "T"] as const).flatMap((family) => range(b.MR).map((i) => kernel(b, variant, family, i + 1))),
     packB(b),
+    packA(b),
     dotNT(variant),
     driver(b),
     `)`
