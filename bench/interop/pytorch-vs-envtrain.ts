@@ -1,6 +1,7 @@
 /**
- * PyTorch (the .venv's torch, through transformers' Qwen3ForCausalLM) vs envtrain's CPU model (Qwen3Reference,
- * plain TypeScript): training tokens/s (forward + backward + grad-norm clip + AdamW on a batch) and generation
+ * PyTorch (the .venv's torch, through transformers' Qwen3ForCausalLM) vs envtrain's CPU device (CpuModel: f32
+ * kernels, matmuls on the route Gemm.select picks — OpenBLAS where installed), at 1 and 2 threads, with the
+ * plain-TypeScript reference model (Qwen3Reference, the CPU backend before the device) beside them: training tokens/s (forward + backward + grad-norm clip + AdamW on a batch) and generation
  * tokens/s (greedy KV-cache decode of a batch of sequences, prefill included) on the tiny and small presets, torch at
  * 1 and 2 threads. Both load the same model directory (the preset made by envtrain, saved with Checkpoint.save) and
  * get the same token ids. Measurements alternate (envtrain, torch 1 thread, torch 2 threads, the order rotating each
@@ -8,8 +9,8 @@
  * ratios, so load from other processes hits both sides alike. Wall clock throughout (torch's second thread only
  * shows in wall time); process CPU seconds are recorded too.
  *
- * envtrain's CPU model is single-threaded (no worker threads; Node runs it on the main thread), so it has one
- * number per preset, compared with torch at 1 and at 2 threads.
+ * Each side runs with the same thread count: envtrain's device with Gemm.select({ threads }) (the matmuls use that many
+ * threads; the element-wise kernels and attention run on one), torch with torch.set_num_threads.
  *
  *   npx tsx bench/interop/pytorch-vs-envtrain.ts                    # tiny and small, 5 repeats
  *   npx tsx bench/interop/pytorch-vs-envtrain.ts --presets=tiny --repeats=3 --no-save
@@ -17,7 +18,7 @@
  * Results go to bench/results/interop-pytorch.{json,md}.
  */
 import { NodeContext } from "@effect/platform-node"
-import { Checkpoint, Qwen3Reference as Q } from "@envtrain/gpu"
+import { Checkpoint, CpuModel, Gemm, Qwen3Reference as Q } from "@envtrain/gpu"
 import type { Preset } from "@envtrain/gpu"
 import { Effect } from "effect"
 import { spawn } from "node:child_process"
@@ -121,107 +122,149 @@ const runPreset = async (name: Preset.PresetName) => {
   const trainTokens = ids(size.trainBatch * size.trainSeq, 1)
   const prompts = Array.from({ length: size.genBatch }, (_, b) => ids(size.genPrompt, 10 + b))
 
-  const envtrainTrain = () =>
+  // Mean next-token NLL over every position that has a target (torch's labels = input_ids loss).
+  const lossWeights = new Float64Array(size.trainBatch * size.trainSeq)
+  for (let b = 0; b < size.trainBatch; b++) {
+    for (let t = 0; t < size.trainSeq - 1; t++) {
+      lossWeights[b * size.trainSeq + t] = -1 / (size.trainBatch * (size.trainSeq - 1))
+    }
+  }
+  const referenceTrain = () =>
     timed(() => {
       const fwd = Q.forward(config, weights, { tokens: trainTokens, batch: size.trainBatch, seqLen: size.trainSeq })
       const targets = Q.nextTokenTargets(fwd)
       Q.tokenLogprobs(fwd.logits, V, targets, 1)
-      // Mean next-token NLL over every position that has a target (torch's labels = input_ids loss).
-      const n = size.trainBatch * (size.trainSeq - 1)
-      const lossWeights = new Float64Array(size.trainBatch * size.trainSeq)
-      for (let b = 0; b < size.trainBatch; b++) {
-        for (let t = 0; t < size.trainSeq - 1; t++) lossWeights[b * size.trainSeq + t] = -1 / n
-      }
       const { grads, loss } = Q.backward(config, weights, fwd, targets, lossWeights, 1)
       Q.clipGradNorm(grads, 1)
       Q.adamWStep(weights, grads, adam, { lr: 1e-5 })
       return loss
     })
-  const envtrainGenerate = () =>
+  const referenceGenerate = () =>
     timed(() =>
       Q.generateBatch(
         config,
         weights,
         prompts.map((prompt) => ({ prompt, options: { temperature: 0, maxNewTokens: size.genNew } }))
-      )
+      ).reduce((n, g) => n + g.tokens.length, 0)
     )
+  // The device on each thread count (one model per route instance: the weights start equal).
+  const devices = new Map<number, { model: CpuModel.CpuModel; description: string }>()
+  for (const threads of [1, 2]) {
+    const selected = await Effect.runPromise(Gemm.select({ threads }))
+    devices.set(threads, { model: CpuModel.make(config, weights, selected.gemm), description: selected.description })
+  }
+  const targets = Q.nextTokenTargets({
+    batch: size.trainBatch,
+    seqLen: size.trainSeq,
+    tokens: Int32Array.from(trainTokens),
+    segmentStart: new Int32Array(trainTokens.length)
+  })
+  const deviceTrain = (threads: number) =>
+    timed(() => {
+      const m = devices.get(threads)!.model
+      m.forward(trainTokens, size.trainBatch, size.trainSeq)
+      const { loss } = m.backward(targets, lossWeights, 1)
+      const norm = m.gradNorm()
+      m.adamW(Math.min(1, 1 / (norm + 1e-6)), { lr: 1e-5 })
+      return loss
+    })
+  const deviceGenerate = (threads: number) =>
+    timed(() => {
+      const m = devices.get(threads)!.model
+      const caches = prompts.map((p) => m.makeKvCache(p.length + size.genNew))
+      let chunks: Array<Array<number>> = prompts.map((p) => [...p])
+      const first: Array<number> = []
+      let n = 0
+      for (let step = 0; step < size.genNew; step++) {
+        const logits = m.extendBatch(caches, chunks)
+        chunks = caches.map((_, s) => {
+          let best = 0
+          for (let v = 1; v < V; v++) if (logits[s * V + v] > logits[s * V + best]) best = v
+          return [best]
+        })
+        first.push(chunks[0][0])
+        n += caches.length
+      }
+      return { n, first }
+    })
   const torchTrain = (threads: number) =>
     ask({ cmd: "train", threads, batch: size.trainBatch, seqLen: size.trainSeq, tokens: trainTokens })
   const torchGenerate = (threads: number) => ask({ cmd: "generate", threads, prompts, maxNewTokens: size.genNew })
 
   // Greedy agreement before any training step changes the weights: the first tokens of sequence 0.
-  const eGen0 = envtrainGenerate().value[0].tokens.slice(0, 16)
+  const eGen0 = deviceGenerate(1).value.first.slice(0, 16)
   const tGen0 = (await torchGenerate(1)).first as Array<number>
   const greedyAgree = eGen0.every((t, i) => t === tGen0[i])
-  // Warm-up of every shape on both sides (first calls allocate, JIT-compile, pick kernels).
-  const eTrain0 = envtrainTrain()
+  // Warm-up of every shape on every side (first calls allocate, JIT-compile, pick kernels).
+  const eTrain0 = deviceTrain(1)
+  deviceTrain(2)
+  deviceGenerate(2)
+  referenceGenerate()
   const tTrain0 = await torchTrain(1)
   await torchTrain(2)
   await torchGenerate(2)
 
   const trainTok = size.trainBatch * size.trainSeq
   const genTok = size.genBatch * size.genNew
-  const samples = {
-    train: { envtrain: [] as Array<number>, torch1: [] as Array<number>, torch2: [] as Array<number> },
-    generate: { envtrain: [] as Array<number>, torch1: [] as Array<number>, torch2: [] as Array<number> },
-    cpuSeconds: { envtrain: [] as Array<number>, torch1: [] as Array<number>, torch2: [] as Array<number> }
-  }
+  const sides = ["device1", "device2", "torch1", "torch2", "reference"] as const
+  type Side = typeof sides[number]
+  const series = () => Object.fromEntries(sides.map((k) => [k, [] as Array<number>])) as Record<Side, Array<number>>
+  const samples = { train: series(), generate: series(), cpuSeconds: series() }
   for (let r = 0; r < repeats; r++) {
-    const order = [["envtrain", 0], ["torch", 1], ["torch", 2]] as Array<[string, number]>
-    for (let k = 0; k < r % 3; k++) order.push(order.shift()!)
-    for (const [side, threads] of order) {
-      if (side === "envtrain") {
-        const t = envtrainTrain()
-        samples.train.envtrain.push(trainTok / t.seconds)
-        samples.cpuSeconds.envtrain.push(t.cpuSeconds)
-        const g = envtrainGenerate()
-        const n = g.value.reduce((a, x) => a + x.tokens.length, 0)
-        samples.generate.envtrain.push(n / g.seconds)
+    const order = [...sides]
+    for (let k = 0; k < r % order.length; k++) order.push(order.shift()!)
+    for (const side of order) {
+      if (side === "reference") {
+        const t = referenceTrain()
+        samples.train.reference.push(trainTok / t.seconds)
+        samples.cpuSeconds.reference.push(t.cpuSeconds)
+        const g = referenceGenerate()
+        samples.generate.reference.push(g.value / g.seconds)
+      } else if (side === "device1" || side === "device2") {
+        const threads = side === "device1" ? 1 : 2
+        const t = deviceTrain(threads)
+        samples.train[side].push(trainTok / t.seconds)
+        samples.cpuSeconds[side].push(t.cpuSeconds)
+        const g = deviceGenerate(threads)
+        samples.generate[side].push(g.value.n / g.seconds)
       } else {
-        const key = threads === 1 ? "torch1" : "torch2"
+        const threads = side === "torch1" ? 1 : 2
         const t = await torchTrain(threads)
-        samples.train[key].push(trainTok / t.seconds)
-        samples.cpuSeconds[key].push(t.cpuSeconds)
+        samples.train[side].push(trainTok / t.seconds)
+        samples.cpuSeconds[side].push(t.cpuSeconds)
         const g = await torchGenerate(threads)
-        samples.generate[key].push(g.tokens / g.seconds)
+        samples.generate[side].push(g.tokens / g.seconds)
       }
     }
+    const line = (k: "train" | "generate") => sides.map((x) => `${x} ${samples[k][x][r].toFixed(0)}`).join(", ")
     console.log(
-      `${name} repeat ${r + 1}/${repeats}: train tok/s envtrain ${samples.train.envtrain[r].toFixed(0)}, torch ` +
-        `${samples.train.torch1[r].toFixed(0)} (1 thread) ${samples.train.torch2[r].toFixed(0)} (2); generate ` +
-        `envtrain ${samples.generate.envtrain[r].toFixed(0)}, torch ${samples.generate.torch1[r].toFixed(0)} / ` +
-        `${samples.generate.torch2[r].toFixed(0)} (load ${loadavg()[0].toFixed(2)})`
+      `${name} repeat ${r + 1}/${repeats}: train tok/s ${line("train")}; generate tok/s ${line("generate")} ` +
+        `(load ${loadavg()[0].toFixed(2)})`
     )
   }
   const paired = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) => median(a.map((x, i) => x / b[i]))
+  const summary = (k: "train" | "generate") => ({
+    ...Object.fromEntries(sides.map((x) => [x, median(samples[k][x])])) as Record<Side, number>,
+    ratio1: paired(samples[k].device1, samples[k].torch1),
+    ratio2: paired(samples[k].device2, samples[k].torch2),
+    speedupOverReference: paired(samples[k].device1, samples[k].reference)
+  })
   return {
     preset: name,
     parameters: Object.values(weights).reduce((a, w) => a + w.length, 0),
     sizes: size,
     torch: torchInfo,
+    device: { 1: devices.get(1)!.description, 2: devices.get(2)!.description },
     training: {
       tokensPerStep: trainTok,
-      envtrain: median(samples.train.envtrain),
-      torch1: median(samples.train.torch1),
-      torch2: median(samples.train.torch2),
-      ratioVsTorch1: paired(samples.train.envtrain, samples.train.torch1),
-      ratioVsTorch2: paired(samples.train.envtrain, samples.train.torch2),
+      ...summary("train"),
       firstLoss: { envtrain: eTrain0.value, torch: tTrain0.loss }
     },
-    generation: {
-      tokensPerCall: genTok,
-      envtrain: median(samples.generate.envtrain),
-      torch1: median(samples.generate.torch1),
-      torch2: median(samples.generate.torch2),
-      ratioVsTorch1: paired(samples.generate.envtrain, samples.generate.torch1),
-      ratioVsTorch2: paired(samples.generate.envtrain, samples.generate.torch2),
-      greedyFirst16Agree: greedyAgree
-    },
-    trainCpuSecondsMedian: {
-      envtrain: median(samples.cpuSeconds.envtrain),
-      torch1: median(samples.cpuSeconds.torch1),
-      torch2: median(samples.cpuSeconds.torch2)
-    },
+    generation: { tokensPerCall: genTok, ...summary("generate"), greedyFirst16Agree: greedyAgree },
+    trainCpuSecondsMedian: Object.fromEntries(sides.map((x) => [x, median(samples.cpuSeconds[x])])) as Record<
+      Side,
+      number
+    >,
     samples
   }
 }
@@ -229,7 +272,7 @@ const runPreset = async (name: Preset.PresetName) => {
 const main = async () => {
   const loadStart = loadavg()
   const date = new Date().toISOString()
-  const results = []
+  const results: Array<Awaited<ReturnType<typeof runPreset>>> = []
   for (const name of presetNames) results.push(await runPreset(name))
   worker.stdin.end(JSON.stringify({ cmd: "quit" }) + "\n")
   const out = {
@@ -238,13 +281,11 @@ const main = async () => {
     machine: {
       cpu: cpus()[0]?.model ?? "unknown",
       cores: cpus().length,
-      loadAverage: { start: loadStart, end: loadavg() },
-      shared: "other processes (test suites of concurrent sessions) were running on the same cores"
+      loadAverage: { start: loadStart, end: loadavg() }
     },
     node: process.version,
     repeats,
     clock: "wall",
-    envtrainThreads: "1 (Qwen3Reference is single-threaded: plain TypeScript on Node's main thread, no workers)",
     results
   }
   console.log(JSON.stringify(results.map(({ samples: _s, torch: _t, ...r }) => r), null, 2))
@@ -254,39 +295,46 @@ const main = async () => {
   const f = (x: number) => x.toFixed(0)
   const r2 = (x: number) => x.toFixed(2)
   const torch = results[0]?.torch ?? {}
+  const table = (k: "training" | "generation", unit: string) => [
+    `| preset | params | ${unit} | envtrain device 1 thread | torch 1 thread | ratio | envtrain device 2 threads | ` +
+    "torch 2 threads | ratio | reference (before) | device 1 thread / reference |",
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ...results.map((r) => {
+      const x = r[k]
+      const shape = k === "training"
+        ? `${r.sizes.trainBatch} × ${r.sizes.trainSeq}`
+        : `${r.sizes.genBatch} × (${r.sizes.genPrompt} + ${r.sizes.genNew})`
+      return `| ${r.preset} | ${r.parameters.toLocaleString("en-US")} | ${shape} | ${f(x.device1)} | ${
+        f(x.torch1)
+      } | ` +
+        `**${r2(x.ratio1)}** | ${f(x.device2)} | ${f(x.torch2)} | **${r2(x.ratio2)}** | ${f(x.reference)} | ` +
+        `${r2(x.speedupOverReference)} |`
+    })
+  ]
   const md = [
-    "# PyTorch vs envtrain's CPU model (Qwen3Reference)",
+    "# PyTorch vs envtrain's CPU device",
     "",
-    `${date}; \`${out.command}\`; ${out.machine.cpu}, ${out.machine.cores} cores, **shared** with other sessions' ` +
-    `test runs (1-minute load average ${loadStart[0].toFixed(2)} at the start, ${
-      out.machine.loadAverage.end[0].toFixed(2)
-    } ` +
-    `at the end), so absolute numbers are noisy. Node ${process.version}; torch ${torch.torch} (the PyPI wheel, CPU), ` +
-    `transformers ${torch.transformers} (Qwen3ForCausalLM, attention ${torch.attn_implementation}). Wall clock; medians ` +
-    `of ${repeats} repeats; envtrain and torch (1 thread, 2 threads) alternate within each repeat, order rotating; ` +
-    "**ratio = envtrain / torch, the median of the per-repeat ratios** (measured back to back in one run).",
-    "",
-    "envtrain's CPU model is single-threaded (plain TypeScript on Node's main thread), so it has one number per " +
-    "preset: the \"2 threads\" column compares that same single-threaded run with torch on 2 threads (envtrain at 2 " +
-    "threads: n/a).",
+    `${date}; \`${out.command}\`; ${out.machine.cpu}, ${out.machine.cores} cores, 1-minute load average ` +
+    `${loadStart[0].toFixed(2)} at the start, ${out.machine.loadAverage.end[0].toFixed(2)} at the end. Node ` +
+    `${process.version}; torch ${torch.torch} (the PyPI wheel, CPU), transformers ${torch.transformers} ` +
+    `(Qwen3ForCausalLM, attention ${torch.attn_implementation}). envtrain's device: ${
+      results.map((r) => `${r.preset}: ${r.device[1]} / ${r.device[2]}`).join("; ")
+    }. Wall clock; medians of ${repeats} repeats; the five sides alternate within each repeat, the order rotating; ` +
+    "**ratio = envtrain / torch at the same thread count, the median of the per-repeat ratios**.",
     "",
     "Training: forward + backward + clip_grad_norm(1) + AdamW step on a batch (mean next-token NLL over every " +
-    "position; envtrain also computes the token logprobs, as its trainer does). Generation: greedy decode with the KV " +
-    "cache, the whole batch together, prefill included, a fixed number of new tokens (torch: `model.generate`, " +
-    "`min_new_tokens` = `max_new_tokens`; envtrain: `generateBatch`); tokens/s counts new tokens.",
+    "position). Generation: greedy decode with the KV cache, the whole batch together, prefill included, a fixed " +
+    "number of new tokens (torch: `model.generate`, `min_new_tokens` = `max_new_tokens`); tokens/s counts new tokens. " +
+    "The reference column is the plain-TypeScript Qwen3Reference (f64 sums, one thread), the CPU backend before the " +
+    "device.",
     "",
-    "| preset | params | train batch | train tok/s envtrain | torch 1 thread | torch 2 threads | ratio vs 1 thread | " +
-    "ratio vs 2 threads | generation batch | gen tok/s envtrain | torch 1 thread | torch 2 threads | ratio vs 1 " +
-    "thread | ratio vs 2 threads |",
-    "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
-    ...results.map((r) =>
-      `| ${r.preset} | ${r.parameters.toLocaleString("en-US")} | ${r.sizes.trainBatch} × ${r.sizes.trainSeq} | ` +
-      `${f(r.training.envtrain)} | ${f(r.training.torch1)} | ${f(r.training.torch2)} | ` +
-      `${r2(r.training.ratioVsTorch1)} | ${r2(r.training.ratioVsTorch2)} | ` +
-      `${r.sizes.genBatch} × (${r.sizes.genPrompt} + ${r.sizes.genNew}) | ${f(r.generation.envtrain)} | ` +
-      `${f(r.generation.torch1)} | ${f(r.generation.torch2)} | ${r2(r.generation.ratioVsTorch1)} | ` +
-      `${r2(r.generation.ratioVsTorch2)} |`
-    ),
+    "## Training tokens/s",
+    "",
+    ...table("training", "batch"),
+    "",
+    "## Greedy decode tokens/s",
+    "",
+    ...table("generation", "batch"),
     "",
     "Checks on the same weights before any update: " +
     results.map((r) =>
@@ -297,22 +345,11 @@ const main = async () => {
       }`
     ).join("; ") + ".",
     "",
-    "Median process CPU seconds of one training step (torch's second thread shows here): " +
+    "Median process CPU seconds of one training step: " +
     results.map((r) =>
-      `${r.preset}: envtrain ${r.trainCpuSecondsMedian.envtrain.toFixed(2)}, torch ${
-        r.trainCpuSecondsMedian.torch1.toFixed(2)
-      } (1 thread), ${r.trainCpuSecondsMedian.torch2.toFixed(2)} (2 threads)`
+      `${r.preset}: ${Object.entries(r.trainCpuSecondsMedian).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(", ")}`
     ).join("; ") + ".",
-    "",
-    ...(results.some((r) => r.training.torch2 < r.training.torch1)
-      ? [
-        "Torch at 2 threads was slower than at 1 here, and its CPU seconds per step were several times those at 1 " +
-        "thread for the same work: with the machine's cores oversubscribed (load average above the core count), " +
-        "torch's OpenMP worker threads most likely spend their time waiting on each other rather than computing. On an idle " +
-        "machine the 2-thread column would be expected to beat the 1-thread one; this run does not show that.",
-        ""
-      ]
-      : [])
+    ""
   ].join("\n")
   writeFileSync("bench/results/interop-pytorch.md", md)
   console.log("saved bench/results/interop-pytorch.{json,md}")

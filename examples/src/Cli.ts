@@ -24,12 +24,20 @@ const flags = {
     Options.withDescription("a Qwen3 checkpoint directory (default: a new model of --preset)"),
     Options.optional
   ),
-  backend: Options.choice("backend", ["cpu", "gpu"]).pipe(
+  backend: Options.choice("backend", ["cpu", "gpu", "reference"]).pipe(
     Options.withDescription(
-      "gpu: the Qwen3 model on WebGPU (use on a GPU machine); cpu: the plain-TypeScript reference model, faster than " +
-        "lavapipe for the tiny preset (default: gpu with --model, cpu otherwise)"
+      "gpu: the Qwen3 model on WebGPU (use on a GPU machine); cpu: the CPU device (BLAS or WebAssembly SIMD " +
+        "kernels in a worker thread); reference: the plain-TypeScript specification (exact, slow) " +
+        "(default: gpu with --model, cpu otherwise)"
     ),
     Options.optional
+  ),
+  threads: Options.integer("threads").pipe(
+    Options.withDescription("CPU device: threads per matmul (default every core)"),
+    Options.optional
+  ),
+  deterministic: Options.boolean("deterministic").pipe(
+    Options.withDescription("CPU device: one thread and a fixed summation order (the same bits every run)")
   ),
   preset: Options.choice("preset", ["tiny", "small"]).pipe(
     Options.withDescription("size of the new model when --model is not given"),
@@ -158,7 +166,9 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(rewards === undefined ? {} : { rewards }),
     ...(sftFrom === undefined ? {} : { sftFrom }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
-    backend: or(f.backend, model !== undefined ? "gpu" : defaults.backend) as "cpu" | "gpu",
+    backend: or(f.backend, model !== undefined ? "gpu" : defaults.backend) as Pipeline.Settings["backend"],
+    ...(Option.isSome(f.threads) ? { threads: f.threads.value } : {}),
+    ...(f.deterministic ? { deterministic: true } : {}),
     seed: or(f.seed, defaults.seed),
     toolsInPrompt: f.toolsInPrompt || model !== undefined || defaults.toolsInPrompt,
     sft: {

@@ -39,10 +39,15 @@ export interface Settings {
   readonly model?: string
   readonly preset: "tiny" | "small"
   /**
-   * Where the model trains: "gpu" is the Qwen3 model on WebGPU (what a GPU machine wants); "cpu" is the
-   * plain-TypeScript reference model, exact and, for the tiny preset on a CPU, faster than lavapipe.
+   * Where the model trains: "gpu" is the Qwen3 model on WebGPU (what a GPU machine wants); "cpu" is the CPU device
+   * (BLAS or WebAssembly SIMD kernels in a worker thread, `Trainer.cpuModel`); "reference" is the plain-TypeScript
+   * specification (exact, slow).
    */
-  readonly backend: "cpu" | "gpu"
+  readonly backend: "cpu" | "gpu" | "reference"
+  /** CPU device: threads per matmul (default every core). */
+  readonly threads?: number
+  /** CPU device: one thread and a fixed summation order. */
+  readonly deterministic?: boolean
   /** An envtrain or OpenEnv server; default in-process environments. */
   readonly envUrl?: string
   /**
@@ -450,14 +455,21 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     const checkpoint = settings.model === undefined
       ? yield* Checkpoint.makeModel(settings.preset, settings.seed)
       : yield* Checkpoint.load(settings.model)
-    // The same trainable-model interface on either backend; the GPU models live as long as the run's scope.
+    // The same trainable-model interface on every backend; the GPU models and the CPU device's worker threads live
+    // as long as the run's scope.
+    const cpuOptions = {
+      ...(settings.threads === undefined ? {} : { threads: settings.threads }),
+      ...(settings.deterministic === undefined ? {} : { deterministic: settings.deterministic })
+    }
     const trainable = (weights: Checkpoint.Model, batch: number, seq: number, temperature: number) =>
       settings.backend === "gpu"
         ? Trainer.gpuModel(weights, { batch, seq, temperature })
+        : settings.backend === "cpu"
+        ? Trainer.cpuModel(weights, cpuOptions)
         : Effect.succeed(Trainer.referenceModel(weights))
     yield* say(
       `${recipe.name}: model ${settings.model ?? `preset ${settings.preset}`} (${
-        settings.backend === "gpu" ? "WebGPU" : "CPU reference"
+        settings.backend === "gpu" ? "WebGPU" : settings.backend === "cpu" ? "CPU device" : "CPU reference"
       }, ${checkpoint.config.num_hidden_layers} layers, hidden ${checkpoint.config.hidden_size})`
     )
 
@@ -472,7 +484,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     // moments would otherwise keep moving the weights even on steps whose advantages are all zero.
     // Async on the CPU: the update in a worker thread, so the event loop keeps serving the rollouts meanwhile.
     const async = settings.grpo.maxStaleness !== undefined
-    const local = async && settings.backend === "cpu"
+    const local = async && settings.backend === "reference"
       ? yield* Trainer.workerModel(warm)
       : yield* trainable(
         warm,
@@ -480,6 +492,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
         grpoSequence(settings),
         settings.grpo.temperature
       )
+    if (local.device !== undefined) yield* say(`device: ${local.device}`)
     // With policy servers the episodes (GRPO's and the evaluations') sample there; the rest stays local.
     const model = yield* PolicyServers.withPolicyServers(local, {
       urls: settings.policyServers ?? [],

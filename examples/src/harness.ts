@@ -258,7 +258,7 @@ const run = (settings: Settings) =>
       ...made,
       config: { ...made.config, max_position_embeddings: contextSetting }
     }
-    const sftModel = Trainer.referenceModel(initial)
+    const sftModel = yield* Trainer.cpuModel(initial)
     const lengths = yield* Effect.forEach(transcripts, (t) =>
       SftTrainer.tokenize({ tokenizer: initial.tokenizer, chatTemplate: initial.chatTemplate }, t))
     const maxLength = Math.max(...lengths.map((l) =>
@@ -407,7 +407,7 @@ const run = (settings: Settings) =>
         maxStaleness: settings.maxStaleness,
         seed: settings.seed
       }),
-      model: Trainer.referenceModel(warm),
+      model: yield* Trainer.cpuModel(warm),
       tasks: suite.train,
       agent: agent(settings.temperature),
       maxConcurrentRollouts: settings.concurrency,

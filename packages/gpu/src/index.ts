@@ -4,6 +4,8 @@
  * @since 0.0.0
  */
 export * as Blas from "./cpu/Blas.js"
+export * as CpuDevice from "./cpu/CpuDevice.js"
+export * as CpuModel from "./cpu/CpuModel.js"
 export * as Gemm from "./cpu/Gemm.js"
 export * as WasmGemm from "./cpu/WasmGemm.js"
 export * as Checkpoint from "./formats/Checkpoint.js"

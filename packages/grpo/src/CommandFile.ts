@@ -6,8 +6,10 @@
  *
  * ```yaml
  * model: models/tiny-sft        # a Hugging Face model directory
- * backend: gpu                  # gpu (WebGPU/Dawn) or cpu (the plain-TypeScript reference: slow, exact;
- *                               # with async: true it trains in a worker thread, Trainer.workerModel)
+ * backend: gpu                  # gpu (WebGPU/Dawn), cpu (the CPU device: BLAS or WebAssembly SIMD kernels in a
+ *                               # worker thread, Trainer.cpuModel) or reference (the plain-TypeScript spec: slow)
+ * threads: 2                    # cpu only: threads per matmul (default every core)
+ * deterministic: true           # cpu only: one thread, fixed summation order (the same bits every run)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
  * envConcurrency: 2             # optional: most sessions opened at once per envUrl server (default: the limit its
@@ -76,7 +78,9 @@ const DatasetSpec = Schema.Union(
  */
 export const RunSpec = Schema.Struct({
   model: Schema.String,
-  backend: Schema.optionalWith(Schema.Literal("gpu", "cpu"), { default: () => "gpu" as const }),
+  backend: Schema.optionalWith(Schema.Literal("gpu", "cpu", "reference"), { default: () => "gpu" as const }),
+  threads: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))),
+  deterministic: Schema.optional(Schema.Boolean),
   environment: Schema.optional(
     Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))
   ),
@@ -371,9 +375,17 @@ const thinkingOf = (spec: RunSpec, config: Config.GRPOConfig) => ({
 const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
   Effect.gen(function*() {
     const checkpoint = yield* Checkpoint.load(spec.model)
-    // Async GRPO on the CPU: the update in a worker thread (for the run's scope), so that the rollouts (on policy
-    // servers, or in the worker between updates) are served while it runs; the same results as in the thread.
+    // The CPU device runs in a worker thread (for the run's scope), so that rollouts (on policy servers, or in the
+    // worker between updates) are served while an update runs.
     if (spec.backend === "cpu") {
+      const model = yield* Trainer.cpuModel(checkpoint, {
+        ...(spec.threads === undefined ? {} : { threads: spec.threads }),
+        ...(spec.deterministic === undefined ? {} : { deterministic: spec.deterministic })
+      })
+      yield* Effect.logInfo(`CPU device: ${model.device}`)
+      return model
+    }
+    if (spec.backend === "reference") {
       return config.async === true ? yield* Trainer.workerModel(checkpoint) : Trainer.referenceModel(checkpoint)
     }
     return yield* Trainer.gpuModel(checkpoint, {

@@ -50,15 +50,17 @@
  *
  * @since 0.0.0
  */
-import type { Checkpoint } from "@envtrain/gpu"
+import type { Checkpoint, CpuDevice } from "@envtrain/gpu"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import type { PromptRow } from "@envtrain/rollout/Rollout"
-import { Effect, type Scope } from "effect"
+import { type Duration, Effect, type Scope } from "effect"
 import * as Advantage from "./Advantage.js"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
 import * as Evaluation from "./Evaluation.js"
 import { cachedCpuModel } from "./internal/cachedModel.js"
+import type * as DeviceModel from "./internal/deviceModel.js"
+import { deviceModel as makeDeviceModel } from "./internal/deviceModel.js"
 import * as DynamicSampling from "./internal/dynamicSampling.js"
 import {
   type GenerationResult,
@@ -145,6 +147,60 @@ export const workerModel: (
   model: Checkpoint.Model,
   options?: WorkerModelOptions
 ) => Effect.Effect<TrainableModel, WorkerModelError, Scope.Scope> = WorkerModel.workerModel
+
+/**
+ * The CPU device's model in this thread, on a matmul route chosen with `Gemm.select` / `CpuDevice.make`: what a
+ * policy server decodes with (each decode step is one short batched pass). Training should use {@link cpuModel},
+ * which runs the same model in a worker thread.
+ *
+ * @since 0.0.0
+ */
+export const deviceModel: (model: Checkpoint.Model, options: DeviceModelOptions) => TrainableModel = makeDeviceModel
+
+/** @since 0.0.0 */
+export type DeviceModelOptions = DeviceModel.DeviceModelOptions
+
+/**
+ * Options of {@link cpuModel}: the device's (`threads` per matmul, default every core; `deterministic`: one thread
+ * and a fixed summation order; exactly one `route`, or the fastest this machine has), the most generation requests
+ * per `generate` call, the most tokens per forward/backward pass, and the worker's time limits.
+ *
+ * @since 0.0.0
+ */
+export interface CpuModelOptions extends CpuDevice.DeviceOptions {
+  readonly maxBatchSize?: number
+  readonly maxTokensPerPass?: number
+  readonly callTimeout?: Duration.DurationInput
+  readonly startTimeout?: Duration.DurationInput
+}
+
+/**
+ * The Qwen3 model on the CPU device, the CPU backend: f32 kernels over one preallocated workspace, matmuls on the
+ * platform BLAS (OpenBLAS through an FFI, on `threads` cores) or WebAssembly SIMD, in a worker thread so the
+ * trainer's event loop stays free (async GRPO overlaps generation with the update). Results match
+ * {@link referenceModel} (the specification) at f32 tolerance. `model.device` says which route runs it; a route
+ * that was asked for and is missing fails the start with {@link WorkerModelError} naming the fix.
+ *
+ * @example
+ * ```ts
+ * const model = yield* Trainer.cpuModel(yield* Checkpoint.load("models/tiny-sft"), { threads: 2 })
+ * console.log(model.device) // e.g. "OpenBLAS 0.3.21 on 2 threads"
+ * ```
+ *
+ * @since 0.0.0
+ */
+export const cpuModel = (
+  model: Checkpoint.Model,
+  options: CpuModelOptions = {}
+): Effect.Effect<TrainableModel, WorkerModelError, Scope.Scope> => {
+  const { callTimeout, maxBatchSize, startTimeout, ...device } = options
+  return WorkerModel.workerModel(model, {
+    ...(maxBatchSize === undefined ? {} : { maxBatchSize }),
+    ...(callTimeout === undefined ? {} : { callTimeout }),
+    ...(startTimeout === undefined ? {} : { startTimeout }),
+    device
+  })
+}
 
 /**
  * The CPU model's worker thread stopped, crashed, or did not answer within `callTimeout`.

@@ -37,6 +37,7 @@
  */
 import type { Path } from "@effect/platform"
 import { FileSystem } from "@effect/platform"
+import * as CpuDevice from "@envtrain/gpu/cpu/CpuDevice"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
@@ -151,17 +152,41 @@ const topLogprobsOf = (
 }
 
 /**
- * The CPU reference model as a backend. Needs `FileSystem` and `Path` (for checkpoint directories) from the
- * context it is built in.
+ * The CPU device's model as a backend (`Trainer.deviceModel`: f32 kernels, matmuls on the route `options.device`
+ * selects — the platform BLAS or WebAssembly SIMD). Decode steps run in the server's thread, one batched pass per
+ * step. Needs `FileSystem` and `Path` (for checkpoint directories) from the context it is built in.
  */
 export const cpu = (
   model: Checkpoint.Model,
+  options: BackendOptions & { readonly device?: CpuDevice.DeviceOptions } = {}
+): Effect.Effect<Backend, CpuDevice.Unavailable, FileSystem.FileSystem | Path.Path> =>
+  Effect.flatMap(CpuDevice.make(options.device ?? {}), (device) =>
+    cpuBackend(
+      model,
+      options,
+      Trainer.deviceModel(model, { gemm: device.gemm, maxBatchSize: options.maxBatchSize ?? 16 }),
+      "cpu"
+    ))
+
+/**
+ * The CPU reference model (`Trainer.referenceModel`, the plain-TypeScript specification: exact, slow) as a backend.
+ * Needs `FileSystem` and `Path` from the context it is built in.
+ */
+export const reference = (
+  model: Checkpoint.Model,
   options: BackendOptions = {}
+): Effect.Effect<Backend, never, FileSystem.FileSystem | Path.Path> =>
+  cpuBackend(model, options, Trainer.referenceModel(model, { maxBatchSize: options.maxBatchSize ?? 16 }), "reference")
+
+const cpuBackend = (
+  model: Checkpoint.Model,
+  options: BackendOptions,
+  trainable: Trainer.TrainableModel,
+  name: string
 ): Effect.Effect<Backend, never, FileSystem.FileSystem | Path.Path> =>
   Effect.gen(function*() {
     const context = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
     const maxBatchSize = options.maxBatchSize ?? 16
-    const trainable = Trainer.referenceModel(model, { maxBatchSize })
     const weightsNow = Effect.map(trainable.exportState, (state) => {
       const w: Qwen3Reference.Weights = {}
       for (const [name, t] of state.weights) w[name] = t.data
@@ -188,7 +213,7 @@ export const cpu = (
       readonly state: unknown
     }
     return {
-      name: "cpu",
+      name,
       tokenizer: model.tokenizer,
       chatTemplate: model.chatTemplate,
       contextLength: contextOf(model, options),

@@ -26,7 +26,7 @@ export interface LaunchOptions {
   /** The checkpoint directory (`--model`). */
   readonly model: string
   /** Default: the command's own (gpu). */
-  readonly backend?: "cpu" | "gpu"
+  readonly backend?: "cpu" | "gpu" | "reference"
   /** Default: a free loopback port. */
   readonly port?: number
   readonly servedModelName?: string

@@ -12,9 +12,26 @@ import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect } from "effect"
 import { cpuModel, type StepDecoder, type TrainableModel } from "./model.js"
 
+/** A KV cache of either CPU implementation: how many tokens it holds (the rest is the engine's). */
+interface Cache {
+  length: number
+}
+
+/**
+ * What KV-cache reuse needs of a CPU model: caches, and one batched pass of new tokens through them giving each
+ * sequence's last-token logits. The engine runs on the model's current weights.
+ */
+export interface DecodeEngine {
+  readonly makeKvCache: (capacity: number) => Cache
+  readonly extendBatch: (
+    caches: ReadonlyArray<Cache>,
+    chunks: ReadonlyArray<ReadonlyArray<number>>
+  ) => ReadonlyArray<ArrayLike<number>>
+}
+
 interface Entry {
   readonly tokens: Array<number>
-  readonly cache: Qwen3Reference.KvCache
+  readonly cache: Cache
 }
 
 /** Most caches kept between turns, and the memory they may hold together (a cache is ~1 MB for the tiny preset). */
@@ -27,25 +44,48 @@ export const cachedCpuModel = (
 ): TrainableModel => {
   const base = cpuModel(model, options)
   const config = model.config
-  const capacity = Math.min(config.max_position_embeddings, 4096)
-  const cacheBytes = 2 * config.num_hidden_layers * config.num_key_value_heads * capacity * config.head_dim * 4
-  const poolSize = Math.max(1, Math.min(POOL, Math.floor(POOL_BYTES / cacheBytes)))
   let weights: Qwen3Reference.Weights | undefined
-  let pool: Array<Entry> = []
-  const stale = () => {
-    weights = undefined
-    pool = []
-  }
-  const currentWeights = Effect.suspend(() =>
+  // The reference decodes on a copy of the weights, taken again after every update.
+  const currentEngine = Effect.suspend(() =>
     weights !== undefined ? Effect.succeed(weights) : Effect.map(base.exportState, (state) => {
       const w: Qwen3Reference.Weights = {}
       for (const [name, t] of state.weights) w[name] = Float32Array.from(t.data)
       weights = w
       return w
     })
+  ).pipe(Effect.map((w): DecodeEngine => ({
+    makeKvCache: (capacity) => Qwen3Reference.makeKvCache(config, capacity),
+    extendBatch: (caches, chunks) =>
+      Qwen3Reference.extendBatch(config, w, caches as ReadonlyArray<Qwen3Reference.KvCache>, chunks)
+  })))
+  return withKvReuse(base, config, currentEngine, () => weights = undefined)
+}
+
+/**
+ * A CPU model with multi-turn KV-cache reuse and step-wise decoding on `engine` (see the module's comment). `stale`
+ * is called after every update of the weights.
+ */
+export const withKvReuse = (
+  base: Omit<TrainableModel, "generate" | "decoder">,
+  config: TrainableModel["config"],
+  currentEngine: Effect.Effect<DecodeEngine>,
+  onUpdate: () => void
+): TrainableModel => {
+  const capacity = Math.min(config.max_position_embeddings, 4096)
+  const cacheBytes = 2 * config.num_hidden_layers * config.num_key_value_heads * capacity * config.head_dim * 4
+  const poolSize = Math.max(1, Math.min(POOL, Math.floor(POOL_BYTES / cacheBytes)))
+  let pool: Array<Entry> = []
+  let engine: DecodeEngine | undefined
+  const stale = () => {
+    onUpdate()
+    engine = undefined
+    pool = []
+  }
+  const current = Effect.suspend(() =>
+    engine !== undefined ? Effect.succeed(engine) : Effect.tap(currentEngine, (e) => engine = e)
   )
 
-  const claim = (prompt: ReadonlyArray<number>): Entry => {
+  const claim = (e: DecodeEngine, prompt: ReadonlyArray<number>): Entry => {
     let best = -1
     for (let i = 0; i < pool.length; i++) {
       const t = pool[i].tokens
@@ -54,7 +94,7 @@ export const cachedCpuModel = (
       for (let j = 0; j < t.length && ok; j++) ok = t[j] === prompt[j]
       if (ok) best = i
     }
-    if (best < 0) return { tokens: [], cache: Qwen3Reference.makeKvCache(config, capacity) }
+    if (best < 0) return { tokens: [], cache: e.makeKvCache(capacity) }
     const [entry] = pool.splice(best, 1)
     return entry
   }
@@ -72,7 +112,7 @@ export const cachedCpuModel = (
     finishReason: "stop" | "length"
   }
 
-  const start = (request: GenerateRequest): Active => {
+  const start = (e: DecodeEngine, request: GenerateRequest): Active => {
     const s = request.sampling
     const prompt = request.promptIds
     const temperature = s.temperature ?? 1
@@ -84,13 +124,13 @@ export const cachedCpuModel = (
       ...(s.repetitionPenalty !== undefined ? { repetitionPenalty: s.repetitionPenalty } : {})
     }
     const maxNew = Math.max(0, Math.min(s.maxTokens, capacity - prompt.length))
-    let entry = claim(prompt)
+    let entry = claim(e, prompt)
     if (entry.tokens.length === prompt.length) {
       // The same prompt again: re-run its last token to get the next-token logits.
       entry.cache.length -= 1
       entry.tokens.pop()
     }
-    if (prompt.length + maxNew > capacity) entry = { tokens: [], cache: Qwen3Reference.makeKvCache(config, capacity) }
+    if (prompt.length + maxNew > capacity) entry = { tokens: [], cache: e.makeKvCache(capacity) }
     return {
       request,
       entry,
@@ -111,8 +151,8 @@ export const cachedCpuModel = (
     step: number
   }
 
-  const begin = (request: GenerateRequest): Running => {
-    const a = start(request)
+  const begin = (e: DecodeEngine, request: GenerateRequest): Running => {
+    const a = start(e, request)
     return { ...a, pending: a.request.promptIds.slice(a.entry.tokens.length), step: 0 }
   }
 
@@ -127,7 +167,7 @@ export const cachedCpuModel = (
   // as separate passes, and the CPU's matmuls are much cheaper per row when batched), then one sampled token each.
   // Sampling depends only on the sequence's own seed, prompt length and step, so a sequence's tokens do not depend
   // on which others share its steps. Returns each sequence's completion when it finished at this step.
-  const stepAll = (w: Qwen3Reference.Weights, states: ReadonlyArray<Running>): Array<Completion | undefined> => {
+  const stepAll = (e: DecodeEngine, states: ReadonlyArray<Running>): Array<Completion | undefined> => {
     const out: Array<Completion | undefined> = states.map(() => undefined)
     const live: Array<number> = []
     states.forEach((a, i) => {
@@ -135,12 +175,7 @@ export const cachedCpuModel = (
       else live.push(i)
     })
     if (live.length === 0) return out
-    const rows = Qwen3Reference.extendBatch(
-      config,
-      w,
-      live.map((i) => states[i].entry.cache),
-      live.map((i) => states[i].pending)
-    )
+    const rows = e.extendBatch(live.map((i) => states[i].entry.cache), live.map((i) => states[i].pending))
     live.forEach((i, r) => {
       const a = states[i]
       const s = a.request.sampling
@@ -160,12 +195,12 @@ export const cachedCpuModel = (
   }
 
   // Every request of the batch decodes together until the last one finishes.
-  const generateAll = (w: Qwen3Reference.Weights, requests: ReadonlyArray<GenerateRequest>): Array<Completion> => {
-    const states = requests.map(begin)
+  const generateAll = (e: DecodeEngine, requests: ReadonlyArray<GenerateRequest>): Array<Completion> => {
+    const states = requests.map((r) => begin(e, r))
     const results: Array<Completion | undefined> = states.map(() => undefined)
     let active = states.map((_, i) => i)
     while (active.length > 0) {
-      const out = stepAll(w, active.map((i) => states[i]))
+      const out = stepAll(e, active.map((i) => states[i]))
       active.forEach((i, j) => results[i] = out[j])
       active = active.filter((_, j) => out[j] === undefined)
     }
@@ -173,9 +208,9 @@ export const cachedCpuModel = (
   }
 
   const decoder: StepDecoder = {
-    start: (request) => Effect.sync(() => begin(request)),
+    start: (request) => Effect.flatMap(current, (e) => Effect.sync(() => begin(e, request))),
     step: (sequences) =>
-      Effect.flatMap(currentWeights, (w) => Effect.sync(() => stepAll(w, sequences as ReadonlyArray<Running>))),
+      Effect.flatMap(current, (e) => Effect.sync(() => stepAll(e, sequences as ReadonlyArray<Running>))),
     progress: (sequence) => {
       const a = sequence as Running
       return { tokenIds: a.tokens, logprobs: a.logprobs }
@@ -185,7 +220,7 @@ export const cachedCpuModel = (
   return {
     ...base,
     decoder,
-    generate: (requests) => Effect.flatMap(currentWeights, (w) => Effect.sync(() => generateAll(w, requests))),
+    generate: (requests) => Effect.flatMap(current, (e) => Effect.sync(() => generateAll(e, requests))),
     step: (options) => Effect.tap(base.step(options), () => Effect.sync(stale)),
     importState: (state) => Effect.tap(base.importState(state), () => Effect.sync(stale))
   }

@@ -152,6 +152,8 @@ export interface StepDecoder {
 }
 
 export interface TrainableModel {
+  /** Optional: which device runs the model, in words (printed by the CLI and the examples). */
+  readonly device?: string
   readonly config: ModelConfig.ModelConfig
   readonly tokenizer: Tokenizer
   readonly chatTemplate: ChatTemplate

@@ -5,11 +5,13 @@
  * interleaving); its effect is run with `runSyncExit` and its failure is sent back, never thrown. Started by
  * `modelWorkerEntry.mjs`, which registers tsx so this file loads from source.
  */
+import { CpuDevice } from "@envtrain/gpu"
 import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import { Cause, Effect, Exit } from "effect"
 import { parentPort } from "node:worker_threads"
 import * as Loss from "../Loss.js"
 import { cachedCpuModel } from "./cachedModel.js"
+import { deviceModel } from "./deviceModel.js"
 import type { TrainableModel } from "./model.js"
 import { buffersOf, type Envelope, type Failure, type Reply, type Request } from "./workerProtocol.js"
 
@@ -31,17 +33,31 @@ const add = (model: TrainableModel) => {
 
 const handle = (request: Request): Effect.Effect<unknown, Failure> => {
   switch (request._tag) {
-    case "Init":
-      return Effect.sync(() =>
-        add(cachedCpuModel({
-          config: request.config,
-          tensors: request.tensors,
-          generationConfig: request.generationConfig,
-          // The worker's model never tokenises or renders a chat: the trainer's proxy holds the real ones.
-          tokenizer: undefined as unknown as Tokenizer,
-          chatTemplate: undefined as never
-        }, request.maxBatchSize === undefined ? {} : { maxBatchSize: request.maxBatchSize }))
+    case "Init": {
+      const checkpoint = {
+        config: request.config,
+        tensors: request.tensors,
+        generationConfig: request.generationConfig,
+        // The worker's model never tokenises or renders a chat: the trainer's proxy holds the real ones.
+        tokenizer: undefined as unknown as Tokenizer,
+        chatTemplate: undefined as never
+      }
+      const batch = request.maxBatchSize === undefined ? {} : { maxBatchSize: request.maxBatchSize }
+      const options = request.device
+      if (options === undefined) return Effect.sync(() => add(cachedCpuModel(checkpoint, batch)))
+      // The device (its BLAS handle or WebAssembly memory) is made in this thread: it cannot cross threads.
+      return Effect.map(
+        Effect.mapError(CpuDevice.make(options), (e): Failure => ({ _tag: "Defect", message: e.message })),
+        (device) => ({
+          ...add(deviceModel(checkpoint, {
+            gemm: device.gemm,
+            ...batch,
+            ...(options.maxTokensPerPass === undefined ? {} : { maxTokensPerPass: options.maxTokensPerPass })
+          })),
+          device: device.description
+        })
       )
+    }
     case "Generate":
       return Effect.flatMap(modelOf(request.model), (m) => m.generate(request.requests))
     case "Score":

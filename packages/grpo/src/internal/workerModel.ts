@@ -15,7 +15,7 @@
  *   model interface has no error channel, and the run stops); every call has a time limit, after which the worker
  *   is terminated (its state is unknown) and the call fails the same way.
  */
-import type { Checkpoint } from "@envtrain/gpu"
+import type { Checkpoint, CpuDevice } from "@envtrain/gpu"
 import { Data, Deferred, Duration, Effect, type Scope } from "effect"
 import { Worker } from "node:worker_threads"
 import { OptimizerStateMismatch, type TrainableModel } from "./model.js"
@@ -29,6 +29,11 @@ export interface WorkerModelOptions {
   readonly callTimeout?: Duration.DurationInput
   /** Time limit of the start: the thread loading the sources (tsx) and taking the weights. Default 2 minutes. */
   readonly startTimeout?: Duration.DurationInput
+  /**
+   * Run the CPU device's model (f32 kernels, BLAS or WebAssembly SIMD matmuls) instead of the reference model, with
+   * these options (`Trainer.cpuModel`).
+   */
+  readonly device?: CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number }
 }
 
 /** The CPU model's worker thread stopped, crashed, or did not answer in time. */
@@ -115,6 +120,12 @@ export const start = (
         pending.set(id, deferred)
         worker.postMessage({ id, request } satisfies Envelope)
         return Deferred.await(deferred).pipe(
+          // Name the operation the failed call asked for.
+          Effect.mapError((e) =>
+            e._tag === "WorkerModelError"
+              ? new WorkerModelError({ worker: e.worker, problem: `${e.problem} [call: ${request._tag}]` })
+              : e
+          ),
           Effect.timeoutFail({
             duration: timeout,
             onTimeout: () => {
@@ -138,13 +149,16 @@ export const start = (
       config: checkpoint.config,
       tensors: checkpoint.tensors,
       generationConfig: checkpoint.generationConfig,
-      maxBatchSize: options.maxBatchSize
+      maxBatchSize: options.maxBatchSize,
+      device: options.device
     }, startTimeout).pipe(
       Effect.catchTag("OptimizerStateMismatch", (e) => new WorkerModelError({ worker: name, problem: e.problem }))
     )
 
+    if (first.device !== undefined) name = `envtrain-cpu-model (thread ${worker.threadId}, ${first.device})`
     const { chatTemplate, config, generationConfig, tokenizer } = checkpoint
     const proxy = (id: number): TrainableModel => ({
+      ...(first.device === undefined ? {} : { device: first.device }),
       config,
       tokenizer,
       chatTemplate,

@@ -5,7 +5,7 @@
  * an id; each gets one reply with that id. Models in the worker are numbered: 0 is the trained model, frozen copies
  * (the KL reference) get the next numbers.
  */
-import type { ModelConfig, Safetensors } from "@envtrain/gpu"
+import type { CpuDevice, ModelConfig, Safetensors } from "@envtrain/gpu"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import type { LossOptions } from "../Loss.js"
 import type { LossInputs, ModelState, OptimizerState, OptimizerStep, SequenceBatch, TokenScores } from "./model.js"
@@ -18,6 +18,8 @@ export type Request =
     readonly tensors: Safetensors.Tensors
     readonly generationConfig: Readonly<Record<string, unknown>>
     readonly maxBatchSize: number | undefined
+    /** The CPU device's options, or undefined for the reference model (`Trainer.workerModel`). */
+    readonly device: (CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number | undefined }) | undefined
   }
   | { readonly _tag: "Generate"; readonly model: number; readonly requests: ReadonlyArray<GenerateRequest> }
   | { readonly _tag: "Score"; readonly model: number; readonly batch: SequenceBatch; readonly temperature: number }
@@ -46,7 +48,8 @@ export type Request =
 
 /** The value each request answers with. */
 export interface Replies {
-  readonly Init: { readonly model: number }
+  /** `device`: which CPU device runs the model, in words (absent for the reference model). */
+  readonly Init: { readonly model: number; readonly device?: string }
   readonly Generate: ReadonlyArray<Completion>
   readonly Score: TokenScores
   readonly Accumulate: TokenScores

@@ -1,5 +1,5 @@
 /**
- * `envtrain serve-policy --model DIR [--backend cpu|gpu] [--host H] [--port P] [--max-batch N]
+ * `envtrain serve-policy --model DIR [--backend cpu|gpu|reference] [--threads N] [--host H] [--port P] [--max-batch N]
  * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS] [--batching continuous|window]
  * [--steps-per-submit K]`: serves a model over an OpenAI-compatible
  * HTTP API in vLLM's dialect (`@envtrain/rollout`'s `PolicyServer`), with weight updates. Runs until interrupted.
@@ -21,9 +21,16 @@ import * as PolicyBackend from "../PolicyBackend.js"
 
 const options = {
   model: Options.directory("model").pipe(Options.withDescription("a Hugging Face model directory")),
-  backend: Options.choice("backend", ["cpu", "gpu"] as const).pipe(
+  backend: Options.choice("backend", ["cpu", "gpu", "reference"] as const).pipe(
     Options.withDefault("gpu" as const),
-    Options.withDescription("gpu: Qwen3 on WebGPU (its generation slots); cpu: the trainer's CPU reference model")
+    Options.withDescription(
+      "gpu: Qwen3 on WebGPU (its generation slots); cpu: the CPU device (BLAS or WebAssembly SIMD kernels); " +
+        "reference: the plain-TypeScript specification model (exact, slow)"
+    )
+  ),
+  threads: Options.integer("threads").pipe(
+    Options.optional,
+    Options.withDescription("cpu backend: threads per matmul (default every core)")
   ),
   host: Options.text("host").pipe(Options.withDefault("127.0.0.1"), Options.withDescription("interface to bind")),
   port: Options.integer("port").pipe(Options.withDefault(8000), Options.withDescription("port (0 = any free port)")),
@@ -67,7 +74,12 @@ export const command = Command.make("serve-policy", options, (a) =>
       ...Option.match(a.maxModelLen, { onNone: () => ({}), onSome: (contextLength) => ({ contextLength }) })
     }
     const backend = a.backend === "cpu"
-      ? yield* PolicyBackend.cpu(model, backendOptions)
+      ? yield* PolicyBackend.cpu(model, {
+        ...backendOptions,
+        device: Option.match(a.threads, { onNone: () => ({}), onSome: (threads) => ({ threads }) })
+      })
+      : a.backend === "reference"
+      ? yield* PolicyBackend.reference(model, backendOptions)
       // The device lives as long as the server: built in the command's scope, not the backend constructor's.
       : yield* PolicyBackend.gpu(model, { ...backendOptions, stepsPerSubmit: a.stepsPerSubmit }).pipe(
         Effect.provide(yield* Layer.build(Gpu.layer()))

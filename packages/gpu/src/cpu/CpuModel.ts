@@ -1,0 +1,640 @@
+/**
+ * The Qwen3 model on the CPU device: the op list of `Qwen3Reference` (the specification) executed in f32 over one
+ * preallocated workspace, with every matmul on a {@link Gemm} route (the platform BLAS or WebAssembly SIMD).
+ *
+ * - Memory: weights, gradients and AdamW moments are allocated once; the activations of a forward live in a
+ *   workspace planned for the largest token count seen so far (it grows, never shrinks), so a steady-state step
+ *   allocates nothing but its small result arrays.
+ * - Packed batches: a forward takes B rows of T tokens with position ids; a position 0 at t > 0 starts a new
+ *   sequence inside the row and attention never crosses it (as the specification). Trainers pack every sequence
+ *   of a micro-batch into one row, so each projection is one large matmul.
+ * - Attention is tiled (`attention.ts`): no T×T probabilities; the forward keeps each row's logsumexp and the
+ *   backward recomputes, so long sequences (1–4k tokens) stay within bounded memory.
+ * - Numerics: f32 storage, f64 sums inside the element-wise kernels, the Gemm route's own summation order for
+ *   matmuls. Results match the specification at the GPU kernels' tolerances, not bit for bit; with a
+ *   deterministic route (one thread) the same inputs give the same bits every run.
+ *
+ * @since 0.0.0
+ */
+import {
+  type Config,
+  decays,
+  EMBED_TOKENS,
+  expectedTensors,
+  FINAL_NORM,
+  layerTensorNames,
+  LM_HEAD
+} from "../formats/ModelConfig.js"
+import { ropeTables } from "../ops/rope.js"
+import * as Attn from "./attention.js"
+import type { Gemm } from "./Gemm.js"
+import * as GemmAttention from "./internal/gemmAttention.js"
+import * as Kernels from "./internal/kernels.js"
+
+/** @since 0.0.0 */
+export type Weights = Record<string, Float32Array>
+
+/** A per-sequence KV cache: per layer, keys (after k_norm and RoPE) and values [kv_heads, capacity, head_dim]. */
+export interface KvCache {
+  readonly capacity: number
+  /** Tokens cached so far; the next token gets this position id. */
+  length: number
+  readonly keys: ReadonlyArray<Float32Array>
+  readonly values: ReadonlyArray<Float32Array>
+}
+
+/** AdamW's settings for one update (torch's defaults where absent). */
+export interface AdamWConfig {
+  readonly lr: number
+  readonly beta1?: number
+  readonly beta2?: number
+  readonly eps?: number
+  readonly weightDecay?: number
+}
+
+/** @since 0.0.0 */
+export interface CpuModel {
+  readonly config: Config
+  readonly gemm: Gemm
+  /** The live weights (in the route's memory), keyed by Hugging Face tensor name. */
+  readonly weights: Weights
+  /** Accumulated gradients, same keys. */
+  readonly grads: Weights
+  readonly moments: { readonly m: Weights; readonly v: Weights }
+  /** AdamW updates applied. */
+  step: number
+  /**
+   * Forward over a packed batch (tokens [B·T], position ids default 0…T−1 per row); returns the logits [B·T, vocab]
+   * (a view into the workspace, valid until the next forward or backward).
+   */
+  readonly forward: (tokens: ArrayLike<number>, B: number, T: number, positions?: ArrayLike<number>) => Float32Array
+  /** Per row of the last forward: log_softmax(logits/T)[target] (0 for target < 0) and the entropy. */
+  readonly tokenLogprobs: (
+    targets: ArrayLike<number>,
+    temperature: number
+  ) => { readonly logprobs: Float64Array; readonly entropy: Float64Array }
+  /**
+   * Backward of L = Σ w·logprob + Σ e·entropy over the last forward, added to {@link CpuModel.grads}; returns L and
+   * the logprobs. Consumes the forward (its logits are overwritten).
+   */
+  readonly backward: (
+    targets: ArrayLike<number>,
+    lossWeights: ArrayLike<number>,
+    temperature: number,
+    entropyWeights?: ArrayLike<number>
+  ) => { readonly loss: number; readonly logprobs: Float64Array; readonly entropy: Float64Array }
+  readonly zeroGrads: () => void
+  /** The gradients' global L2 norm (f64 sum). */
+  readonly gradNorm: () => number
+  /** Scales the gradients by `clip`, applies one AdamW update, and zeroes the gradients. */
+  readonly adamW: (clip: number, config: AdamWConfig) => void
+  readonly makeKvCache: (capacity: number) => KvCache
+  /**
+   * Runs each sequence's new tokens through its cache (all sequences' rows in one pass) and returns the logits of
+   * each sequence's last new token ([sequences, vocab], a workspace view).
+   */
+  readonly extendBatch: (caches: ReadonlyArray<KvCache>, chunks: ReadonlyArray<ArrayLike<number>>) => Float32Array
+  /** Copies weights in (every tensor of the config, checked by name and size). */
+  readonly setWeights: (weights: Readonly<Record<string, ArrayLike<number>>>) => void
+  /** With `profile: true`: milliseconds spent per op since the start or {@link CpuModel.resetProfile}. */
+  readonly profile: ReadonlyMap<string, number>
+  readonly resetProfile: () => void
+}
+
+/** Options of {@link make}. */
+export interface Options {
+  /** Time every op (matmul, attention, each element-wise kernel) into {@link CpuModel.profile}. Default false. */
+  readonly profile?: boolean
+}
+
+interface Layer {
+  readonly input: Float32Array
+  readonly attnNormed: Float32Array
+  readonly attnRstd: Float32Array
+  readonly qProj: Float32Array
+  readonly kProj: Float32Array
+  readonly v: Float32Array
+  readonly qRstd: Float32Array
+  readonly kRstd: Float32Array
+  readonly q: Float32Array
+  readonly k: Float32Array
+  readonly attnOut: Float32Array
+  readonly lse: Float32Array
+  readonly afterAttn: Float32Array
+  readonly mlpNormed: Float32Array
+  readonly mlpRstd: Float32Array
+  readonly gate: Float32Array
+  readonly up: Float32Array
+  readonly act: Float32Array
+}
+
+interface Workspace {
+  readonly rows: number
+  readonly layers: ReadonlyArray<Layer>
+  readonly output: Float32Array
+  readonly finalNormed: Float32Array
+  readonly finalRstd: Float32Array
+  readonly logits: Float32Array
+  readonly tokens: Int32Array
+  readonly positions: Int32Array
+  readonly segmentStart: Int32Array
+  // Backward scratch.
+  readonly dx: Float32Array
+  readonly dh: Float32Array
+  readonly dI1: Float32Array
+  readonly dI2: Float32Array
+  readonly dI3: Float32Array
+  readonly dAttn: Float32Array
+  readonly dq: Float32Array
+  readonly dk: Float32Array
+  readonly dv: Float32Array
+}
+
+const checkConfig = (config: Config) => {
+  if (config.num_attention_heads % config.num_key_value_heads !== 0 || config.head_dim % 2 !== 0) {
+    throw new Error(
+      `Qwen3 config with ${config.num_attention_heads} heads, ${config.num_key_value_heads} kv heads, head_dim ` +
+        `${config.head_dim}: heads must be a multiple of kv heads and head_dim even.`
+    )
+  }
+}
+
+/**
+ * Makes the model on a Gemm route with the given weights (copied into the route's memory).
+ *
+ * @since 0.0.0
+ */
+export const make = (
+  config: Config,
+  weights: Readonly<Record<string, ArrayLike<number>>>,
+  gemm: Gemm,
+  options: Options = {}
+): CpuModel => {
+  checkConfig(config)
+  const profile = new Map<string, number>()
+  const timed = <F extends (...args: Array<any>) => any>(name: string, f: F): F =>
+    options.profile !== true ? f : ((...args: Parameters<F>) => {
+      const t0 = performance.now()
+      try {
+        return f(...args)
+      } finally {
+        profile.set(name, (profile.get(name) ?? 0) + performance.now() - t0)
+      }
+    }) as F
+  const K: typeof Kernels = Object.fromEntries(
+    Object.entries(Kernels).map(([name, f]) => [name, timed(name, f)])
+  ) as unknown as typeof Kernels
+  const Attention = { decode: timed("attentionDecode", Attn.decode), scratchSize: Attn.scratchSize }
+  // Training's attention runs its products on the matmul route (blocks of query rows × visible keys).
+  const attentionForward = timed("attention", GemmAttention.forward)
+  const attentionBackward = timed("attentionBackward", GemmAttention.backward)
+  const sgemm = timed("matmul", gemm.sgemm)
+  const {
+    head_dim: D,
+    hidden_size: h,
+    intermediate_size: I,
+    num_attention_heads: H,
+    num_hidden_layers: L,
+    num_key_value_heads: KV,
+    vocab_size: V
+  } = config
+  const eps = config.rms_norm_eps
+  const scale = 1 / Math.sqrt(D)
+  const specs = expectedTensors(config)
+  const W: Weights = {}
+  const G: Weights = {}
+  const M: Weights = {}
+  const S: Weights = {}
+  for (const spec of specs) {
+    const n = spec.shape.reduce((a, b) => a * b, 1)
+    W[spec.name] = gemm.alloc(n)
+    G[spec.name] = gemm.alloc(n)
+    M[spec.name] = new Float32Array(n)
+    S[spec.name] = new Float32Array(n)
+  }
+  const names = Array.from({ length: L }, (_, l) => layerTensorNames(l))
+  const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
+
+  const setWeights = (source: Readonly<Record<string, ArrayLike<number>>>) => {
+    for (const spec of specs) {
+      const w = source[spec.name]
+      if (w === undefined) throw new Error(`Missing weight ${spec.name} [${spec.shape.join(", ")}].`)
+      if (w.length !== W[spec.name].length) {
+        throw new Error(`Weight ${spec.name} has ${w.length} elements; expected [${spec.shape.join(", ")}].`)
+      }
+      W[spec.name].set(w)
+    }
+  }
+  setWeights(weights)
+
+  // RoPE tables for positions 0…P−1 (transformers' f32 angles), grown on demand.
+  let ropeCos: Float32Array = new Float32Array(0)
+  let ropeSin: Float32Array = new Float32Array(0)
+  let ropePositions = 0
+  const ensureRope = (maxPosition: number) => {
+    if (maxPosition < ropePositions) return
+    const P = Math.max(maxPosition + 1, ropePositions * 2, 256)
+    const t = ropeTables(Int32Array.from({ length: P }, (_, i) => i), D, config.rope_theta)
+    ropeCos = t.cos
+    ropeSin = t.sin
+    ropePositions = P
+  }
+
+  let ws: Workspace | undefined
+  let scratch = new Float32Array(0)
+  // One row of scaled logits and their exponentials (the softmax's scratch).
+  const rowZ = new Float64Array(V)
+  const rowE = new Float64Array(V)
+  const workspace = (rows: number): Workspace => {
+    if (ws !== undefined && ws.rows >= rows) return ws
+    const N = Math.max(rows, ws === undefined ? 0 : ws.rows * 2)
+    const a = gemm.alloc
+    const layers: Array<Layer> = []
+    for (let l = 0; l < L; l++) {
+      layers.push({
+        input: a(N * h),
+        attnNormed: a(N * h),
+        attnRstd: a(N),
+        qProj: a(N * H * D),
+        kProj: a(N * KV * D),
+        v: a(N * KV * D),
+        qRstd: a(N * H),
+        kRstd: a(N * KV),
+        q: a(N * H * D),
+        k: a(N * KV * D),
+        attnOut: a(N * H * D),
+        lse: a(N * H),
+        afterAttn: a(N * h),
+        mlpNormed: a(N * h),
+        mlpRstd: a(N),
+        gate: a(N * I),
+        up: a(N * I),
+        act: a(N * I)
+      })
+    }
+    ws = {
+      rows: N,
+      layers,
+      output: a(N * h),
+      finalNormed: a(N * h),
+      finalRstd: a(N),
+      logits: a(N * V),
+      tokens: new Int32Array(N),
+      positions: new Int32Array(N),
+      segmentStart: new Int32Array(N),
+      dx: a(N * h),
+      dh: a(N * h),
+      dI1: a(N * I),
+      dI2: a(N * I),
+      dI3: a(N * I),
+      dAttn: a(N * H * D),
+      dq: a(N * H * D),
+      dk: a(N * KV * D),
+      dv: a(N * KV * D)
+    }
+    return ws
+  }
+
+  // y[rows × out] = x[rows × in] · Wᵀ (torch's Linear, W [out, in]).
+  const linear = (x: Float32Array, rows: number, inDim: number, w: Float32Array, outDim: number, y: Float32Array) =>
+    sgemm(false, true, rows, outDim, inDim, 1, x, inDim, w, inDim, 0, y, outDim)
+  // dx (= or +=) dy · W; dW += dyᵀ · x.
+  const linearBackward = (
+    dy: Float32Array,
+    x: Float32Array,
+    rows: number,
+    inDim: number,
+    w: Float32Array,
+    outDim: number,
+    dW: Float32Array,
+    dx: Float32Array | undefined,
+    accumulate: boolean
+  ) => {
+    if (dx !== undefined) {
+      sgemm(false, false, rows, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
+    }
+    sgemm(true, false, outDim, inDim, rows, 1, dy, outDim, x, inDim, 1, dW, inDim)
+  }
+
+  const embed = timed("embedding", (tokens: ArrayLike<number>, n: number, x: Float32Array) => {
+    const table = W[EMBED_TOKENS]
+    for (let i = 0; i < n; i++) {
+      const t = tokens[i]
+      if (!Number.isInteger(t) || t < 0 || t >= V) {
+        throw new Error(`Token id ${t} at index ${i} is outside the vocabulary [0, ${V}).`)
+      }
+      x.set(table.subarray(t * h, t * h + h), i * h)
+    }
+  })
+
+  // Projections, q/k norms and RoPE of rows 0…n−1 of `lay` from lay.input.
+  const attentionInputs = (l: number, lay: Layer, n: number, positions: Int32Array) => {
+    const nm = names[l]
+    K.rmsNorm(lay.input, n, h, W[nm.inputLayernorm], eps, lay.attnNormed, lay.attnRstd)
+    linear(lay.attnNormed, n, h, W[nm.q], H * D, lay.qProj)
+    linear(lay.attnNormed, n, h, W[nm.k], KV * D, lay.kProj)
+    linear(lay.attnNormed, n, h, W[nm.v], KV * D, lay.v)
+    K.rmsNorm(lay.qProj, n * H, D, W[nm.qNorm], eps, lay.q, lay.qRstd)
+    K.rmsNorm(lay.kProj, n * KV, D, W[nm.kNorm], eps, lay.k, lay.kRstd)
+    K.rope(lay.q, n, H, D, positions, ropeCos, ropeSin, 1, lay.q)
+    K.rope(lay.k, n, KV, D, positions, ropeCos, ropeSin, 1, lay.k)
+  }
+
+  // o_proj, residual and the MLP of rows 0…n−1; writes `out`.
+  const outputAndMlp = (l: number, lay: Layer, n: number, out: Float32Array) => {
+    const nm = names[l]
+    linear(lay.attnOut, n, H * D, W[nm.o], h, lay.afterAttn)
+    K.add(lay.afterAttn, lay.input, n * h, lay.afterAttn)
+    K.rmsNorm(lay.afterAttn, n, h, W[nm.postAttentionLayernorm], eps, lay.mlpNormed, lay.mlpRstd)
+    linear(lay.mlpNormed, n, h, W[nm.gate], I, lay.gate)
+    linear(lay.mlpNormed, n, h, W[nm.up], I, lay.up)
+    K.swiglu(lay.gate, lay.up, n * I, lay.act)
+    linear(lay.act, n, I, W[nm.down], h, out)
+    K.add(out, lay.afterAttn, n * h, out)
+  }
+
+  let blocks: Float32Array = new Float32Array(0)
+  const blockScratch = (T: number) => {
+    const n = GemmAttention.scratchSize(T)
+    if (blocks.length < n) blocks = gemm.alloc(Math.max(n, blocks.length * 2))
+    return blocks
+  }
+  // The decode attention's scratch for sequences of T tokens (grown, never shrunk).
+  const scratchFor = (T: number) => {
+    const n = Attention.scratchSize({ seq: T })
+    if (scratch.length < n) scratch = new Float32Array(Math.max(n, scratch.length * 2))
+    return scratch
+  }
+
+  let forwardRows = 0
+  const forward = (tokens: ArrayLike<number>, B: number, T: number, positions?: ArrayLike<number>) => {
+    const N = B * T
+    if (tokens.length !== N) throw new Error(`Batch has ${tokens.length} tokens; expected ${B}×${T}.`)
+    if (positions !== undefined && positions.length !== N) {
+      throw new Error(`Batch has ${positions.length} position ids; expected ${B}×${T}.`)
+    }
+    const w = workspace(N)
+    let maxPos = 0
+    for (let n = 0; n < N; n++) {
+      const p = positions === undefined ? n % T : positions[n]
+      w.positions[n] = p
+      if (p > maxPos) maxPos = p
+    }
+    for (let b = 0; b < B; b++) {
+      let start = 0
+      for (let t = 0; t < T; t++) {
+        if (t > 0 && w.positions[b * T + t] === 0) start = t
+        w.segmentStart[b * T + t] = start
+      }
+    }
+    ensureRope(maxPos)
+    embed(tokens, N, w.layers[0].input)
+    for (let n = 0; n < N; n++) w.tokens[n] = tokens[n]
+    for (let l = 0; l < L; l++) {
+      const lay = w.layers[l]
+      attentionInputs(l, lay, N, w.positions)
+      attentionForward(
+        gemm,
+        { B, T, H, KV, D, scale },
+        lay.q,
+        lay.k,
+        lay.v,
+        w.segmentStart,
+        lay.attnOut,
+        lay.lse,
+        blockScratch(T)
+      )
+      outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output)
+    }
+    K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
+    linear(w.finalNormed, N, h, W[headName], V, w.logits)
+    forwardRows = N
+    lastShape = { B, T }
+    return w.logits.subarray(0, N * V)
+  }
+  let lastShape = { B: 0, T: 0 }
+
+  const tokenLogprobs = (targets: ArrayLike<number>, temperature: number) => {
+    const N = forwardRows
+    if (ws === undefined || N === 0) throw new Error("tokenLogprobs needs a forward first.")
+    if (targets.length !== N) throw new Error(`targets has ${targets.length} entries; the forward had ${N} rows.`)
+    const logprobs = new Float64Array(N)
+    const entropy = new Float64Array(N)
+    K.tokenLogprobs(ws.logits, N, V, targets, temperature, logprobs, entropy, rowZ, rowE)
+    return { logprobs, entropy }
+  }
+
+  const backward = (
+    targets: ArrayLike<number>,
+    lossWeights: ArrayLike<number>,
+    temperature: number,
+    entropyWeights?: ArrayLike<number>
+  ) => {
+    const N = forwardRows
+    if (ws === undefined || N === 0) {
+      throw new Error("backward needs a forward first (each forward serves one backward).")
+    }
+    if (targets.length !== N || lossWeights.length !== N) {
+      throw new Error(`targets (${targets.length}) and lossWeights (${lossWeights.length}) must have ${N} entries.`)
+    }
+    const w = ws
+    const { B, T } = lastShape
+    const logprobs = new Float64Array(N)
+    const entropy = new Float64Array(N)
+    const loss = K.tokenLogprobs(
+      w.logits,
+      N,
+      V,
+      targets,
+      temperature,
+      logprobs,
+      entropy,
+      rowZ,
+      rowE,
+      lossWeights,
+      entropyWeights
+    )
+    forwardRows = 0
+    const dLogits = w.logits
+    // dh = dLogits · head; gHead += dLogitsᵀ · finalNormed.
+    linearBackward(dLogits, w.finalNormed, N, h, W[headName], V, G[headName], w.dh, false)
+    K.rmsNormBackward(w.dh, w.output, w.finalRstd, N, h, W[FINAL_NORM], G[FINAL_NORM], w.dx, false)
+    for (let l = L - 1; l >= 0; l--) {
+      const a = w.layers[l]
+      const nm = names[l]
+      // MLP: out = afterAttn + down(silu(gate)·up). dx is d out.
+      linearBackward(w.dx, a.act, N, I, W[nm.down], h, G[nm.down], w.dI1, false)
+      K.swigluBackward(w.dI1, a.gate, a.up, N * I, w.dI2, w.dI3)
+      linearBackward(w.dI2, a.mlpNormed, N, h, W[nm.gate], I, G[nm.gate], w.dh, false)
+      linearBackward(w.dI3, a.mlpNormed, N, h, W[nm.up], I, G[nm.up], w.dh, true)
+      // d afterAttn = dx + rmsnorm'(dh), into dx.
+      K.rmsNormBackward(
+        w.dh,
+        a.afterAttn,
+        a.mlpRstd,
+        N,
+        h,
+        W[nm.postAttentionLayernorm],
+        G[nm.postAttentionLayernorm],
+        w.dx,
+        true
+      )
+      // Attention: afterAttn = input + o_proj(attnOut).
+      linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
+      attentionBackward(
+        gemm,
+        { B, T, H, KV, D, scale },
+        a.q,
+        a.k,
+        a.v,
+        w.segmentStart,
+        a.attnOut,
+        a.lse,
+        w.dAttn,
+        w.dq,
+        w.dk,
+        w.dv,
+        blockScratch(T)
+      )
+      K.rope(w.dq, N, H, D, w.positions, ropeCos, ropeSin, -1, w.dq)
+      K.rope(w.dk, N, KV, D, w.positions, ropeCos, ropeSin, -1, w.dk)
+      // q/k norms: the rope output buffers (a.q, a.k) are not needed any more, so the projections' gradients go there.
+      K.rmsNormBackward(w.dq, a.qProj, a.qRstd, N * H, D, W[nm.qNorm], G[nm.qNorm], a.q, false)
+      K.rmsNormBackward(w.dk, a.kProj, a.kRstd, N * KV, D, W[nm.kNorm], G[nm.kNorm], a.k, false)
+      linearBackward(a.q, a.attnNormed, N, h, W[nm.q], H * D, G[nm.q], w.dh, false)
+      linearBackward(a.k, a.attnNormed, N, h, W[nm.k], KV * D, G[nm.k], w.dh, true)
+      linearBackward(w.dv, a.attnNormed, N, h, W[nm.v], KV * D, G[nm.v], w.dh, true)
+      K.rmsNormBackward(w.dh, a.input, a.attnRstd, N, h, W[nm.inputLayernorm], G[nm.inputLayernorm], w.dx, true)
+    }
+    const gE = G[EMBED_TOKENS]
+    for (let n = 0; n < N; n++) {
+      const o = w.tokens[n] * h
+      for (let i = 0; i < h; i++) gE[o + i] += w.dx[n * h + i]
+    }
+    return { loss, logprobs, entropy }
+  }
+
+  const zeroGrads = () => {
+    for (const name in G) G[name].fill(0)
+  }
+
+  const self: CpuModel = {
+    config,
+    gemm,
+    weights: W,
+    grads: G,
+    moments: { m: M, v: S },
+    step: 0,
+    forward,
+    tokenLogprobs,
+    backward,
+    zeroGrads,
+    gradNorm: () => Math.sqrt(K.sumSquares(Object.values(G))),
+    adamW: (clip, c) => {
+      const b1 = c.beta1 ?? 0.9
+      const b2 = c.beta2 ?? 0.999
+      const e = c.eps ?? 1e-8
+      const wd = c.weightDecay ?? 0
+      self.step += 1
+      const stepSize = c.lr / (1 - Math.pow(b1, self.step))
+      const bc2Sqrt = Math.sqrt(1 - Math.pow(b2, self.step))
+      for (const spec of specs) {
+        const name = spec.name
+        const decay = decays(name) ? 1 - c.lr * wd : 1
+        K.adamW(W[name], G[name], M[name], S[name], clip, b1, b2, e, decay, stepSize, bc2Sqrt)
+      }
+      zeroGrads()
+    },
+    makeKvCache: (capacity) => ({
+      capacity,
+      length: 0,
+      keys: Array.from({ length: L }, () => new Float32Array(KV * capacity * D)),
+      values: Array.from({ length: L }, () => new Float32Array(KV * capacity * D))
+    }),
+    extendBatch: (caches, chunks) => {
+      if (caches.length !== chunks.length) {
+        throw new Error(
+          `extendBatch got ${caches.length} caches and ${chunks.length} token chunks; pass one per sequence.`
+        )
+      }
+      let rows = 0
+      let maxPos = 0
+      caches.forEach((cache, s) => {
+        const n = chunks[s].length
+        if (n === 0) throw new Error(`Sequence ${s} has no new tokens: nothing to take the last logits of.`)
+        if (cache.length + n > cache.capacity) {
+          throw new Error(
+            `KV cache holds ${cache.capacity} tokens; ${cache.length} cached + ${n} new do not fit. Make a larger cache.`
+          )
+        }
+        if (caches.indexOf(cache) !== s) throw new Error("extendBatch needs one distinct cache per sequence.")
+        rows += n
+        maxPos = Math.max(maxPos, cache.length + n - 1)
+      })
+      const w = workspace(Math.max(rows, caches.length))
+      forwardRows = 0
+      ensureRope(maxPos)
+      let r = 0
+      const starts: Array<number> = []
+      caches.forEach((cache, s) => {
+        starts.push(r)
+        const chunk = chunks[s]
+        for (let i = 0; i < chunk.length; i++) {
+          w.tokens[r] = chunk[i]
+          w.positions[r] = cache.length + i
+          r++
+        }
+      })
+      embed(w.tokens, rows, w.layers[0].input)
+      for (let l = 0; l < L; l++) {
+        const lay = w.layers[l]
+        attentionInputs(l, lay, rows, w.positions)
+        caches.forEach((cache, s) => {
+          const n = chunks[s].length
+          const cap = cache.capacity
+          const Kc = cache.keys[l]
+          const Vc = cache.values[l]
+          for (let i = 0; i < n; i++) {
+            const row = starts[s] + i
+            const pos = cache.length + i
+            for (let g = 0; g < KV; g++) {
+              const src = (row * KV + g) * D
+              const dst = (g * cap + pos) * D
+              Kc.set(lay.k.subarray(src, src + D), dst)
+              Vc.set(lay.v.subarray(src, src + D), dst)
+            }
+          }
+          Attention.decode(
+            {
+              shape: { heads: H, kvHeads: KV, headDim: D, scale },
+              q: lay.q,
+              keys: Kc,
+              values: Vc,
+              capacity: cap,
+              out: lay.attnOut,
+              scratch: scratchFor(0)
+            },
+            starts[s],
+            n,
+            cache.length
+          )
+        })
+        outputAndMlp(l, lay, rows, l + 1 < L ? w.layers[l + 1].input : w.output)
+      }
+      caches.forEach((cache, s) => cache.length += chunks[s].length)
+      // Final norm and head on each sequence's last row only.
+      caches.forEach((_, s) => {
+        const last = starts[s] + chunks[s].length - 1
+        w.dh.set(w.output.subarray(last * h, last * h + h), s * h)
+      })
+      const S = caches.length
+      K.rmsNorm(w.dh, S, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
+      linear(w.finalNormed, S, h, W[headName], V, w.logits)
+      return w.logits.subarray(0, S * V)
+    },
+    setWeights,
+    profile,
+    resetProfile: () => profile.clear()
+  }
+  return self
+}

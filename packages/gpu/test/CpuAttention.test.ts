@@ -1,0 +1,247 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as CpuAttention from "../src/cpu/attention.js"
+import { type AttentionShape, cpuAttention, cpuAttentionBackward, segmentStarts } from "../src/ops/attention.js"
+import { numerics } from "../src/ops/Numerics.js"
+import { maxRelError, random } from "./helpers.js"
+
+// The CPU device's tiled attention against the specification (ops/attention.ts) in f32 numerics, at the tolerance
+// Kernels.test.ts gives the GPU attention kernels (1e-4, max error relative to 1 + |want|): the tiled kernel
+// sums in another order and keeps f32 partial results, the spec sums in f64.
+const TOL = 1e-4
+
+const shapeOf = (batch: number, seq: number, heads: number, kvHeads: number, headDim: number): AttentionShape => ({
+  batch,
+  seq,
+  heads,
+  kvHeads,
+  headDim,
+  scale: 1 / Math.sqrt(headDim)
+})
+
+/** Positions (0 at each sequence start) of batch rows packed with sequences of the given lengths. */
+const packedPositions = (rows: ReadonlyArray<ReadonlyArray<number>>) =>
+  rows.flatMap((lengths) => lengths.flatMap((n) => Array.from({ length: n }, (_, i) => i)))
+
+/** Random inputs; q is scaled up so the softmax is peaked and the online rescaling matters. */
+const inputs = (s: AttentionShape, seed: number) => {
+  const N = s.batch * s.seq
+  return {
+    q: random(N * s.heads * s.headDim, seed, 3),
+    k: random(N * s.kvHeads * s.headDim, seed + 1),
+    v: random(N * s.kvHeads * s.headDim, seed + 2),
+    dOut: random(N * s.heads * s.headDim, seed + 3)
+  }
+}
+
+/** Runs the tiled forward and backward (all units in one call each). */
+const run = (
+  s: AttentionShape,
+  x: ReturnType<typeof inputs>,
+  segmentStart: Int32Array,
+  tile: CpuAttention.Tile = CpuAttention.defaultTile
+) => {
+  const N = s.batch * s.seq
+  const out = new Float32Array(N * s.heads * s.headDim)
+  const lse = new Float32Array(N * s.heads)
+  const scratch = new Float32Array(CpuAttention.scratchSize(s, tile))
+  CpuAttention.forward({ shape: s, q: x.q, k: x.k, v: x.v, segmentStart, out, lse, scratch, tile })
+  const dq = new Float32Array(x.q.length).fill(Number.NaN) // written, not accumulated: prior contents are ignored
+  const dk = new Float32Array(x.k.length).fill(Number.NaN)
+  const dv = new Float32Array(x.v.length).fill(Number.NaN)
+  CpuAttention.backward({ shape: s, ...x, segmentStart, out, lse, dq, dk, dv, scratch, tile })
+  return { out, lse, dq, dk, dv }
+}
+
+/** The specification in f32 numerics: o, lse, and dq, dk, dv (f64 sums from the f32 probabilities). */
+const spec = (s: AttentionShape, x: ReturnType<typeof inputs>, segmentStart: Int32Array) => {
+  const f = cpuAttention(x.q, x.k, x.v, segmentStart, s, numerics("f32"))
+  const dq = new Float64Array(x.q.length)
+  const dk = new Float64Array(x.k.length)
+  const dv = new Float64Array(x.v.length)
+  cpuAttentionBackward(x.dOut, x.q, x.k, x.v, f.probs, segmentStart, s, dq, dk, dv)
+  return { out: f.o, lse: f.lse, dq, dk, dv }
+}
+
+const assertClose = (got: ReturnType<typeof run>, want: ReturnType<typeof spec>, what: string, tol = TOL) => {
+  for (const name of ["out", "lse", "dq", "dk", "dv"] as const) {
+    const e = maxRelError(got[name], want[name])
+    assert.isBelow(e, tol, `${what}: ${name} max relative error ${e}`)
+  }
+}
+
+describe("CPU tiled attention", () => {
+  const cases: ReadonlyArray<{
+    readonly name: string
+    readonly shape: AttentionShape
+    readonly lengths?: ReadonlyArray<ReadonlyArray<number>>
+    readonly tiles: ReadonlyArray<CpuAttention.Tile>
+  }> = [
+    { name: "T=1, GQA 2", shape: shapeOf(3, 1, 2, 1, 8), tiles: [CpuAttention.defaultTile, { query: 1, key: 1 }] },
+    {
+      name: "T=3, GQA 1, odd head_dim, two segments in row 0",
+      shape: shapeOf(2, 3, 2, 2, 5),
+      lengths: [[1, 2], [3]],
+      tiles: [CpuAttention.defaultTile, { query: 2, key: 1 }]
+    },
+    {
+      name: "T=65, GQA 2, three segments in row 0 (one starting inside a tile)",
+      shape: shapeOf(2, 65, 4, 2, 16),
+      lengths: [[20, 30, 15], [65]],
+      tiles: [CpuAttention.defaultTile, { query: 16, key: 24 }, { query: 7, key: 5 }, { query: 64, key: 64 }]
+    },
+    {
+      name: "T=200, GQA 4, two segments",
+      shape: shapeOf(1, 200, 8, 2, 32),
+      lengths: [[120, 80]],
+      tiles: [CpuAttention.defaultTile, { query: 48, key: 40 }]
+    },
+    {
+      name: "T=65, GQA 8, many short segments in row 1",
+      shape: shapeOf(2, 65, 8, 1, 16),
+      lengths: [[65], [3, 1, 9, 40, 12]],
+      tiles: [CpuAttention.defaultTile, { query: 33, key: 17 }]
+    }
+  ]
+  for (const c of cases) {
+    it(`forward and backward match the specification: ${c.name}`, () => {
+      const s = c.shape
+      const starts = segmentStarts(c.lengths === undefined ? undefined : packedPositions(c.lengths), s)
+      const x = inputs(s, 11)
+      const want = spec(s, x, starts)
+      for (const tile of c.tiles) assertClose(run(s, x, starts, tile), want, `tile ${tile.query}×${tile.key}`)
+    })
+  }
+
+  it("handles a 4096-token row (two packed sequences) against the specification", () => {
+    const s = shapeOf(1, 4096, 2, 1, 8)
+    const starts = segmentStarts(packedPositions([[3000, 1096]]), s)
+    const x = inputs(s, 5)
+    assertClose(run(s, x, starts), spec(s, x, starts), "T=4096")
+  })
+
+  it("gives the same bits however the units are split (disjoint outputs, one scratch per worker)", () => {
+    const s = shapeOf(2, 65, 4, 2, 16)
+    const starts = segmentStarts(packedPositions([[20, 45], [65]]), s)
+    const x = inputs(s, 3)
+    const whole = run(s, x, starts)
+    const N = s.batch * s.seq
+    const out = new Float32Array(N * s.heads * s.headDim)
+    const lse = new Float32Array(N * s.heads)
+    const dq = new Float32Array(x.q.length)
+    const dk = new Float32Array(x.k.length)
+    const dv = new Float32Array(x.v.length)
+    const scratch = new Float32Array(CpuAttention.scratchSize(s))
+    const U = CpuAttention.units(s)
+    assert.strictEqual(U, 4)
+    const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: starts, out, lse, scratch }
+    const bwd = { ...fwd, dOut: x.dOut, dq, dk, dv }
+    for (const [from, to] of [[3, 4], [0, 1], [1, 3]]) CpuAttention.forward(fwd, from, to)
+    for (const [from, to] of [[2, 4], [0, 2]]) CpuAttention.backward(bwd, from, to)
+    assert.deepStrictEqual([out, lse, dq, dk, dv], [whole.out, whole.lse, whole.dq, whole.dk, whole.dv])
+  })
+
+  it("agrees with central finite differences of Σ w·out (the f32 kernel itself)", () => {
+    // f32 outputs carry ~1e-7 absolute noise, so the step is 1e-2: the loss noise over 2h stays near 1e-5 and the
+    // O(h²) truncation error alike (measured: 5e-6 at most).
+    const s = shapeOf(1, 6, 2, 1, 4)
+    const starts = segmentStarts(packedPositions([[4, 2]]), s)
+    const x = inputs(s, 21)
+    x.q = random(x.q.length, 21) // unscaled: a smooth softmax keeps the third derivative (truncation error) small
+    const w = random(x.q.length, 99)
+    const scratch = new Float32Array(CpuAttention.scratchSize(s))
+    const out = new Float32Array(x.q.length)
+    const lse = new Float32Array(s.seq * s.heads)
+    const loss = () => {
+      CpuAttention.forward({ shape: s, q: x.q, k: x.k, v: x.v, segmentStart: starts, out, lse, scratch })
+      let sum = 0
+      for (let i = 0; i < out.length; i++) sum += w[i] * out[i]
+      return sum
+    }
+    const grads = run(s, { ...x, dOut: w }, starts)
+    const h = 1e-2
+    for (const [name, input, grad] of [["q", x.q, grads.dq], ["k", x.k, grads.dk], ["v", x.v, grads.dv]] as const) {
+      let worst = 0
+      let largest = 0
+      for (let i = 0; i < input.length; i++) {
+        const keep = input[i]
+        input[i] = keep + h
+        const up = loss()
+        input[i] = keep - h
+        const down = loss()
+        input[i] = keep
+        const fd = (up - down) / (2 * h)
+        worst = Math.max(worst, Math.abs(fd - grad[i]))
+        largest = Math.max(largest, Math.abs(fd))
+      }
+      assert.isAbove(largest, 0.05, `d${name}: the check needs gradients well above its noise`)
+      assert.isBelow(worst, 5e-5, `d${name}: max |finite difference − gradient| ${worst}`)
+    }
+  })
+
+  it("decode and extend over a KV cache match the no-cache forward (two sequences in one pool)", () => {
+    const s = shapeOf(1, 70, 4, 2, 16)
+    const D = s.headDim
+    const KV = s.kvHeads
+    const capacity = 80
+    const tile = { query: 16, key: 24 }
+    const starts = segmentStarts(undefined, s)
+    const seqs = [inputs(s, 31), inputs(s, 41)]
+    const wants = seqs.map((x) => run(s, x, starts).out)
+    // One pool of two sequences' caches, [2, KV, capacity, D]; the second at cacheBase = KV·capacity·D.
+    const keys = new Float32Array(2 * KV * capacity * D)
+    const values = new Float32Array(2 * KV * capacity * D)
+    const outs = seqs.map((x) => new Float32Array(x.q.length))
+    const scratch = new Float32Array(CpuAttention.scratchSize({ seq: 0 }, tile))
+    // Prefill 40 tokens, extend by 3, then decode one token at a time, both sequences interleaved.
+    const chunks = [[0, 40], [40, 3], ...Array.from({ length: 27 }, (_, i) => [43 + i, 1])]
+    for (const [start, rows] of chunks) {
+      seqs.forEach((x, i) => {
+        const layer = { shape: s, q: x.q, keys, values, capacity, out: outs[i], scratch, tile }
+        const cacheBase = i * KV * capacity * D
+        CpuAttention.storeCache(layer, x.k, x.v, start, rows, start, cacheBase)
+        CpuAttention.decode(layer, start, rows, start, cacheBase)
+      })
+    }
+    seqs.forEach((_, i) => {
+      const e = maxRelError(outs[i], wants[i])
+      assert.isBelow(e, 1e-5, `sequence ${i}: decode against forward, max relative error ${e}`)
+    })
+  })
+
+  it("rejects bad input with an error naming the problem", () => {
+    const s = shapeOf(1, 4, 2, 1, 8)
+    const x = inputs(s, 1)
+    const starts = segmentStarts(undefined, s)
+    const good = {
+      shape: s,
+      q: x.q,
+      k: x.k,
+      v: x.v,
+      segmentStart: starts,
+      out: new Float32Array(x.q.length),
+      lse: new Float32Array(8),
+      scratch: new Float32Array(CpuAttention.scratchSize(s))
+    }
+    CpuAttention.forward(good)
+    assert.throws(
+      () => CpuAttention.forward({ ...good, k: x.k.subarray(1) }),
+      /k holds 31 elements; \[N=4, KV=1, D=8\]/
+    )
+    assert.throws(() => CpuAttention.forward({ ...good, shape: { ...s, kvHeads: 3 } }), /multiple of kvHeads/)
+    assert.throws(() => CpuAttention.forward({ ...good, segmentStart: Int32Array.of(0, 2, 0, 0) }), /segmentStart\[1\]/)
+    assert.throws(() => CpuAttention.forward({ ...good, scratch: new Float32Array(10) }), /scratch holds 10/)
+    assert.throws(() => CpuAttention.forward(good, 0, 2), /unit range \[0, 2\)/)
+    const layer = {
+      shape: s,
+      q: x.q,
+      keys: new Float32Array(64),
+      values: new Float32Array(64),
+      capacity: 8,
+      out: new Float32Array(x.q.length),
+      scratch: good.scratch
+    }
+    CpuAttention.decode(layer, 0, 4, 4)
+    assert.throws(() => CpuAttention.decode(layer, 0, 4, 5), /do not fit a cache of capacity 8/)
+    assert.throws(() => CpuAttention.decode(layer, 1, 4, 0), /q holds 64 elements; rows 1\+4/)
+  })
+})

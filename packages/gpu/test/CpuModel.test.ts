@@ -1,0 +1,155 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as CpuModel from "../src/cpu/CpuModel.js"
+import * as Gemm from "../src/cpu/Gemm.js"
+import * as Ref from "../src/model/Qwen3Reference.js"
+import { maxRelError } from "./helpers.js"
+import { testConfig, testModel } from "./qwen3Fixtures.js"
+
+// The CPU device against the specification (Qwen3Reference, f32 storage, f64 sums) at the GPU kernels' tolerances,
+// on every matmul route. OpenBLAS must be present here (npm test's set-up installs it): a missing route fails.
+const routes: ReadonlyArray<Gemm.Gemm> = [
+  Gemm.spec,
+  ...(["openblas", "wasm-relaxed-simd", "wasm-simd"] as const).map((route) =>
+    Effect.runSync(Gemm.select({ route, threads: 2 })).gemm
+  )
+]
+
+const packed = (config: ReturnType<typeof testConfig>) => {
+  // Two rows of 9; row 1 holds two sequences (positions restart at t = 4).
+  const T = 9
+  const tokens = Array.from({ length: 2 * T }, (_, i) => (i * 7 + 3) % config.vocab_size)
+  const positions = [...Array.from({ length: T }, (_, t) => t), 0, 1, 2, 3, 0, 1, 2, 3, 4]
+  return { tokens, positions, B: 2, T }
+}
+
+describe("CpuModel", () => {
+  for (const gemm of routes) {
+    for (const tie of [true, false]) {
+      it(`${gemm.route}, tied ${tie}: forward, logprobs and gradients match the specification`, () => {
+        const config = testConfig({ tie_word_embeddings: tie })
+        const { weights } = testModel(config, 3)
+        const { B, T, positions, tokens } = packed(config)
+        const model = CpuModel.make(config, weights, gemm)
+        const logits = model.forward(tokens, B, T, positions)
+        const fwd = Ref.forward(config, weights, { tokens, batch: B, seqLen: T, positions })
+        assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
+        const targets = Ref.nextTokenTargets(fwd)
+        const lossWeights = Array.from({ length: B * T }, (_, i) => (i % 3 === 0 ? 0 : -0.5 + 0.1 * (i % 4)))
+        const entropyWeights = Array.from({ length: B * T }, (_, i) => 0.01 * (i % 5))
+        const got = model.tokenLogprobs(targets, 0.7)
+        const want = Ref.tokenLogprobs(fwd.logits, config.vocab_size, targets, 0.7)
+        assert.isBelow(maxRelError(got.logprobs, want.logprobs), 1e-5)
+        assert.isBelow(maxRelError(got.entropy, want.entropy), 1e-5)
+        const b = model.backward(targets, lossWeights, 0.7, entropyWeights)
+        const ref = Ref.backward(config, weights, fwd, targets, lossWeights, 0.7, entropyWeights)
+        assert.isBelow(Math.abs(b.loss - ref.loss) / (1 + Math.abs(ref.loss)), 1e-5)
+        for (const name of Object.keys(ref.grads)) {
+          const e = maxRelError(model.grads[name], ref.grads[name])
+          assert.isBelow(e, 1e-4, name)
+        }
+        // The gradient is not trivially zero.
+        assert.isAbove(model.gradNorm(), 1e-3)
+      })
+    }
+
+    it(`${gemm.route}: gradients accumulate over backwards, and AdamW matches the specification`, () => {
+      const config = testConfig()
+      const { weights } = testModel(config, 5)
+      const model = CpuModel.make(config, weights, gemm)
+      const { B, T, positions, tokens } = packed(config)
+      const lw = Array.from({ length: B * T }, () => -0.1)
+      const fwd = Ref.forward(config, weights, { tokens, batch: B, seqLen: T, positions })
+      const targets = Ref.nextTokenTargets(fwd)
+      for (let i = 0; i < 2; i++) {
+        model.forward(tokens, B, T, positions)
+        model.backward(targets, lw, 1)
+      }
+      const g = Ref.backward(config, weights, fwd, targets, lw, 1).grads
+      for (const name of Object.keys(g)) for (let i = 0; i < g[name].length; i++) g[name][i] *= 2
+      const norm = model.gradNorm()
+      const refClip = Ref.clipGradNorm(g, 0.5)
+      assert.isBelow(Math.abs(norm - refClip.totalNorm) / refClip.totalNorm, 1e-5)
+      const w2: Ref.Weights = {}
+      for (const [n, w] of Object.entries(weights)) w2[n] = Float32Array.from(w)
+      const state = Ref.makeAdamWState(w2)
+      const adam = { lr: 1e-2, weightDecay: 0.1 }
+      Ref.adamWStep(w2, g, state, adam)
+      model.adamW(Math.min(1, 0.5 / (norm + 1e-6)), adam)
+      // AdamW's first step moves each weight by about lr·sign(g): an entry with a tiny gradient amplifies the route's
+      // rounding of it, so weights compare at 1e-4 (lr is 1e-2).
+      for (const name of Object.keys(w2)) assert.isBelow(maxRelError(model.weights[name], w2[name]), 1e-4, name)
+      assert.strictEqual(model.step, 1)
+      assert.strictEqual(model.gradNorm(), 0)
+    })
+
+    it(`${gemm.route}: KV-cache decode equals the no-cache forward, several sequences per pass`, () => {
+      const config = testConfig()
+      const { weights } = testModel(config, 7)
+      const model = CpuModel.make(config, weights, gemm)
+      const a = [1, 5, 9, 2, 7, 3]
+      const b = [4, 4, 8]
+      const ca = model.makeKvCache(16)
+      const cb = model.makeKvCache(16)
+      const first = Float32Array.from(model.extendBatch([ca, cb], [a.slice(0, 4), b]))
+      const second = Float32Array.from(model.extendBatch([ca], [a.slice(4)]))
+      const V = config.vocab_size
+      const fa4 = Ref.forward(config, weights, { tokens: a.slice(0, 4), batch: 1, seqLen: 4 }).logits
+      const fb = Ref.forward(config, weights, { tokens: b, batch: 1, seqLen: 3 }).logits
+      const fa = Ref.forward(config, weights, { tokens: a, batch: 1, seqLen: 6 }).logits
+      assert.isBelow(maxRelError(first.subarray(0, V), fa4.subarray(3 * V, 4 * V)), 1e-5)
+      assert.isBelow(maxRelError(first.subarray(V, 2 * V), fb.subarray(2 * V, 3 * V)), 1e-5)
+      assert.isBelow(maxRelError(second, fa.subarray(5 * V, 6 * V)), 1e-5)
+      assert.strictEqual(ca.length, 6)
+      assert.throws(() => model.extendBatch([cb], [Array.from({ length: 14 }, () => 1)]), /do not fit/)
+    })
+  }
+
+  it("matches the specification across attention tiles: one row of 150 tokens holding three sequences", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 11)
+    const T = 150
+    const tokens = Array.from({ length: T }, (_, i) => (i * 13 + 5) % config.vocab_size)
+    const positions = Array.from({ length: T }, (_, t) => (t < 40 ? t : t < 110 ? t - 40 : t - 110))
+    const model = CpuModel.make(config, weights, Gemm.spec)
+    const logits = model.forward(tokens, 1, T, positions)
+    const fwd = Ref.forward(config, weights, { tokens, batch: 1, seqLen: T, positions })
+    assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
+    const targets = Ref.nextTokenTargets(fwd)
+    const lw = Array.from({ length: T }, (_, i) => -0.01 * (1 + (i % 3)))
+    model.backward(targets, lw, 1)
+    const ref = Ref.backward(config, weights, fwd, targets, lw, 1)
+    for (const name of Object.keys(ref.grads)) {
+      assert.isBelow(maxRelError(model.grads[name], ref.grads[name]), 1e-4, name)
+    }
+  })
+
+  it("profiles per op when asked, and only then", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 2)
+    const { B, T, positions, tokens } = packed(config)
+    const quiet = CpuModel.make(config, weights, Gemm.spec)
+    const timed = CpuModel.make(config, weights, Gemm.spec, { profile: true })
+    for (const m of [quiet, timed]) {
+      m.forward(tokens, B, T, positions)
+      m.backward(Array.from({ length: B * T }, (_, i) => i % config.vocab_size), new Float64Array(B * T).fill(-1), 1)
+    }
+    assert.strictEqual(quiet.profile.size, 0)
+    for (const op of ["matmul", "attention", "attentionBackward", "rmsNorm", "tokenLogprobs", "embedding"]) {
+      assert.isAbove(timed.profile.get(op) ?? 0, 0, op)
+    }
+    timed.resetProfile()
+    assert.strictEqual(timed.profile.size, 0)
+  })
+
+  it("refuses weights of the wrong size and tokens outside the vocabulary, naming them", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 1)
+    const model = CpuModel.make(config, weights, Gemm.spec)
+    assert.throws(() => model.forward([1, 2, config.vocab_size], 1, 3), /Token id 40 at index 2/)
+    assert.throws(
+      () => model.setWeights({ ...weights, "model.norm.weight": new Float32Array(3) }),
+      /model\.norm\.weight has 3 elements/
+    )
+  })
+})

@@ -1,0 +1,217 @@
+/**
+ * The CPU device's model (`@envtrain/gpu` CpuModel: f32 kernels over a preallocated workspace, matmuls on a Gemm
+ * route) as a {@link TrainableModel}, with the reference model's multi-turn KV-cache reuse and step-wise decoding.
+ *
+ * Training and scoring pack the sequences of a batch into one packed row per pass (positions restart at each
+ * sequence; attention never crosses them), at most `maxTokensPerPass` tokens per pass, so every projection is one
+ * large matmul. `accumulate` needs all the batch's logprobs before any backward (the weights depend on them): with
+ * one pass it runs forward, weights, backward; with several it scores every pass first and runs each forward again
+ * before its backward.
+ */
+import { type Checkpoint, CpuModel, type Gemm, type Safetensors } from "@envtrain/gpu"
+import { Effect } from "effect"
+import { type DecodeEngine, withKvReuse } from "./cachedModel.js"
+import {
+  checkMoments,
+  FIRST_MOMENT,
+  type ModelState,
+  type OptimizerState,
+  OptimizerStateMismatch,
+  SECOND_MOMENT,
+  type SequenceBatch,
+  type TokenScores,
+  type TrainableModel
+} from "./model.js"
+
+/** Options of {@link deviceModel}. */
+export interface DeviceModelOptions {
+  readonly gemm: Gemm.Gemm
+  /** Most generation requests served by one call of `generate`. Default 64. */
+  readonly maxBatchSize?: number
+  /** Most tokens in one forward/backward pass (bounds the activations' memory). Default 8192. */
+  readonly maxTokensPerPass?: number
+}
+
+interface Pass {
+  /** Rows of the batch in this pass, in order. */
+  readonly rows: ReadonlyArray<number>
+  readonly tokens: Int32Array
+  readonly positions: Int32Array
+  readonly targets: Int32Array
+  /** Where row r's completion token t sits: packed index of the position predicting it. */
+  readonly offsets: ReadonlyArray<number>
+}
+
+const plan = (batch: SequenceBatch, maxTokens: number): ReadonlyArray<Pass> => {
+  const passes: Array<Pass> = []
+  let rows: Array<number> = []
+  let count = 0
+  const flush = () => {
+    if (rows.length === 0) return
+    const tokens = new Int32Array(count)
+    const positions = new Int32Array(count)
+    const targets = new Int32Array(count).fill(-1)
+    const offsets: Array<number> = []
+    let at = 0
+    for (const i of rows) {
+      const p = batch.prompts[i]
+      const c = batch.completions[i]
+      for (let t = 0; t < p.length; t++) {
+        tokens[at + t] = p[t]
+        positions[at + t] = t
+      }
+      for (let t = 0; t < c.length; t++) {
+        tokens[at + p.length + t] = c[t]
+        positions[at + p.length + t] = p.length + t
+        // Position t predicts token t+1: completion token t is predicted at p.length + t − 1.
+        targets[at + p.length + t - 1] = c[t]
+      }
+      offsets.push(at + p.length - 1)
+      at += p.length + c.length
+    }
+    passes.push({ rows, tokens, positions, targets, offsets })
+    rows = []
+    count = 0
+  }
+  batch.prompts.forEach((p, i) => {
+    const c = batch.completions[i]
+    if (c.length === 0) return
+    if (p.length === 0) throw new Error(`Row ${i} has an empty prompt: a completion needs at least one prompt token.`)
+    const n = p.length + c.length
+    if (count > 0 && count + n > maxTokens) flush()
+    rows.push(i)
+    count += n
+  })
+  flush()
+  return passes
+}
+
+const record = (tensors: Safetensors.Tensors): Record<string, Float32Array> => {
+  const out: Record<string, Float32Array> = {}
+  for (const [name, t] of tensors) out[name] = t.data instanceof Float32Array ? t.data : Float32Array.from(t.data)
+  return out
+}
+
+/**
+ * The CPU device's model on `options.gemm`.
+ *
+ * @since 0.0.0
+ */
+export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOptions): TrainableModel => {
+  const config = checkpoint.config
+  const V = config.vocab_size
+  const maxTokens = options.maxTokensPerPass ?? 8192
+  const shapes = new Map<string, ReadonlyArray<number>>([...checkpoint.tensors].map(([n, t]) => [n, t.shape]))
+  const dev = CpuModel.make(config, record(checkpoint.tensors), options.gemm)
+
+  const tensorsOf = (source: CpuModel.Weights, prefix = ""): Safetensors.Tensors => {
+    const out = new Map<string, Safetensors.Tensor>()
+    for (const [name, shape] of shapes) out.set(prefix + name, { shape, data: Float32Array.from(source[name]) })
+    return out
+  }
+
+  // Runs one pass's forward and copies its completion tokens' scores into the batch's `rows × length` layout.
+  const scorePass = (pass: Pass, batch: SequenceBatch, temperature: number, out: TokenScores) => {
+    dev.forward(pass.tokens, 1, pass.tokens.length, pass.positions)
+    const s = dev.tokenLogprobs(pass.targets, temperature)
+    pass.rows.forEach((i, j) => {
+      const o = pass.offsets[j]
+      for (let t = 0; t < batch.completions[i].length; t++) {
+        out.logprobs[i * batch.length + t] = s.logprobs[o + t]
+        out.entropies[i * batch.length + t] = s.entropy[o + t]
+      }
+    })
+  }
+  const emptyScores = (batch: SequenceBatch): TokenScores => ({
+    logprobs: new Float64Array(batch.prompts.length * batch.length),
+    entropies: new Float64Array(batch.prompts.length * batch.length)
+  })
+  const backwardPass = (pass: Pass, batch: SequenceBatch, temperature: number, w: ArrayLike<number>) => {
+    const lossWeights = new Float64Array(pass.tokens.length)
+    let any = false
+    pass.rows.forEach((i, j) => {
+      for (let t = 0; t < batch.completions[i].length; t++) {
+        const x = w[i * batch.length + t]
+        lossWeights[pass.offsets[j] + t] = x
+        if (x !== 0) any = true
+      }
+    })
+    if (any) dev.backward(pass.targets, lossWeights, temperature)
+  }
+
+  const base: Omit<TrainableModel, "generate" | "decoder"> = {
+    config,
+    tokenizer: checkpoint.tokenizer,
+    chatTemplate: checkpoint.chatTemplate,
+    generationConfig: checkpoint.generationConfig,
+    maxBatchSize: options.maxBatchSize ?? 64,
+    score: (batch, temperature) =>
+      Effect.sync(() => {
+        const out = emptyScores(batch)
+        for (const pass of plan(batch, maxTokens)) scorePass(pass, batch, temperature, out)
+        return out
+      }),
+    accumulate: (batch, temperature, weightsFor) =>
+      Effect.sync(() => {
+        const passes = plan(batch, maxTokens)
+        const scores = emptyScores(batch)
+        if (passes.length === 1) {
+          scorePass(passes[0], batch, temperature, scores)
+          backwardPass(passes[0], batch, temperature, weightsFor(scores))
+          return scores
+        }
+        for (const pass of passes) scorePass(pass, batch, temperature, scores)
+        const w = weightsFor(scores)
+        for (const pass of passes) {
+          dev.forward(pass.tokens, 1, pass.tokens.length, pass.positions)
+          backwardPass(pass, batch, temperature, w)
+        }
+        return scores
+      }),
+    step: (o) =>
+      Effect.sync(() => {
+        const norm = dev.gradNorm()
+        // maxGradNorm 0 disables clipping (the norm is still measured), as the reference's infinite bound does.
+        const clip = o.maxGradNorm > 0 ? Math.min(1, o.maxGradNorm / (norm + 1e-6)) : 1
+        dev.adamW(clip, {
+          lr: o.learningRate,
+          beta1: o.beta1,
+          beta2: o.beta2,
+          eps: o.epsilon,
+          weightDecay: o.weightDecay
+        })
+        return { gradNorm: norm }
+      }),
+    exportState: Effect.sync((): ModelState => ({ weights: tensorsOf(dev.weights), optimizerStep: dev.step })),
+    importState: (state) =>
+      Effect.sync(() => {
+        dev.setWeights(record(state.weights))
+        for (const m of [dev.moments.m, dev.moments.v]) for (const name in m) m[name].fill(0)
+        dev.zeroGrads()
+        dev.step = state.optimizerStep
+      }),
+    exportOptimizerState: Effect.sync((): OptimizerState => ({
+      moments: new Map([...tensorsOf(dev.moments.m, FIRST_MOMENT), ...tensorsOf(dev.moments.v, SECOND_MOMENT)])
+    })),
+    importOptimizerState: (state) =>
+      Effect.suspend(() => {
+        const problem = checkMoments(shapes, state.moments)
+        if (problem !== undefined) return Effect.fail(new OptimizerStateMismatch({ problem }))
+        for (const name of shapes.keys()) {
+          dev.moments.m[name].set(state.moments.get(FIRST_MOMENT + name)!.data)
+          dev.moments.v[name].set(state.moments.get(SECOND_MOMENT + name)!.data)
+        }
+        return Effect.void
+      }),
+    frozenCopy: Effect.sync(() => deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, options))
+  }
+
+  const engine: DecodeEngine = {
+    makeKvCache: dev.makeKvCache,
+    extendBatch: (caches, chunks) => {
+      const logits = dev.extendBatch(caches as ReadonlyArray<CpuModel.KvCache>, chunks)
+      return caches.map((_, s) => logits.subarray(s * V, (s + 1) * V))
+    }
+  }
+  return withKvReuse(base, config, Effect.succeed(engine), () => {})
+}
