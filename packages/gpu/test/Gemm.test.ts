@@ -150,8 +150,9 @@ describe("Gemm routes against Gemm.spec", () => {
 
     it.scoped(`${route}: small integers multiply exactly (no rounding anywhere), beta = 0 ignores NaN in C`, () =>
       Effect.map(get(route), (gemm) => {
-        for (const [ta, tb] of transposes) {
-          const c: Case = { ta, tb, M: 37, N: 45, K: 70, alpha: 1, beta: 0 }
+        // M = 1 and 6: the BLAS route's gemv path and the WebAssembly few-rows path.
+        for (const [[ta, tb], M] of transposes.flatMap((t) => [[t, 37], [t, 1], [t, 6]] as const)) {
+          const c: Case = { ta, tb, M, N: 45, K: 70, alpha: 1, beta: 0 }
           const ops = operands(c, 5, true)
           const want = ops.C.view.slice()
           Gemm.spec.sgemm(ta, tb, c.M, c.N, c.K, 1, ops.A.view, ops.lda, ops.B.view, ops.ldb, 0, want, ops.ldc)

@@ -38,8 +38,7 @@ export interface BlasGemm extends Gemm {
   readonly version: string
 }
 
-const INSTALL_FIX = "install Debian's OpenBLAS as root: apt-get install -y libopenblas0-pthread " +
-  "(scripts/ensure-openblas.sh, run by npm start and npm test, does it)"
+const INSTALL_FIX = "install libopenblas0-pthread (as root: apt-get install -y libopenblas0-pthread; npm start does it)"
 
 /** Where Debian (and most Linux distributions) put OpenBLAS; the pthread build first, as the one we ask for. */
 const linuxCandidates = (): Array<string> => {
@@ -139,6 +138,9 @@ export const load = (options: { readonly threads?: number } = {}): Either.Either
     const sgemm = lib.func(
       "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int)"
     )
+    const sgemv = lib.func(
+      "void cblas_sgemv(int, int, int, int, float, const float *, int, const float *, int, float, float *, int)"
+    )
     let version = "Accelerate"
     let setThreads = (_n: number) => {}
     if (route === "openblas") {
@@ -178,22 +180,16 @@ export const load = (options: { readonly threads?: number } = {}): Either.Either
         // cblas rejects K = 0 with lda < 1 on some builds; the answer is C = beta·C anyway.
         if (K === 0) return scaleOnly(M, N, beta, C, ldc)
         setThreads(threads)
-        sgemm(
-          RowMajor,
-          transA ? Trans : NoTrans,
-          transB ? Trans : NoTrans,
-          M,
-          N,
-          K,
-          alpha,
-          A,
-          lda,
-          B,
-          ldb,
-          beta,
-          C,
-          ldc
-        )
+        const opA = transA ? Trans : NoTrans, opB = transB ? Trans : NoTrans
+        if (M === 1) {
+          // One row (decoding at batch 1): OpenBLAS 0.3.21's sgemm packs all of B first, several times slower than
+          // gemv, which streams it once. C's row = op(B)ᵀ·a, with a = A's row (or column, at stride lda).
+          const incA = transA ? lda : 1
+          if (transB) sgemv(RowMajor, NoTrans, N, K, alpha, B, ldb, A, incA, beta, C, 1)
+          else sgemv(RowMajor, Trans, K, N, alpha, B, ldb, A, incA, beta, C, 1)
+          return
+        }
+        sgemm(RowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
       }
     }
     return Either.right(gemm)
