@@ -250,64 +250,87 @@ ${
 /**
  * Few rows of A times Bᵀ (decoding's x·Wᵀ at batch 1 … SMALL_M): packing B would cost as much as the product, so
  * each C(m, n) is a dot product of A's row m and B's row n, both contiguous over k, 4 lanes at a time (the lanes
- * summed at the end, then the k mod 4 left). B rows are taken `w` at a time (4, then 1 for the last columns) and
- * every row of A runs against them while they are in cache.
+ * summed at the end, then the k mod 4 left). B rows are taken 4 at a time (then 1 for the last columns) and the
+ * rows of A run against them two at a time while they are in cache.
  */
 const dotNT = (variant: WasmVariant) => {
   const fma = (a: string, x: string, c: string) =>
     variant === "relaxed-simd" ? `(f32x4.relaxed_madd ${a} ${x} ${c})` : `(f32x4.add (f32x4.mul ${a} ${x}) ${c})`
-  const block = (w: number) => {
-    const js = range(w)
-    const hsum = (j: number) =>
-      `(f32.add (f32.add (f32x4.extract_lane 0 (local.get $acc${j})) (f32x4.extract_lane 1 (local.get $acc${j})))
-        (f32.add (f32x4.extract_lane 2 (local.get $acc${j})) (f32x4.extract_lane 3 (local.get $acc${j}))))`
+  const get = (name: string) => `(local.get $${name})`
+  // h rows of A (from m) against w rows of B (from n); every C(m, n) is summed in the same order whatever h and w.
+  const block = (h: number, w: number) => {
+    const is = range(h), js = range(w), id = `${h}${w}`
+    const lane = (i: number, j: number, l: number) => `(f32x4.extract_lane ${l} ${get(`acc${i}_${j}`)})`
+    const hsum = (i: number, j: number) =>
+      `(f32.add (f32.add ${lane(i, j, 0)} ${lane(i, j, 1)}) (f32.add ${lane(i, j, 2)} ${lane(i, j, 3)}))`
+    const each = (f: (i: number, j: number) => string) => is.flatMap((i) => js.map((j) => f(i, j))).join("\n")
     return `
-    (local.set $m (i32.const 0))
-    (loop $rows${w}
-      (local.set $pa (i32.add (local.get $a) (i32.shl (i32.mul (local.get $m) (local.get $lda)) (i32.const 2))))
-${js.map((j) => `      (local.set $acc${j} (v128.const i32x4 0 0 0 0))`).join("\n")}
+      (local.set $pa0 (i32.add (local.get $a) (i32.shl (i32.mul (local.get $m) (local.get $lda)) (i32.const 2))))
+      (local.set $pa1 (i32.add (local.get $pa0) (i32.shl (local.get $lda) (i32.const 2))))
+${each((i, j) => `      (local.set $acc${i}_${j} (v128.const i32x4 0 0 0 0))`)}
       (local.set $k (i32.const 0))
       (if (i32.gt_u (local.get $k4) (i32.const 0)) (then
-        (loop $k${w}
-          (local.set $va (v128.load (i32.add (local.get $pa) (local.get $k))))
+        (loop $k${id}
+${is.map((i) => `          (local.set $va${i} (v128.load (i32.add (local.get $pa${i}) (local.get $k))))`).join("\n")}
 ${
       js.map((j) =>
-        `          (local.set $acc${j} ${
-          fma("(local.get $va)", `(v128.load (i32.add (local.get $pb${j}) (local.get $k)))`, `(local.get $acc${j})`)
-        })`
+        [
+          `          (local.set $vb (v128.load (i32.add (local.get $pb${j}) (local.get $k))))`,
+          ...is.map((i) => `          (local.set $acc${i}_${j} ${fma(get(`va${i}`), get("vb"), get(`acc${i}_${j}`))})`)
+        ].join("\n")
       ).join("\n")
     }
           (local.set $k (i32.add (local.get $k) (i32.const 16)))
-          (br_if $k${w} (i32.lt_u (local.get $k) (local.get $k4))))))
-${js.map((j) => `      (local.set $s${j} ${hsum(j)})`).join("\n")}
+          (br_if $k${id} (i32.lt_u (local.get $k) (local.get $k4))))))
+${each((i, j) => `      (local.set $s${i}_${j} ${hsum(i, j)})`)}
       (if (i32.lt_u (local.get $k) (local.get $kB)) (then
-        (loop $t${w}
-          (local.set $x (f32.load (i32.add (local.get $pa) (local.get $k))))
+        (loop $t${id}
+${is.map((i) => `          (local.set $x${i} (f32.load (i32.add (local.get $pa${i}) (local.get $k))))`).join("\n")}
 ${
       js.map((j) =>
-        `          (local.set $s${j} (f32.add (local.get $s${j}) (f32.mul (local.get $x) (f32.load (i32.add (local.get $pb${j}) (local.get $k))))))`
+        [
+          `          (local.set $y (f32.load (i32.add (local.get $pb${j}) (local.get $k))))`,
+          ...is.map((i) =>
+            `          (local.set $s${i}_${j} (f32.add ${get(`s${i}_${j}`)} (f32.mul ${get(`x${i}`)} (local.get $y))))`
+          )
+        ].join("\n")
       ).join("\n")
     }
           (local.set $k (i32.add (local.get $k) (i32.const 4)))
-          (br_if $t${w} (i32.lt_u (local.get $k) (local.get $kB))))))
-      (local.set $pc (i32.add (local.get $c) (i32.shl (i32.add (i32.mul (local.get $m) (local.get $ldc)) (local.get $n))
-        (i32.const 2))))
+          (br_if $t${id} (i32.lt_u (local.get $k) (local.get $kB))))))
 ${
-      js.map((j) =>
-        `      (f32.store offset=${j * 4} (local.get $pc) (f32.add (f32.mul (local.get $alpha) (local.get $s${j}))
+      is.map((i) =>
+        [
+          `      (local.set $pc (i32.add (local.get $c) (i32.shl (i32.add (i32.mul (i32.add (local.get $m) (i32.const ${i}))`,
+          `        (local.get $ldc)) (local.get $n)) (i32.const 2))))`,
+          ...js.map((j) =>
+            `      (f32.store offset=${j * 4} (local.get $pc) (f32.add (f32.mul (local.get $alpha) ${get(`s${i}_${j}`)})
         (select (f32.mul (local.get $beta) (f32.load offset=${j * 4} (local.get $pc))) (f32.const 0)
           (f32.ne (local.get $beta) (f32.const 0)))))`
+          )
+        ].join("\n")
       ).join("\n")
-    }
-      (local.set $m (i32.add (local.get $m) (i32.const 1)))
-      (br_if $rows${w} (i32.lt_u (local.get $m) (local.get $M))))`
+    }`
   }
+  // Rows two at a time (each B vector loaded once for both), then the odd one.
+  const rows = (w: number) => `
+      (local.set $m (i32.const 0))
+      (block $rdone${w}
+        (loop $rows${w}
+          (br_if $rdone${w} (i32.gt_u (i32.add (local.get $m) (i32.const 2)) (local.get $M)))
+${block(2, w)}
+          (local.set $m (i32.add (local.get $m) (i32.const 2)))
+          (br $rows${w})))
+      (if (i32.lt_u (local.get $m) (local.get $M)) (then
+${block(1, w)}))`
+  const accs = range(2).flatMap((i) => range(4).map((j) => `${i}_${j}`))
   return `(func $dotNT (param $M i32) (param $N i32) (param $K i32) (param $alpha f32) (param $a i32) (param $lda i32)
   (param $b i32) (param $ldb i32) (param $beta f32) (param $c i32) (param $ldc i32)
-  (local $n i32) (local $m i32) (local $k i32) (local $k4 i32) (local $kB i32) (local $pa i32) (local $pc i32)
-  (local $pb0 i32) (local $pb1 i32) (local $pb2 i32) (local $pb3 i32) (local $va v128) (local $x f32)
-  (local $acc0 v128) (local $acc1 v128) (local $acc2 v128) (local $acc3 v128)
-  (local $s0 f32) (local $s1 f32) (local $s2 f32) (local $s3 f32)
+  (local $n i32) (local $m i32) (local $k i32) (local $k4 i32) (local $kB i32) (local $pa0 i32) (local $pa1 i32)
+  (local $pc i32) (local $pb0 i32) (local $pb1 i32) (local $pb2 i32) (local $pb3 i32)
+  (local $va0 v128) (local $va1 v128) (local $vb v128) (local $x0 f32) (local $x1 f32) (local $y f32)
+  ${accs.map((a) => `(local $acc${a} v128)`).join(" ")}
+  ${accs.map((a) => `(local $s${a} f32)`).join(" ")}
   ;; k offsets in bytes: k4 = whole vectors, kB = all of K.
   (local.set $kB (i32.shl (local.get $K) (i32.const 2)))
   (local.set $k4 (i32.shl (i32.and (local.get $K) (i32.const -4)) (i32.const 2)))
@@ -320,14 +343,14 @@ ${
       `      (local.set $pb${j} (i32.add (local.get $b) (i32.shl (i32.mul (i32.add (local.get $n) (i32.const ${j})) (local.get $ldb)) (i32.const 2))))`
     ).join("\n")
   }
-${block(4)}
+${rows(4)}
       (local.set $n (i32.add (local.get $n) (i32.const 4)))
       (br $cols4)))
   (block $done1
     (loop $cols1
       (br_if $done1 (i32.ge_u (local.get $n) (local.get $N)))
       (local.set $pb0 (i32.add (local.get $b) (i32.shl (i32.mul (local.get $n) (local.get $ldb)) (i32.const 2))))
-${block(1)}
+${rows(1)}
       (local.set $n (i32.add (local.get $n) (i32.const 1)))
       (br $cols1)))
 )`
