@@ -249,6 +249,14 @@ if (save) {
     } at end: ` +
     `on 2 cores, a load above 2 means the timed thread shared its core, so every column reads low by up to that factor.`,
     ``,
+    ...(Math.max(load0, load1) > cpus().length - 1
+      ? [
+        `**The two-thread columns (ours and torch's) are not meaningful at this load**: a second thread found no ` +
+        `free core, so they measure contention (torch's OpenMP threads spin-wait and collapse). Compare routes by ` +
+        `the one-thread columns, timed by CPU time.`,
+        ``
+      ]
+      : []),
     `Single-core peak measured here: **${peak.toFixed(1)} GFLOP/s** (OpenBLAS, 1 thread, NN 2048³). ` +
     `Per-call overhead (1×1×1, argument checks included): OpenBLAS through koffi ${overhead.openblas.toFixed(2)} µs, ` +
     `WebAssembly ${overhead["wasm-relaxed-simd"].toFixed(2)} µs.`,
