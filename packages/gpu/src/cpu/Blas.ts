@@ -8,8 +8,9 @@
  * reason and the fix, and the caller ({@link Gemm.select}) decides and says which route it uses.
  *
  * Arrays are passed as they are (koffi passes a typed array's own memory, byte offset included), so `alloc`
- * returns plain arrays. The thread count is OpenBLAS's process-wide setting; each call sets it when the previous
- * call used another count. OpenBLAS's result can differ in the last bits between CPUs (it picks its kernels for
+ * returns plain arrays. The thread count is OpenBLAS's process-wide setting; each call sets it when it differs, so
+ * two routes with different counts used at the same moment from two threads can run one call on the other's count
+ * (the result is the same; only the speed differs). OpenBLAS's result can differ in the last bits between CPUs (it picks its kernels for
  * the CPU it runs on) and between thread counts.
  *
  * @since 0.0.0
@@ -75,9 +76,6 @@ const requireKoffi = (route: "openblas" | "accelerate"): Either.Either<Koffi, Bl
     )
   }
 }
-
-/** The last thread count given to OpenBLAS (process-wide), so a call sets it only when it changes. */
-let openblasThreads = 0
 
 const packageOf = (path: string) =>
   path.includes("openblas-pthread")
@@ -151,11 +149,11 @@ export const load = (options: { readonly threads?: number } = {}): Either.Either
       // config reads like "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64".
       const name = config.split(" ").slice(0, 2).join(" ")
       version = `${name} (${pkg !== undefined ? `${pkg}, ` : ""}${core} kernels)`
+      const getNum = lib.func("int openblas_get_num_threads(void)")
+      // Asked of OpenBLAS each call (~0.05 µs), not remembered here: the count is process-wide, and a route in
+      // another worker thread may have changed it.
       setThreads = (n) => {
-        if (n !== openblasThreads) {
-          setNum(n)
-          openblasThreads = n
-        }
+        if (getNum() !== n) setNum(n)
       }
     } else {
       // macOS 15+: BLASSetThreading(BLAS_THREADING_SINGLE_THREADED = 1 | MULTI_THREADED = 0). Untested here (Linux).
