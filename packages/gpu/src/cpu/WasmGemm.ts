@@ -48,8 +48,6 @@ const compile = (variant: WasmVariant): Either.Either<WasmModule, WasmUnavailabl
   const cached = modules.get(variant)
   if (cached !== undefined) return Either.right(cached)
   const route = variant === "simd" ? "wasm-simd" : "wasm-relaxed-simd"
-  // Must precede the compile; harmless where relaxed SIMD is already on by default (Node 22+).
-  if (variant === "relaxed-simd") v8.setFlagsFromString("--experimental-wasm-relaxed-simd")
   let bytes: Uint8Array
   try {
     bytes = readFileSync(new URL(`./internal/sgemm-${variant}.wasm`, import.meta.url))
@@ -62,6 +60,9 @@ const compile = (variant: WasmVariant): Either.Either<WasmModule, WasmUnavailabl
       })
     )
   }
+  // Node 20's V8 (11.3) compiles relaxed SIMD only behind this flag (checked: validate is false without it, true
+  // with it), and the flag must be set before compiling. Newer Nodes have it on; they are not touched.
+  if (variant === "relaxed-simd" && !Wasm.validate(bytes)) v8.setFlagsFromString("--experimental-wasm-relaxed-simd")
   if (!Wasm.validate(bytes)) {
     return Either.left(
       new WasmUnavailable({
