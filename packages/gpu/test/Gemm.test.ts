@@ -13,8 +13,9 @@ import * as WasmGemm from "../src/cpu/WasmGemm.js"
 const blasRoute: Gemm.GemmRoute = process.platform === "darwin" ? "accelerate" : "openblas"
 const routes: ReadonlyArray<Gemm.GemmRoute> = [blasRoute, "wasm-relaxed-simd", "wasm-simd"]
 
+// Scoped: a multi-threaded route's helper threads end with the test.
 const get = (route: Gemm.GemmRoute, threads = 2) =>
-  Gemm.select({ route, threads }).pipe(
+  Gemm.selectScoped({ route, threads }).pipe(
     Effect.map((s) => s.gemm),
     Effect.mapError((e) => new Error(`${e.message}`))
   )
@@ -138,19 +139,20 @@ const checkAll = (gemm: Gemm.Gemm, inRouteMemory: boolean) => {
 
 describe("Gemm routes against Gemm.spec", () => {
   for (const route of routes) {
-    it.effect(`${route}: every transpose × odd shapes × strides × alpha/beta, arrays with a byte offset`, () =>
+    it.scoped(`${route}: every transpose × odd shapes × strides × alpha/beta, arrays with a byte offset`, () =>
       Effect.map(get(route), (gemm) => {
         assert.strictEqual(gemm.route, route)
         checkAll(gemm, false)
       }))
 
-    it.effect(`${route}: the same, on arrays from the route's own alloc`, () =>
+    it.scoped(`${route}: the same, on arrays from the route's own alloc`, () =>
       Effect.map(get(route), (gemm) => checkAll(gemm, true)))
 
-    it.effect(`${route}: small integers multiply exactly (no rounding anywhere), beta = 0 ignores NaN in C`, () =>
+    it.scoped(`${route}: small integers multiply exactly (no rounding anywhere), beta = 0 ignores NaN in C`, () =>
       Effect.map(get(route), (gemm) => {
-        for (const [ta, tb] of transposes) {
-          const c: Case = { ta, tb, M: 37, N: 45, K: 70, alpha: 1, beta: 0 }
+        // M = 1 and 6: the BLAS route's gemv path and the WebAssembly few-rows path.
+        for (const [[ta, tb], M] of transposes.flatMap((t) => [[t, 37], [t, 1], [t, 6]] as const)) {
+          const c: Case = { ta, tb, M, N: 45, K: 70, alpha: 1, beta: 0 }
           const ops = operands(c, 5, true)
           const want = ops.C.view.slice()
           Gemm.spec.sgemm(ta, tb, c.M, c.N, c.K, 1, ops.A.view, ops.lda, ops.B.view, ops.ldb, 0, want, ops.ldc)
@@ -160,7 +162,7 @@ describe("Gemm routes against Gemm.spec", () => {
         }
       }))
 
-    it.effect(`${route}: K = 0 scales C by beta; M = 0 or N = 0 touches nothing`, () =>
+    it.scoped(`${route}: K = 0 scales C by beta; M = 0 or N = 0 touches nothing`, () =>
       Effect.map(get(route), (gemm) => {
         const C = new Float32Array([1, 2, 3, 4, 5, 6])
         gemm.sgemm(false, false, 2, 2, 0, 1, new Float32Array(0), 1, new Float32Array(0), 2, 0.5, C, 3)
@@ -170,7 +172,7 @@ describe("Gemm routes against Gemm.spec", () => {
         assert.deepStrictEqual(Array.from(C), [0.5, 1, 3, 2, 2.5, 6])
       }))
 
-    it.effect(`${route}: a stride shorter than a row, or an array too short, is refused by name`, () =>
+    it.scoped(`${route}: a stride shorter than a row, or an array too short, is refused by name`, () =>
       Effect.map(get(route), (gemm) => {
         const A = new Float32Array(12), B = new Float32Array(12), C = new Float32Array(9)
         assert.throws(() => gemm.sgemm(false, false, 3, 3, 4, 1, A, 3, B, 3, 0, C, 3), /lda = 3 .* pass its row stride/)
@@ -179,7 +181,7 @@ describe("Gemm routes against Gemm.spec", () => {
       }))
   }
 
-  it.effect(`${blasRoute}: results on 1 and 2 threads agree within tolerance (and 1 thread repeats exactly)`, () =>
+  it.scoped(`${blasRoute}: results on 1 and 2 threads agree within tolerance (and 1 thread repeats exactly)`, () =>
     Effect.gen(function*() {
       const one = yield* get(blasRoute, 1)
       const two = yield* get(blasRoute, 2)
@@ -233,6 +235,62 @@ describe("WebAssembly routes", () => {
     assert.strictEqual(C.buffer, A.buffer) // C is a view of the route's memory, written there
   })
 
+  for (const variant of variants) {
+    it(`${variant}: 2 and 3 threads give the 1-thread result bit for bit, split by rows and by columns`, () => {
+      const routes = [1, 2, 3].map((threads) => Either.getOrThrow(WasmGemm.make(variant, { threads })))
+      try {
+        // Rows (M ≥ N) and columns (N > M), with edges that are not whole bands; all above the split threshold.
+        for (
+          const c of [
+            { ta: false, tb: true, M: 403, N: 70, K: 130, alpha: 0.5, beta: 0.25 },
+            { ta: true, tb: false, M: 45, N: 301, K: 270, alpha: 1, beta: 0 },
+            { ta: true, tb: true, M: 150, N: 149, K: 99, alpha: -1, beta: 1 },
+            { ta: false, tb: true, M: 8, N: 1500, K: 301, alpha: 1, beta: 0.5 } // the few-rows dot-product path
+          ]
+        ) {
+          const ops = operands(c, 3)
+          const want = ops.C.view.slice()
+          Gemm.spec.sgemm(
+            c.ta,
+            c.tb,
+            c.M,
+            c.N,
+            c.K,
+            c.alpha,
+            ops.A.view,
+            ops.lda,
+            ops.B.view,
+            ops.ldb,
+            c.beta,
+            want,
+            ops.ldc
+          )
+          const tol = tolerance(c, ops, ops.C.view)
+          const results = routes.map((g) => {
+            const C = ops.C.view.slice()
+            g.sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, ops.A.view, ops.lda, ops.B.view, ops.ldb, c.beta, C, ops.ldc)
+            return C
+          })
+          for (let i = 0; i < want.length; i++) {
+            if (!(Math.abs(results[0][i] - want[i]) <= tol(i))) assert.fail(`${label(c)}: C[${i}] ≠ spec`)
+          }
+          assert.deepStrictEqual(results[1], results[0], `${label(c)}: 2 threads`)
+          assert.deepStrictEqual(results[2], results[0], `${label(c)}: 3 threads`)
+        }
+      } finally {
+        for (const g of routes) g.close()
+      }
+    })
+  }
+
+  it("a closed multi-threaded route refuses further calls", () => {
+    const gemm = Either.getOrThrow(WasmGemm.make("simd", { threads: 2 }))
+    const A = gemm.alloc(256 * 256), C = gemm.alloc(256 * 256)
+    gemm.sgemm(false, false, 256, 256, 256, 1, A, 256, A, 256, 0, C, 256)
+    gemm.close()
+    assert.throws(() => gemm.sgemm(false, false, 256, 256, 256, 1, A, 256, A, 256, 0, C, 256), /after close/)
+  })
+
   it("alloc refuses a size that is not a count", () => {
     const gemm = Either.getOrThrow(WasmGemm.make("simd"))
     assert.throws(() => gemm.alloc(-1), /alloc\(-1\)/)
@@ -255,14 +313,12 @@ describe("Gemm.select", () => {
       assert.match(s.description, / 1 thread/)
     }))
 
-  it.effect("names the WebAssembly route's single thread when more were asked", () =>
+  it.scoped("names the WebAssembly route and its threads when asked for it", () =>
     Effect.gen(function*() {
-      const s = yield* Gemm.select({ route: "wasm-simd", threads: 2 })
+      const s = yield* Gemm.selectScoped({ route: "wasm-simd", threads: 2 })
       assert.strictEqual(s.gemm.route, "wasm-simd")
-      assert.strictEqual(
-        s.description,
-        "WebAssembly SIMD128, 1 thread (the WebAssembly route runs one thread per call; 2 threads asked)"
-      )
+      assert.strictEqual(s.gemm.threads, 2)
+      assert.strictEqual(s.description, "WebAssembly SIMD128 on 2 threads")
     }))
 
   it.effect("a route this platform cannot have fails with the fix, never a substitute", () =>

@@ -8,8 +8,9 @@
  * reason and the fix, and the caller ({@link Gemm.select}) decides and says which route it uses.
  *
  * Arrays are passed as they are (koffi passes a typed array's own memory, byte offset included), so `alloc`
- * returns plain arrays. The thread count is OpenBLAS's process-wide setting; each call sets it when the previous
- * call used another count. OpenBLAS's result can differ in the last bits between CPUs (it picks its kernels for
+ * returns plain arrays. The thread count is OpenBLAS's process-wide setting; each call sets it when it differs, so
+ * two routes with different counts used at the same moment from two threads can run one call on the other's count
+ * (the result is the same; only the speed differs). OpenBLAS's result can differ in the last bits between CPUs (it picks its kernels for
  * the CPU it runs on) and between thread counts.
  *
  * @since 0.0.0
@@ -38,8 +39,7 @@ export interface BlasGemm extends Gemm {
   readonly version: string
 }
 
-const INSTALL_FIX = "install Debian's OpenBLAS as root: apt-get install -y libopenblas0-pthread " +
-  "(scripts/ensure-openblas.sh, run by npm start and npm test, does it)"
+const INSTALL_FIX = "install libopenblas0-pthread (as root: apt-get install -y libopenblas0-pthread; npm start does it)"
 
 /** Where Debian (and most Linux distributions) put OpenBLAS; the pthread build first, as the one we ask for. */
 const linuxCandidates = (): Array<string> => {
@@ -76,9 +76,6 @@ const requireKoffi = (route: "openblas" | "accelerate"): Either.Either<Koffi, Bl
     )
   }
 }
-
-/** The last thread count given to OpenBLAS (process-wide), so a call sets it only when it changes. */
-let openblasThreads = 0
 
 const packageOf = (path: string) =>
   path.includes("openblas-pthread")
@@ -139,6 +136,9 @@ export const load = (options: { readonly threads?: number } = {}): Either.Either
     const sgemm = lib.func(
       "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int)"
     )
+    const sgemv = lib.func(
+      "void cblas_sgemv(int, int, int, int, float, const float *, int, const float *, int, float, float *, int)"
+    )
     let version = "Accelerate"
     let setThreads = (_n: number) => {}
     if (route === "openblas") {
@@ -149,11 +149,11 @@ export const load = (options: { readonly threads?: number } = {}): Either.Either
       // config reads like "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64".
       const name = config.split(" ").slice(0, 2).join(" ")
       version = `${name} (${pkg !== undefined ? `${pkg}, ` : ""}${core} kernels)`
+      const getNum = lib.func("int openblas_get_num_threads(void)")
+      // Asked of OpenBLAS each call (~0.05 µs), not remembered here: the count is process-wide, and a route in
+      // another worker thread may have changed it.
       setThreads = (n) => {
-        if (n !== openblasThreads) {
-          setNum(n)
-          openblasThreads = n
-        }
+        if (getNum() !== n) setNum(n)
       }
     } else {
       // macOS 15+: BLASSetThreading(BLAS_THREADING_SINGLE_THREADED = 1 | MULTI_THREADED = 0). Untested here (Linux).
@@ -178,22 +178,16 @@ export const load = (options: { readonly threads?: number } = {}): Either.Either
         // cblas rejects K = 0 with lda < 1 on some builds; the answer is C = beta·C anyway.
         if (K === 0) return scaleOnly(M, N, beta, C, ldc)
         setThreads(threads)
-        sgemm(
-          RowMajor,
-          transA ? Trans : NoTrans,
-          transB ? Trans : NoTrans,
-          M,
-          N,
-          K,
-          alpha,
-          A,
-          lda,
-          B,
-          ldb,
-          beta,
-          C,
-          ldc
-        )
+        const opA = transA ? Trans : NoTrans, opB = transB ? Trans : NoTrans
+        if (M === 1) {
+          // One row (decoding at batch 1): OpenBLAS 0.3.21's sgemm packs all of B first, several times slower than
+          // gemv, which streams it once. C's row = op(B)ᵀ·a, with a = A's row (or column, at stride lda).
+          const incA = transA ? lda : 1
+          if (transB) sgemv(RowMajor, NoTrans, N, K, alpha, B, ldb, A, incA, beta, C, 1)
+          else sgemv(RowMajor, Trans, K, N, alpha, B, ldb, A, incA, beta, C, 1)
+          return
+        }
+        sgemm(RowMajor, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
       }
     }
     return Either.right(gemm)

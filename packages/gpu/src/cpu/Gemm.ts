@@ -79,16 +79,20 @@ export class GemmRouteUnavailable extends Data.TaggedError("GemmRouteUnavailable
 export interface Selected {
   readonly gemm: Gemm
   readonly description: string
+  /** Ends the route's helper threads (the multi-threaded WebAssembly route has some); a no-op for the others. */
+  readonly close: () => void
 }
 
 export interface SelectOptions {
-  /** Threads per call (default: every core). Only the BLAS routes use more than one. */
+  /** Threads per call (default: every core). Small products run on one whatever the count. */
   readonly threads?: number
   /** One thread and a fixed summation order, so results repeat bit for bit on the same machine. */
   readonly deterministic?: boolean
   /** Exactly this route, or a {@link GemmRouteUnavailable} failure: never a substitute. */
   readonly route?: GemmRoute
 }
+
+const SPEC_DESCRIPTION = "the plain-TypeScript specification loop, 1 thread (slow)"
 
 const plural = (n: number) => `${n} thread${n === 1 ? "" : "s"}`
 
@@ -110,23 +114,31 @@ const tryRoute = (route: GemmRoute, threads: number): Either.Either<Selected, Ge
       }
       return Either.mapBoth(Blas.load({ threads }), {
         onLeft: unavailable,
-        onRight: (gemm) => ({ gemm, description: `${gemm.version} on ${plural(threads)}` })
+        onRight: (gemm) => ({ gemm, description: `${gemm.version} on ${plural(threads)}`, close: () => {} })
       })
     }
     case "wasm-relaxed-simd":
     case "wasm-simd":
-      return Either.mapBoth(WasmGemm.make(route === "wasm-simd" ? "simd" : "relaxed-simd"), {
+      return Either.mapBoth(WasmGemm.make(route === "wasm-simd" ? "simd" : "relaxed-simd", { threads }), {
         onLeft: unavailable,
         onRight: (gemm) => ({
           gemm,
-          description: `WebAssembly ${route === "wasm-simd" ? "SIMD128" : "relaxed SIMD"}, 1 thread` +
-            (threads > 1 ? ` (the WebAssembly route runs one thread per call; ${plural(threads)} asked)` : "")
+          description: `WebAssembly ${route === "wasm-simd" ? "SIMD128" : "relaxed SIMD"} on ${plural(threads)}`,
+          close: gemm.close
         })
       })
     case "spec":
-      return Either.right({ gemm: spec, description: "the plain-TypeScript specification loop, 1 thread (slow)" })
+      return Either.right({ gemm: spec, description: SPEC_DESCRIPTION, close: () => {} })
   }
 }
+
+/**
+ * {@link select} as a scoped resource: the route's helper threads end with the scope.
+ *
+ * @since 0.0.0
+ */
+export const selectScoped = (options: SelectOptions = {}) =>
+  Effect.acquireRelease(select(options), (s) => Effect.sync(s.close))
 
 /**
  * The fastest matmul route this machine has, or exactly `options.route`. Order: the platform BLAS (OpenBLAS on
@@ -160,10 +172,10 @@ export const select = (options: SelectOptions = {}): Effect.Effect<Selected, Gem
       const got = tryRoute(route, threads)
       if (Either.isRight(got)) {
         const why = passed.length === 0 ? "" : `: ${passed.join("; ")}`
-        return Effect.succeed({ gemm: got.right.gemm, description: got.right.description + why })
+        return Effect.succeed({ ...got.right, description: got.right.description + why })
       }
       passed.push(`${route}: ${got.left.reason} (${got.left.fix})`)
     }
     // The spec route always succeeds, so the loop returns; this keeps the compiler's flow analysis happy.
-    return Effect.succeed({ gemm: spec, description: "the plain-TypeScript specification loop, 1 thread (slow)" })
+    return Effect.succeed({ gemm: spec, description: SPEC_DESCRIPTION, close: () => {} })
   })

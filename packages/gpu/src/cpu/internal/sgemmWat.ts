@@ -4,12 +4,13 @@
  * writing those out by hand would be a few hundred lines of near-copies. `sgemmBuild.ts` assembles the text with
  * wabt into the committed `sgemm-*.wasm`.
  *
- * Algorithm (GotoBLAS's loop nest, without packing A): C[M×N] = alpha·op(A)·op(B) + beta·C, row-major.
+ * Algorithm (GotoBLAS's loop nest; A packed only when transposed): C[M×N] = alpha·op(A)·op(B) + beta·C, row-major.
  * - B is packed per (NC columns × KC depth) block into NR-wide panels, zero-padded: panel q holds, for each k, the
  *   NR values B(k, q·NR … q·NR+NR-1). Packing is where transB is handled; the block is reused by every row block.
- * - A is read in place: a micro-kernel reads MR rows of A at one k as MR broadcast loads. transA only changes the
- *   strides (A(i,k) at i·lda+k, or at k·lda+i), so no copy of A is made; two kernel families use the stride that
- *   is a constant (4 bytes) as an immediate offset.
+ * - A is read in place when not transposed: a micro-kernel reads MR rows of A at one k as MR broadcast loads (kernel
+ *   family "N", rows at stride lda, k at +4 bytes). A transposed (stored K×M) would put each k of a micro-panel on
+ *   another row of A — another page every k for the backward's long K — so its (MC × KC) block is packed into
+ *   MR-row panels, k-major (family "T": the MR values of one k contiguous, k at +MR·4 bytes).
  * - The micro-kernel keeps an MR × NR block of C in MR·NR/4 v128 accumulators for the whole KC depth, then stores
  *   alpha·acc + beta·C (beta of the first depth block, 1 after). beta = 0 never reads C (BLAS semantics: C may hold
  *   NaN). Column edges go through a small tile; row edges have their own kernels (mr = 1 … MR-1).
@@ -37,7 +38,11 @@ export interface Blocking {
 export const blocking: Blocking = { MR: 4, NR: 8, KC: 256, MC: 64, NC: 2048, U: 1 }
 
 /** Bytes of scratch the exported `sgemm` needs at `work`: the edge tile, then one packed B block. */
-export const workBytes = (b: Blocking = blocking) => b.MR * b.NR * 4 + b.KC * Math.ceil(b.NC / b.NR) * b.NR * 4
+export const workBytes = (b: Blocking = blocking) =>
+  b.MR * b.NR * 4 + b.MC * b.KC * 4 + b.KC * Math.ceil(b.NC / b.NR) * b.NR * 4
+
+/** Up to this many rows, A·Bᵀ takes the dot-product path ({@link dotNT}) instead of packing B. */
+export const SMALL_M = 8
 
 const range = (n: number) => Array.from({ length: n }, (_, i) => i)
 
@@ -242,6 +247,157 @@ ${
 )`
 }
 
+/**
+ * Few rows of A times Bᵀ (decoding's x·Wᵀ at batch 1 … SMALL_M): packing B would cost as much as the product, so
+ * each C(m, n) is a dot product of A's row m and B's row n, both contiguous over k, 4 lanes at a time (the lanes
+ * summed at the end, then the k mod 4 left). B rows are taken 4 at a time (then 1 for the last columns) and the
+ * rows of A run against them two at a time while they are in cache.
+ */
+const dotNT = (variant: WasmVariant) => {
+  const fma = (a: string, x: string, c: string) =>
+    variant === "relaxed-simd" ? `(f32x4.relaxed_madd ${a} ${x} ${c})` : `(f32x4.add (f32x4.mul ${a} ${x}) ${c})`
+  const get = (name: string) => `(local.get $${name})`
+  // h rows of A (from m) against w rows of B (from n); every C(m, n) is summed in the same order whatever h and w.
+  const block = (h: number, w: number) => {
+    const is = range(h), js = range(w), id = `${h}${w}`
+    const lane = (i: number, j: number, l: number) => `(f32x4.extract_lane ${l} ${get(`acc${i}_${j}`)})`
+    const hsum = (i: number, j: number) =>
+      `(f32.add (f32.add ${lane(i, j, 0)} ${lane(i, j, 1)}) (f32.add ${lane(i, j, 2)} ${lane(i, j, 3)}))`
+    const each = (f: (i: number, j: number) => string) => is.flatMap((i) => js.map((j) => f(i, j))).join("\n")
+    return `
+      (local.set $pa0 (i32.add (local.get $a) (i32.shl (i32.mul (local.get $m) (local.get $lda)) (i32.const 2))))
+      (local.set $pa1 (i32.add (local.get $pa0) (i32.shl (local.get $lda) (i32.const 2))))
+${each((i, j) => `      (local.set $acc${i}_${j} (v128.const i32x4 0 0 0 0))`)}
+      (local.set $k (i32.const 0))
+      (if (i32.gt_u (local.get $k4) (i32.const 0)) (then
+        (loop $k${id}
+${is.map((i) => `          (local.set $va${i} (v128.load (i32.add (local.get $pa${i}) (local.get $k))))`).join("\n")}
+${
+      js.map((j) =>
+        [
+          `          (local.set $vb (v128.load (i32.add (local.get $pb${j}) (local.get $k))))`,
+          ...is.map((i) => `          (local.set $acc${i}_${j} ${fma(get(`va${i}`), get("vb"), get(`acc${i}_${j}`))})`)
+        ].join("\n")
+      ).join("\n")
+    }
+          (local.set $k (i32.add (local.get $k) (i32.const 16)))
+          (br_if $k${id} (i32.lt_u (local.get $k) (local.get $k4))))))
+${each((i, j) => `      (local.set $s${i}_${j} ${hsum(i, j)})`)}
+      (if (i32.lt_u (local.get $k) (local.get $kB)) (then
+        (loop $t${id}
+${is.map((i) => `          (local.set $x${i} (f32.load (i32.add (local.get $pa${i}) (local.get $k))))`).join("\n")}
+${
+      js.map((j) =>
+        [
+          `          (local.set $y (f32.load (i32.add (local.get $pb${j}) (local.get $k))))`,
+          ...is.map((i) =>
+            `          (local.set $s${i}_${j} (f32.add ${get(`s${i}_${j}`)} (f32.mul ${get(`x${i}`)} (local.get $y))))`
+          )
+        ].join("\n")
+      ).join("\n")
+    }
+          (local.set $k (i32.add (local.get $k) (i32.const 4)))
+          (br_if $t${id} (i32.lt_u (local.get $k) (local.get $kB))))))
+${
+      is.map((i) =>
+        [
+          `      (local.set $pc (i32.add (local.get $c) (i32.shl (i32.add (i32.mul (i32.add (local.get $m) (i32.const ${i}))`,
+          `        (local.get $ldc)) (local.get $n)) (i32.const 2))))`,
+          ...js.map((j) =>
+            `      (f32.store offset=${j * 4} (local.get $pc) (f32.add (f32.mul (local.get $alpha) ${get(`s${i}_${j}`)})
+        (select (f32.mul (local.get $beta) (f32.load offset=${j * 4} (local.get $pc))) (f32.const 0)
+          (f32.ne (local.get $beta) (f32.const 0)))))`
+          )
+        ].join("\n")
+      ).join("\n")
+    }`
+  }
+  // Rows two at a time (each B vector loaded once for both), then the odd one.
+  const rows = (w: number) => `
+      (local.set $m (i32.const 0))
+      (block $rdone${w}
+        (loop $rows${w}
+          (br_if $rdone${w} (i32.gt_u (i32.add (local.get $m) (i32.const 2)) (local.get $M)))
+${block(2, w)}
+          (local.set $m (i32.add (local.get $m) (i32.const 2)))
+          (br $rows${w})))
+      (if (i32.lt_u (local.get $m) (local.get $M)) (then
+${block(1, w)}))`
+  const accs = range(2).flatMap((i) => range(4).map((j) => `${i}_${j}`))
+  return `(func $dotNT (param $M i32) (param $N i32) (param $K i32) (param $alpha f32) (param $a i32) (param $lda i32)
+  (param $b i32) (param $ldb i32) (param $beta f32) (param $c i32) (param $ldc i32)
+  (local $n i32) (local $m i32) (local $k i32) (local $k4 i32) (local $kB i32) (local $pa0 i32) (local $pa1 i32)
+  (local $pc i32) (local $pb0 i32) (local $pb1 i32) (local $pb2 i32) (local $pb3 i32)
+  (local $va0 v128) (local $va1 v128) (local $vb v128) (local $x0 f32) (local $x1 f32) (local $y f32)
+  ${accs.map((a) => `(local $acc${a} v128)`).join(" ")}
+  ${accs.map((a) => `(local $s${a} f32)`).join(" ")}
+  ;; k offsets in bytes: k4 = whole vectors, kB = all of K.
+  (local.set $kB (i32.shl (local.get $K) (i32.const 2)))
+  (local.set $k4 (i32.shl (i32.and (local.get $K) (i32.const -4)) (i32.const 2)))
+  (local.set $n (i32.const 0))
+  (block $done4
+    (loop $cols4
+      (br_if $done4 (i32.gt_u (i32.add (local.get $n) (i32.const 4)) (local.get $N)))
+${
+    range(4).map((j) =>
+      `      (local.set $pb${j} (i32.add (local.get $b) (i32.shl (i32.mul (i32.add (local.get $n) (i32.const ${j})) (local.get $ldb)) (i32.const 2))))`
+    ).join("\n")
+  }
+${rows(4)}
+      (local.set $n (i32.add (local.get $n) (i32.const 4)))
+      (br $cols4)))
+  (block $done1
+    (loop $cols1
+      (br_if $done1 (i32.ge_u (local.get $n) (local.get $N)))
+      (local.set $pb0 (i32.add (local.get $b) (i32.shl (i32.mul (local.get $n) (local.get $ldb)) (i32.const 2))))
+${rows(1)}
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br $cols1)))
+)`
+}
+
+/** Packs transposed A's (mc × kc) block at rows i0, depth k0 into MR-row panels at dst: panel p holds, for each k,
+ * A(i0+p·MR … +MR-1, k0+k) = a[(k0+k)·lda + i0+p·MR+r], zero-padded past row mc. */
+const packA = (b: Blocking) => {
+  if (b.MR % 4 !== 0) throw new Error("sgemmWat: packA copies whole vectors, so MR must be a multiple of 4")
+  return `(func $packA (param $a i32) (param $lda i32) (param $i0 i32) (param $k0 i32) (param $mc i32) (param $kc i32)
+  (param $dst i32)
+  (local $ir i32) (local $w i32) (local $k i32) (local $r i32) (local $src i32) (local $ldaB i32)
+  (local.set $ldaB (i32.shl (local.get $lda) (i32.const 2)))
+  (local.set $ir (i32.const 0))
+  (loop $panels
+    (local.set $w (select (i32.sub (local.get $mc) (local.get $ir)) (i32.const ${b.MR})
+      (i32.lt_u (i32.sub (local.get $mc) (local.get $ir)) (i32.const ${b.MR}))))
+    (local.set $src (i32.add (local.get $a) (i32.shl (i32.add (i32.mul (local.get $k0) (local.get $lda))
+      (i32.add (local.get $i0) (local.get $ir))) (i32.const 2))))
+    (local.set $k (i32.const 0))
+    (loop $ks
+      (if (i32.eq (local.get $w) (i32.const ${b.MR}))
+        (then
+${
+    range(b.MR / 4).map((v) =>
+      `          (v128.store offset=${v * 16} (local.get $dst) (v128.load offset=${v * 16} (local.get $src)))`
+    ).join("\n")
+  })
+        (else
+          (local.set $r (i32.const 0))
+          (loop $rows
+            ;; Not select: A past row w may lie past the end of the memory.
+            (f32.store (i32.add (local.get $dst) (i32.shl (local.get $r) (i32.const 2)))
+              (if (result f32) (i32.lt_u (local.get $r) (local.get $w))
+                (then (f32.load (i32.add (local.get $src) (i32.shl (local.get $r) (i32.const 2)))))
+                (else (f32.const 0))))
+            (local.set $r (i32.add (local.get $r) (i32.const 1)))
+            (br_if $rows (i32.lt_u (local.get $r) (i32.const ${b.MR}))))))
+      (local.set $src (i32.add (local.get $src) (local.get $ldaB)))
+      (local.set $dst (i32.add (local.get $dst) (i32.const ${b.MR * 4})))
+      (local.set $k (i32.add (local.get $k) (i32.const 1)))
+      (br_if $ks (i32.lt_u (local.get $k) (local.get $kc))))
+    (local.set $ir (i32.add (local.get $ir) (i32.const ${b.MR})))
+    (br_if $panels (i32.lt_u (local.get $ir) (local.get $mc))))
+)`
+}
+
 /** The exported driver: the loop nest over NC, KC, MC, NR, MR blocks (M, N, K ≥ 1; the loader checks). */
 const driver = (b: Blocking) => {
   const call = (family: "N" | "T") => {
@@ -259,11 +415,18 @@ const driver = (b: Blocking) => {
   (param $ldc i32) (param $work i32)
   (local $rs i32) (local $ks i32) (local $ldcB i32) (local $bpack i32) (local $jc i32) (local $nc i32) (local $p0 i32)
   (local $kc i32) (local $betaE f32) (local $ic i32) (local $mc i32) (local $jr i32) (local $nr i32) (local $pb i32)
-  (local $ir i32) (local $mr i32) (local $pa i32) (local $pcC i32)
+  (local $ir i32) (local $mr i32) (local $pa i32) (local $pcC i32) (local $apack i32)
+  (if (i32.and (i32.eqz (local.get $ta)) (i32.and (local.get $tb) (i32.le_u (local.get $M) (i32.const ${SMALL_M}))))
+    (then
+      (call $dotNT (local.get $M) (local.get $N) (local.get $K) (local.get $alpha) (local.get $a) (local.get $lda)
+        (local.get $b) (local.get $ldb) (local.get $beta) (local.get $c) (local.get $ldc))
+      (return)))
   (local.set $rs (select (i32.const 4) (i32.shl (local.get $lda) (i32.const 2)) (local.get $ta)))
-  (local.set $ks (select (i32.shl (local.get $lda) (i32.const 2)) (i32.const 4) (local.get $ta)))
+  ;; Transposed A is read from its packed panels: k at +MR·4 bytes.
+  (local.set $ks (select (i32.const ${b.MR * 4}) (i32.const 4) (local.get $ta)))
   (local.set $ldcB (i32.shl (local.get $ldc) (i32.const 2)))
-  (local.set $bpack (i32.add (local.get $work) (i32.const ${b.MR * b.NR * 4})))
+  (local.set $apack (i32.add (local.get $work) (i32.const ${b.MR * b.NR * 4})))
+  (local.set $bpack (i32.add (local.get $apack) (i32.const ${b.MC * b.KC * 4})))
   (local.set $jc (i32.const 0))
   (loop $ljc
     (local.set $nc (select (i32.const ${b.NC}) (i32.sub (local.get $N) (local.get $jc))
@@ -279,6 +442,9 @@ const driver = (b: Blocking) => {
       (loop $lic
         (local.set $mc (select (i32.const ${b.MC}) (i32.sub (local.get $M) (local.get $ic))
           (i32.gt_u (i32.sub (local.get $M) (local.get $ic)) (i32.const ${b.MC}))))
+        (if (local.get $ta) (then
+          (call $packA (local.get $a) (local.get $lda) (local.get $ic) (local.get $p0) (local.get $mc) (local.get $kc)
+            (local.get $apack))))
         (local.set $jr (i32.const 0))
         (loop $ljr
           (local.set $nr (select (i32.const ${b.NR}) (i32.sub (local.get $nc) (local.get $jr))
@@ -289,8 +455,11 @@ const driver = (b: Blocking) => {
           (loop $lir
             (local.set $mr (select (i32.const ${b.MR}) (i32.sub (i32.add (local.get $ic) (local.get $mc)) (local.get $ir))
               (i32.gt_u (i32.sub (i32.add (local.get $ic) (local.get $mc)) (local.get $ir)) (i32.const ${b.MR}))))
-            (local.set $pa (i32.add (local.get $a) (i32.add (i32.mul (local.get $ir) (local.get $rs))
-              (i32.mul (local.get $p0) (local.get $ks)))))
+            (local.set $pa (select
+              (i32.add (local.get $apack) (i32.shl (i32.mul (i32.sub (local.get $ir) (local.get $ic)) (local.get $kc))
+                (i32.const 2)))
+              (i32.add (local.get $a) (i32.add (i32.mul (local.get $ir) (local.get $rs)) (i32.shl (local.get $p0) (i32.const 2))))
+              (local.get $ta)))
             (local.set $pcC (i32.add (local.get $c) (i32.add (i32.mul (local.get $ir) (local.get $ldcB))
               (i32.shl (i32.add (local.get $jc) (local.get $jr)) (i32.const 2)))))
             (if (local.get $ta)
@@ -317,6 +486,8 @@ export const sgemmWat = (variant: WasmVariant, b: Blocking = blocking): string =
     `(import "env" "memory" (memory 1 65536 shared))`,
     ...(["N", "T"] as const).flatMap((family) => range(b.MR).map((i) => kernel(b, variant, family, i + 1))),
     packB(b),
+    packA(b),
+    dotNT(variant),
     driver(b),
     `)`
   ].join("\n")
