@@ -162,7 +162,7 @@ const runEnvtrain = (modelDir: string, round: number) =>
   Effect.gen(function*() {
     const checkpoint = yield* Checkpoint.load(modelDir)
     // What `npm start` trains on: the CPU device in its worker thread.
-    const base = yield* Trainer.cpuModel(checkpoint)
+    const base = yield* Trainer.cpuModel(checkpoint, { threads: settings.torchThreads })
     const counters = { decodeSeconds: 0, trainedTokens: 0, prompts: [] as Array<Array<number>> }
     const model: Trainer.TrainableModel = {
       ...base,
@@ -536,9 +536,7 @@ const markdown = (o: any): string => {
     "envtrain trains in float32 without recomputation, and bf16 autocast on a CPU would change the arithmetic), " +
     "`optim` as TRL resolves it (`adamw_torch_fused`), `report_to=none`, `save_strategy=no`; no vLLM " +
     "(`use_vllm=False`, TRL's default): generation is transformers' `generate`, batched over the active episodes " +
-    `of each turn, with torch at ${o.torchThreads} thread(s) (\`--threads\`; 1 by default to match envtrain's ` +
-    "single-threaded CPU model core for core, and because torch at 2 threads lost most of its speed on this shared " +
-    "machine whenever the load average exceeded the 2 cores, see interop-pytorch.md).",
+    `of each turn, with torch at ${o.torchThreads} thread(s) (\`--threads\`, default 1; envtrain's CPU device runs its matmuls on the same number of threads).`,
     "- TRL does not recognise envtrain's chat template (its own Qwen3-style template, not byte-equal to a template " +
     "TRL ships), so `add_response_schema` would raise \"Unrecognized chat template\"; the script sets " +
     "`tokenizer.response_template = trl.chat_template_utils.qwen3_template` (TRL's own Qwen3 parser), which is what " +

@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as CpuDevice from "../src/cpu/CpuDevice.js"
 import * as CpuModel from "../src/cpu/CpuModel.js"
 import * as Gemm from "../src/cpu/Gemm.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
@@ -152,4 +153,16 @@ describe("CpuModel", () => {
       /model\.norm\.weight has 3 elements/
     )
   })
+
+  it.scoped("CpuDevice.layer provides the fastest route with its description; a missing route is a typed failure", () =>
+    Effect.gen(function*() {
+      const device = yield* CpuDevice.CpuDevice.pipe(Effect.provide(CpuDevice.CpuDevice.layer({ threads: 1 })))
+      assert.strictEqual(device.gemm.route, "openblas")
+      assert.match(device.description, /^OpenBLAS .* on 1 thread/)
+      const missing = yield* Effect.flip(
+        CpuDevice.CpuDevice.pipe(Effect.provide(CpuDevice.CpuDevice.layer({ route: "accelerate" })))
+      )
+      assert.strictEqual(missing._tag, "GemmRouteUnavailable")
+      assert.match(missing.message, /Fix: ask for openblas/)
+    }))
 })

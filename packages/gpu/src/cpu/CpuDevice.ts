@@ -24,6 +24,8 @@ export interface Device {
   readonly gemm: Gemm.Gemm
   /** Which route, on how many threads, and why a faster one was passed over. */
   readonly description: string
+  /** Ends the route's helper threads (the multi-threaded WebAssembly route has some); a no-op for the others. */
+  readonly close: () => void
 }
 
 /**
@@ -36,7 +38,7 @@ export const Unavailable = Gemm.GemmRouteUnavailable
 export type Unavailable = Gemm.GemmRouteUnavailable
 
 /**
- * Chooses the device in the current thread.
+ * Chooses the device in the current thread; the caller ends it with `close` (or use {@link CpuDevice.layer}).
  *
  * @since 0.0.0
  */
@@ -56,6 +58,7 @@ export const make = (options: DeviceOptions = {}): Effect.Effect<Device, Unavail
  * @since 0.0.0
  */
 export class CpuDevice extends Context.Tag("@envtrain/gpu/CpuDevice")<CpuDevice, Device>() {
+  /** The device for the layer's scope: its helper threads end when the scope closes. */
   static readonly layer = (options: DeviceOptions = {}): Layer.Layer<CpuDevice, Unavailable> =>
-    Layer.effect(CpuDevice, make(options))
+    Layer.scoped(CpuDevice, Gemm.selectScoped(options))
 }
