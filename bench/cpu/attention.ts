@@ -1,0 +1,336 @@
+/**
+ * The CPU device's tiled attention (packages/gpu/src/cpu/attention.ts) against the reference model's attention
+ * (qwen3refFast.ts: attendPair/attendRow per query row with the T×T probabilities kept, then attentionBackward from
+ * them — the path Qwen3Reference's forward and backward take), on one thread, at the presets' attention shapes and
+ * a long one (Qwen3-0.6B's heads over 4096 tokens).
+ *
+ * Every (shape, kernel) runs in its own child process, so its peak RSS is its own; each reports the median of its
+ * repeats for the forward and for the backward (after one warm-up call at the shape, or at 256 tokens for the long
+ * shape), its working memory beyond inputs and outputs (tiled: the scratch; reference: the probabilities and the
+ * backward's per-head transposed dS), and the largest difference between the two kernels' outputs. The reference
+ * runs where its probabilities fit `--ref-limit` MiB (default 1024); beyond that only its forward runs, without
+ * probabilities (as its KV-cache path does), and its backward is reported as not run.
+ * Results go to bench/results/cpu-attention.{md,json}, with the load average at start and end.
+ *
+ *   nice npx tsx bench/cpu/attention.ts
+ *   npx tsx bench/cpu/attention.ts --shapes=tiny,small --repeats=9 --no-save
+ *
+ * Flags: --shapes=tiny,small,long  --repeats=N (default 7; 3 for long)  --tile=QxK (default the kernel's)
+ * --ref-limit=MiB  --no-save
+ */
+import { spawnSync } from "node:child_process"
+import { writeFileSync } from "node:fs"
+import { cpus, loadavg } from "node:os"
+import { fileURLToPath } from "node:url"
+import * as CpuAttention from "../../packages/gpu/src/cpu/attention.js"
+import { attendPair, attendRow, attentionBackward } from "../../packages/gpu/src/model/internal/qwen3refFast.js"
+import { type AttentionShape, segmentStarts } from "../../packages/gpu/src/ops/attention.js"
+import { numerics } from "../../packages/gpu/src/ops/Numerics.js"
+
+const flag = (name: string): string | undefined => {
+  const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))
+  return hit === undefined ? undefined : hit.includes("=") ? hit.slice(hit.indexOf("=") + 1) : "true"
+}
+
+const shapes = {
+  tiny: { batch: 4, seq: 256, heads: 4, kvHeads: 2, headDim: 16 },
+  small: { batch: 2, seq: 128, heads: 8, kvHeads: 4, headDim: 32 },
+  long: { batch: 1, seq: 4096, heads: 16, kvHeads: 8, headDim: 128 }
+} as const
+type ShapeName = keyof typeof shapes
+type Kernel = "tiled" | "reference"
+
+const shapeOf = (name: ShapeName): AttentionShape => ({ ...shapes[name], scale: 1 / Math.sqrt(shapes[name].headDim) })
+
+const tileFlag = flag("tile")
+const tile: CpuAttention.Tile = tileFlag === undefined
+  ? CpuAttention.defaultTile
+  : { query: Number(tileFlag.split("x")[0]), key: Number(tileFlag.split("x")[1]) }
+const refLimitMiB = Number(flag("ref-limit") ?? 1024)
+
+/** xorshift in [-1, 1) (q scaled so the softmax is not flat). */
+const random = (n: number, seed: number, scale = 1) => {
+  let s = seed >>> 0 || 1
+  const out = new Float32Array(n)
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13
+    s ^= s >>> 17
+    s ^= s << 5
+    out[i] = (((s >>> 0) / 0xffffffff) * 2 - 1) * scale
+  }
+  return out
+}
+
+const median = (xs: ReadonlyArray<number>) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 === 1 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
+}
+
+/** One (shape, kernel): what a child process measures and prints as its last line. */
+interface Measured {
+  readonly shape: ShapeName
+  readonly kernel: Kernel
+  readonly forwardMs: ReadonlyArray<number>
+  readonly backwardMs: ReadonlyArray<number>
+  readonly backwardRun: boolean
+  readonly probabilities: boolean
+  readonly workingBytes: number
+  readonly peakRssBytes: number
+  /** Σ of out, lse, dq, dk, dv (a checksum the parent compares between kernels), and out itself sampled. */
+  readonly sample: ReadonlyArray<number>
+}
+
+/** The inputs of a shape: q, k, v, dOut, and rows packed as two sequences (3/4 and 1/4 of T) where T > 1. */
+const inputsOf = (s: AttentionShape) => {
+  const N = s.batch * s.seq
+  const cut = Math.floor((3 * s.seq) / 4)
+  const positions = Array.from({ length: N }, (_, n) => (n % s.seq < cut ? n % s.seq : n % s.seq - cut))
+  return {
+    q: random(N * s.heads * s.headDim, 1, 2),
+    k: random(N * s.kvHeads * s.headDim, 2),
+    v: random(N * s.kvHeads * s.headDim, 3),
+    dOut: random(N * s.heads * s.headDim, 4),
+    segmentStart: segmentStarts(positions, s)
+  }
+}
+
+/** Every 97th output element (enough to compare kernels without shipping whole tensors between processes). */
+const sampleOf = (xs: ReadonlyArray<ArrayLike<number>>) =>
+  xs.flatMap((x) => Array.from({ length: Math.ceil(x.length / 97) }, (_, i) => x[i * 97]))
+
+const tiledRunner = (s: AttentionShape) => {
+  const x = inputsOf(s)
+  const N = s.batch * s.seq
+  const out = new Float32Array(x.q.length)
+  const lse = new Float32Array(N * s.heads)
+  const dq = new Float32Array(x.q.length)
+  const dk = new Float32Array(x.k.length)
+  const dv = new Float32Array(x.v.length)
+  const scratch = new Float32Array(CpuAttention.scratchSize(s, tile))
+  const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: x.segmentStart, out, lse, scratch, tile }
+  const bwd = { ...fwd, dOut: x.dOut, dq, dk, dv }
+  return {
+    forward: () => CpuAttention.forward(fwd),
+    backward: () => CpuAttention.backward(bwd),
+    hasBackward: true,
+    probabilities: false,
+    workingBytes: scratch.byteLength,
+    sample: () => sampleOf([out, dq, dk, dv])
+  }
+}
+
+/** Qwen3Reference's attention: attendCausal's loop (a GQA pair of heads at a time) and attentionBackward. */
+const referenceRunner = (s: AttentionShape) => {
+  const x = inputsOf(s)
+  const { batch: B, headDim: D, heads: H, kvHeads: KV, seq: T } = s
+  const nm = numerics("f32")
+  const group = H / KV
+  const probBytes = B * H * T * T * 4
+  const keep = probBytes <= refLimitMiB * 2 ** 20
+  const probs = keep ? new Float32Array(B * H * T * T) : undefined
+  const out = new Float32Array(x.q.length)
+  const dq = new Float64Array(x.q.length)
+  const dk = new Float64Array(x.k.length)
+  const dv = new Float64Array(x.v.length)
+  const forward = () => {
+    for (let b = 0; b < B; b++) {
+      for (let h = 0; h < H; h++) {
+        const g = Math.floor(h / group)
+        const paired = h + 1 < H && Math.floor((h + 1) / group) === g
+        for (let t = 0; t < T; t++) {
+          const n = b * T + t
+          const o = (n * H + h) * D
+          const kBase = b * T * KV * D + g * D
+          const pBase = ((b * H + h) * T + t) * T
+          const j0 = x.segmentStart[n]
+          if (paired) {
+            attendPair(
+              x.q,
+              o,
+              o + D,
+              x.k,
+              x.v,
+              kBase,
+              KV * D,
+              j0,
+              t,
+              D,
+              s.scale,
+              out,
+              probs,
+              pBase,
+              pBase + T * T,
+              nm.round
+            )
+          } else attendRow(x.q, o, x.k, x.v, kBase, KV * D, j0, t, D, s.scale, out, o, probs, pBase, nm)
+        }
+        if (paired) h++
+      }
+    }
+  }
+  const backward = () => {
+    if (probs === undefined) return
+    // The model's backward starts from fresh gradient arrays (attentionBackward adds into them).
+    dq.fill(0)
+    dk.fill(0)
+    dv.fill(0)
+    attentionBackward(x.dOut, x.q, x.k, x.v, probs, x.segmentStart, B, T, H, KV, D, s.scale, dq, dk, dv)
+  }
+  return {
+    forward,
+    backward,
+    hasBackward: keep,
+    probabilities: keep,
+    // Probabilities, and attentionBackward's dS of one head transposed (T×T f64) plus its two T-long rows.
+    workingBytes: (keep ? probBytes + T * T * 8 : 0) + 2 * T * 8,
+    sample: () => sampleOf([out, dq, dk, dv])
+  }
+}
+
+const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured => {
+  const s = shapeOf(shapeName)
+  // Warm the JIT at the shape (or at 256 tokens of the long shape's heads, where one call takes seconds).
+  const warmShape = s.seq > 256 ? { ...s, seq: 256 } : s
+  const warm = kernel === "tiled" ? tiledRunner(warmShape) : referenceRunner(warmShape)
+  warm.forward()
+  warm.backward()
+  const r = kernel === "tiled" ? tiledRunner(s) : referenceRunner(s)
+  const forwardMs: Array<number> = []
+  const backwardMs: Array<number> = []
+  for (let i = 0; i < repeats; i++) {
+    let t0 = performance.now()
+    r.forward()
+    forwardMs.push(performance.now() - t0)
+    if (r.hasBackward) {
+      t0 = performance.now()
+      r.backward()
+      backwardMs.push(performance.now() - t0)
+    }
+  }
+  return {
+    shape: shapeName,
+    kernel,
+    forwardMs,
+    backwardMs,
+    backwardRun: r.hasBackward,
+    probabilities: r.probabilities,
+    workingBytes: r.workingBytes,
+    peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    sample: r.sample()
+  }
+}
+
+const childArg = flag("child")
+if (childArg !== undefined) {
+  const [shapeName, kernel, repeats] = childArg.split(":")
+  console.log(JSON.stringify(child(shapeName as ShapeName, kernel as Kernel, Number(repeats))))
+} else {
+  const names = (flag("shapes") ?? "tiny,small,long").split(",") as Array<ShapeName>
+  const load0 = loadavg()
+  const startedAt = new Date().toISOString()
+  console.log(`load average at start: ${load0.map((x) => x.toFixed(2)).join(" ")} (${cpus().length} cpus)`)
+  const results: Array<Measured> = []
+  for (const name of names) {
+    const repeats = Number(flag("repeats") ?? (name === "long" ? 3 : 7))
+    for (const kernel of ["tiled", "reference"] as const) {
+      const args = [...process.execArgv, fileURLToPath(import.meta.url), `--child=${name}:${kernel}:${repeats}`]
+      if (tileFlag !== undefined) args.push(`--tile=${tileFlag}`)
+      args.push(`--ref-limit=${refLimitMiB}`)
+      const run = spawnSync(process.execPath, args, { encoding: "utf8", maxBuffer: 1 << 28 })
+      if (run.status !== 0) throw new Error(`${name}/${kernel} failed (${run.status}): ${run.stderr}`)
+      const m = JSON.parse(run.stdout.trim().split("\n").at(-1) ?? "") as Measured
+      results.push(m)
+      console.log(
+        `${name} ${kernel}: forward ${median(m.forwardMs).toFixed(2)} ms, backward ${
+          m.backwardRun ? `${median(m.backwardMs).toFixed(2)} ms` : "not run"
+        }, peak RSS ${(m.peakRssBytes / 2 ** 20).toFixed(0)} MiB`
+      )
+    }
+  }
+  const load1 = loadavg()
+  console.log(`load average at end: ${load1.map((x) => x.toFixed(2)).join(" ")}`)
+
+  // Medians, with the runs they come from (the sample stays out of the saved report).
+  const summary = (m: Measured) => ({
+    ...m,
+    sample: undefined,
+    forwardRunsMs: m.forwardMs,
+    backwardRunsMs: m.backwardMs,
+    forwardMs: median(m.forwardMs),
+    backwardMs: m.backwardRun ? median(m.backwardMs) : null
+  })
+  const rows = names.map((name) => {
+    const s = shapeOf(name)
+    const tiled = results.find((r) => r.shape === name && r.kernel === "tiled")!
+    const ref = results.find((r) => r.shape === name && r.kernel === "reference")!
+    // Outputs the two kernels share (out always; the gradients where the reference's backward ran).
+    const outCount = Math.ceil((s.batch * s.seq * s.heads * s.headDim) / 97)
+    const compared = ref.backwardRun ? tiled.sample.length : outCount
+    let diff = 0
+    for (let i = 0; i < compared; i++) {
+      diff = Math.max(diff, Math.abs(tiled.sample[i] - ref.sample[i]) / (1 + Math.abs(ref.sample[i])))
+    }
+    const pairs = (s.batch * s.heads * s.seq * (s.seq + 1)) / 2
+    return {
+      shape: name,
+      dims: `B=${s.batch} T=${s.seq} H=${s.heads} KV=${s.kvHeads} D=${s.headDim}`,
+      // Attention FLOPs counted as the GPU lowering counts them: 4·pairs·D forward, 10·pairs·D backward (without
+      // the recomputed scores), over every causal (query, key) pair as if unpacked.
+      forwardGflop: (4 * pairs * s.headDim) / 1e9,
+      tiled: summary(tiled),
+      reference: summary(ref),
+      maxRelDifference: diff
+    }
+  })
+  const report = {
+    startedAt,
+    command: process.argv.slice(1).join(" "),
+    node: process.version,
+    cpu: cpus()[0]?.model,
+    cpus: cpus().length,
+    loadAverageStart: load0,
+    loadAverageEnd: load1,
+    tile,
+    refLimitMiB,
+    rows
+  }
+  const mib = (b: number) => (b / 2 ** 20).toFixed(b < 2 ** 20 ? 2 : 0)
+  const ms = (x: number | null) => (x === null ? "not run" : x < 100 ? x.toFixed(2) : x.toFixed(0))
+  const md = [
+    "# CPU attention: tiled kernel vs the reference's row attention",
+    "",
+    `Run ${startedAt} by \`nice npx tsx bench/cpu/attention.ts ${process.argv.slice(2).join(" ")}\` on ${report.cpu} ` +
+    `(${report.cpus} cpus, shared), Node ${process.version}, one thread. Load average (1/5/15 min) at start ` +
+    `${load0.map((x) => x.toFixed(2)).join(" ")}, at end ${load1.map((x) => x.toFixed(2)).join(" ")}.`,
+    "",
+    `Medians of repeats (${rows.map((r) => `${r.shape}: ${r.tiled.forwardRunsMs.length}`).join(", ")}), ` +
+    `each (shape, kernel) in its own process after a warm-up call. Tiled: tile ${tile.query}×${tile.key}. ` +
+    "Reference: qwen3refFast's attendPair/attendRow per query row keeping the [B, H, T, T] probabilities, then " +
+    "its attentionBackward (f64 gradients), as Qwen3Reference runs them. Rows are packed as two sequences " +
+    "(¾ and ¼ of T). Working memory = beyond inputs and outputs (tiled: scratch; reference: probabilities and " +
+    "the backward's transposed dS). Peak RSS is the child process's, inputs and Node included.",
+    "",
+    "| shape | dims | GFLOP fwd | tiled fwd ms | tiled bwd ms | ref fwd ms | ref bwd ms | fwd speed-up | bwd speed-up | tiled working | ref working | tiled peak RSS | ref peak RSS | max rel diff |",
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ...rows.map((r) =>
+      `| ${r.shape} | ${r.dims} | ${r.forwardGflop.toFixed(3)} | ${ms(r.tiled.forwardMs)} | ${
+        ms(r.tiled.backwardMs)
+      } | ` +
+      `${ms(r.reference.forwardMs)}${r.reference.probabilities ? "" : " (no probs)"} | ${
+        ms(r.reference.backwardMs)
+      } | ` +
+      `${(r.reference.forwardMs / r.tiled.forwardMs).toFixed(2)}× | ` +
+      `${r.reference.backwardMs === null ? "–" : `${(r.reference.backwardMs / r.tiled.backwardMs!).toFixed(2)}×`} | ` +
+      `${mib(r.tiled.workingBytes)} MiB | ${mib(r.reference.workingBytes)} MiB | ${mib(r.tiled.peakRssBytes)} MiB | ` +
+      `${mib(r.reference.peakRssBytes)} MiB | ${r.maxRelDifference.toExponential(1)} |`
+    ),
+    ""
+  ].join("\n")
+  console.log(md)
+  if (flag("no-save") === undefined) {
+    const dir = fileURLToPath(new URL("../results/", import.meta.url))
+    writeFileSync(`${dir}cpu-attention.json`, JSON.stringify(report, null, 2) + "\n")
+    writeFileSync(`${dir}cpu-attention.md`, md)
+    console.log(`saved ${dir}cpu-attention.{md,json}`)
+  }
+}
