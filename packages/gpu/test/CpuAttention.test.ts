@@ -33,22 +33,43 @@ const inputs = (s: AttentionShape, seed: number) => {
   }
 }
 
-/** Runs the tiled forward and backward (all units in one call each). */
+// One WebAssembly route (its own memory) for the whole file; the js route takes any arrays.
+const wasm = CpuAttention.wasmSimd()
+/** The routes that can run head_dim D (wasm-simd needs D % 4 = 0). */
+const routesFor = (D: number): ReadonlyArray<CpuAttention.Route> =>
+  D % 4 === 0 ? [CpuAttention.js, wasm] : [CpuAttention.js]
+/** An array for `route` (in its memory for wasm-simd), holding `from` when given, else filled with `fill`. */
+const arrayFor = (route: CpuAttention.Route, n: number, from?: Float32Array, fill = 0) => {
+  const a = route === wasm ? wasm.alloc(n) : new Float32Array(n)
+  if (from !== undefined) a.set(from)
+  else a.fill(fill)
+  return a
+}
+
+/** Runs the tiled forward and backward (all units in one call each) on `route`. */
 const run = (
   s: AttentionShape,
-  x: ReturnType<typeof inputs>,
+  inp: ReturnType<typeof inputs>,
   segmentStart: Int32Array,
-  tile: CpuAttention.Tile = CpuAttention.defaultTile
+  tile: CpuAttention.Tile = CpuAttention.defaultTile,
+  route: CpuAttention.Route = CpuAttention.js
 ) => {
   const N = s.batch * s.seq
-  const out = new Float32Array(N * s.heads * s.headDim)
+  const x = {
+    q: arrayFor(route, inp.q.length, inp.q),
+    k: arrayFor(route, inp.k.length, inp.k),
+    v: arrayFor(route, inp.v.length, inp.v),
+    dOut: arrayFor(route, inp.dOut.length, inp.dOut)
+  }
+  const out = arrayFor(route, N * s.heads * s.headDim)
   const lse = new Float32Array(N * s.heads)
-  const scratch = new Float32Array(CpuAttention.scratchSize(s, tile))
-  CpuAttention.forward({ shape: s, q: x.q, k: x.k, v: x.v, segmentStart, out, lse, scratch, tile })
-  const dq = new Float32Array(x.q.length).fill(Number.NaN) // written, not accumulated: prior contents are ignored
-  const dk = new Float32Array(x.k.length).fill(Number.NaN)
-  const dv = new Float32Array(x.v.length).fill(Number.NaN)
-  CpuAttention.backward({ shape: s, ...x, segmentStart, out, lse, dq, dk, dv, scratch, tile })
+  const scratch = arrayFor(route, CpuAttention.scratchSize(s, tile))
+  CpuAttention.forward({ shape: s, q: x.q, k: x.k, v: x.v, segmentStart, out, lse, scratch, tile, route })
+  // Written, not accumulated: prior contents are ignored.
+  const dq = arrayFor(route, x.q.length, undefined, Number.NaN)
+  const dk = arrayFor(route, x.k.length, undefined, Number.NaN)
+  const dv = arrayFor(route, x.v.length, undefined, Number.NaN)
+  CpuAttention.backward({ shape: s, ...x, segmentStart, out, lse, dq, dk, dv, scratch, tile, route })
   return { out, lse, dq, dk, dv }
 }
 
@@ -108,7 +129,11 @@ describe("CPU tiled attention", () => {
       const starts = segmentStarts(c.lengths === undefined ? undefined : packedPositions(c.lengths), s)
       const x = inputs(s, 11)
       const want = spec(s, x, starts)
-      for (const tile of c.tiles) assertClose(run(s, x, starts, tile), want, `tile ${tile.query}×${tile.key}`)
+      for (const route of routesFor(s.headDim)) {
+        for (const tile of c.tiles) {
+          assertClose(run(s, x, starts, tile, route), want, `${route.name}, tile ${tile.query}×${tile.key}`)
+        }
+      }
     })
   }
 
@@ -116,7 +141,8 @@ describe("CPU tiled attention", () => {
     const s = shapeOf(1, 4096, 2, 1, 8)
     const starts = segmentStarts(packedPositions([[3000, 1096]]), s)
     const x = inputs(s, 5)
-    assertClose(run(s, x, starts), spec(s, x, starts), "T=4096")
+    const want = spec(s, x, starts)
+    for (const route of routesFor(s.headDim)) assertClose(run(s, x, starts, undefined, route), want, route.name)
   })
 
   it("gives the same bits however the units are split (disjoint outputs, one scratch per worker)", () => {
@@ -187,25 +213,28 @@ describe("CPU tiled attention", () => {
     const starts = segmentStarts(undefined, s)
     const seqs = [inputs(s, 31), inputs(s, 41)]
     const wants = seqs.map((x) => run(s, x, starts).out)
-    // One pool of two sequences' caches, [2, KV, capacity, D]; the second at cacheBase = KV·capacity·D.
-    const keys = new Float32Array(2 * KV * capacity * D)
-    const values = new Float32Array(2 * KV * capacity * D)
-    const outs = seqs.map((x) => new Float32Array(x.q.length))
-    const scratch = new Float32Array(CpuAttention.scratchSize({ seq: 0 }, tile))
-    // Prefill 40 tokens, extend by 3, then decode one token at a time, both sequences interleaved.
-    const chunks = [[0, 40], [40, 3], ...Array.from({ length: 27 }, (_, i) => [43 + i, 1])]
-    for (const [start, rows] of chunks) {
-      seqs.forEach((x, i) => {
-        const layer = { shape: s, q: x.q, keys, values, capacity, out: outs[i], scratch, tile }
-        const cacheBase = i * KV * capacity * D
-        CpuAttention.storeCache(layer, x.k, x.v, start, rows, start, cacheBase)
-        CpuAttention.decode(layer, start, rows, start, cacheBase)
+    for (const route of routesFor(D)) {
+      // One pool of two sequences' caches, [2, KV, capacity, D]; the second at cacheBase = KV·capacity·D.
+      const keys = arrayFor(route, 2 * KV * capacity * D)
+      const values = arrayFor(route, 2 * KV * capacity * D)
+      const qs = seqs.map((x) => arrayFor(route, x.q.length, x.q))
+      const outs = seqs.map((x) => arrayFor(route, x.q.length))
+      const scratch = arrayFor(route, CpuAttention.scratchSize({ seq: 0 }, tile))
+      // Prefill 40 tokens, extend by 3, then decode one token at a time, both sequences interleaved.
+      const chunks = [[0, 40], [40, 3], ...Array.from({ length: 27 }, (_, i) => [43 + i, 1])]
+      for (const [start, rows] of chunks) {
+        seqs.forEach((x, i) => {
+          const layer = { shape: s, q: qs[i], keys, values, capacity, out: outs[i], scratch, tile, route }
+          const cacheBase = i * KV * capacity * D
+          CpuAttention.storeCache(layer, x.k, x.v, start, rows, start, cacheBase)
+          CpuAttention.decode(layer, start, rows, start, cacheBase)
+        })
+      }
+      seqs.forEach((_, i) => {
+        const e = maxRelError(outs[i], wants[i])
+        assert.isBelow(e, 1e-5, `${route.name}, sequence ${i}: decode against forward, max relative error ${e}`)
       })
     }
-    seqs.forEach((_, i) => {
-      const e = maxRelError(outs[i], wants[i])
-      assert.isBelow(e, 1e-5, `sequence ${i}: decode against forward, max relative error ${e}`)
-    })
   })
 
   it("rejects bad input with an error naming the problem", () => {
@@ -243,5 +272,12 @@ describe("CPU tiled attention", () => {
     CpuAttention.decode(layer, 0, 4, 4)
     assert.throws(() => CpuAttention.decode(layer, 0, 4, 5), /do not fit a cache of capacity 8/)
     assert.throws(() => CpuAttention.decode(layer, 1, 4, 0), /q holds 64 elements; rows 1\+4/)
+    const inWasm = { ...good, route: wasm, q: arrayFor(wasm, x.q.length, x.q), out: arrayFor(wasm, x.q.length) }
+    assert.throws(() => CpuAttention.forward(inWasm), /k is not in the wasm-simd route's memory/)
+    const odd = shapeOf(1, 4, 2, 1, 6)
+    assert.throws(
+      () => CpuAttention.forward({ ...inWasm, shape: odd, k: arrayFor(wasm, 24), v: arrayFor(wasm, 24) }),
+      /wasm-simd route needs headDim % 4 = 0, got 6/
+    )
   })
 })

@@ -18,7 +18,8 @@
  * @since 0.0.0
  */
 import type { AttentionShape } from "../ops/attention.js"
-import { accumulate, scores } from "./internal/attentionKernels.js"
+import { jsKernels, type Kernels } from "./internal/attentionKernels.js"
+import { Wasm, wasmKernels, type WasmMemory } from "./internal/attentionWasm.js"
 
 /** Rows of a query tile and of a key tile. */
 export interface Tile {
@@ -40,6 +41,55 @@ export const scratchSize = (shape: { readonly seq: number }, tile: Tile = defaul
 /** Work units of a call: B·KV (batch row b, KV head g) pairs, unit u = b·KV + g. */
 export const units = (shape: AttentionShape): number => shape.batch * shape.kvHeads
 
+/**
+ * Which implementation runs the inner products: `js` (plain TypeScript, any array, any head_dim) or `wasm-simd`
+ * (WebAssembly SIMD128 over one shared memory: every tensor a kernel reads or writes must be a view of that memory,
+ * and head_dim a multiple of 4). Softmax, masking and bookkeeping are the same JS either way.
+ */
+export interface Route {
+  readonly name: "js" | "wasm-simd"
+  /** Whether `a` can be handed to this route (for wasm-simd: a view of its memory). */
+  readonly holds: (a: Float32Array) => boolean
+  readonly kernels: Kernels
+}
+
+export const js: Route = { name: "js", holds: () => true, kernels: jsKernels }
+
+/** A wasm-simd route that owns its memory and hands out arrays in it. */
+export interface WasmRoute extends Route {
+  readonly memory: WasmMemory
+  /** A zeroed f32 array in the route's memory (64-byte aligned). */
+  readonly alloc: (n: number) => Float32Array
+}
+
+const PAGE = 65536
+const MAX_PAGES = 65536
+
+/**
+ * The wasm-simd route over `memory` (a shared WebAssembly.Memory, e.g. the one the WebAssembly matmul route allocates
+ * its tensors in; `holds` says which arrays live there). Without arguments it makes its own memory and `alloc`.
+ */
+export function wasmSimd(memory: WasmMemory, holds: (a: Float32Array) => boolean): Route
+export function wasmSimd(): WasmRoute
+export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boolean): Route | WasmRoute {
+  if (memory !== undefined && holds !== undefined) return { name: "wasm-simd", holds, kernels: wasmKernels(memory) }
+  const own = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
+  // Each grow gives `own.buffer` a new object and earlier views keep theirs (still valid: the memory is shared).
+  const buffers = new WeakSet<ArrayBufferLike>([own.buffer])
+  let top = 64
+  const alloc = (n: number) => {
+    const at = top
+    top += Math.ceil((4 * n) / 64) * 64
+    if (top > own.buffer.byteLength) {
+      if (top > MAX_PAGES * PAGE) fail(`wasm-simd memory would pass 4 GiB (${top} bytes)`)
+      own.grow(Math.ceil((top - own.buffer.byteLength) / PAGE))
+      buffers.add(own.buffer)
+    }
+    return new Float32Array(own.buffer, at, n)
+  }
+  return { name: "wasm-simd", holds: (a) => buffers.has(a.buffer), kernels: wasmKernels(own), memory: own, alloc }
+}
+
 /** Inputs and outputs of {@link forward}. */
 export interface Forward {
   readonly shape: AttentionShape
@@ -53,6 +103,8 @@ export interface Forward {
   readonly lse: Float32Array
   readonly scratch: Float32Array
   readonly tile?: Tile
+  /** Default {@link js}. */
+  readonly route?: Route
 }
 
 /** Inputs and outputs of {@link backward}: the forward's inputs and outputs, dOut, and the gradients it writes. */
@@ -73,6 +125,8 @@ export interface Backward {
   readonly dv: Float32Array
   readonly scratch: Float32Array
   readonly tile?: Tile
+  /** Default {@link js}. */
+  readonly route?: Route
 }
 
 /**
@@ -90,6 +144,8 @@ export interface Decode {
   readonly out: Float32Array
   readonly scratch: Float32Array
   readonly tile?: Tile
+  /** Default {@link js}. */
+  readonly route?: Route
 }
 
 const fail = (what: string): never => {
@@ -110,6 +166,17 @@ const checkShape = (s: Omit<AttentionShape, "batch" | "seq">, tile: Tile) => {
 
 const checkLength = (name: string, a: ArrayLike<number>, n: number, layout: string) => {
   if (a.length < n) fail(`${name} holds ${a.length} elements; ${layout} needs ${n}`)
+}
+
+/** The wasm-simd route needs head_dim % 4 = 0 and the arrays its kernels touch in its memory. */
+const checkRoute = (route: Route, D: number, arrays: ReadonlyArray<readonly [string, Float32Array]>) => {
+  if (route.name === "js") return
+  if (D % 4 !== 0) fail(`the ${route.name} route needs headDim % 4 = 0, got ${D}; use the js route`)
+  for (const [name, a] of arrays) {
+    if (!route.holds(a)) {
+      fail(`${name} is not in the ${route.name} route's memory; allocate it there or use the js route`)
+    }
+  }
 }
 
 /** Checks a packed call's arrays and segment starts (O(N)); returns the unit range to run. */
@@ -171,7 +238,8 @@ const forwardRows = (
   scale: number,
   scratch: Float32Array,
   BQ: number,
-  BK: number
+  BK: number,
+  K: Kernels
 ): void => {
   // Scratch: S [BQ, BK] (scores, then probabilities), then each tile row's running max m and normaliser l.
   const mAt = 2 * BQ * BK
@@ -194,7 +262,7 @@ const forwardRows = (
       const c0 = Math.max(first, kt) - kt
       const c1 = kEnd - kt
       const ka = k0 + kt * kStride
-      scores(q, qa, qStride, k, ka, kStride, D, R, c0, c1, p0 + qt - kt, scale, scratch, 0, BK)
+      K.scores(q, qa, qStride, k, ka, kStride, D, R, c0, c1, p0 + qt - kt, scale, scratch, 0, BK)
       for (let r = 0; r < R; r++) {
         const st = starts === undefined ? 0 : starts[s0 + qt + r]
         const lo = Math.max(st, kt) - kt
@@ -225,7 +293,7 @@ const forwardRows = (
           for (let d = 0; d < D; d++) out[o + d] *= corr
         }
       }
-      accumulate(scratch, 0, BK, 1, v, ka, kStride, out, qa, qStride, D, R, c0, c1)
+      K.accumulate(scratch, 0, BK, 1, v, ka, kStride, out, qa, qStride, D, R, c0, c1)
     }
     for (let r = 0; r < R; r++) {
       const l = scratch[lAt + r]
@@ -253,6 +321,8 @@ export const forward = (a: Forward, first = 0, end = units(a.shape)): void => {
     end
   )
   const { headDim: D, heads: H, kvHeads: KV, scale, seq: T } = a.shape
+  const route = a.route ?? js
+  checkRoute(route, D, [["q", a.q], ["k", a.k], ["v", a.v], ["out", a.out], ["scratch", a.scratch]])
   const G = H / KV
   for (let u = first; u < end; u++) {
     const b = (u / KV) | 0
@@ -278,7 +348,8 @@ export const forward = (a: Forward, first = 0, end = units(a.shape)): void => {
         scale,
         a.scratch,
         tile.query,
-        tile.key
+        tile.key,
+        route.kernels
       )
     }
   }
@@ -312,6 +383,18 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
   )
   const { headDim: D, heads: H, kvHeads: KV, scale, seq: T } = a.shape
   const { dk, dq, dv, scratch } = a
+  const route = a.route ?? js
+  checkRoute(route, D, [
+    ["q", a.q],
+    ["k", a.k],
+    ["v", a.v],
+    ["dOut", a.dOut],
+    ["dq", dq],
+    ["dk", dk],
+    ["dv", dv],
+    ["scratch", scratch]
+  ])
+  const K = route.kernels
   const BQ = tile.query
   const BK = tile.key
   const G = H / KV
@@ -358,8 +441,8 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
           const c0 = Math.max(firstKey, kt) - kt
           const c1 = kEnd - kt
           const qa = q0 + qt * qStride
-          scores(a.q, qa, qStride, a.k, ka, kStride, D, R, c0, c1, qt - kt, scale, scratch, pAt, BK)
-          scores(a.dOut, qa, qStride, a.v, ka, kStride, D, R, c0, c1, qt - kt, 1, scratch, dsAt, BK)
+          K.scores(a.q, qa, qStride, a.k, ka, kStride, D, R, c0, c1, qt - kt, scale, scratch, pAt, BK)
+          K.scores(a.dOut, qa, qStride, a.v, ka, kStride, D, R, c0, c1, qt - kt, 1, scratch, dsAt, BK)
           for (let r = 0; r < R; r++) {
             const n = b * T + qt + r
             const lo = Math.max(a.segmentStart[n], kt) - kt
@@ -380,9 +463,9 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
           }
           // dV[keys] += Pᵀ·dOut, dK[keys] += dSᵀ·q (P read transposed), dq[queries] += dS·K.
           const kc = ka + c0 * kStride
-          accumulate(scratch, pAt + c0, 1, BK, a.dOut, qa, qStride, dv, kc, kStride, D, c1 - c0, 0, R)
-          accumulate(scratch, dsAt + c0, 1, BK, a.q, qa, qStride, dk, kc, kStride, D, c1 - c0, 0, R)
-          accumulate(scratch, dsAt, BK, 1, a.k, ka, kStride, dq, qa, qStride, D, R, c0, c1)
+          K.accumulate(scratch, pAt + c0, 1, BK, a.dOut, qa, qStride, dv, kc, kStride, D, c1 - c0, 0, R)
+          K.accumulate(scratch, dsAt + c0, 1, BK, a.q, qa, qStride, dk, kc, kStride, D, c1 - c0, 0, R)
+          K.accumulate(scratch, dsAt, BK, 1, a.k, ka, kStride, dq, qa, qStride, D, R, c0, c1)
         }
       }
     }
@@ -411,6 +494,8 @@ export const decode = (a: Decode, row0: number, rows: number, start: number, cac
   checkLength("keys", a.keys, cacheBase + KV * cap * D, cacheLayout)
   checkLength("values", a.values, cacheBase + KV * cap * D, cacheLayout)
   checkLength("scratch", a.scratch, scratchSize({ seq: 0 }, tile), `scratchSize({ seq: 0 }, tile)`)
+  const route = a.route ?? js
+  checkRoute(route, D, [["q", a.q], ["keys", a.keys], ["values", a.values], ["out", a.out], ["scratch", a.scratch]])
   const G = H / KV
   for (let h = 0; h < H; h++) {
     const g = (h / G) | 0
@@ -435,7 +520,8 @@ export const decode = (a: Decode, row0: number, rows: number, start: number, cac
       scale,
       a.scratch,
       tile.query,
-      tile.key
+      tile.key,
+      route.kernels
     )
   }
 }

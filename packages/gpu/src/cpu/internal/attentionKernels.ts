@@ -201,3 +201,11 @@ export const accumulate = (
     }
   }
 }
+
+/** The two inner products, as one route provides them (plain JS here; WebAssembly SIMD in attentionWasm.ts). */
+export interface Kernels {
+  readonly scores: typeof scores
+  readonly accumulate: typeof accumulate
+}
+
+export const jsKernels: Kernels = { scores, accumulate }

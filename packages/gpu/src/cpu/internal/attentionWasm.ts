@@ -1,0 +1,107 @@
+/**
+ * The WebAssembly SIMD128 build of the attention inner products (`attention-simd.wasm`, from attentionWat.ts),
+ * instantiated over a given shared memory and wrapped in the same signature as the JS kernels: arrays are views of
+ * that memory, so an offset becomes an address (byteOffset + 4·index).
+ *
+ * @internal
+ */
+import { readFileSync } from "node:fs"
+import type { Kernels } from "./attentionKernels.js"
+
+/** The part of the WebAssembly JS API used here (the project's TypeScript libraries do not declare it). */
+export interface WasmMemory {
+  readonly buffer: SharedArrayBuffer
+  grow(pages: number): number
+}
+
+interface WasmApi {
+  validate(bytes: Uint8Array): boolean
+  readonly Module: new(bytes: Uint8Array) => object
+  readonly Instance: new(mod: object, imports: object) => { readonly exports: Record<string, unknown> }
+  readonly Memory: new(descriptor: { initial: number; maximum: number; shared: true }) => WasmMemory
+}
+
+export const Wasm = (globalThis as unknown as { readonly WebAssembly: WasmApi }).WebAssembly
+
+let compiled: object | undefined
+
+/** Compiles the kernel file once per process; a clear error where it is missing or this Node cannot run it. */
+const module = (): object => {
+  if (compiled !== undefined) return compiled
+  const bytes = readFileSync(new URL("./attention-simd.wasm", import.meta.url))
+  if (!Wasm.validate(bytes)) {
+    throw new Error(
+      `cpu attention: this Node (${process.version}) cannot compile WebAssembly SIMD128 with shared memory; ` +
+        "use the js route"
+    )
+  }
+  compiled = new Wasm.Module(bytes)
+  return compiled
+}
+
+type ScoresAt = (
+  a: number,
+  as: number,
+  b: number,
+  bs: number,
+  D: number,
+  rows: number,
+  c0: number,
+  c1: number,
+  diag: number,
+  scale: number,
+  s: number,
+  ldS: number
+) => void
+
+type AccumulateAt = (
+  w: number,
+  wRow: number,
+  wCol: number,
+  x: number,
+  xs: number,
+  c: number,
+  cs: number,
+  D: number,
+  rows: number,
+  k0: number,
+  k1: number
+) => void
+
+/** The kernels over `memory` (head_dim must be a multiple of 4; every array a view of that memory). */
+export const wasmKernels = (memory: WasmMemory): Kernels => {
+  const ex = new Wasm.Instance(module(), { env: { memory } }).exports
+  const scoresAt = ex.scores as ScoresAt
+  const accumulateAt = ex.accumulate as AccumulateAt
+  return {
+    scores: (A, a0, aStride, B, b0, bStride, D, rows, c0, c1, diag, scale, S, sAt, ldS) =>
+      scoresAt(
+        A.byteOffset + 4 * a0,
+        4 * aStride,
+        B.byteOffset + 4 * b0,
+        4 * bStride,
+        D,
+        rows,
+        c0,
+        c1,
+        diag,
+        scale,
+        S.byteOffset + 4 * sAt,
+        4 * ldS
+      ),
+    accumulate: (W, w0, wRow, wCol, X, x0, xStride, C, c0, cStride, D, rows, k0, k1) =>
+      accumulateAt(
+        W.byteOffset + 4 * w0,
+        4 * wRow,
+        4 * wCol,
+        X.byteOffset + 4 * x0,
+        4 * xStride,
+        C.byteOffset + 4 * c0,
+        4 * cStride,
+        D,
+        rows,
+        k0,
+        k1
+      )
+  }
+}
