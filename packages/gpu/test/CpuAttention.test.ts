@@ -23,10 +23,10 @@ const packedPositions = (rows: ReadonlyArray<ReadonlyArray<number>>) =>
   rows.flatMap((lengths) => lengths.flatMap((n) => Array.from({ length: n }, (_, i) => i)))
 
 /** Random inputs; q is scaled up so the softmax is peaked and the online rescaling matters. */
-const inputs = (s: AttentionShape, seed: number) => {
+const inputs = (s: AttentionShape, seed: number, qScale = 3) => {
   const N = s.batch * s.seq
   return {
-    q: random(N * s.heads * s.headDim, seed, 3),
+    q: random(N * s.heads * s.headDim, seed, qScale),
     k: random(N * s.kvHeads * s.headDim, seed + 1),
     v: random(N * s.kvHeads * s.headDim, seed + 2),
     dOut: random(N * s.heads * s.headDim, seed + 3)
@@ -137,6 +137,27 @@ describe("CPU tiled attention", () => {
     })
   }
 
+  it("matches the specification where scores differ by hundreds (exps underflow to 0)", () => {
+    const s = shapeOf(2, 70, 4, 2, 16)
+    const starts = segmentStarts(packedPositions([[70], [30, 40]]), s)
+    const x = inputs(s, 8, 300)
+    const want = spec(s, x, starts)
+    // Visible (query, key) pairs whose probability underflows f32 to 0 in the spec.
+    const { probs } = cpuAttention(x.q, x.k, x.v, starts, s, numerics("f32"))
+    let underflows = 0
+    for (let b = 0; b < s.batch; b++) {
+      for (let h = 0; h < s.heads; h++) {
+        for (let t = 0; t < s.seq; t++) {
+          for (let j = starts[b * s.seq + t]; j <= t; j++) {
+            underflows += probs[((b * s.heads + h) * s.seq + t) * s.seq + j] === 0 ? 1 : 0
+          }
+        }
+      }
+    }
+    assert.isAbove(underflows, 1000, "the scores must span past f32 exp's underflow")
+    for (const route of routesFor(s.headDim)) assertClose(run(s, x, starts, undefined, route), want, route.name)
+  })
+
   it("handles a 4096-token row (two packed sequences) against the specification", () => {
     const s = shapeOf(1, 4096, 2, 1, 8)
     const starts = segmentStarts(packedPositions([[3000, 1096]]), s)
@@ -148,22 +169,33 @@ describe("CPU tiled attention", () => {
   it("gives the same bits however the units are split (disjoint outputs, one scratch per worker)", () => {
     const s = shapeOf(2, 65, 4, 2, 16)
     const starts = segmentStarts(packedPositions([[20, 45], [65]]), s)
-    const x = inputs(s, 3)
-    const whole = run(s, x, starts)
-    const N = s.batch * s.seq
-    const out = new Float32Array(N * s.heads * s.headDim)
-    const lse = new Float32Array(N * s.heads)
-    const dq = new Float32Array(x.q.length)
-    const dk = new Float32Array(x.k.length)
-    const dv = new Float32Array(x.v.length)
-    const scratch = new Float32Array(CpuAttention.scratchSize(s))
+    const inp = inputs(s, 3)
     const U = CpuAttention.units(s)
     assert.strictEqual(U, 4)
-    const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: starts, out, lse, scratch }
-    const bwd = { ...fwd, dOut: x.dOut, dq, dk, dv }
-    for (const [from, to] of [[3, 4], [0, 1], [1, 3]]) CpuAttention.forward(fwd, from, to)
-    for (const [from, to] of [[2, 4], [0, 2]]) CpuAttention.backward(bwd, from, to)
-    assert.deepStrictEqual([out, lse, dq, dk, dv], [whole.out, whole.lse, whole.dq, whole.dk, whole.dv])
+    for (const route of routesFor(s.headDim)) {
+      const whole = run(s, inp, starts, undefined, route)
+      const x = {
+        q: arrayFor(route, inp.q.length, inp.q),
+        k: arrayFor(route, inp.k.length, inp.k),
+        v: arrayFor(route, inp.v.length, inp.v),
+        dOut: arrayFor(route, inp.dOut.length, inp.dOut)
+      }
+      const out = arrayFor(route, x.q.length)
+      const lse = new Float32Array(s.batch * s.seq * s.heads)
+      const dq = arrayFor(route, x.q.length)
+      const dk = arrayFor(route, x.k.length)
+      const dv = arrayFor(route, x.v.length)
+      const scratch = arrayFor(route, CpuAttention.scratchSize(s))
+      const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: starts, out, lse, scratch, route }
+      const bwd = { ...fwd, dOut: x.dOut, dq, dk, dv }
+      for (const [from, to] of [[3, 4], [0, 1], [1, 3]]) CpuAttention.forward(fwd, from, to)
+      for (const [from, to] of [[2, 4], [0, 2]]) CpuAttention.backward(bwd, from, to)
+      assert.deepStrictEqual(
+        [out, lse, dq, dk, dv].map((a) => Array.from(a)),
+        [whole.out, whole.lse, whole.dq, whole.dk, whole.dv].map((a) => Array.from(a)),
+        route.name
+      )
+    }
   })
 
   it("agrees with central finite differences of Σ w·out (the f32 kernel itself)", () => {

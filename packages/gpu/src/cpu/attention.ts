@@ -11,6 +11,9 @@
  * Every output is written (overwritten), never accumulated. The caller allocates everything, scratch included
  * ({@link scratchSize}), so a call allocates nothing; argument records can be built once and reused.
  *
+ * Two routes run the inner products ({@link Route}): plain JS on any arrays, and WebAssembly SIMD128 on arrays that
+ * live in one shared WebAssembly memory (several times faster; see bench/results/cpu-attention.md).
+ *
  * Work is split in units (one batch row × one KV head with its query heads, {@link units}): units touch disjoint
  * parts of every output, so workers may run disjoint unit ranges at once, each with its own scratch. Results do not
  * depend on how units are split.
@@ -27,8 +30,11 @@ export interface Tile {
   readonly key: number
 }
 
-/** The default tiles (measured by bench/cpu/attention.ts: the S tile stays in L1 at head_dim ≤ 128). */
-export const defaultTile: Tile = { query: 32, key: 64 }
+/**
+ * The default tiles: 64×64 keeps the two score tiles (32 KiB) in L1; 32…128 rows measured within noise of it on
+ * both routes at head_dim 16 and 128 (bench/cpu/attention.ts --tile=QxK).
+ */
+export const defaultTile: Tile = { query: 64, key: 64 }
 
 /**
  * f32 elements of scratch one call needs: two query×key tiles (scores/probabilities and dP/dS), the running max
@@ -42,9 +48,10 @@ export const scratchSize = (shape: { readonly seq: number }, tile: Tile = defaul
 export const units = (shape: AttentionShape): number => shape.batch * shape.kvHeads
 
 /**
- * Which implementation runs the inner products: `js` (plain TypeScript, any array, any head_dim) or `wasm-simd`
+ * Which implementation runs the inner loops: `js` (plain TypeScript, any array, any head_dim) or `wasm-simd`
  * (WebAssembly SIMD128 over one shared memory: every tensor a kernel reads or writes must be a view of that memory,
- * and head_dim a multiple of 4). Softmax, masking and bookkeeping are the same JS either way.
+ * and head_dim a multiple of 4; its exp is a polynomial within 2 ulp of f32's). The tiling and bookkeeping are the
+ * same JS either way. A worker thread makes its own wasm-simd route over the same memory.
  */
 export interface Route {
   readonly name: "js" | "wasm-simd"
@@ -267,31 +274,7 @@ const forwardRows = (
         const st = starts === undefined ? 0 : starts[s0 + qt + r]
         const lo = Math.max(st, kt) - kt
         const hi = Math.min(p0 + qt + r, kEnd - 1) - kt
-        const base = r * BK
-        if (lo > hi) {
-          for (let c = c0; c < c1; c++) scratch[base + c] = 0
-          continue
-        }
-        let mx = -Infinity
-        for (let c = lo; c <= hi; c++) if (scratch[base + c] > mx) mx = scratch[base + c]
-        const mOld = scratch[mAt + r]
-        const m = mOld > mx ? mOld : mx
-        // exp(−∞) = 0: the first tile a row sees finds nothing to rescale.
-        const corr = Math.exp(mOld - m)
-        let sum = 0
-        for (let c = c0; c < lo; c++) scratch[base + c] = 0
-        for (let c = lo; c <= hi; c++) {
-          const e = Math.exp(scratch[base + c] - m)
-          scratch[base + c] = e
-          sum += e
-        }
-        for (let c = hi + 1; c < c1; c++) scratch[base + c] = 0
-        scratch[lAt + r] = scratch[lAt + r] * corr + sum
-        scratch[mAt + r] = m
-        if (corr !== 1) {
-          const o = qa + r * qStride
-          for (let d = 0; d < D; d++) out[o + d] *= corr
-        }
+        K.softmaxRow(scratch, r * BK, c0, lo, hi, c1, scratch, mAt + r, lAt + r, out, qa + r * qStride, D)
       }
       K.accumulate(scratch, 0, BK, 1, v, ka, kStride, out, qa, qStride, D, R, c0, c1)
     }
@@ -449,17 +432,7 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
             const hi = Math.min(qt + r, kEnd - 1) - kt
             const base = r * BK
             const L = a.lse[l0 + (qt + r) * H]
-            const delta = scratch[deltaAt + qt + r]
-            for (let c = c0; c < c1; c++) {
-              if (c < lo || c > hi) {
-                scratch[pAt + base + c] = 0
-                scratch[dsAt + base + c] = 0
-              } else {
-                const p = Math.exp(scratch[pAt + base + c] - L)
-                scratch[pAt + base + c] = p
-                scratch[dsAt + base + c] = p * (scratch[dsAt + base + c] - delta) * scale
-              }
-            }
+            K.gradRow(scratch, pAt + base, dsAt + base, c0, lo, hi, c1, L, scratch[deltaAt + qt + r], scale)
           }
           // dV[keys] += Pᵀ·dOut, dK[keys] += dSᵀ·q (P read transposed), dq[queries] += dS·K.
           const kc = ka + c0 * kStride

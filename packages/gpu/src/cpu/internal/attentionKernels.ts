@@ -202,10 +202,83 @@ export const accumulate = (
   }
 }
 
-/** The two inner products, as one route provides them (plain JS here; WebAssembly SIMD in attentionWasm.ts). */
+/**
+ * One query row's online-softmax step over its scores in a tile, S[s0 + c] for c ∈ [c0, c1), of which keys lo…hi
+ * (inclusive; none when lo > hi) are visible: turns them into exp(s − m) and the rest into 0, where m is the new
+ * running max (stats[mAt], −∞ before the first tile); updates the normaliser stats[lAt] and rescales the output
+ * row O[o0 … o0 + D) by exp(mOld − m).
+ */
+export const softmaxRow = (
+  S: Float32Array,
+  s0: number,
+  c0: number,
+  lo: number,
+  hi: number,
+  c1: number,
+  stats: Float32Array,
+  mAt: number,
+  lAt: number,
+  O: Float32Array,
+  o0: number,
+  D: number
+): void => {
+  if (lo > hi) {
+    for (let c = c0; c < c1; c++) S[s0 + c] = 0
+    return
+  }
+  let mx = -Infinity
+  for (let c = lo; c <= hi; c++) if (S[s0 + c] > mx) mx = S[s0 + c]
+  const mOld = stats[mAt]
+  const m = mOld > mx ? mOld : mx
+  // exp(−∞) = 0: the first tile a row sees finds nothing to rescale.
+  const corr = Math.exp(mOld - m)
+  let sum = 0
+  for (let c = c0; c < lo; c++) S[s0 + c] = 0
+  for (let c = lo; c <= hi; c++) {
+    const e = Math.exp(S[s0 + c] - m)
+    S[s0 + c] = e
+    sum += e
+  }
+  for (let c = hi + 1; c < c1; c++) S[s0 + c] = 0
+  stats[lAt] = stats[lAt] * corr + sum
+  stats[mAt] = m
+  if (corr !== 1) { for (let d = 0; d < D; d++) O[o0 + d] *= corr }
+}
+
+/**
+ * One query row of the backward over a tile: for keys lo…hi, P = exp(s − L) replaces the scores at S[p0 + c] and
+ * dS = P·(dP − delta)·scale replaces dP at S[q0 + c]; both are 0 elsewhere in [c0, c1).
+ */
+export const gradRow = (
+  S: Float32Array,
+  p0: number,
+  q0: number,
+  c0: number,
+  lo: number,
+  hi: number,
+  c1: number,
+  L: number,
+  delta: number,
+  scale: number
+): void => {
+  for (let c = c0; c < c1; c++) {
+    if (c < lo || c > hi) {
+      S[p0 + c] = 0
+      S[q0 + c] = 0
+    } else {
+      const p = Math.exp(S[p0 + c] - L)
+      S[p0 + c] = p
+      S[q0 + c] = p * (S[q0 + c] - delta) * scale
+    }
+  }
+}
+
+/** The kernels, as one route provides them (plain JS here; WebAssembly SIMD in attentionWasm.ts). */
 export interface Kernels {
   readonly scores: typeof scores
   readonly accumulate: typeof accumulate
+  readonly softmaxRow: typeof softmaxRow
+  readonly gradRow: typeof gradRow
 }
 
-export const jsKernels: Kernels = { scores, accumulate }
+export const jsKernels: Kernels = { scores, accumulate, softmaxRow, gradRow }

@@ -68,12 +68,52 @@ type AccumulateAt = (
   k1: number
 ) => void
 
+type SoftmaxRowAt = (
+  s: number,
+  c0: number,
+  lo: number,
+  hi: number,
+  c1: number,
+  m: number,
+  l: number,
+  o: number,
+  D: number
+) => void
+
+type GradRowAt = (
+  p: number,
+  q: number,
+  c0: number,
+  lo: number,
+  hi: number,
+  c1: number,
+  L: number,
+  delta: number,
+  scale: number
+) => void
+
 /** The kernels over `memory` (head_dim must be a multiple of 4; every array a view of that memory). */
 export const wasmKernels = (memory: WasmMemory): Kernels => {
   const ex = new Wasm.Instance(module(), { env: { memory } }).exports
   const scoresAt = ex.scores as ScoresAt
   const accumulateAt = ex.accumulate as AccumulateAt
+  const softmaxRowAt = ex.softmaxRow as SoftmaxRowAt
+  const gradRowAt = ex.gradRow as GradRowAt
   return {
+    softmaxRow: (S, s0, c0, lo, hi, c1, stats, mAt, lAt, O, o0, D) =>
+      softmaxRowAt(
+        S.byteOffset + 4 * s0,
+        c0,
+        lo,
+        hi,
+        c1,
+        stats.byteOffset + 4 * mAt,
+        stats.byteOffset + 4 * lAt,
+        O.byteOffset + 4 * o0,
+        D
+      ),
+    gradRow: (S, p0, q0, c0, lo, hi, c1, L, delta, scale) =>
+      gradRowAt(S.byteOffset + 4 * p0, S.byteOffset + 4 * q0, c0, lo, hi, c1, L, delta, scale),
     scores: (A, a0, aStride, B, b0, bStride, D, rows, c0, c1, diag, scale, S, sAt, ldS) =>
       scoresAt(
         A.byteOffset + 4 * a0,

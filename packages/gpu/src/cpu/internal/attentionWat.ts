@@ -218,13 +218,173 @@ const accumulateFunc = () => {
   ].join("\n")
 }
 
-/** The module: both kernels over an imported shared memory (the tensors' home). */
+const splat = (x: number) => `(v128.const f32x4 ${x} ${x} ${x} ${x})`
+
+/**
+ * Statements setting v128 local `dst` to exp(`src`) lane by lane (src ≤ 0 here; below −87 it is taken as −87, a
+ * result under 2^-125 that the sums cannot tell from 0 — masked entries are written as exact zeros elsewhere):
+ * Cephes' expf, n = round(x·log2 e), r = x − n·ln 2 in two parts, a degree-7 polynomial, times 2^n built in the
+ * exponent bits. Within 2 ulp of exp in f32. Uses locals $ex, $en, $ep.
+ */
+const vexp = (dst: string, src: string) => [
+  set("ex", `(f32x4.max ${src} ${splat(-87)})`),
+  set("en", `(f32x4.nearest ${vmul(get("ex"), splat(1.4426950408889634))})`),
+  set(
+    "ex",
+    `(f32x4.sub (f32x4.sub ${get("ex")} ${vmul(get("en"), splat(0.693359375))}) ${
+      vmul(get("en"), splat(-2.12194440e-4))
+    })`
+  ),
+  set("ep", vadd(vmul(splat(1.9875691500e-4), get("ex")), splat(1.3981999507e-3))),
+  ...[8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1].map((c) =>
+    set("ep", vadd(vmul(get("ep"), get("ex")), splat(c)))
+  ),
+  set("ep", vadd(vadd(vmul(get("ep"), vmul(get("ex"), get("ex"))), get("ex")), splat(1))),
+  set(
+    dst,
+    vmul(
+      get("ep"),
+      `(i32x4.shl (i32x4.add (i32x4.trunc_sat_f32x4_s ${get("en")}) (v128.const i32x4 127 127 127 127)) (i32.const 23))`
+    )
+  )
+]
+
+const expLocals = "(local $ex v128) (local $en v128) (local $ep v128)"
+
+/** Scalar loop over c ∈ [from, to) running `body` (statements). */
+const each = (label: string, from: string, to: string, body: ReadonlyArray<string>) => [
+  set("c", from),
+  `(block $${label}d (loop $${label}`,
+  `  (br_if $${label}d (i32.ge_s ${get("c")} ${to}))`,
+  ...body.map((l) => `  ${l}`),
+  `  ${set("c", add(get("c"), "(i32.const 1)"))}`,
+  `  (br $${label})`,
+  "))"
+]
+
+/** Vector loop over c = `start`, +4 … while c + 4 ≤ hi + 1, running `body` (statements); leaves c after it. */
+const quads = (label: string, start: string, body: ReadonlyArray<string>) => [
+  set("c", start),
+  `(block $${label}d (loop $${label}`,
+  `  (br_if $${label}d (i32.gt_s ${add(get("c"), "(i32.const 4)")} ${add(get("hi"), "(i32.const 1)")}))`,
+  ...body.map((l) => `  ${l}`),
+  `  ${set("c", add(get("c"), "(i32.const 4)"))}`,
+  `  (br $${label})`,
+  "))"
+]
+
+const at = (base: string) => add(get(base), mul(get("c"), "(i32.const 4)"))
+const zeroRange = (label: string, rows: ReadonlyArray<string>, from: string, to: string) =>
+  each(label, from, to, rows.map((r) => `(f32.store ${at(r)} (f32.const 0))`))
+
+/**
+ * `softmaxRow`: one query row's online-softmax step over its tile scores (see attentionKernels.ts' softmaxRow):
+ * probabilities exp(s − m) on lo…hi, zeros elsewhere in [c0, c1), the running max and normaliser at $m and $l
+ * updated, the output row at $o (D values) rescaled by exp(mOld − m).
+ */
+const softmaxRowFunc = () => {
+  const lanes = (op: string, v: string) =>
+    `(${op} (${op} (f32x4.extract_lane 0 ${v}) (f32x4.extract_lane 1 ${v})) ` +
+    `(${op} (f32x4.extract_lane 2 ${v}) (f32x4.extract_lane 3 ${v})))`
+  return [
+    `(func (export "softmaxRow") (param $s i32) (param $c0 i32) (param $lo i32) (param $hi i32) (param $c1 i32)`,
+    `  (param $m i32) (param $l i32) (param $o i32) (param $D i32)`,
+    `  (local $c i32) (local $d i32) (local $dB i32) (local $mx f32) (local $mOld f32) (local $mNew f32)`,
+    `  (local $corr f32)`,
+    `  (local $sum f32) (local $v v128) (local $acc v128) ${expLocals}`,
+    `(if (i32.gt_s ${get("lo")} ${get("hi")}) (then`,
+    ...zeroRange("z0", ["s"], get("c0"), get("c1")).map((l) => `  ${l}`),
+    "  (return)",
+    "))",
+    set("acc", "(v128.const f32x4 -inf -inf -inf -inf)"),
+    ...quads("mq", get("lo"), [set("acc", `(f32x4.max ${get("acc")} (v128.load ${at("s")}))`)]),
+    set("mx", lanes("f32.max", get("acc"))),
+    ...each("ms", get("c"), add(get("hi"), "(i32.const 1)"), [
+      set("mx", `(f32.max ${get("mx")} (f32.load ${at("s")}))`)
+    ]),
+    set("mOld", `(f32.load ${get("m")})`),
+    set("mNew", `(f32.max ${get("mOld")} ${get("mx")})`),
+    // The first tile a row sees has mOld = −∞: nothing to rescale (corr = 0, as exp(−∞)).
+    ...vexp("v", `(f32x4.splat (f32.sub ${get("mOld")} ${get("mNew")}))`),
+    set("corr", `(select (f32.const 0) (f32x4.extract_lane 0 ${get("v")}) (f32.eq ${get("mOld")} (f32.const -inf)))`),
+    ...zeroRange("z1", ["s"], get("c0"), get("lo")),
+    set("acc", splat(0)),
+    ...quads("eq", get("lo"), [
+      ...vexp("v", `(f32x4.sub (v128.load ${at("s")}) (f32x4.splat ${get("mNew")}))`),
+      `(v128.store ${at("s")} ${get("v")})`,
+      set("acc", vadd(get("acc"), get("v")))
+    ]),
+    set("sum", lanes("f32.add", get("acc"))),
+    ...each("es", get("c"), add(get("hi"), "(i32.const 1)"), [
+      ...vexp("v", `(f32x4.splat (f32.sub (f32.load ${at("s")}) ${get("mNew")}))`),
+      `(f32.store ${at("s")} (f32x4.extract_lane 0 ${get("v")}))`,
+      set("sum", `(f32.add ${get("sum")} (f32x4.extract_lane 0 ${get("v")}))`)
+    ]),
+    ...zeroRange("z2", ["s"], add(get("hi"), "(i32.const 1)"), get("c1")),
+    `(f32.store ${get("l")} (f32.add (f32.mul (f32.load ${get("l")}) ${get("corr")}) ${get("sum")}))`,
+    `(f32.store ${get("m")} ${get("mNew")})`,
+    `(if (f32.ne ${get("corr")} (f32.const 1)) (then`,
+    `  ${set("v", `(f32x4.splat ${get("corr")})`)}`,
+    `  ${set("dB", mul(get("D"), "(i32.const 4)"))}`,
+    ...dLoop([
+      `(v128.store ${add(get("o"), get("d"))} ${vmul(load(add(get("o"), get("d"))), get("v"))})`
+    ]).map((l) => `  ${l}`),
+    "))",
+    ")"
+  ].join("\n")
+}
+
+/**
+ * `gradRow`: one query row of the backward over a tile (see attentionKernels.ts' gradRow): on lo…hi,
+ * P = exp(s − L) over the scores at $p and dS = P·(dP − delta)·scale over dP at $q; zeros elsewhere in [c0, c1).
+ */
+const gradRowFunc = () =>
+  [
+    `(func (export "gradRow") (param $p i32) (param $q i32) (param $c0 i32) (param $lo i32) (param $hi i32)`,
+    `  (param $c1 i32) (param $L f32) (param $delta f32) (param $scale f32)`,
+    `  (local $c i32) (local $v v128) (local $vl v128) (local $vd v128) (local $vs v128) (local $e f32) ${expLocals}`,
+    ...zeroRange(
+      "z0",
+      ["p", "q"],
+      get("c0"),
+      `(select ${get("lo")} ${get("c1")} (i32.lt_s ${get("lo")} ${get("c1")}))`
+    ),
+    set("vl", `(f32x4.splat ${get("L")})`),
+    set("vd", `(f32x4.splat ${get("delta")})`),
+    set("vs", `(f32x4.splat ${get("scale")})`),
+    ...quads("gq", get("lo"), [
+      ...vexp("v", `(f32x4.sub (v128.load ${at("p")}) ${get("vl")})`),
+      `(v128.store ${at("p")} ${get("v")})`,
+      `(v128.store ${at("q")} ${vmul(vmul(get("v"), `(f32x4.sub (v128.load ${at("q")}) ${get("vd")})`), get("vs"))})`
+    ]),
+    ...each("gs", get("c"), add(get("hi"), "(i32.const 1)"), [
+      ...vexp("v", `(f32x4.splat (f32.sub (f32.load ${at("p")}) ${get("L")}))`),
+      set("e", `(f32x4.extract_lane 0 ${get("v")})`),
+      `(f32.store ${at("p")} ${get("e")})`,
+      `(f32.store ${at("q")} (f32.mul (f32.mul ${get("e")} (f32.sub (f32.load ${at("q")}) ${get("delta")})) ${
+        get("scale")
+      }))`
+    ]),
+    ...zeroRange(
+      "z1",
+      ["p", "q"],
+      `(select ${add(get("hi"), "(i32.const 1)")} ${get("c0")} (i32.gt_s ${add(get("hi"), "(i32.const 1)")} ${
+        get("c0")
+      }))`,
+      get("c1")
+    ),
+    ")"
+  ].join("\n")
+
+/** The module: the kernels over an imported shared memory (the tensors' home). */
 export const attentionWat = (): string =>
   [
     "(module",
     `(import "env" "memory" (memory 1 65536 shared))`,
     scoresFunc(),
     accumulateFunc(),
+    softmaxRowFunc(),
+    gradRowFunc(),
     ")"
   ].join("\n")
 
