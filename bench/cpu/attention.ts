@@ -1,13 +1,14 @@
 /**
- * The CPU device's tiled attention (packages/gpu/src/cpu/attention.ts) against the reference model's attention
+ * The CPU device's tiled attention (packages/gpu/src/cpu/attention.ts, on its js and its wasm-simd route) against
+ * the reference model's attention
  * (qwen3refFast.ts: attendPair/attendRow per query row with the T×T probabilities kept, then attentionBackward from
  * them — the path Qwen3Reference's forward and backward take), on one thread, at the presets' attention shapes and
  * a long one (Qwen3-0.6B's heads over 4096 tokens).
  *
  * Every (shape, kernel) runs in its own child process, so its peak RSS is its own; each reports the median of its
- * repeats for the forward and for the backward (after one warm-up call at the shape, or at 256 tokens for the long
- * shape), its working memory beyond inputs and outputs (tiled: the scratch; reference: the probabilities and the
- * backward's per-head transposed dS), and the largest difference between the two kernels' outputs. The reference
+ * repeats for the forward and for the backward (after warm-up calls at the shape, or at 256 tokens for the long
+ * shape, until V8 has tiered up: ≥ 5 calls and ≥ 1 s), its working memory beyond inputs and outputs (tiled: the scratch; reference: the probabilities and the
+ * backward's per-head transposed dS), and the largest difference of its outputs from the reference's. The reference
  * runs where its probabilities fit `--ref-limit` MiB (default 1024); beyond that only its forward runs, without
  * probabilities (as its KV-cache path does), and its backward is reported as not run.
  * Results go to bench/results/cpu-attention.{md,json}, with the load average at start and end.
@@ -38,7 +39,8 @@ const shapes = {
   long: { batch: 1, seq: 4096, heads: 16, kvHeads: 8, headDim: 128 }
 } as const
 type ShapeName = keyof typeof shapes
-type Kernel = "tiled" | "reference"
+type Kernel = "js" | "wasm-simd" | "reference"
+const kernels: ReadonlyArray<Kernel> = ["js", "wasm-simd", "reference"]
 
 const shapeOf = (name: ShapeName): AttentionShape => ({ ...shapes[name], scale: 1 / Math.sqrt(shapes[name].headDim) })
 
@@ -72,6 +74,9 @@ interface Measured {
   readonly kernel: Kernel
   readonly forwardMs: ReadonlyArray<number>
   readonly backwardMs: ReadonlyArray<number>
+  /** Process CPU time (user + system) of the same calls: less sensitive to other processes on shared cores. */
+  readonly forwardCpuMs: ReadonlyArray<number>
+  readonly backwardCpuMs: ReadonlyArray<number>
   readonly backwardRun: boolean
   readonly probabilities: boolean
   readonly workingBytes: number
@@ -98,16 +103,30 @@ const inputsOf = (s: AttentionShape) => {
 const sampleOf = (xs: ReadonlyArray<ArrayLike<number>>) =>
   xs.flatMap((x) => Array.from({ length: Math.ceil(x.length / 97) }, (_, i) => x[i * 97]))
 
-const tiledRunner = (s: AttentionShape) => {
-  const x = inputsOf(s)
+/** The tiled kernel on a route: the wasm-simd route's tensors live in its memory (allocated there, inputs copied). */
+const tiledRunner = (s: AttentionShape, routeName: "js" | "wasm-simd") => {
+  const wasm = routeName === "wasm-simd" ? CpuAttention.wasmSimd() : undefined
+  const route = wasm ?? CpuAttention.js
+  const alloc = (n: number, from?: Float32Array) => {
+    const a = wasm === undefined ? new Float32Array(n) : wasm.alloc(n)
+    if (from !== undefined) a.set(from)
+    return a
+  }
+  const inp = inputsOf(s)
+  const x = {
+    q: alloc(inp.q.length, inp.q),
+    k: alloc(inp.k.length, inp.k),
+    v: alloc(inp.v.length, inp.v),
+    dOut: alloc(inp.dOut.length, inp.dOut)
+  }
   const N = s.batch * s.seq
-  const out = new Float32Array(x.q.length)
+  const out = alloc(x.q.length)
   const lse = new Float32Array(N * s.heads)
-  const dq = new Float32Array(x.q.length)
-  const dk = new Float32Array(x.k.length)
-  const dv = new Float32Array(x.v.length)
-  const scratch = new Float32Array(CpuAttention.scratchSize(s, tile))
-  const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: x.segmentStart, out, lse, scratch, tile }
+  const dq = alloc(x.q.length)
+  const dk = alloc(x.k.length)
+  const dv = alloc(x.v.length)
+  const scratch = alloc(CpuAttention.scratchSize(s, tile))
+  const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: inp.segmentStart, out, lse, scratch, tile, route }
   const bwd = { ...fwd, dOut: x.dOut, dq, dk, dv }
   return {
     forward: () => CpuAttention.forward(fwd),
@@ -191,27 +210,39 @@ const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured 
   const s = shapeOf(shapeName)
   // Warm the JIT at the shape (or at 256 tokens of the long shape's heads, where one call takes seconds).
   const warmShape = s.seq > 256 ? { ...s, seq: 256 } : s
-  const warm = kernel === "tiled" ? tiledRunner(warmShape) : referenceRunner(warmShape)
-  warm.forward()
-  warm.backward()
-  const r = kernel === "tiled" ? tiledRunner(s) : referenceRunner(s)
+  const runner = (shape: AttentionShape) => kernel === "reference" ? referenceRunner(shape) : tiledRunner(shape, kernel)
+  const warm = runner(warmShape)
+  // Until both tiers of V8 have compiled the hot code (WebAssembly starts in its baseline compiler and tiers up
+  // in the background once a function is hot): at least 5 calls and 1 s, at most 40 calls.
+  const warmStart = performance.now()
+  for (let i = 0; i < 40 && (i < 5 || performance.now() - warmStart < 1000); i++) {
+    warm.forward()
+    warm.backward()
+  }
+  const r = runner(s)
   const forwardMs: Array<number> = []
   const backwardMs: Array<number> = []
+  const forwardCpuMs: Array<number> = []
+  const backwardCpuMs: Array<number> = []
+  const timed = (f: () => void, wall: Array<number>, cpu: Array<number>) => {
+    const c0 = process.cpuUsage()
+    const t0 = performance.now()
+    f()
+    wall.push(performance.now() - t0)
+    const c = process.cpuUsage(c0)
+    cpu.push((c.user + c.system) / 1000)
+  }
   for (let i = 0; i < repeats; i++) {
-    let t0 = performance.now()
-    r.forward()
-    forwardMs.push(performance.now() - t0)
-    if (r.hasBackward) {
-      t0 = performance.now()
-      r.backward()
-      backwardMs.push(performance.now() - t0)
-    }
+    timed(r.forward, forwardMs, forwardCpuMs)
+    if (r.hasBackward) timed(r.backward, backwardMs, backwardCpuMs)
   }
   return {
     shape: shapeName,
     kernel,
     forwardMs,
     backwardMs,
+    forwardCpuMs,
+    backwardCpuMs,
     backwardRun: r.hasBackward,
     probabilities: r.probabilities,
     workingBytes: r.workingBytes,
@@ -232,7 +263,7 @@ if (childArg !== undefined) {
   const results: Array<Measured> = []
   for (const name of names) {
     const repeats = Number(flag("repeats") ?? (name === "long" ? 3 : 7))
-    for (const kernel of ["tiled", "reference"] as const) {
+    for (const kernel of kernels) {
       const args = [...process.execArgv, fileURLToPath(import.meta.url), `--child=${name}:${kernel}:${repeats}`]
       if (tileFlag !== undefined) args.push(`--tile=${tileFlag}`)
       args.push(`--ref-limit=${refLimitMiB}`)
@@ -257,30 +288,47 @@ if (childArg !== undefined) {
     forwardRunsMs: m.forwardMs,
     backwardRunsMs: m.backwardMs,
     forwardMs: median(m.forwardMs),
-    backwardMs: m.backwardRun ? median(m.backwardMs) : null
+    backwardMs: m.backwardRun ? median(m.backwardMs) : null,
+    forwardCpuRunsMs: m.forwardCpuMs,
+    backwardCpuRunsMs: m.backwardCpuMs,
+    forwardCpuMs: median(m.forwardCpuMs),
+    backwardCpuMs: m.backwardRun ? median(m.backwardCpuMs) : null
   })
-  const rows = names.map((name) => {
+  const rows = names.flatMap((name) => {
     const s = shapeOf(name)
-    const tiled = results.find((r) => r.shape === name && r.kernel === "tiled")!
     const ref = results.find((r) => r.shape === name && r.kernel === "reference")!
-    // Outputs the two kernels share (out always; the gradients where the reference's backward ran).
-    const outCount = Math.ceil((s.batch * s.seq * s.heads * s.headDim) / 97)
-    const compared = ref.backwardRun ? tiled.sample.length : outCount
-    let diff = 0
-    for (let i = 0; i < compared; i++) {
-      diff = Math.max(diff, Math.abs(tiled.sample[i] - ref.sample[i]) / (1 + Math.abs(ref.sample[i])))
-    }
-    const pairs = (s.batch * s.heads * s.seq * (s.seq + 1)) / 2
-    return {
-      shape: name,
-      dims: `B=${s.batch} T=${s.seq} H=${s.heads} KV=${s.kvHeads} D=${s.headDim}`,
-      // Attention FLOPs counted as the GPU lowering counts them: 4·pairs·D forward, 10·pairs·D backward (without
-      // the recomputed scores), over every causal (query, key) pair as if unpacked.
-      forwardGflop: (4 * pairs * s.headDim) / 1e9,
-      tiled: summary(tiled),
-      reference: summary(ref),
-      maxRelDifference: diff
-    }
+    // (query, key) pairs attended, packing included.
+    const starts = inputsOf(s).segmentStart
+    let pairs = 0
+    for (let n = 0; n < starts.length; n++) pairs += s.heads * ((n % s.seq) - starts[n] + 1)
+    // FLOPs as the GPU lowering counts them (4·pairs·D forward; 10·pairs·D backward, the recomputed scores not
+    // counted), over the pairs attended.
+    const forwardGflop = (4 * pairs * s.headDim) / 1e9
+    const backwardGflop = (10 * pairs * s.headDim) / 1e9
+    return kernels.map((kernel) => {
+      const m = results.find((r) => r.shape === name && r.kernel === kernel)!
+      // Sampled outputs both share (out always; the gradients where the reference's backward ran).
+      const compared = ref.backwardRun ? m.sample.length : Math.ceil((s.batch * s.seq * s.heads * s.headDim) / 97)
+      let diff = 0
+      for (let i = 0; i < compared; i++) {
+        diff = Math.max(diff, Math.abs(m.sample[i] - ref.sample[i]) / (1 + Math.abs(ref.sample[i])))
+      }
+      const sm = summary(m)
+      return {
+        dims: `B=${s.batch} T=${s.seq} H=${s.heads} KV=${s.kvHeads} D=${s.headDim}`,
+        pairs,
+        forwardGflop,
+        backwardGflop,
+        ...sm,
+        forwardGflops: forwardGflop / (sm.forwardCpuMs / 1000),
+        backwardGflops: sm.backwardCpuMs === null ? null : backwardGflop / (sm.backwardCpuMs / 1000),
+        forwardSpeedup: median(ref.forwardCpuMs) / sm.forwardCpuMs,
+        backwardSpeedup: ref.backwardRun && sm.backwardCpuMs !== null
+          ? median(ref.backwardCpuMs) / sm.backwardCpuMs
+          : null,
+        maxRelDifferenceToReference: diff
+      }
+    })
   })
   const report = {
     startedAt,
@@ -296,33 +344,41 @@ if (childArg !== undefined) {
   }
   const mib = (b: number) => (b / 2 ** 20).toFixed(b < 2 ** 20 ? 2 : 0)
   const ms = (x: number | null) => (x === null ? "not run" : x < 100 ? x.toFixed(2) : x.toFixed(0))
+  const times = (x: number | null) => (x === null ? "–" : `${x.toFixed(2)}×`)
+  const gflops = (x: number | null) => (x === null ? "–" : x.toFixed(2))
   const md = [
-    "# CPU attention: tiled kernel vs the reference's row attention",
+    "# CPU attention: the tiled kernel (js and wasm-simd routes) vs the reference's row attention",
     "",
     `Run ${startedAt} by \`nice npx tsx bench/cpu/attention.ts ${process.argv.slice(2).join(" ")}\` on ${report.cpu} ` +
-    `(${report.cpus} cpus, shared), Node ${process.version}, one thread. Load average (1/5/15 min) at start ` +
-    `${load0.map((x) => x.toFixed(2)).join(" ")}, at end ${load1.map((x) => x.toFixed(2)).join(" ")}.`,
+    `(${report.cpus} cpus, shared with other jobs), Node ${process.version}, one thread. Load average (1/5/15 min) ` +
+    `at start ${load0.map((x) => x.toFixed(2)).join(" ")}, at end ${load1.map((x) => x.toFixed(2)).join(" ")}.`,
     "",
-    `Medians of repeats (${rows.map((r) => `${r.shape}: ${r.tiled.forwardRunsMs.length}`).join(", ")}), ` +
-    `each (shape, kernel) in its own process after a warm-up call. Tiled: tile ${tile.query}×${tile.key}. ` +
+    `Medians of repeats (${
+      names.map((n) => `${n}: ${results.find((r) => r.shape === n)!.forwardMs.length}`).join(", ")
+    }), ` +
+    `each (shape, kernel) in its own process after warm-up calls (≥ 5 and ≥ 1 s). Tiled: tile ${tile.query}×${tile.key}, f32; ` +
+    "js = plain TypeScript loops, wasm-simd = WebAssembly SIMD128 inner loops (tensors in its memory). " +
     "Reference: qwen3refFast's attendPair/attendRow per query row keeping the [B, H, T, T] probabilities, then " +
-    "its attentionBackward (f64 gradients), as Qwen3Reference runs them. Rows are packed as two sequences " +
-    "(¾ and ¼ of T). Working memory = beyond inputs and outputs (tiled: scratch; reference: probabilities and " +
-    "the backward's transposed dS). Peak RSS is the child process's, inputs and Node included.",
+    "its attentionBackward (f64 gradients), as Qwen3Reference runs them" +
+    (rows.some((r) => r.kernel === "reference" && !r.probabilities)
+      ? `; where the probabilities pass ${refLimitMiB} MiB only its forward runs, without them`
+      : "") +
+    ". Rows are packed as two sequences (¾ and ¼ of T). " +
+    "Speed-up and GFLOP/s from CPU time (user + system; wall time on shared cores also counts other jobs), speed-up = " +
+    "reference CPU ms / kernel CPU ms; " +
+    "FLOPs counted as the GPU lowering does (4·pairs·D forward, 10·pairs·D backward) over the pairs attended. " +
+    "Working memory = beyond inputs and outputs (tiled: scratch; reference: probabilities and the backward's " +
+    "transposed dS of one head). Peak RSS is the child process's, inputs and Node included. Max rel diff = " +
+    "largest |kernel − reference| / (1 + |reference|) over every 97th element of out, dq, dk, dv.",
     "",
-    "| shape | dims | GFLOP fwd | tiled fwd ms | tiled bwd ms | ref fwd ms | ref bwd ms | fwd speed-up | bwd speed-up | tiled working | ref working | tiled peak RSS | ref peak RSS | max rel diff |",
-    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| shape | dims | kernel | fwd ms | bwd ms | fwd CPU ms | bwd CPU ms | fwd GFLOP/s | bwd GFLOP/s | fwd speed-up | bwd speed-up | working memory | peak RSS | max rel diff |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map((r) =>
-      `| ${r.shape} | ${r.dims} | ${r.forwardGflop.toFixed(3)} | ${ms(r.tiled.forwardMs)} | ${
-        ms(r.tiled.backwardMs)
-      } | ` +
-      `${ms(r.reference.forwardMs)}${r.reference.probabilities ? "" : " (no probs)"} | ${
-        ms(r.reference.backwardMs)
-      } | ` +
-      `${(r.reference.forwardMs / r.tiled.forwardMs).toFixed(2)}× | ` +
-      `${r.reference.backwardMs === null ? "–" : `${(r.reference.backwardMs / r.tiled.backwardMs!).toFixed(2)}×`} | ` +
-      `${mib(r.tiled.workingBytes)} MiB | ${mib(r.reference.workingBytes)} MiB | ${mib(r.tiled.peakRssBytes)} MiB | ` +
-      `${mib(r.reference.peakRssBytes)} MiB | ${r.maxRelDifference.toExponential(1)} |`
+      `| ${r.shape} | ${r.dims} | ${r.kernel}${r.kernel === "reference" && !r.probabilities ? " (no probs)" : ""} | ` +
+      `${ms(r.forwardMs)} | ${ms(r.backwardMs)} | ${ms(r.forwardCpuMs)} | ${ms(r.backwardCpuMs)} | ` +
+      `${gflops(r.forwardGflops)} | ${gflops(r.backwardGflops)} | ${times(r.forwardSpeedup)} | ` +
+      `${times(r.backwardSpeedup)} | ${mib(r.workingBytes)} MiB | ${mib(r.peakRssBytes)} MiB | ` +
+      `${r.kernel === "reference" ? "–" : r.maxRelDifferenceToReference.toExponential(1)} |`
     ),
     ""
   ].join("\n")
