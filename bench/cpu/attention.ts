@@ -77,6 +77,10 @@ interface Measured {
   /** Process CPU time (user + system) of the same calls: less sensitive to other processes on shared cores. */
   readonly forwardCpuMs: ReadonlyArray<number>
   readonly backwardCpuMs: ReadonlyArray<number>
+  /** One decode call (the last token of batch row 0 against a cache of its T keys), per call. */
+  readonly decodeMs: ReadonlyArray<number>
+  readonly decodeCpuMs: ReadonlyArray<number>
+  readonly decodeSample: ReadonlyArray<number>
   readonly backwardRun: boolean
   readonly probabilities: boolean
   readonly workingBytes: number
@@ -128,9 +132,25 @@ const tiledRunner = (s: AttentionShape, routeName: "js" | "wasm-simd") => {
   const scratch = alloc(CpuAttention.scratchSize(s, tile))
   const fwd = { shape: s, q: x.q, k: x.k, v: x.v, segmentStart: inp.segmentStart, out, lse, scratch, tile, route }
   const bwd = { ...fwd, dOut: x.dOut, dq, dk, dv }
+  // Decode: batch row 0's last token attending to a cache of the row's T keys ([KV, T, D]).
+  const { headDim: D, heads: H, kvHeads: KV, seq: T } = s
+  const layer = {
+    shape: s,
+    q: x.q,
+    keys: alloc(KV * T * D),
+    values: alloc(KV * T * D),
+    capacity: T,
+    out: alloc(x.q.length),
+    scratch,
+    tile,
+    route
+  }
+  CpuAttention.storeCache(layer, x.k, x.v, 0, T, 0)
   return {
     forward: () => CpuAttention.forward(fwd),
     backward: () => CpuAttention.backward(bwd),
+    decode: () => CpuAttention.decode(layer, T - 1, 1, T - 1),
+    decodeOut: () => layer.out.subarray((T - 1) * H * D, T * H * D),
     hasBackward: true,
     probabilities: false,
     workingBytes: scratch.byteLength,
@@ -195,9 +215,34 @@ const referenceRunner = (s: AttentionShape) => {
     dv.fill(0)
     attentionBackward(x.dOut, x.q, x.k, x.v, probs, x.segmentStart, B, T, H, KV, D, s.scale, dq, dk, dv)
   }
+  // Decode as Qwen3Reference's attendCache does it: batch row 0's last token against a [KV, T, D] cache.
+  const cacheK = new Float32Array(KV * T * D)
+  const cacheV = new Float32Array(KV * T * D)
+  for (let t = 0; t < T; t++) {
+    for (let g = 0; g < KV; g++) {
+      for (let d = 0; d < D; d++) {
+        cacheK[(g * T + t) * D + d] = x.k[(t * KV + g) * D + d]
+        cacheV[(g * T + t) * D + d] = x.v[(t * KV + g) * D + d]
+      }
+    }
+  }
+  const decodeOut = new Float32Array(x.q.length)
+  const decode = () => {
+    const t = T - 1
+    for (let h = 0; h < H; h++) {
+      const g = Math.floor(h / group)
+      const o = (t * H + h) * D
+      if (h + 1 < H && Math.floor((h + 1) / group) === g) {
+        attendPair(x.q, o, o + D, cacheK, cacheV, g * T * D, D, 0, t, D, s.scale, decodeOut, undefined, 0, 0, nm.round)
+        h++
+      } else attendRow(x.q, o, cacheK, cacheV, g * T * D, D, 0, t, D, s.scale, decodeOut, o, undefined, 0, nm)
+    }
+  }
   return {
     forward,
     backward,
+    decode,
+    decodeOut: () => decodeOut.subarray((T - 1) * H * D, T * H * D),
     hasBackward: keep,
     probabilities: keep,
     // Probabilities, and attentionBackward's dS of one head transposed (T×T f64) plus its two T-long rows.
@@ -236,6 +281,15 @@ const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured 
     timed(r.forward, forwardMs, forwardCpuMs)
     if (r.hasBackward) timed(r.backward, backwardMs, backwardCpuMs)
   }
+  // Decode: one token against the full cache, timed over batches of calls (each call is short).
+  const decodeCalls = Math.max(1, Math.round(2e6 / (s.seq * s.heads * s.headDim)))
+  const decodeBatch = () => {
+    for (let i = 0; i < decodeCalls; i++) r.decode()
+  }
+  for (let i = 0; i < 3; i++) decodeBatch()
+  const decodeMs: Array<number> = []
+  const decodeCpuMs: Array<number> = []
+  for (let i = 0; i < 2 * repeats; i++) timed(decodeBatch, decodeMs, decodeCpuMs)
   return {
     shape: shapeName,
     kernel,
@@ -243,6 +297,9 @@ const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured 
     backwardMs,
     forwardCpuMs,
     backwardCpuMs,
+    decodeMs: decodeMs.map((t) => t / decodeCalls),
+    decodeCpuMs: decodeCpuMs.map((t) => t / decodeCalls),
+    decodeSample: Array.from(r.decodeOut()).filter((_, i) => i % 7 === 0),
     backwardRun: r.hasBackward,
     probabilities: r.probabilities,
     workingBytes: r.workingBytes,
@@ -292,7 +349,12 @@ if (childArg !== undefined) {
     forwardCpuRunsMs: m.forwardCpuMs,
     backwardCpuRunsMs: m.backwardCpuMs,
     forwardCpuMs: median(m.forwardCpuMs),
-    backwardCpuMs: m.backwardRun ? median(m.backwardCpuMs) : null
+    backwardCpuMs: m.backwardRun ? median(m.backwardCpuMs) : null,
+    decodeSample: undefined,
+    decodeRunsMs: m.decodeMs,
+    decodeCpuRunsMs: m.decodeCpuMs,
+    decodeMs: median(m.decodeMs),
+    decodeCpuMs: median(m.decodeCpuMs)
   })
   const rows = names.flatMap((name) => {
     const s = shapeOf(name)
@@ -313,6 +375,11 @@ if (childArg !== undefined) {
       for (let i = 0; i < compared; i++) {
         diff = Math.max(diff, Math.abs(m.sample[i] - ref.sample[i]) / (1 + Math.abs(ref.sample[i])))
       }
+      let decodeDiff = 0
+      for (let i = 0; i < ref.decodeSample.length; i++) {
+        const e = Math.abs(m.decodeSample[i] - ref.decodeSample[i]) / (1 + Math.abs(ref.decodeSample[i]))
+        decodeDiff = Math.max(decodeDiff, e)
+      }
       const sm = summary(m)
       return {
         dims: `B=${s.batch} T=${s.seq} H=${s.heads} KV=${s.kvHeads} D=${s.headDim}`,
@@ -326,7 +393,9 @@ if (childArg !== undefined) {
         backwardSpeedup: ref.backwardRun && sm.backwardCpuMs !== null
           ? median(ref.backwardCpuMs) / sm.backwardCpuMs
           : null,
-        maxRelDifferenceToReference: diff
+        maxRelDifferenceToReference: diff,
+        decodeSpeedup: median(ref.decodeCpuMs) / sm.decodeCpuMs,
+        decodeMaxRelDifferenceToReference: decodeDiff
       }
     })
   })
@@ -379,6 +448,19 @@ if (childArg !== undefined) {
       `${gflops(r.forwardGflops)} | ${gflops(r.backwardGflops)} | ${times(r.forwardSpeedup)} | ` +
       `${times(r.backwardSpeedup)} | ${mib(r.workingBytes)} MiB | ${mib(r.peakRssBytes)} MiB | ` +
       `${r.kernel === "reference" ? "–" : r.maxRelDifferenceToReference.toExponential(1)} |`
+    ),
+    "",
+    "Decode: the last token of batch row 0 (position T − 1) against a KV cache of the row's T keys, one call per " +
+    "token and layer (reference: Qwen3Reference's attendCache loop, attendPair/attendRow without probabilities); " +
+    "medians over batches of calls.",
+    "",
+    "| shape | kernel | decode µs | decode CPU µs | speed-up | max rel diff |",
+    "| --- | --- | ---: | ---: | ---: | ---: |",
+    ...rows.map((r) =>
+      `| ${r.shape} | ${r.kernel} | ${(1000 * r.decodeMs).toFixed(1)} | ${(1000 * r.decodeCpuMs).toFixed(1)} | ` +
+      `${times(r.decodeSpeedup)} | ${
+        r.kernel === "reference" ? "–" : r.decodeMaxRelDifferenceToReference.toExponential(1)
+      } |`
     ),
     ""
   ].join("\n")

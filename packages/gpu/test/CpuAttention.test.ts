@@ -236,12 +236,19 @@ describe("CPU tiled attention", () => {
     }
   })
 
-  it("decode and extend over a KV cache match the no-cache forward (two sequences in one pool)", () => {
-    const s = shapeOf(1, 70, 4, 2, 16)
+  it("decode and extend over a KV cache match the no-cache forward (two sequences in one pool, GQA 1/2/8)", () => {
+    const cases = [
+      { s: shapeOf(1, 70, 4, 2, 16), tile: { query: 16, key: 24 } },
+      { s: shapeOf(1, 70, 8, 1, 16), tile: { query: 3, key: 5 } },
+      { s: shapeOf(1, 70, 2, 2, 8), tile: CpuAttention.defaultTile }
+    ]
+    for (const { s, tile } of cases) decodeCase(s, tile)
+  })
+
+  const decodeCase = (s: AttentionShape, tile: CpuAttention.Tile) => {
     const D = s.headDim
     const KV = s.kvHeads
     const capacity = 80
-    const tile = { query: 16, key: 24 }
     const starts = segmentStarts(undefined, s)
     const seqs = [inputs(s, 31), inputs(s, 41)]
     const wants = seqs.map((x) => run(s, x, starts).out)
@@ -264,10 +271,11 @@ describe("CPU tiled attention", () => {
       }
       seqs.forEach((_, i) => {
         const e = maxRelError(outs[i], wants[i])
-        assert.isBelow(e, 1e-5, `${route.name}, sequence ${i}: decode against forward, max relative error ${e}`)
+        const what = `H=${s.heads} KV=${KV}, ${route.name}, sequence ${i}`
+        assert.isBelow(e, 1e-5, `${what}: decode against forward, max relative error ${e}`)
       })
     }
-  })
+  }
 
   it("rejects bad input with an error naming the problem", () => {
     const s = shapeOf(1, 4, 2, 1, 8)

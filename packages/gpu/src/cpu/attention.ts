@@ -221,9 +221,10 @@ const checkPacked = (
 }
 
 /**
- * Forward of one query head over `rows` query rows: row r sits at q[q0 + r·qStride …] (out alike), has position
- * p0 + r (it may see keys up to that index) and first key `starts[s0 + r]` (0 without starts); key j lies at
- * k[k0 + j·kStride …] (v alike). Writes out, and lse[l0 + r·lStride] when lse is given.
+ * Forward of `rows` query rows against one KV head: row r sits at q[q0 + r·qStride …] (out alike), has position
+ * p0 + r·step (it may see keys up to that index; step 1: a sequence's consecutive tokens of one head, step 0: the
+ * query heads of one token) and first key `starts[s0 + r]` (0 without starts); key j lies at k[k0 + j·kStride …]
+ * (v alike). Writes out, and lse[l0 + r·lStride] when lse is given.
  */
 const forwardRows = (
   q: Float32Array,
@@ -235,6 +236,7 @@ const forwardRows = (
   kStride: number,
   rows: number,
   p0: number,
+  step: number,
   starts: Int32Array | undefined,
   s0: number,
   out: Float32Array,
@@ -263,17 +265,17 @@ const forwardRows = (
       const o = qa + r * qStride
       for (let d = 0; d < D; d++) out[o + d] = 0
     }
-    const last = p0 + qt + R - 1
+    const last = p0 + (qt + R - 1) * step
     for (let kt = first - (first % BK); kt <= last; kt += BK) {
       const kEnd = Math.min(kt + BK, last + 1)
       const c0 = Math.max(first, kt) - kt
       const c1 = kEnd - kt
       const ka = k0 + kt * kStride
-      K.scores(q, qa, qStride, k, ka, kStride, D, R, c0, c1, p0 + qt - kt, scale, scratch, 0, BK)
+      K.scores(q, qa, qStride, k, ka, kStride, D, R, c0, c1, p0 + qt * step - kt, step, scale, scratch, 0, BK)
       for (let r = 0; r < R; r++) {
         const st = starts === undefined ? 0 : starts[s0 + qt + r]
         const lo = Math.max(st, kt) - kt
-        const hi = Math.min(p0 + qt + r, kEnd - 1) - kt
+        const hi = Math.min(p0 + (qt + r) * step, kEnd - 1) - kt
         K.softmaxRow(scratch, r * BK, c0, lo, hi, c1, scratch, mAt + r, lAt + r, out, qa + r * qStride, D)
       }
       K.accumulate(scratch, 0, BK, 1, v, ka, kStride, out, qa, qStride, D, R, c0, c1)
@@ -321,6 +323,7 @@ export const forward = (a: Forward, first = 0, end = units(a.shape)): void => {
         KV * D,
         T,
         0,
+        1,
         a.segmentStart,
         b * T,
         a.out,
@@ -424,8 +427,8 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
           const c0 = Math.max(firstKey, kt) - kt
           const c1 = kEnd - kt
           const qa = q0 + qt * qStride
-          K.scores(a.q, qa, qStride, a.k, ka, kStride, D, R, c0, c1, qt - kt, scale, scratch, pAt, BK)
-          K.scores(a.dOut, qa, qStride, a.v, ka, kStride, D, R, c0, c1, qt - kt, 1, scratch, dsAt, BK)
+          K.scores(a.q, qa, qStride, a.k, ka, kStride, D, R, c0, c1, qt - kt, 1, scale, scratch, pAt, BK)
+          K.scores(a.dOut, qa, qStride, a.v, ka, kStride, D, R, c0, c1, qt - kt, 1, 1, scratch, dsAt, BK)
           for (let r = 0; r < R; r++) {
             const n = b * T + qt + r
             const lo = Math.max(a.segmentStart[n], kt) - kt
@@ -470,19 +473,55 @@ export const decode = (a: Decode, row0: number, rows: number, start: number, cac
   const route = a.route ?? js
   checkRoute(route, D, [["q", a.q], ["keys", a.keys], ["values", a.values], ["out", a.out], ["scratch", a.scratch]])
   const G = H / KV
+  const K = route.kernels
+  if (rows === 1) {
+    // One token: the G query heads of a KV head are G rows at one position (step 0), so each cached key and value
+    // is read once per KV head, not once per query head.
+    for (let g = 0; g < KV; g++) {
+      const q0 = (row0 * H + g * G) * D
+      const k0 = cacheBase + g * cap * D
+      forwardRows(
+        a.q,
+        q0,
+        D,
+        a.keys,
+        a.values,
+        k0,
+        D,
+        G,
+        start,
+        0,
+        undefined,
+        0,
+        a.out,
+        undefined,
+        0,
+        0,
+        D,
+        scale,
+        a.scratch,
+        tile.query,
+        tile.key,
+        K
+      )
+    }
+    return
+  }
   for (let h = 0; h < H; h++) {
     const g = (h / G) | 0
     const q0 = (row0 * H + h) * D
+    const k0 = cacheBase + g * cap * D
     forwardRows(
       a.q,
       q0,
       H * D,
       a.keys,
       a.values,
-      cacheBase + g * cap * D,
+      k0,
       D,
       rows,
       start,
+      1,
       undefined,
       0,
       a.out,
@@ -494,7 +533,7 @@ export const decode = (a: Decode, row0: number, rows: number, start: number, cac
       a.scratch,
       tile.query,
       tile.key,
-      route.kernels
+      K
     )
   }
 }

@@ -5,8 +5,9 @@
 
 /**
  * S[sAt + r·ldS + c] = scale · Σ_d A[a0 + r·aStride + d] · B[b0 + c·bStride + d] for rows r ∈ [0, rows) and columns
- * c ∈ [c0, c1), except that row pairs stop at column `diag + r + 2` (causal: row r sees columns up to r + diag;
- * the second row of a pair one further) — columns a pair cannot see are left as they were.
+ * c ∈ [c0, c1), except the columns a row cannot see: row r sees columns up to diag + r·step (causal; step 1 for
+ * consecutive positions, 0 for query heads at one position), and a block of rows stops where its last row does;
+ * columns past that are left as they were.
  * Two rows × four columns per block: six loads feed eight sums.
  */
 export const scores = (
@@ -21,6 +22,7 @@ export const scores = (
   c0: number,
   c1: number,
   diag: number,
+  step: number,
   scale: number,
   S: Float32Array,
   sAt: number,
@@ -32,7 +34,7 @@ export const scores = (
     const x1 = x0 + aStride
     const s0 = sAt + r * ldS
     const s1 = s0 + ldS
-    const end = Math.min(c1, diag + r + 2)
+    const end = Math.min(c1, diag + step * (r + 1) + 1)
     let c = c0
     for (; c + 3 < end; c += 4) {
       const y0 = b0 + c * bStride
@@ -80,7 +82,7 @@ export const scores = (
   if (r < rows) {
     const x0 = a0 + r * aStride
     const s0 = sAt + r * ldS
-    const end = Math.min(c1, diag + r + 1)
+    const end = Math.min(c1, diag + step * r + 1)
     let c = c0
     for (; c + 3 < end; c += 4) {
       const y0 = b0 + c * bStride

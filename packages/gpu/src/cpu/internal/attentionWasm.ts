@@ -49,6 +49,7 @@ type ScoresAt = (
   c0: number,
   c1: number,
   diag: number,
+  step: number,
   scale: number,
   s: number,
   ldS: number
@@ -114,7 +115,7 @@ export const wasmKernels = (memory: WasmMemory): Kernels => {
       ),
     gradRow: (S, p0, q0, c0, lo, hi, c1, L, delta, scale) =>
       gradRowAt(S.byteOffset + 4 * p0, S.byteOffset + 4 * q0, c0, lo, hi, c1, L, delta, scale),
-    scores: (A, a0, aStride, B, b0, bStride, D, rows, c0, c1, diag, scale, S, sAt, ldS) =>
+    scores: (A, a0, aStride, B, b0, bStride, D, rows, c0, c1, diag, step, scale, S, sAt, ldS) =>
       scoresAt(
         A.byteOffset + 4 * a0,
         4 * aStride,
@@ -125,6 +126,7 @@ export const wasmKernels = (memory: WasmMemory): Kernels => {
         c0,
         c1,
         diag,
+        step,
         scale,
         S.byteOffset + 4 * sAt,
         4 * ldS

@@ -93,8 +93,8 @@ const scoreRows = (rows: 1 | 2) => {
     set("x1", add(get("x0"), get("as"))),
     set("s0", add(get("s"), mul(get("r"), get("ldS")))),
     set("s1", add(get("s0"), get("ldS"))),
-    // end = min(c1, diag + r + rows): the columns the last row of the block may see.
-    set("end", add(get("diag"), add(get("r"), `(i32.const ${rows})`))),
+    // end = min(c1, diag + step·(r + rows − 1) + 1): the columns the last row of the block may see.
+    set("end", add(get("diag"), add(mul(get("step"), add(get("r"), `(i32.const ${rows - 1})`)), "(i32.const 1)"))),
     set("end", `(select ${get("c1")} ${get("end")} (i32.lt_s ${get("c1")} ${get("end")}))`),
     set("c", get("c0")),
     ...quad,
@@ -115,7 +115,8 @@ const scoresFunc = () => {
   const i32Locals = ["r", "x0", "x1", "s0", "s1", "end", "c", "y0", "y1", "y2", "y3", "d", "dB"]
   return [
     `(func (export "scores") (param $a i32) (param $as i32) (param $b i32) (param $bs i32) (param $D i32)`,
-    `  (param $rows i32) (param $c0 i32) (param $c1 i32) (param $diag i32) (param $scale f32) (param $s i32)`,
+    `  (param $rows i32) (param $c0 i32) (param $c1 i32) (param $diag i32) (param $step i32) (param $scale f32)`,
+    `  (param $s i32)`,
     `  (param $ldS i32)`,
     `  ${i32Locals.map((l) => `(local $${l} i32)`).join(" ")}`,
     `  ${v128Locals.map((l) => `(local $${l} v128)`).join(" ")}`,
