@@ -38,9 +38,9 @@ const wasm = CpuAttention.wasmSimd()
 /** The routes that can run head_dim D (wasm-simd needs D % 4 = 0). */
 const routesFor = (D: number): ReadonlyArray<CpuAttention.Route> =>
   D % 4 === 0 ? [CpuAttention.js, wasm] : [CpuAttention.js]
-/** An array for `route` (in its memory for wasm-simd), holding `from` when given, else filled with `fill`. */
+/** An array for `route` (for wasm-simd: in the memory of `wasm`, which every wasm-simd route here shares), holding `from` when given, else filled with `fill`. */
 const arrayFor = (route: CpuAttention.Route, n: number, from?: Float32Array, fill = 0) => {
-  const a = route === wasm ? wasm.alloc(n) : new Float32Array(n)
+  const a = route.name === "wasm-simd" ? wasm.alloc(n) : new Float32Array(n)
   if (from !== undefined) a.set(from)
   else a.fill(fill)
   return a
@@ -196,6 +196,24 @@ describe("CPU tiled attention", () => {
         route.name
       )
     }
+  })
+
+  it("runs on a second wasm-simd instance over the same memory (a worker's) with the same bits", () => {
+    const s = shapeOf(1, 40, 4, 2, 16)
+    const starts = segmentStarts(packedPositions([[25, 15]]), s)
+    const x = inputs(s, 17)
+    const own = run(s, x, starts, undefined, wasm)
+    const worker = CpuAttention.wasmSimd(wasm.memory, wasm.holds)
+    const again = run(s, x, starts, undefined, worker)
+    for (const name of ["out", "lse", "dq", "dk", "dv"] as const) {
+      assert.deepStrictEqual(Array.from(again[name]), Array.from(own[name]), name)
+    }
+    // By default a route over a memory takes views of its current buffer only: one made before a grow is refused.
+    const before = wasm.alloc(16)
+    wasm.alloc(2 ** 20) // 4 MiB: grows the memory
+    const current = CpuAttention.wasmSimd(wasm.memory)
+    assert.isFalse(current.holds(before))
+    assert.isTrue(current.holds(new Float32Array(wasm.memory.buffer, before.byteOffset, 16)))
   })
 
   it("agrees with central finite differences of Σ w·out (the f32 kernel itself)", () => {

@@ -24,6 +24,8 @@ import type { AttentionShape } from "../ops/attention.js"
 import { jsKernels, type Kernels } from "./internal/attentionKernels.js"
 import { Wasm, wasmKernels, type WasmMemory } from "./internal/attentionWasm.js"
 
+export type { WasmMemory }
+
 /** Rows of a query tile and of a key tile. */
 export interface Tile {
   readonly query: number
@@ -73,13 +75,17 @@ const PAGE = 65536
 const MAX_PAGES = 65536
 
 /**
- * The wasm-simd route over `memory` (a shared WebAssembly.Memory, e.g. the one the WebAssembly matmul route allocates
- * its tensors in; `holds` says which arrays live there). Without arguments it makes its own memory and `alloc`.
+ * The wasm-simd route over `memory`, a shared WebAssembly.Memory (e.g. the one the WebAssembly matmul route allocates
+ * its tensors in). `holds` says which arrays live there; by default those on `memory.buffer` as it is now (views
+ * made before the memory last grew are refused, never misread). Without arguments the route makes its own memory
+ * and hands out arrays in it (`alloc`).
  */
-export function wasmSimd(memory: WasmMemory, holds: (a: Float32Array) => boolean): Route
+export function wasmSimd(memory: WasmMemory, holds?: (a: Float32Array) => boolean): Route
 export function wasmSimd(): WasmRoute
 export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boolean): Route | WasmRoute {
-  if (memory !== undefined && holds !== undefined) return { name: "wasm-simd", holds, kernels: wasmKernels(memory) }
+  if (memory !== undefined) {
+    return { name: "wasm-simd", holds: holds ?? ((a) => a.buffer === memory.buffer), kernels: wasmKernels(memory) }
+  }
   const own = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
   // Each grow gives `own.buffer` a new object and earlier views keep theirs (still valid: the memory is shared).
   const buffers = new WeakSet<ArrayBufferLike>([own.buffer])
@@ -186,7 +192,7 @@ const checkRoute = (route: Route, D: number, arrays: ReadonlyArray<readonly [str
   }
 }
 
-/** Checks a packed call's arrays and segment starts (O(N)); returns the unit range to run. */
+/** Checks a packed call's shape, arrays, segment starts (O(N)) and unit range; throws naming the first problem. */
 const checkPacked = (
   s: AttentionShape,
   tile: Tile,
