@@ -38,7 +38,10 @@ const wasm = CpuAttention.wasmSimd()
 /** The routes that can run head_dim D (wasm-simd needs D % 4 = 0). */
 const routesFor = (D: number): ReadonlyArray<CpuAttention.Route> =>
   D % 4 === 0 ? [CpuAttention.js, wasm] : [CpuAttention.js]
-/** An array for `route` (for wasm-simd: in the memory of `wasm`, which every wasm-simd route here shares), holding `from` when given, else filled with `fill`. */
+/**
+ * An array for `route` (for wasm-simd: in the memory of `wasm`, which every wasm-simd route here shares), holding
+ * `from` when given, else filled with `fill`.
+ */
 const arrayFor = (route: CpuAttention.Route, n: number, from?: Float32Array, fill = 0) => {
   const a = route.name === "wasm-simd" ? wasm.alloc(n) : new Float32Array(n)
   if (from !== undefined) a.set(from)

@@ -2,9 +2,10 @@
  * The source of the WebAssembly SIMD128 attention kernels: WebAssembly text for the two inner products of
  * `attentionKernels.ts` (`scores` and `accumulate`, same arguments as addresses and byte strides), vectorised
  * along head_dim (which must be a multiple of 4). Written out by this generator because each block is the same
- * line for every accumulator. Assembled with wabt into the committed `attention-simd.wasm` (see
- * `attentionBuild.ts`); the module imports its memory (`env.memory`, shared), so it works in place on tensors that
- * live there, such as those the WebAssembly matmul route allocates.
+ * line for every accumulator. {@link assembleAttention} turns it into the committed `attention-simd.wasm` with wabt
+ * (npm), given to it by the build script so that nothing here depends on wabt at run time; rebuilding must give the
+ * same bytes. The module imports its memory (`env.memory`, shared), so it works in place on tensors that live there,
+ * such as those the WebAssembly matmul route allocates.
  *
  * @internal
  */
