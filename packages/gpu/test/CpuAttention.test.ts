@@ -1,5 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
+import { readFileSync } from "node:fs"
+import wabt from "wabt"
 import * as CpuAttention from "../src/cpu/attention.js"
+import { assembleAttention, attentionWasmFile } from "../src/cpu/internal/attentionWat.js"
 import { type AttentionShape, cpuAttention, cpuAttentionBackward, segmentStarts } from "../src/ops/attention.js"
 import { numerics } from "../src/ops/Numerics.js"
 import { maxRelError, random } from "./helpers.js"
@@ -217,6 +220,16 @@ describe("CPU tiled attention", () => {
     const current = CpuAttention.wasmSimd(wasm.memory)
     assert.isFalse(current.holds(before))
     assert.isTrue(current.holds(new Float32Array(wasm.memory.buffer, before.byteOffset, 16)))
+  })
+
+  it("the committed attention-simd.wasm is what its source (attentionWat.ts) builds", async () => {
+    const built = assembleAttention(await wabt())
+    const committed = readFileSync(new URL(`../src/cpu/internal/${attentionWasmFile}`, import.meta.url))
+    assert.isTrue(
+      Buffer.from(built).equals(committed),
+      `${attentionWasmFile} differs from its source (packages/gpu/src/cpu/internal/attentionWat.ts): ` +
+        "run `npm run build:wasm` and commit the result"
+    )
   })
 
   it("agrees with central finite differences of Σ w·out (the f32 kernel itself)", () => {

@@ -7,28 +7,17 @@
  */
 import { readFileSync } from "node:fs"
 import type { Kernels } from "./attentionKernels.js"
+import { attentionWasmFile } from "./attentionWat.js"
+import { Wasm, type WasmMemory, type WasmModule } from "./wasmApi.js"
 
-/** The part of the WebAssembly JS API used here (the project's TypeScript libraries do not declare it). */
-export interface WasmMemory {
-  readonly buffer: SharedArrayBuffer
-  grow(pages: number): number
-}
+export { Wasm, type WasmMemory }
 
-interface WasmApi {
-  validate(bytes: Uint8Array): boolean
-  readonly Module: new(bytes: Uint8Array) => object
-  readonly Instance: new(mod: object, imports: object) => { readonly exports: Record<string, unknown> }
-  readonly Memory: new(descriptor: { initial: number; maximum: number; shared: true }) => WasmMemory
-}
-
-export const Wasm = (globalThis as unknown as { readonly WebAssembly: WasmApi }).WebAssembly
-
-let compiled: object | undefined
+let compiled: WasmModule | undefined
 
 /** Compiles the kernel file once per process; a clear error where it is missing or this Node cannot run it. */
-const module = (): object => {
+const module = (): WasmModule => {
   if (compiled !== undefined) return compiled
-  const bytes = readFileSync(new URL("./attention-simd.wasm", import.meta.url))
+  const bytes = readFileSync(new URL(`./${attentionWasmFile}`, import.meta.url))
   if (!Wasm.validate(bytes)) {
     throw new Error(
       `cpu attention: this Node (${process.version}) cannot compile WebAssembly SIMD128 with shared memory; ` +
