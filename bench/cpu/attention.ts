@@ -1,5 +1,6 @@
 /**
- * The CPU device's tiled attention (packages/gpu/src/cpu/attention.ts, on its js and its wasm-simd route) against
+ * The CPU device's tiled attention (packages/gpu/src/cpu/attention.ts, on its js and its wasm-simd route) and the
+ * CPU model's matmul-route attention (internal/gemmAttention.ts, on OpenBLAS and WebAssembly relaxed SIMD) against
  * the reference model's attention
  * (qwen3refFast.ts: attendPair/attendRow per query row with the T×T probabilities kept, then attentionBackward from
  * them — the path Qwen3Reference's forward and backward take), on one thread, at the presets' attention shapes and
@@ -7,7 +8,7 @@
  *
  * Every (shape, kernel) runs in its own child process, so its peak RSS is its own; each reports the median of its
  * repeats for the forward and for the backward (after warm-up calls at the shape, or at 256 tokens for the long
- * shape, until V8 has tiered up: ≥ 5 calls and ≥ 1 s), its working memory beyond inputs and outputs (tiled: the scratch; reference: the probabilities and the
+ * shape, until V8 has tiered up: ≥ 5 calls and ≥ 2 s), its working memory beyond inputs and outputs (tiled: the scratch; reference: the probabilities and the
  * backward's per-head transposed dS), and the largest difference of its outputs from the reference's. The reference
  * runs where its probabilities fit `--ref-limit` MiB (default 1024); beyond that only its forward runs, without
  * probabilities (as its KV-cache path does), and its backward is reported as not run.
@@ -16,7 +17,7 @@
  *   nice npx tsx bench/cpu/attention.ts
  *   npx tsx bench/cpu/attention.ts --shapes=tiny,small --repeats=9 --no-save
  *
- * Flags: --shapes=tiny,small,long  --repeats=N (default 7; 3 for long)  --tile=QxK (default the kernel's)
+ * Flags: --shapes=tiny,small,long  --repeats=N (default 15; 3 for long)  --tile=QxK (default the kernel's)
  * --ref-limit=MiB  --no-save
  */
 import { spawnSync } from "node:child_process"
@@ -24,6 +25,10 @@ import { writeFileSync } from "node:fs"
 import { cpus, loadavg } from "node:os"
 import { fileURLToPath } from "node:url"
 import * as CpuAttention from "../../packages/gpu/src/cpu/attention.js"
+import * as Blas from "../../packages/gpu/src/cpu/Blas.js"
+import type { Gemm } from "../../packages/gpu/src/cpu/Gemm.js"
+import * as GemmAttention from "../../packages/gpu/src/cpu/internal/gemmAttention.js"
+import * as WasmGemm from "../../packages/gpu/src/cpu/WasmGemm.js"
 import { attendPair, attendRow, attentionBackward } from "../../packages/gpu/src/model/internal/qwen3refFast.js"
 import { type AttentionShape, segmentStarts } from "../../packages/gpu/src/ops/attention.js"
 import { numerics } from "../../packages/gpu/src/ops/Numerics.js"
@@ -39,8 +44,8 @@ const shapes = {
   long: { batch: 1, seq: 4096, heads: 16, kvHeads: 8, headDim: 128 }
 } as const
 type ShapeName = keyof typeof shapes
-type Kernel = "js" | "wasm-simd" | "reference"
-const kernels: ReadonlyArray<Kernel> = ["js", "wasm-simd", "reference"]
+type Kernel = "js" | "wasm-simd" | "gemm-openblas" | "gemm-wasm-relaxed" | "reference"
+const kernels: ReadonlyArray<Kernel> = ["js", "wasm-simd", "gemm-openblas", "gemm-wasm-relaxed", "reference"]
 
 const shapeOf = (name: ShapeName): AttentionShape => ({ ...shapes[name], scale: 1 / Math.sqrt(shapes[name].headDim) })
 
@@ -77,7 +82,7 @@ interface Measured {
   /** Process CPU time (user + system) of the same calls: less sensitive to other processes on shared cores. */
   readonly forwardCpuMs: ReadonlyArray<number>
   readonly backwardCpuMs: ReadonlyArray<number>
-  /** One decode call (the last token of batch row 0 against a cache of its T keys), per call. */
+  /** One decode call (the last token of batch row 0 against a cache of its T keys), per call; none for GemmAttention. */
   readonly decodeMs: ReadonlyArray<number>
   readonly decodeCpuMs: ReadonlyArray<number>
   readonly decodeSample: ReadonlyArray<number>
@@ -107,9 +112,13 @@ const inputsOf = (s: AttentionShape) => {
 const sampleOf = (xs: ReadonlyArray<ArrayLike<number>>) =>
   xs.flatMap((x) => Array.from({ length: Math.ceil(x.length / 97) }, (_, i) => x[i * 97]))
 
+// One wasm-simd route per process, shared by the warm-up and the measured runner: a second instance would bring new
+// wrapper functions, and V8 would re-optimise the driver for them during the measured calls.
+let wasmRoute: CpuAttention.WasmRoute | undefined
+
 /** The tiled kernel on a route: the wasm-simd route's tensors live in its memory (allocated there, inputs copied). */
 const tiledRunner = (s: AttentionShape, routeName: "js" | "wasm-simd") => {
-  const wasm = routeName === "wasm-simd" ? CpuAttention.wasmSimd() : undefined
+  const wasm = routeName === "wasm-simd" ? (wasmRoute ??= CpuAttention.wasmSimd()) : undefined
   const route = wasm ?? CpuAttention.js
   const alloc = (n: number, from?: Float32Array) => {
     const a = wasm === undefined ? new Float32Array(n) : wasm.alloc(n)
@@ -156,6 +165,47 @@ const tiledRunner = (s: AttentionShape, routeName: "js" | "wasm-simd") => {
     workingBytes: scratch.byteLength,
     sample: () => sampleOf([out, dq, dk, dv])
   }
+}
+
+/**
+ * The CPU model's other attention (internal/gemmAttention.ts): blocks of 128 query rows, their scores and products
+ * as matmuls on a Gemm route (OpenBLAS on one thread, or WebAssembly relaxed SIMD). It has no decode path.
+ */
+const gemmRunner = (s: AttentionShape, gemm: Gemm) => {
+  const inp = inputsOf(s)
+  const alloc = (n: number, from?: Float32Array) => {
+    const a = gemm.alloc(n)
+    if (from !== undefined) a.set(from)
+    return a
+  }
+  const { batch: B, headDim: D, heads: H, kvHeads: KV, seq: T } = s
+  const shape = { B, T, H, KV, D, scale: s.scale }
+  const q = alloc(inp.q.length, inp.q)
+  const k = alloc(inp.k.length, inp.k)
+  const v = alloc(inp.v.length, inp.v)
+  const dOut = alloc(inp.dOut.length, inp.dOut)
+  const out = alloc(q.length)
+  const lse = alloc(B * T * H)
+  const dq = alloc(q.length)
+  const dk = alloc(k.length)
+  const dv = alloc(v.length)
+  const scratch = alloc(GemmAttention.scratchSize(T))
+  return {
+    forward: () => GemmAttention.forward(gemm, shape, q, k, v, inp.segmentStart, out, lse, scratch),
+    backward: () => GemmAttention.backward(gemm, shape, q, k, v, inp.segmentStart, out, lse, dOut, dq, dk, dv, scratch),
+    decode: undefined,
+    decodeOut: () => new Float32Array(0),
+    hasBackward: true,
+    probabilities: false,
+    workingBytes: scratch.byteLength,
+    sample: () => sampleOf([out, dq, dk, dv])
+  }
+}
+
+/** The Gemm of a gemm-* kernel, or why this machine has none. */
+const gemmOf = (kernel: "gemm-openblas" | "gemm-wasm-relaxed"): Gemm | string => {
+  const got = kernel === "gemm-openblas" ? Blas.load({ threads: 1 }) : WasmGemm.make("relaxed-simd")
+  return got._tag === "Right" ? got.right : `${got.left.reason} (${got.left.fix})`
 }
 
 /** Qwen3Reference's attention: attendCausal's loop (a GQA pair of heads at a time) and attentionBackward. */
@@ -251,16 +301,23 @@ const referenceRunner = (s: AttentionShape) => {
   }
 }
 
-const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured => {
+const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured | { readonly unavailable: string } => {
   const s = shapeOf(shapeName)
+  const gemm = kernel === "gemm-openblas" || kernel === "gemm-wasm-relaxed" ? gemmOf(kernel) : undefined
+  if (typeof gemm === "string") return { unavailable: gemm }
   // Warm the JIT at the shape (or at 256 tokens of the long shape's heads, where one call takes seconds).
   const warmShape = s.seq > 256 ? { ...s, seq: 256 } : s
-  const runner = (shape: AttentionShape) => kernel === "reference" ? referenceRunner(shape) : tiledRunner(shape, kernel)
+  const runner = (shape: AttentionShape) =>
+    kernel === "reference"
+      ? referenceRunner(shape)
+      : kernel === "js" || kernel === "wasm-simd"
+      ? tiledRunner(shape, kernel)
+      : gemmRunner(shape, gemm!)
   const warm = runner(warmShape)
-  // Until both tiers of V8 have compiled the hot code (WebAssembly starts in its baseline compiler and tiers up
-  // in the background once a function is hot): at least 5 calls and 1 s, at most 40 calls.
+  // Until both tiers of V8 have compiled the hot code (WebAssembly starts in its baseline compiler and tiers up on
+  // background threads, whose CPU time would otherwise land in the first measured calls): ≥ 5 calls and ≥ 2 s.
   const warmStart = performance.now()
-  for (let i = 0; i < 40 && (i < 5 || performance.now() - warmStart < 1000); i++) {
+  for (let i = 0; i < 5 || performance.now() - warmStart < 2000; i++) {
     warm.forward()
     warm.backward()
   }
@@ -283,13 +340,16 @@ const child = (shapeName: ShapeName, kernel: Kernel, repeats: number): Measured 
   }
   // Decode: one token against the full cache, timed over batches of calls (each call is short).
   const decodeCalls = Math.max(1, Math.round(2e6 / (s.seq * s.heads * s.headDim)))
+  const decode = r.decode
   const decodeBatch = () => {
-    for (let i = 0; i < decodeCalls; i++) r.decode()
+    for (let i = 0; i < decodeCalls; i++) decode?.()
   }
-  for (let i = 0; i < 3; i++) decodeBatch()
   const decodeMs: Array<number> = []
   const decodeCpuMs: Array<number> = []
-  for (let i = 0; i < 2 * repeats; i++) timed(decodeBatch, decodeMs, decodeCpuMs)
+  if (decode !== undefined) {
+    for (let i = 0; i < 3; i++) decodeBatch()
+    for (let i = 0; i < 2 * repeats; i++) timed(decodeBatch, decodeMs, decodeCpuMs)
+  }
   return {
     shape: shapeName,
     kernel,
@@ -318,15 +378,22 @@ if (childArg !== undefined) {
   const startedAt = new Date().toISOString()
   console.log(`load average at start: ${load0.map((x) => x.toFixed(2)).join(" ")} (${cpus().length} cpus)`)
   const results: Array<Measured> = []
+  const unavailable: Array<string> = []
   for (const name of names) {
-    const repeats = Number(flag("repeats") ?? (name === "long" ? 3 : 7))
+    const repeats = Number(flag("repeats") ?? (name === "long" ? 3 : 15))
     for (const kernel of kernels) {
       const args = [...process.execArgv, fileURLToPath(import.meta.url), `--child=${name}:${kernel}:${repeats}`]
       if (tileFlag !== undefined) args.push(`--tile=${tileFlag}`)
       args.push(`--ref-limit=${refLimitMiB}`)
       const run = spawnSync(process.execPath, args, { encoding: "utf8", maxBuffer: 1 << 28 })
       if (run.status !== 0) throw new Error(`${name}/${kernel} failed (${run.status}): ${run.stderr}`)
-      const m = JSON.parse(run.stdout.trim().split("\n").at(-1) ?? "") as Measured
+      const got = JSON.parse(run.stdout.trim().split("\n").at(-1) ?? "") as Measured | { readonly unavailable: string }
+      if ("unavailable" in got) {
+        console.log(`${name} ${kernel}: not run: ${got.unavailable}`)
+        if (!unavailable.some((u) => u.startsWith(`${kernel}:`))) unavailable.push(`${kernel}: ${got.unavailable}`)
+        continue
+      }
+      const m = got
       results.push(m)
       console.log(
         `${name} ${kernel}: forward ${median(m.forwardMs).toFixed(2)} ms, backward ${
@@ -353,8 +420,8 @@ if (childArg !== undefined) {
     decodeSample: undefined,
     decodeRunsMs: m.decodeMs,
     decodeCpuRunsMs: m.decodeCpuMs,
-    decodeMs: median(m.decodeMs),
-    decodeCpuMs: median(m.decodeCpuMs)
+    decodeMs: m.decodeMs.length === 0 ? null : median(m.decodeMs),
+    decodeCpuMs: m.decodeCpuMs.length === 0 ? null : median(m.decodeCpuMs)
   })
   const rows = names.flatMap((name) => {
     const s = shapeOf(name)
@@ -367,8 +434,7 @@ if (childArg !== undefined) {
     // counted), over the pairs attended.
     const forwardGflop = (4 * pairs * s.headDim) / 1e9
     const backwardGflop = (10 * pairs * s.headDim) / 1e9
-    return kernels.map((kernel) => {
-      const m = results.find((r) => r.shape === name && r.kernel === kernel)!
+    return results.filter((r) => r.shape === name).map((m) => {
       // Sampled outputs both share (out always; the gradients where the reference's backward ran).
       const compared = ref.backwardRun ? m.sample.length : Math.ceil((s.batch * s.seq * s.heads * s.headDim) / 97)
       let diff = 0
@@ -394,7 +460,7 @@ if (childArg !== undefined) {
           ? median(ref.backwardCpuMs) / sm.backwardCpuMs
           : null,
         maxRelDifferenceToReference: diff,
-        decodeSpeedup: median(ref.decodeCpuMs) / sm.decodeCpuMs,
+        decodeSpeedup: sm.decodeCpuMs === null ? null : median(ref.decodeCpuMs) / sm.decodeCpuMs,
         decodeMaxRelDifferenceToReference: decodeDiff
       }
     })
@@ -409,6 +475,7 @@ if (childArg !== undefined) {
     loadAverageEnd: load1,
     tile,
     refLimitMiB,
+    unavailable,
     rows
   }
   const mib = (b: number) => (b / 2 ** 20).toFixed(b < 2 ** 20 ? 2 : 0)
@@ -416,7 +483,7 @@ if (childArg !== undefined) {
   const times = (x: number | null) => (x === null ? "–" : `${x.toFixed(2)}×`)
   const gflops = (x: number | null) => (x === null ? "–" : x.toFixed(2))
   const md = [
-    "# CPU attention: the tiled kernel (js and wasm-simd routes) vs the reference's row attention",
+    "# CPU attention: the tiled kernel (js and wasm-simd routes), the matmul-route attention and the reference",
     "",
     `Run ${startedAt} by \`nice npx tsx bench/cpu/attention.ts ${process.argv.slice(2).join(" ")}\` on ${report.cpu} ` +
     `(${report.cpus} cpus, shared with other jobs), Node ${process.version}, one thread. Load average (1/5/15 min) ` +
@@ -425,8 +492,11 @@ if (childArg !== undefined) {
     `Medians of repeats (${
       names.map((n) => `${n}: ${results.find((r) => r.shape === n)!.forwardMs.length}`).join(", ")
     }), ` +
-    `each (shape, kernel) in its own process after warm-up calls (≥ 5 and ≥ 1 s). Tiled: tile ${tile.query}×${tile.key}, f32; ` +
-    "js = plain TypeScript loops, wasm-simd = WebAssembly SIMD128 inner loops (tensors in its memory). " +
+    `each (shape, kernel) in its own process after warm-up calls (≥ 5 and ≥ 2 s). Tiled: tile ${tile.query}×${tile.key}, f32; ` +
+    "js = plain TypeScript loops, wasm-simd = WebAssembly SIMD128 inner loops (tensors in its memory); " +
+    "gemm-* = internal/gemmAttention.ts (128-row query blocks against every key they see, products on a matmul " +
+    "route: OpenBLAS on 1 thread, WebAssembly relaxed SIMD). " +
+    (unavailable.length === 0 ? "" : `Not run here: ${unavailable.join("; ")}. `) +
     "Reference: qwen3refFast's attendPair/attendRow per query row keeping the [B, H, T, T] probabilities, then " +
     "its attentionBackward (f64 gradients), as Qwen3Reference runs them" +
     (rows.some((r) => r.kernel === "reference" && !r.probabilities)
@@ -456,8 +526,8 @@ if (childArg !== undefined) {
     "",
     "| shape | kernel | decode µs | decode CPU µs | speed-up | max rel diff |",
     "| --- | --- | ---: | ---: | ---: | ---: |",
-    ...rows.map((r) =>
-      `| ${r.shape} | ${r.kernel} | ${(1000 * r.decodeMs).toFixed(1)} | ${(1000 * r.decodeCpuMs).toFixed(1)} | ` +
+    ...rows.filter((r) => r.decodeMs !== null && r.decodeCpuMs !== null).map((r) =>
+      `| ${r.shape} | ${r.kernel} | ${(1000 * r.decodeMs!).toFixed(1)} | ${(1000 * r.decodeCpuMs!).toFixed(1)} | ` +
       `${times(r.decodeSpeedup)} | ${
         r.kernel === "reference" ? "–" : r.decodeMaxRelDifferenceToReference.toExponential(1)
       } |`
