@@ -11,6 +11,9 @@
  * Every output is written (overwritten), never accumulated. The caller allocates everything, scratch included
  * ({@link scratchSize}), so a call allocates nothing; argument records can be built once and reused.
  *
+ * Two routes run the inner products ({@link Route}): plain JS on any arrays, and WebAssembly SIMD128 on arrays that
+ * live in one shared WebAssembly memory (several times faster; see bench/results/cpu-attention.md).
+ *
  * Work is split in units (one batch row × one KV head with its query heads, {@link units}): units touch disjoint
  * parts of every output, so workers may run disjoint unit ranges at once, each with its own scratch. Results do not
  * depend on how units are split.
@@ -18,7 +21,10 @@
  * @since 0.0.0
  */
 import type { AttentionShape } from "../ops/attention.js"
-import { accumulate, scores } from "./internal/attentionKernels.js"
+import { jsKernels, type Kernels } from "./internal/attentionKernels.js"
+import { Wasm, wasmKernels, type WasmMemory } from "./internal/attentionWasm.js"
+
+export type { WasmMemory }
 
 /** Rows of a query tile and of a key tile. */
 export interface Tile {
@@ -26,8 +32,11 @@ export interface Tile {
   readonly key: number
 }
 
-/** The default tiles (measured by bench/cpu/attention.ts: the S tile stays in L1 at head_dim ≤ 128). */
-export const defaultTile: Tile = { query: 32, key: 64 }
+/**
+ * The default tiles: 64×64 keeps the two score tiles (32 KiB) in L1; 32…128 rows measured within noise of it on
+ * both routes at head_dim 16 and 128 (bench/cpu/attention.ts --tile=QxK).
+ */
+export const defaultTile: Tile = { query: 64, key: 64 }
 
 /**
  * f32 elements of scratch one call needs: two query×key tiles (scores/probabilities and dP/dS), the running max
@@ -39,6 +48,60 @@ export const scratchSize = (shape: { readonly seq: number }, tile: Tile = defaul
 
 /** Work units of a call: B·KV (batch row b, KV head g) pairs, unit u = b·KV + g. */
 export const units = (shape: AttentionShape): number => shape.batch * shape.kvHeads
+
+/**
+ * Which implementation runs the inner loops: `js` (plain TypeScript, any array, any head_dim) or `wasm-simd`
+ * (WebAssembly SIMD128 over one shared memory: every tensor a kernel reads or writes must be a view of that memory,
+ * and head_dim a multiple of 4; its exp is a polynomial within 2 ulp of f32's). The tiling and bookkeeping are the
+ * same JS either way. A worker thread makes its own wasm-simd route over the same memory.
+ */
+export interface Route {
+  readonly name: "js" | "wasm-simd"
+  /** Whether `a` can be handed to this route (for wasm-simd: a view of its memory). */
+  readonly holds: (a: Float32Array) => boolean
+  readonly kernels: Kernels
+}
+
+export const js: Route = { name: "js", holds: () => true, kernels: jsKernels }
+
+/** A wasm-simd route that owns its memory and hands out arrays in it. */
+export interface WasmRoute extends Route {
+  readonly memory: WasmMemory
+  /** A zeroed f32 array in the route's memory (64-byte aligned). */
+  readonly alloc: (n: number) => Float32Array
+}
+
+const PAGE = 65536
+const MAX_PAGES = 65536
+
+/**
+ * The wasm-simd route over `memory`, a shared WebAssembly.Memory (e.g. the one the WebAssembly matmul route allocates
+ * its tensors in). `holds` says which arrays live there; by default those on `memory.buffer` as it is now (views
+ * made before the memory last grew are refused, never misread). Without arguments the route makes its own memory
+ * and hands out arrays in it (`alloc`).
+ */
+export function wasmSimd(memory: WasmMemory, holds?: (a: Float32Array) => boolean): Route
+export function wasmSimd(): WasmRoute
+export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boolean): Route | WasmRoute {
+  if (memory !== undefined) {
+    return { name: "wasm-simd", holds: holds ?? ((a) => a.buffer === memory.buffer), kernels: wasmKernels(memory) }
+  }
+  const own = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
+  // Each grow gives `own.buffer` a new object and earlier views keep theirs (still valid: the memory is shared).
+  const buffers = new WeakSet<ArrayBufferLike>([own.buffer])
+  let top = 64
+  const alloc = (n: number) => {
+    const at = top
+    top += Math.ceil((4 * n) / 64) * 64
+    if (top > own.buffer.byteLength) {
+      if (top > MAX_PAGES * PAGE) fail(`wasm-simd memory would pass 4 GiB (${top} bytes)`)
+      own.grow(Math.ceil((top - own.buffer.byteLength) / PAGE))
+      buffers.add(own.buffer)
+    }
+    return new Float32Array(own.buffer, at, n)
+  }
+  return { name: "wasm-simd", holds: (a) => buffers.has(a.buffer), kernels: wasmKernels(own), memory: own, alloc }
+}
 
 /** Inputs and outputs of {@link forward}. */
 export interface Forward {
@@ -53,6 +116,8 @@ export interface Forward {
   readonly lse: Float32Array
   readonly scratch: Float32Array
   readonly tile?: Tile
+  /** Default {@link js}. */
+  readonly route?: Route
 }
 
 /** Inputs and outputs of {@link backward}: the forward's inputs and outputs, dOut, and the gradients it writes. */
@@ -73,6 +138,8 @@ export interface Backward {
   readonly dv: Float32Array
   readonly scratch: Float32Array
   readonly tile?: Tile
+  /** Default {@link js}. */
+  readonly route?: Route
 }
 
 /**
@@ -90,6 +157,8 @@ export interface Decode {
   readonly out: Float32Array
   readonly scratch: Float32Array
   readonly tile?: Tile
+  /** Default {@link js}. */
+  readonly route?: Route
 }
 
 const fail = (what: string): never => {
@@ -112,7 +181,18 @@ const checkLength = (name: string, a: ArrayLike<number>, n: number, layout: stri
   if (a.length < n) fail(`${name} holds ${a.length} elements; ${layout} needs ${n}`)
 }
 
-/** Checks a packed call's arrays and segment starts (O(N)); returns the unit range to run. */
+/** The wasm-simd route needs head_dim % 4 = 0 and the arrays its kernels touch in its memory. */
+const checkRoute = (route: Route, D: number, arrays: ReadonlyArray<readonly [string, Float32Array]>) => {
+  if (route.name === "js") return
+  if (D % 4 !== 0) fail(`the ${route.name} route needs headDim % 4 = 0, got ${D}; use the js route`)
+  for (const [name, a] of arrays) {
+    if (!route.holds(a)) {
+      fail(`${name} is not in the ${route.name} route's memory; allocate it there or use the js route`)
+    }
+  }
+}
+
+/** Checks a packed call's shape, arrays, segment starts (O(N)) and unit range; throws naming the first problem. */
 const checkPacked = (
   s: AttentionShape,
   tile: Tile,
@@ -147,9 +227,10 @@ const checkPacked = (
 }
 
 /**
- * Forward of one query head over `rows` query rows: row r sits at q[q0 + r·qStride …] (out alike), has position
- * p0 + r (it may see keys up to that index) and first key `starts[s0 + r]` (0 without starts); key j lies at
- * k[k0 + j·kStride …] (v alike). Writes out, and lse[l0 + r·lStride] when lse is given.
+ * Forward of `rows` query rows against one KV head: row r sits at q[q0 + r·qStride …] (out alike), has position
+ * p0 + r·step (it may see keys up to that index; step 1: a sequence's consecutive tokens of one head, step 0: the
+ * query heads of one token) and first key `starts[s0 + r]` (0 without starts); key j lies at k[k0 + j·kStride …]
+ * (v alike). Writes out, and lse[l0 + r·lStride] when lse is given.
  */
 const forwardRows = (
   q: Float32Array,
@@ -161,6 +242,7 @@ const forwardRows = (
   kStride: number,
   rows: number,
   p0: number,
+  step: number,
   starts: Int32Array | undefined,
   s0: number,
   out: Float32Array,
@@ -171,7 +253,8 @@ const forwardRows = (
   scale: number,
   scratch: Float32Array,
   BQ: number,
-  BK: number
+  BK: number,
+  K: Kernels
 ): void => {
   // Scratch: S [BQ, BK] (scores, then probabilities), then each tile row's running max m and normaliser l.
   const mAt = 2 * BQ * BK
@@ -188,44 +271,20 @@ const forwardRows = (
       const o = qa + r * qStride
       for (let d = 0; d < D; d++) out[o + d] = 0
     }
-    const last = p0 + qt + R - 1
+    const last = p0 + (qt + R - 1) * step
     for (let kt = first - (first % BK); kt <= last; kt += BK) {
       const kEnd = Math.min(kt + BK, last + 1)
       const c0 = Math.max(first, kt) - kt
       const c1 = kEnd - kt
       const ka = k0 + kt * kStride
-      scores(q, qa, qStride, k, ka, kStride, D, R, c0, c1, p0 + qt - kt, scale, scratch, 0, BK)
+      K.scores(q, qa, qStride, k, ka, kStride, D, R, c0, c1, p0 + qt * step - kt, step, scale, scratch, 0, BK)
       for (let r = 0; r < R; r++) {
         const st = starts === undefined ? 0 : starts[s0 + qt + r]
         const lo = Math.max(st, kt) - kt
-        const hi = Math.min(p0 + qt + r, kEnd - 1) - kt
-        const base = r * BK
-        if (lo > hi) {
-          for (let c = c0; c < c1; c++) scratch[base + c] = 0
-          continue
-        }
-        let mx = -Infinity
-        for (let c = lo; c <= hi; c++) if (scratch[base + c] > mx) mx = scratch[base + c]
-        const mOld = scratch[mAt + r]
-        const m = mOld > mx ? mOld : mx
-        // exp(−∞) = 0: the first tile a row sees finds nothing to rescale.
-        const corr = Math.exp(mOld - m)
-        let sum = 0
-        for (let c = c0; c < lo; c++) scratch[base + c] = 0
-        for (let c = lo; c <= hi; c++) {
-          const e = Math.exp(scratch[base + c] - m)
-          scratch[base + c] = e
-          sum += e
-        }
-        for (let c = hi + 1; c < c1; c++) scratch[base + c] = 0
-        scratch[lAt + r] = scratch[lAt + r] * corr + sum
-        scratch[mAt + r] = m
-        if (corr !== 1) {
-          const o = qa + r * qStride
-          for (let d = 0; d < D; d++) out[o + d] *= corr
-        }
+        const hi = Math.min(p0 + (qt + r) * step, kEnd - 1) - kt
+        K.softmaxRow(scratch, r * BK, c0, lo, hi, c1, scratch, mAt + r, lAt + r, out, qa + r * qStride, D)
       }
-      accumulate(scratch, 0, BK, 1, v, ka, kStride, out, qa, qStride, D, R, c0, c1)
+      K.accumulate(scratch, 0, BK, 1, v, ka, kStride, out, qa, qStride, D, R, c0, c1)
     }
     for (let r = 0; r < R; r++) {
       const l = scratch[lAt + r]
@@ -253,6 +312,8 @@ export const forward = (a: Forward, first = 0, end = units(a.shape)): void => {
     end
   )
   const { headDim: D, heads: H, kvHeads: KV, scale, seq: T } = a.shape
+  const route = a.route ?? js
+  checkRoute(route, D, [["q", a.q], ["k", a.k], ["v", a.v], ["out", a.out], ["scratch", a.scratch]])
   const G = H / KV
   for (let u = first; u < end; u++) {
     const b = (u / KV) | 0
@@ -268,6 +329,7 @@ export const forward = (a: Forward, first = 0, end = units(a.shape)): void => {
         KV * D,
         T,
         0,
+        1,
         a.segmentStart,
         b * T,
         a.out,
@@ -278,7 +340,8 @@ export const forward = (a: Forward, first = 0, end = units(a.shape)): void => {
         scale,
         a.scratch,
         tile.query,
-        tile.key
+        tile.key,
+        route.kernels
       )
     }
   }
@@ -312,6 +375,18 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
   )
   const { headDim: D, heads: H, kvHeads: KV, scale, seq: T } = a.shape
   const { dk, dq, dv, scratch } = a
+  const route = a.route ?? js
+  checkRoute(route, D, [
+    ["q", a.q],
+    ["k", a.k],
+    ["v", a.v],
+    ["dOut", a.dOut],
+    ["dq", dq],
+    ["dk", dk],
+    ["dv", dv],
+    ["scratch", scratch]
+  ])
+  const K = route.kernels
   const BQ = tile.query
   const BK = tile.key
   const G = H / KV
@@ -358,31 +433,21 @@ export const backward = (a: Backward, first = 0, end = units(a.shape)): void => 
           const c0 = Math.max(firstKey, kt) - kt
           const c1 = kEnd - kt
           const qa = q0 + qt * qStride
-          scores(a.q, qa, qStride, a.k, ka, kStride, D, R, c0, c1, qt - kt, scale, scratch, pAt, BK)
-          scores(a.dOut, qa, qStride, a.v, ka, kStride, D, R, c0, c1, qt - kt, 1, scratch, dsAt, BK)
+          K.scores(a.q, qa, qStride, a.k, ka, kStride, D, R, c0, c1, qt - kt, 1, scale, scratch, pAt, BK)
+          K.scores(a.dOut, qa, qStride, a.v, ka, kStride, D, R, c0, c1, qt - kt, 1, 1, scratch, dsAt, BK)
           for (let r = 0; r < R; r++) {
             const n = b * T + qt + r
             const lo = Math.max(a.segmentStart[n], kt) - kt
             const hi = Math.min(qt + r, kEnd - 1) - kt
             const base = r * BK
             const L = a.lse[l0 + (qt + r) * H]
-            const delta = scratch[deltaAt + qt + r]
-            for (let c = c0; c < c1; c++) {
-              if (c < lo || c > hi) {
-                scratch[pAt + base + c] = 0
-                scratch[dsAt + base + c] = 0
-              } else {
-                const p = Math.exp(scratch[pAt + base + c] - L)
-                scratch[pAt + base + c] = p
-                scratch[dsAt + base + c] = p * (scratch[dsAt + base + c] - delta) * scale
-              }
-            }
+            K.gradRow(scratch, pAt + base, dsAt + base, c0, lo, hi, c1, L, scratch[deltaAt + qt + r], scale)
           }
           // dV[keys] += Pᵀ·dOut, dK[keys] += dSᵀ·q (P read transposed), dq[queries] += dS·K.
           const kc = ka + c0 * kStride
-          accumulate(scratch, pAt + c0, 1, BK, a.dOut, qa, qStride, dv, kc, kStride, D, c1 - c0, 0, R)
-          accumulate(scratch, dsAt + c0, 1, BK, a.q, qa, qStride, dk, kc, kStride, D, c1 - c0, 0, R)
-          accumulate(scratch, dsAt, BK, 1, a.k, ka, kStride, dq, qa, qStride, D, R, c0, c1)
+          K.accumulate(scratch, pAt + c0, 1, BK, a.dOut, qa, qStride, dv, kc, kStride, D, c1 - c0, 0, R)
+          K.accumulate(scratch, dsAt + c0, 1, BK, a.q, qa, qStride, dk, kc, kStride, D, c1 - c0, 0, R)
+          K.accumulate(scratch, dsAt, BK, 1, a.k, ka, kStride, dq, qa, qStride, D, R, c0, c1)
         }
       }
     }
@@ -411,20 +476,58 @@ export const decode = (a: Decode, row0: number, rows: number, start: number, cac
   checkLength("keys", a.keys, cacheBase + KV * cap * D, cacheLayout)
   checkLength("values", a.values, cacheBase + KV * cap * D, cacheLayout)
   checkLength("scratch", a.scratch, scratchSize({ seq: 0 }, tile), `scratchSize({ seq: 0 }, tile)`)
+  const route = a.route ?? js
+  checkRoute(route, D, [["q", a.q], ["keys", a.keys], ["values", a.values], ["out", a.out], ["scratch", a.scratch]])
   const G = H / KV
+  const K = route.kernels
+  if (rows === 1) {
+    // One token: the G query heads of a KV head are G rows at one position (step 0), so each cached key and value
+    // is read once per KV head, not once per query head.
+    for (let g = 0; g < KV; g++) {
+      const q0 = (row0 * H + g * G) * D
+      const k0 = cacheBase + g * cap * D
+      forwardRows(
+        a.q,
+        q0,
+        D,
+        a.keys,
+        a.values,
+        k0,
+        D,
+        G,
+        start,
+        0,
+        undefined,
+        0,
+        a.out,
+        undefined,
+        0,
+        0,
+        D,
+        scale,
+        a.scratch,
+        tile.query,
+        tile.key,
+        K
+      )
+    }
+    return
+  }
   for (let h = 0; h < H; h++) {
     const g = (h / G) | 0
     const q0 = (row0 * H + h) * D
+    const k0 = cacheBase + g * cap * D
     forwardRows(
       a.q,
       q0,
       H * D,
       a.keys,
       a.values,
-      cacheBase + g * cap * D,
+      k0,
       D,
       rows,
       start,
+      1,
       undefined,
       0,
       a.out,
@@ -435,7 +538,8 @@ export const decode = (a: Decode, row0: number, rows: number, start: number, cac
       scale,
       a.scratch,
       tile.query,
-      tile.key
+      tile.key,
+      K
     )
   }
 }

@@ -5,8 +5,9 @@
 
 /**
  * S[sAt + r·ldS + c] = scale · Σ_d A[a0 + r·aStride + d] · B[b0 + c·bStride + d] for rows r ∈ [0, rows) and columns
- * c ∈ [c0, c1), except that row pairs stop at column `diag + r + 2` (causal: row r sees columns up to r + diag;
- * the second row of a pair one further) — columns a pair cannot see are left as they were.
+ * c ∈ [c0, c1), except the columns a row cannot see: row r sees columns up to diag + r·step (causal; step 1 for
+ * consecutive positions, 0 for query heads at one position), and a block of rows stops where its last row does;
+ * columns past that are left as they were.
  * Two rows × four columns per block: six loads feed eight sums.
  */
 export const scores = (
@@ -21,6 +22,7 @@ export const scores = (
   c0: number,
   c1: number,
   diag: number,
+  step: number,
   scale: number,
   S: Float32Array,
   sAt: number,
@@ -32,7 +34,7 @@ export const scores = (
     const x1 = x0 + aStride
     const s0 = sAt + r * ldS
     const s1 = s0 + ldS
-    const end = Math.min(c1, diag + r + 2)
+    const end = Math.min(c1, diag + step * (r + 1) + 1)
     let c = c0
     for (; c + 3 < end; c += 4) {
       const y0 = b0 + c * bStride
@@ -80,7 +82,7 @@ export const scores = (
   if (r < rows) {
     const x0 = a0 + r * aStride
     const s0 = sAt + r * ldS
-    const end = Math.min(c1, diag + r + 1)
+    const end = Math.min(c1, diag + step * r + 1)
     let c = c0
     for (; c + 3 < end; c += 4) {
       const y0 = b0 + c * bStride
@@ -201,3 +203,84 @@ export const accumulate = (
     }
   }
 }
+
+/**
+ * One query row's online-softmax step over its scores in a tile, S[s0 + c] for c ∈ [c0, c1), of which keys lo…hi
+ * (inclusive; none when lo > hi) are visible: turns them into exp(s − m) and the rest into 0, where m is the new
+ * running max (stats[mAt], −∞ before the first tile); updates the normaliser stats[lAt] and rescales the output
+ * row O[o0 … o0 + D) by exp(mOld − m).
+ */
+export const softmaxRow = (
+  S: Float32Array,
+  s0: number,
+  c0: number,
+  lo: number,
+  hi: number,
+  c1: number,
+  stats: Float32Array,
+  mAt: number,
+  lAt: number,
+  O: Float32Array,
+  o0: number,
+  D: number
+): void => {
+  if (lo > hi) {
+    for (let c = c0; c < c1; c++) S[s0 + c] = 0
+    return
+  }
+  let mx = -Infinity
+  for (let c = lo; c <= hi; c++) if (S[s0 + c] > mx) mx = S[s0 + c]
+  const mOld = stats[mAt]
+  const m = mOld > mx ? mOld : mx
+  // exp(−∞) = 0: the first tile a row sees finds nothing to rescale.
+  const corr = Math.exp(mOld - m)
+  let sum = 0
+  for (let c = c0; c < lo; c++) S[s0 + c] = 0
+  for (let c = lo; c <= hi; c++) {
+    const e = Math.exp(S[s0 + c] - m)
+    S[s0 + c] = e
+    sum += e
+  }
+  for (let c = hi + 1; c < c1; c++) S[s0 + c] = 0
+  stats[lAt] = stats[lAt] * corr + sum
+  stats[mAt] = m
+  if (corr !== 1) { for (let d = 0; d < D; d++) O[o0 + d] *= corr }
+}
+
+/**
+ * One query row of the backward over a tile: for keys lo…hi, P = exp(s − L) replaces the scores at S[p0 + c] and
+ * dS = P·(dP − delta)·scale replaces dP at S[q0 + c]; both are 0 elsewhere in [c0, c1).
+ */
+export const gradRow = (
+  S: Float32Array,
+  p0: number,
+  q0: number,
+  c0: number,
+  lo: number,
+  hi: number,
+  c1: number,
+  L: number,
+  delta: number,
+  scale: number
+): void => {
+  for (let c = c0; c < c1; c++) {
+    if (c < lo || c > hi) {
+      S[p0 + c] = 0
+      S[q0 + c] = 0
+    } else {
+      const p = Math.exp(S[p0 + c] - L)
+      S[p0 + c] = p
+      S[q0 + c] = p * (S[q0 + c] - delta) * scale
+    }
+  }
+}
+
+/** The kernels, as one route provides them (plain JS here; WebAssembly SIMD in attentionWasm.ts). */
+export interface Kernels {
+  readonly scores: typeof scores
+  readonly accumulate: typeof accumulate
+  readonly softmaxRow: typeof softmaxRow
+  readonly gradRow: typeof gradRow
+}
+
+export const jsKernels: Kernels = { scores, accumulate, softmaxRow, gradRow }
