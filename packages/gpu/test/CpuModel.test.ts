@@ -26,12 +26,12 @@ const packed = (config: ReturnType<typeof testConfig>) => {
 
 describe("CpuModel", () => {
   for (const gemm of routes) {
-    for (const tie of [true, false]) {
-      it(`${gemm.route}, tied ${tie}: forward, logprobs and gradients match the specification`, () => {
+    for (const [tie, attention] of [[true, "tiled"], [false, "matmul"]] as const) {
+      it(`${gemm.route}, tied ${tie}, ${attention} attention: forward, logprobs and gradients match the spec`, () => {
         const config = testConfig({ tie_word_embeddings: tie })
         const { weights } = testModel(config, 3)
         const { B, T, positions, tokens } = packed(config)
-        const model = CpuModel.make(config, weights, gemm)
+        const model = CpuModel.make(config, weights, gemm, { attention })
         const logits = model.forward(tokens, B, T, positions)
         const fwd = Ref.forward(config, weights, { tokens, batch: B, seqLen: T, positions })
         assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
@@ -106,24 +106,26 @@ describe("CpuModel", () => {
     })
   }
 
-  it("matches the specification across attention tiles: one row of 150 tokens holding three sequences", () => {
-    const config = testConfig()
-    const { weights } = testModel(config, 11)
-    const T = 150
-    const tokens = Array.from({ length: T }, (_, i) => (i * 13 + 5) % config.vocab_size)
-    const positions = Array.from({ length: T }, (_, t) => (t < 40 ? t : t < 110 ? t - 40 : t - 110))
-    const model = CpuModel.make(config, weights, Gemm.spec)
-    const logits = model.forward(tokens, 1, T, positions)
-    const fwd = Ref.forward(config, weights, { tokens, batch: 1, seqLen: T, positions })
-    assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
-    const targets = Ref.nextTokenTargets(fwd)
-    const lw = Array.from({ length: T }, (_, i) => -0.01 * (1 + (i % 3)))
-    model.backward(targets, lw, 1)
-    const ref = Ref.backward(config, weights, fwd, targets, lw, 1)
-    for (const name of Object.keys(ref.grads)) {
-      assert.isBelow(maxRelError(model.grads[name], ref.grads[name]), 1e-4, name)
-    }
-  })
+  for (const attention of ["tiled", "matmul"] as const) {
+    it(`${attention} attention matches the spec across blocks: one row of 150 tokens holding three sequences`, () => {
+      const config = testConfig()
+      const { weights } = testModel(config, 11)
+      const T = 150
+      const tokens = Array.from({ length: T }, (_, i) => (i * 13 + 5) % config.vocab_size)
+      const positions = Array.from({ length: T }, (_, t) => (t < 40 ? t : t < 110 ? t - 40 : t - 110))
+      const model = CpuModel.make(config, weights, routes[1], { attention })
+      const logits = model.forward(tokens, 1, T, positions)
+      const fwd = Ref.forward(config, weights, { tokens, batch: 1, seqLen: T, positions })
+      assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
+      const targets = Ref.nextTokenTargets(fwd)
+      const lw = Array.from({ length: T }, (_, i) => -0.01 * (1 + (i % 3)))
+      model.backward(targets, lw, 1)
+      const ref = Ref.backward(config, weights, fwd, targets, lw, 1)
+      for (const name of Object.keys(ref.grads)) {
+        assert.isBelow(maxRelError(model.grads[name], ref.grads[name]), 1e-4, name)
+      }
+    })
+  }
 
   it("profiles per op when asked, and only then", () => {
     const config = testConfig()
@@ -143,7 +145,7 @@ describe("CpuModel", () => {
     assert.strictEqual(timed.profile.size, 0)
   })
 
-  it("refuses weights of the wrong size and tokens outside the vocabulary, naming them", () => {
+  it("refuses weights of the wrong size, tokens outside the vocabulary and tiled attention at an odd head_dim", () => {
     const config = testConfig()
     const { weights } = testModel(config, 1)
     const model = CpuModel.make(config, weights, Gemm.spec)
@@ -151,6 +153,11 @@ describe("CpuModel", () => {
     assert.throws(
       () => model.setWeights({ ...weights, "model.norm.weight": new Float32Array(3) }),
       /model\.norm\.weight has 3 elements/
+    )
+    const odd = testConfig({ head_dim: 6 })
+    assert.throws(
+      () => CpuModel.make(odd, testModel(odd, 1).weights, Gemm.spec, { attention: "tiled" }),
+      /"tiled" needs head_dim a multiple of 4 \(got 6\)/
     )
   })
 

@@ -103,6 +103,12 @@ export interface CpuModel {
 
 /** Options of {@link make}. */
 export interface Options {
+  /**
+   * Training's attention: `tiled` (the tiled kernel of `attention.ts` on WebAssembly SIMD, its tensors in that
+   * route's memory; head_dim a multiple of 4) or `matmul` (its products on the Gemm route). Default: tiled for
+   * head_dim ≤ 64, where it measured faster, matmul above (bench/results/cpu-attention.md).
+   */
+  readonly attention?: "tiled" | "matmul"
   /** Time every op (matmul, attention, each element-wise kernel) into {@link CpuModel.profile}. Default false. */
   readonly profile?: boolean
 }
@@ -184,8 +190,12 @@ export const make = (
   const K: typeof Kernels = Object.fromEntries(
     Object.entries(Kernels).map(([name, f]) => [name, timed(name, f)])
   ) as unknown as typeof Kernels
-  const Attention = { decode: timed("attentionDecode", Attn.decode), scratchSize: Attn.scratchSize }
-  // Training's attention runs its products on the matmul route (blocks of query rows × visible keys).
+  const Attention = {
+    decode: timed("attentionDecode", Attn.decode),
+    forward: timed("attention", Attn.forward),
+    backward: timed("attentionBackward", Attn.backward),
+    scratchSize: Attn.scratchSize
+  }
   const attentionForward = timed("attention", GemmAttention.forward)
   const attentionBackward = timed("attentionBackward", GemmAttention.backward)
   const sgemm = timed("matmul", gemm.sgemm)
@@ -199,6 +209,13 @@ export const make = (
     vocab_size: V
   } = config
   const eps = config.rms_norm_eps
+  const attentionKind = options.attention ?? (D % 4 === 0 && D <= 64 ? "tiled" : "matmul")
+  if (attentionKind === "tiled" && D % 4 !== 0) {
+    throw new Error(`attention: "tiled" needs head_dim a multiple of 4 (got ${D}); use attention: "matmul".`)
+  }
+  // The tiled kernel's WebAssembly route reads its tensors from its own memory: they are allocated there.
+  const tiled = attentionKind === "tiled" ? Attn.wasmSimd() : undefined
+  const attnAlloc = tiled === undefined ? gemm.alloc : tiled.alloc
   const scale = 1 / Math.sqrt(D)
   const specs = expectedTensors(config)
   const W: Weights = {}
@@ -257,13 +274,13 @@ export const make = (
         attnRstd: a(N),
         qProj: a(N * H * D),
         kProj: a(N * KV * D),
-        v: a(N * KV * D),
+        v: attnAlloc(N * KV * D),
         qRstd: a(N * H),
         kRstd: a(N * KV),
-        q: a(N * H * D),
-        k: a(N * KV * D),
-        attnOut: a(N * H * D),
-        lse: a(N * H),
+        q: attnAlloc(N * H * D),
+        k: attnAlloc(N * KV * D),
+        attnOut: attnAlloc(N * H * D),
+        lse: attnAlloc(N * H),
         afterAttn: a(N * h),
         mlpNormed: a(N * h),
         mlpRstd: a(N),
@@ -287,10 +304,10 @@ export const make = (
       dI1: a(N * I),
       dI2: a(N * I),
       dI3: a(N * I),
-      dAttn: a(N * H * D),
-      dq: a(N * H * D),
-      dk: a(N * KV * D),
-      dv: a(N * KV * D)
+      dAttn: attnAlloc(N * H * D),
+      dq: attnAlloc(N * H * D),
+      dk: attnAlloc(N * KV * D),
+      dv: attnAlloc(N * KV * D)
     }
     return ws
   }
@@ -359,6 +376,12 @@ export const make = (
     if (blocks.length < n) blocks = gemm.alloc(Math.max(n, blocks.length * 2))
     return blocks
   }
+  let tiledBlocks: Float32Array = new Float32Array(0)
+  const tiledScratch = (T: number) => {
+    const n = Attention.scratchSize({ seq: T })
+    if (tiledBlocks.length < n) tiledBlocks = tiled!.alloc(Math.max(n, tiledBlocks.length * 2))
+    return tiledBlocks
+  }
   // The decode attention's scratch for sequences of T tokens (grown, never shrunk).
   const scratchFor = (T: number) => {
     const n = Attention.scratchSize({ seq: T })
@@ -393,17 +416,31 @@ export const make = (
     for (let l = 0; l < L; l++) {
       const lay = w.layers[l]
       attentionInputs(l, lay, N, w.positions)
-      attentionForward(
-        gemm,
-        { B, T, H, KV, D, scale },
-        lay.q,
-        lay.k,
-        lay.v,
-        w.segmentStart,
-        lay.attnOut,
-        lay.lse,
-        blockScratch(T)
-      )
+      if (tiled !== undefined) {
+        Attention.forward({
+          shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
+          q: lay.q,
+          k: lay.k,
+          v: lay.v,
+          segmentStart: w.segmentStart,
+          out: lay.attnOut,
+          lse: lay.lse,
+          scratch: tiledScratch(T),
+          route: tiled
+        })
+      } else {
+        attentionForward(
+          gemm,
+          { B, T, H, KV, D, scale },
+          lay.q,
+          lay.k,
+          lay.v,
+          w.segmentStart,
+          lay.attnOut,
+          lay.lse,
+          blockScratch(T)
+        )
+      }
       outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output)
     }
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
@@ -481,21 +518,39 @@ export const make = (
       )
       // Attention: afterAttn = input + o_proj(attnOut).
       linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
-      attentionBackward(
-        gemm,
-        { B, T, H, KV, D, scale },
-        a.q,
-        a.k,
-        a.v,
-        w.segmentStart,
-        a.attnOut,
-        a.lse,
-        w.dAttn,
-        w.dq,
-        w.dk,
-        w.dv,
-        blockScratch(T)
-      )
+      if (tiled !== undefined) {
+        Attention.backward({
+          shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
+          q: a.q,
+          k: a.k,
+          v: a.v,
+          segmentStart: w.segmentStart,
+          out: a.attnOut,
+          lse: a.lse,
+          dOut: w.dAttn,
+          dq: w.dq,
+          dk: w.dk,
+          dv: w.dv,
+          scratch: tiledScratch(T),
+          route: tiled
+        })
+      } else {
+        attentionBackward(
+          gemm,
+          { B, T, H, KV, D, scale },
+          a.q,
+          a.k,
+          a.v,
+          w.segmentStart,
+          a.attnOut,
+          a.lse,
+          w.dAttn,
+          w.dq,
+          w.dk,
+          w.dv,
+          blockScratch(T)
+        )
+      }
       K.rope(w.dq, N, H, D, w.positions, ropeCos, ropeSin, -1, w.dq)
       K.rope(w.dk, N, KV, D, w.positions, ropeCos, ropeSin, -1, w.dk)
       // q/k norms: the rope output buffers (a.q, a.k) are not needed any more, so the projections' gradients go there.

@@ -87,8 +87,10 @@ export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boole
     return { name: "wasm-simd", holds: holds ?? ((a) => a.buffer === memory.buffer), kernels: wasmKernels(memory) }
   }
   const own = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
-  // Each grow gives `own.buffer` a new object and earlier views keep theirs (still valid: the memory is shared).
-  const buffers = new WeakSet<ArrayBufferLike>([own.buffer])
+  // The buffer objects views were made on: a grow gives `own.buffer` a new object, and so can a garbage collection
+  // (V8 may drop a shared memory's buffer object that nothing holds), while earlier views keep theirs (still valid:
+  // the memory is shared). Each view's own buffer is recorded as it is made.
+  const buffers = new WeakSet<ArrayBufferLike>()
   let top = 64
   const alloc = (n: number) => {
     const at = top
@@ -96,9 +98,10 @@ export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boole
     if (top > own.buffer.byteLength) {
       if (top > MAX_PAGES * PAGE) fail(`wasm-simd memory would pass 4 GiB (${top} bytes)`)
       own.grow(Math.ceil((top - own.buffer.byteLength) / PAGE))
-      buffers.add(own.buffer)
     }
-    return new Float32Array(own.buffer, at, n)
+    const buffer = own.buffer
+    buffers.add(buffer)
+    return new Float32Array(buffer, at, n)
   }
   return { name: "wasm-simd", holds: (a) => buffers.has(a.buffer), kernels: wasmKernels(own), memory: own, alloc }
 }
