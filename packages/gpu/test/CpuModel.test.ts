@@ -172,4 +172,63 @@ describe("CpuModel", () => {
       assert.strictEqual(missing._tag, "GemmRouteUnavailable")
       assert.match(missing.message, /Fix: ask for openblas/)
     }))
+
+  it("gradients agree with finite differences of the f32 loss (a few entries of every kind of tensor)", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 13)
+    const { B, T, positions, tokens } = packed(config)
+    const gemm = routes[1]
+    const targets = Ref.nextTokenTargets(Ref.forward(config, weights, { tokens, batch: B, seqLen: T, positions }))
+    const lw = Array.from({ length: B * T }, (_, i) => (i % 2 ? -0.3 : 0.2))
+    const model = CpuModel.make(config, weights, gemm)
+    model.forward(tokens, B, T, positions)
+    model.backward(targets, lw, 1)
+    const loss = (w: Record<string, Float32Array>) => {
+      const m = CpuModel.make(config, w, gemm)
+      m.forward(tokens, B, T, positions)
+      const { logprobs } = m.tokenLogprobs(targets, 1)
+      return logprobs.reduce((a, l, i) => a + lw[i] * l, 0)
+    }
+    const names = [
+      "model.embed_tokens.weight",
+      "model.layers.0.self_attn.q_proj.weight",
+      "model.layers.1.self_attn.k_norm.weight",
+      "model.layers.1.mlp.down_proj.weight",
+      "model.norm.weight"
+    ]
+    for (const name of names) {
+      for (const i of [0, 7, 13]) {
+        const h = 1e-2
+        const plus = Object.fromEntries(Object.entries(weights).map(([n, w]) => [n, Float32Array.from(w)]))
+        const minus = Object.fromEntries(Object.entries(weights).map(([n, w]) => [n, Float32Array.from(w)]))
+        plus[name][i] += h
+        minus[name][i] -= h
+        const fd = (loss(plus) - loss(minus)) / (2 * h)
+        const g = model.grads[name][i]
+        assert.isBelow(Math.abs(fd - g), 2e-3 + 2e-2 * Math.abs(g), `${name}[${i}]: fd ${fd}, grad ${g}`)
+      }
+    }
+  })
+
+  it("OpenBLAS on 1 and 2 threads agree within tolerance; deterministic mode repeats bit for bit", () => {
+    const config = testConfig({ hidden_size: 64, intermediate_size: 160, vocab_size: 300 })
+    const { weights } = testModel(config, 17)
+    const T = 96
+    const tokens = Array.from({ length: 2 * T }, (_, i) => (i * 11 + 1) % config.vocab_size)
+    const lw = Array.from({ length: 2 * T }, () => -0.01)
+    const grads = (gemm: Gemm.Gemm) => {
+      const m = CpuModel.make(config, weights, gemm)
+      m.forward(tokens, 2, T)
+      m.backward(tokens.map((t, i) => (i % T === T - 1 ? -1 : tokens[i + 1])), lw, 1)
+      return m.grads
+    }
+    const one = Effect.runSync(Gemm.select({ route: "openblas", deterministic: true })).gemm
+    const two = Effect.runSync(Gemm.select({ route: "openblas", threads: 2 })).gemm
+    assert.strictEqual(one.threads, 1)
+    const [a, b, c] = [grads(one), grads(one), grads(two)]
+    for (const name of Object.keys(a)) {
+      assert.deepStrictEqual(b[name], a[name], name)
+      assert.isBelow(maxRelError(c[name], a[name]), 1e-5, name)
+    }
+  })
 })
