@@ -129,4 +129,16 @@ describe("CPU device model", () => {
       assert.match(message, /accelerate matmul route is not available/)
       assert.match(message, /Fix: ask for openblas/)
     }))
+
+  it.scoped("a kernel that throws in the worker fails the call with an error naming the device and the call", () =>
+    Effect.gen(function*() {
+      const checkpoint = yield* Checkpoint.makeModel("tiny", 4)
+      const model = yield* Trainer.cpuModel(checkpoint, { threads: 1 })
+      const exit = yield* Effect.exit(model.score(batchOf([[1, 2, 99_999]], [[3]]), 1))
+      assert.isTrue(Exit.isFailure(exit))
+      const message = String(Exit.isFailure(exit) ? exit.cause : "")
+      assert.match(message, /CPU model worker envtrain-cpu-model \(thread \d+, OpenBLAS .* on 1 thread\)/)
+      assert.match(message, /Token id 99999 at index 2 is outside the vocabulary/)
+      assert.match(message, /\[call: Score\]/)
+    }))
 })
