@@ -33,14 +33,15 @@ const flag = (name: string): string | undefined => {
 }
 const repeats = Number(flag("repeats") ?? 5)
 const presetNames = (flag("presets") ?? "tiny,small").split(",") as Array<Preset.PresetName>
+const genBatches = [1, 8]
 
 /** Batch sizes per preset (the small preset is ~22x the work per token). */
 const sizes: Record<
   Preset.PresetName,
-  { trainBatch: number; trainSeq: number; genBatch: number; genPrompt: number; genNew: number }
+  { trainBatch: number; trainSeq: number; genPrompt: number; genNew: number }
 > = {
-  tiny: { trainBatch: 4, trainSeq: 256, genBatch: 4, genPrompt: 32, genNew: 128 },
-  small: { trainBatch: 2, trainSeq: 128, genBatch: 4, genPrompt: 16, genNew: 32 }
+  tiny: { trainBatch: 4, trainSeq: 256, genPrompt: 32, genNew: 128 },
+  small: { trainBatch: 2, trainSeq: 128, genPrompt: 16, genNew: 32 }
 }
 
 const median = (xs: ReadonlyArray<number>) => {
@@ -120,7 +121,8 @@ const runPreset = async (name: Preset.PresetName) => {
   const ids = (n: number, stream: number) =>
     Array.from({ length: n }, (_, i) => Q.philox4x32([i, stream, 0, 0], [2, 3])[0] % (V - 64))
   const trainTokens = ids(size.trainBatch * size.trainSeq, 1)
-  const prompts = Array.from({ length: size.genBatch }, (_, b) => ids(size.genPrompt, 10 + b))
+  // Greedy decode is measured at batch 1 and 8 (sequence b's prompt is the same in both).
+  const promptsOf = (n: number) => Array.from({ length: n }, (_, b) => ids(size.genPrompt, 10 + b))
 
   // Mean next-token NLL over every position that has a target (torch's labels = input_ids loss).
   const lossWeights = new Float64Array(size.trainBatch * size.trainSeq)
@@ -139,7 +141,7 @@ const runPreset = async (name: Preset.PresetName) => {
       Q.adamWStep(weights, grads, adam, { lr: 1e-5 })
       return loss
     })
-  const referenceGenerate = () =>
+  const referenceGenerate = (prompts: ReadonlyArray<ReadonlyArray<number>>) =>
     timed(() =>
       Q.generateBatch(
         config,
@@ -168,7 +170,7 @@ const runPreset = async (name: Preset.PresetName) => {
       m.adamW(Math.min(1, 1 / (norm + 1e-6)), { lr: 1e-5 })
       return loss
     })
-  const deviceGenerate = (threads: number) =>
+  const deviceGenerate = (threads: number, prompts: ReadonlyArray<ReadonlyArray<number>>) =>
     timed(() => {
       const m = devices.get(threads)!.model
       const caches = prompts.map((p) => m.makeKvCache(p.length + size.genNew))
@@ -189,27 +191,33 @@ const runPreset = async (name: Preset.PresetName) => {
     })
   const torchTrain = (threads: number) =>
     ask({ cmd: "train", threads, batch: size.trainBatch, seqLen: size.trainSeq, tokens: trainTokens })
-  const torchGenerate = (threads: number) => ask({ cmd: "generate", threads, prompts, maxNewTokens: size.genNew })
+  const torchGenerate = (threads: number, prompts: ReadonlyArray<ReadonlyArray<number>>) =>
+    ask({ cmd: "generate", threads, prompts, maxNewTokens: size.genNew })
 
   // Greedy agreement before any training step changes the weights: the first tokens of sequence 0.
-  const eGen0 = deviceGenerate(1).value.first.slice(0, 16)
-  const tGen0 = (await torchGenerate(1)).first as Array<number>
+  const eGen0 = deviceGenerate(1, promptsOf(1)).value.first.slice(0, 16)
+  const tGen0 = (await torchGenerate(1, promptsOf(1))).first as Array<number>
   const greedyAgree = eGen0.every((t, i) => t === tGen0[i])
   // Warm-up of every shape on every side (first calls allocate, JIT-compile, pick kernels).
   const eTrain0 = deviceTrain(1)
   deviceTrain(2)
-  deviceGenerate(2)
-  referenceGenerate()
+  for (const n of genBatches) {
+    deviceGenerate(2, promptsOf(n))
+    referenceGenerate(promptsOf(n))
+    await torchGenerate(2, promptsOf(n))
+  }
   const tTrain0 = await torchTrain(1)
   await torchTrain(2)
-  await torchGenerate(2)
 
   const trainTok = size.trainBatch * size.trainSeq
-  const genTok = size.genBatch * size.genNew
   const sides = ["device1", "device2", "torch1", "torch2", "reference"] as const
   type Side = typeof sides[number]
   const series = () => Object.fromEntries(sides.map((k) => [k, [] as Array<number>])) as Record<Side, Array<number>>
-  const samples = { train: series(), generate: series(), cpuSeconds: series() }
+  const samples = {
+    train: series(),
+    cpuSeconds: series(),
+    generate: Object.fromEntries(genBatches.map((n) => [n, series()])) as Record<number, Record<Side, Array<number>>>
+  }
   for (let r = 0; r < repeats; r++) {
     const order = [...sides]
     for (let k = 0; k < r % order.length; k++) order.push(order.shift()!)
@@ -218,36 +226,43 @@ const runPreset = async (name: Preset.PresetName) => {
         const t = referenceTrain()
         samples.train.reference.push(trainTok / t.seconds)
         samples.cpuSeconds.reference.push(t.cpuSeconds)
-        const g = referenceGenerate()
-        samples.generate.reference.push(g.value / g.seconds)
+        for (const n of genBatches) {
+          const g = referenceGenerate(promptsOf(n))
+          samples.generate[n].reference.push(g.value / g.seconds)
+        }
       } else if (side === "device1" || side === "device2") {
         const threads = side === "device1" ? 1 : 2
         const t = deviceTrain(threads)
         samples.train[side].push(trainTok / t.seconds)
         samples.cpuSeconds[side].push(t.cpuSeconds)
-        const g = deviceGenerate(threads)
-        samples.generate[side].push(g.value.n / g.seconds)
+        for (const n of genBatches) {
+          const g = deviceGenerate(threads, promptsOf(n))
+          samples.generate[n][side].push(g.value.n / g.seconds)
+        }
       } else {
         const threads = side === "torch1" ? 1 : 2
         const t = await torchTrain(threads)
         samples.train[side].push(trainTok / t.seconds)
         samples.cpuSeconds[side].push(t.cpuSeconds)
-        const g = await torchGenerate(threads)
-        samples.generate[side].push(g.tokens / g.seconds)
+        for (const n of genBatches) {
+          const g = await torchGenerate(threads, promptsOf(n))
+          samples.generate[n][side].push(g.tokens / g.seconds)
+        }
       }
     }
-    const line = (k: "train" | "generate") => sides.map((x) => `${x} ${samples[k][x][r].toFixed(0)}`).join(", ")
+    const line = (xs: Record<Side, Array<number>>) => sides.map((x) => `${x} ${xs[x][r].toFixed(0)}`).join(", ")
     console.log(
-      `${name} repeat ${r + 1}/${repeats}: train tok/s ${line("train")}; generate tok/s ${line("generate")} ` +
-        `(load ${loadavg()[0].toFixed(2)})`
+      `${name} repeat ${r + 1}/${repeats}: train tok/s ${line(samples.train)}; ` +
+        genBatches.map((n) => `generate ×${n} tok/s ${line(samples.generate[n])}`).join("; ") +
+        ` (load ${loadavg()[0].toFixed(2)})`
     )
   }
   const paired = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) => median(a.map((x, i) => x / b[i]))
-  const summary = (k: "train" | "generate") => ({
-    ...Object.fromEntries(sides.map((x) => [x, median(samples[k][x])])) as Record<Side, number>,
-    ratio1: paired(samples[k].device1, samples[k].torch1),
-    ratio2: paired(samples[k].device2, samples[k].torch2),
-    speedupOverReference: paired(samples[k].device1, samples[k].reference)
+  const summary = (xs: Record<Side, Array<number>>) => ({
+    ...Object.fromEntries(sides.map((x) => [x, median(xs[x])])) as Record<Side, number>,
+    ratio1: paired(xs.device1, xs.torch1),
+    ratio2: paired(xs.device2, xs.torch2),
+    speedupOverReference: paired(xs.device1, xs.reference)
   })
   return {
     preset: name,
@@ -257,10 +272,13 @@ const runPreset = async (name: Preset.PresetName) => {
     device: { 1: devices.get(1)!.description, 2: devices.get(2)!.description },
     training: {
       tokensPerStep: trainTok,
-      ...summary("train"),
+      ...summary(samples.train),
       firstLoss: { envtrain: eTrain0.value, torch: tTrain0.loss }
     },
-    generation: { tokensPerCall: genTok, ...summary("generate"), greedyFirst16Agree: greedyAgree },
+    generation: Object.fromEntries(
+      genBatches.map((n) => [n, { tokensPerCall: n * size.genNew, ...summary(samples.generate[n]) }])
+    ) as Record<number, ReturnType<typeof summary> & { readonly tokensPerCall: number }>,
+    greedyFirst16Agree: greedyAgree,
     trainCpuSecondsMedian: Object.fromEntries(sides.map((x) => [x, median(samples.cpuSeconds[x])])) as Record<
       Side,
       number
@@ -295,16 +313,18 @@ const main = async () => {
   const f = (x: number) => x.toFixed(0)
   const r2 = (x: number) => x.toFixed(2)
   const torch = results[0]?.torch ?? {}
-  const table = (k: "training" | "generation", unit: string) => [
-    `| preset | params | ${unit} | envtrain device 1 thread | torch 1 thread | ratio | envtrain device 2 threads | ` +
+  type Row = Awaited<ReturnType<typeof runPreset>>
+  type Summary = Pick<
+    Row["training"],
+    "device1" | "torch1" | "ratio1" | "device2" | "torch2" | "ratio2" | "reference" | "speedupOverReference"
+  >
+  const table = (pick: (r: Row) => Summary, shape: (r: Row) => string) => [
+    "| preset | params | batch | envtrain device 1 thread | torch 1 thread | ratio | envtrain device 2 threads | " +
     "torch 2 threads | ratio | reference (before) | device 1 thread / reference |",
     "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ...results.map((r) => {
-      const x = r[k]
-      const shape = k === "training"
-        ? `${r.sizes.trainBatch} × ${r.sizes.trainSeq}`
-        : `${r.sizes.genBatch} × (${r.sizes.genPrompt} + ${r.sizes.genNew})`
-      return `| ${r.preset} | ${r.parameters.toLocaleString("en-US")} | ${shape} | ${f(x.device1)} | ${
+      const x = pick(r)
+      return `| ${r.preset} | ${r.parameters.toLocaleString("en-US")} | ${shape(r)} | ${f(x.device1)} | ${
         f(x.torch1)
       } | ` +
         `**${r2(x.ratio1)}** | ${f(x.device2)} | ${f(x.torch2)} | **${r2(x.ratio2)}** | ${f(x.reference)} | ` +
@@ -330,16 +350,22 @@ const main = async () => {
     "",
     "## Training tokens/s",
     "",
-    ...table("training", "batch"),
+    ...table((r) => r.training, (r) => `${r.sizes.trainBatch} × ${r.sizes.trainSeq}`),
     "",
-    "## Greedy decode tokens/s",
-    "",
-    ...table("generation", "batch"),
+    ...genBatches.flatMap((n) => [
+      `## Greedy decode tokens/s, batch ${n}`,
+      "",
+      ...table(
+        (r) => r.generation[n],
+        (r) => `${n} × (${r.sizes.genPrompt} + ${r.sizes.genNew})`
+      ),
+      ""
+    ]),
     "",
     "Checks on the same weights before any update: " +
     results.map((r) =>
       `${r.preset}: greedy tokens (first 16 of sequence 1) ${
-        r.generation.greedyFirst16Agree ? "identical" : "differ"
+        r.greedyFirst16Agree ? "identical" : "differ"
       }, first training loss envtrain ${r.training.firstLoss.envtrain.toFixed(5)} vs torch ${
         r.training.firstLoss.torch.toFixed(5)
       }`
