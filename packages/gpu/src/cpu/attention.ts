@@ -22,7 +22,8 @@
  */
 import type { AttentionShape } from "../ops/attention.js"
 import { jsKernels, type Kernels } from "./internal/attentionKernels.js"
-import { Wasm, wasmKernels, type WasmMemory } from "./internal/attentionWasm.js"
+import { wasmKernels, type WasmMemory } from "./internal/attentionWasm.js"
+import { ownMemory } from "./internal/wasmApi.js"
 
 export type { WasmMemory }
 
@@ -71,9 +72,6 @@ export interface WasmRoute extends Route {
   readonly alloc: (n: number) => Float32Array
 }
 
-const PAGE = 65536
-const MAX_PAGES = 65536
-
 /**
  * The wasm-simd route over `memory`, a shared WebAssembly.Memory (e.g. the one the WebAssembly matmul route allocates
  * its tensors in). `holds` says which arrays live there; by default those on `memory.buffer` as it is now (views
@@ -86,24 +84,8 @@ export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boole
   if (memory !== undefined) {
     return { name: "wasm-simd", holds: holds ?? ((a) => a.buffer === memory.buffer), kernels: wasmKernels(memory) }
   }
-  const own = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
-  // The buffer objects views were made on: a grow gives `own.buffer` a new object, and so can a garbage collection
-  // (V8 may drop a shared memory's buffer object that nothing holds), while earlier views keep theirs (still valid:
-  // the memory is shared). Each view's own buffer is recorded as it is made.
-  const buffers = new WeakSet<ArrayBufferLike>()
-  let top = 64
-  const alloc = (n: number) => {
-    const at = top
-    top += Math.ceil((4 * n) / 64) * 64
-    if (top > own.buffer.byteLength) {
-      if (top > MAX_PAGES * PAGE) fail(`wasm-simd memory would pass 4 GiB (${top} bytes)`)
-      own.grow(Math.ceil((top - own.buffer.byteLength) / PAGE))
-    }
-    const buffer = own.buffer
-    buffers.add(buffer)
-    return new Float32Array(buffer, at, n)
-  }
-  return { name: "wasm-simd", holds: (a) => buffers.has(a.buffer), kernels: wasmKernels(own), memory: own, alloc }
+  const own = ownMemory("cpu attention: wasm-simd")
+  return { name: "wasm-simd", holds: own.holds, kernels: wasmKernels(own.memory), memory: own.memory, alloc: own.alloc }
 }
 
 /** Inputs and outputs of {@link forward}. */

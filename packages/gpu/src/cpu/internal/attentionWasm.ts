@@ -5,28 +5,11 @@
  *
  * @internal
  */
-import { readFileSync } from "node:fs"
 import type { Kernels } from "./attentionKernels.js"
 import { attentionWasmFile } from "./attentionWat.js"
-import { Wasm, type WasmMemory, type WasmModule } from "./wasmApi.js"
+import { compileKernelFile, Wasm, type WasmMemory } from "./wasmApi.js"
 
 export { Wasm, type WasmMemory }
-
-let compiled: WasmModule | undefined
-
-/** Compiles the kernel file once per process; a clear error where it is missing or this Node cannot run it. */
-const module = (): WasmModule => {
-  if (compiled !== undefined) return compiled
-  const bytes = readFileSync(new URL(`./${attentionWasmFile}`, import.meta.url))
-  if (!Wasm.validate(bytes)) {
-    throw new Error(
-      `cpu attention: this Node (${process.version}) cannot compile WebAssembly SIMD128 with shared memory; ` +
-        "use the js route"
-    )
-  }
-  compiled = new Wasm.Module(bytes)
-  return compiled
-}
 
 type ScoresAt = (
   a: number,
@@ -84,7 +67,7 @@ type GradRowAt = (
 
 /** The kernels over `memory` (head_dim must be a multiple of 4; every array a view of that memory). */
 export const wasmKernels = (memory: WasmMemory): Kernels => {
-  const ex = new Wasm.Instance(module(), { env: { memory } }).exports
+  const ex = new Wasm.Instance(compileKernelFile(attentionWasmFile, "cpu attention"), { env: { memory } }).exports
   const scoresAt = ex.scores as ScoresAt
   const accumulateAt = ex.accumulate as AccumulateAt
   const softmaxRowAt = ex.softmaxRow as SoftmaxRowAt

@@ -9,17 +9,8 @@
  *
  * @internal
  */
-
-const range = (n: number) => Array.from({ length: n }, (_, i) => i)
-
-const get = (name: string) => `(local.get $${name})`
-const set = (name: string, value: string) => `(local.set $${name} ${value})`
-const add = (a: string, b: string) => `(i32.add ${a} ${b})`
-const mul = (a: string, b: string) => `(i32.mul ${a} ${b})`
-const vadd = (a: string, b: string) => `(f32x4.add ${a} ${b})`
-const vmul = (a: string, b: string) => `(f32x4.mul ${a} ${b})`
-const load = (addr: string) => `(v128.load ${addr})`
-const zero = "(v128.const f32x4 0 0 0 0)"
+import type { Wabt } from "./wat.js"
+import { add, assemble, expLocals, get, load, mul, range, set, splat, vadd, vexp, vmul, zero } from "./wat.js"
 
 /** i8x16.shuffle of f32 lanes (0–3 from the first operand, 4–7 from the second). */
 const shuffle = (lanes: ReadonlyArray<number>, a: string, b: string) =>
@@ -220,39 +211,6 @@ const accumulateFunc = () => {
   ].join("\n")
 }
 
-const splat = (x: number) => `(v128.const f32x4 ${x} ${x} ${x} ${x})`
-
-/**
- * Statements setting v128 local `dst` to exp(`src`) lane by lane (src ≤ 0 here; below −87 it is taken as −87, a
- * result under 2^-125 that the sums cannot tell from 0 — masked entries are written as exact zeros elsewhere):
- * Cephes' expf, n = round(x·log2 e), r = x − n·ln 2 in two parts, a degree-7 polynomial, times 2^n built in the
- * exponent bits. Within 2 ulp of exp in f32. Uses locals $ex, $en, $ep.
- */
-const vexp = (dst: string, src: string) => [
-  set("ex", `(f32x4.max ${src} ${splat(-87)})`),
-  set("en", `(f32x4.nearest ${vmul(get("ex"), splat(1.4426950408889634))})`),
-  set(
-    "ex",
-    `(f32x4.sub (f32x4.sub ${get("ex")} ${vmul(get("en"), splat(0.693359375))}) ${
-      vmul(get("en"), splat(-2.12194440e-4))
-    })`
-  ),
-  set("ep", vadd(vmul(splat(1.9875691500e-4), get("ex")), splat(1.3981999507e-3))),
-  ...[8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1].map((c) =>
-    set("ep", vadd(vmul(get("ep"), get("ex")), splat(c)))
-  ),
-  set("ep", vadd(vadd(vmul(get("ep"), vmul(get("ex"), get("ex"))), get("ex")), splat(1))),
-  set(
-    dst,
-    vmul(
-      get("ep"),
-      `(i32x4.shl (i32x4.add (i32x4.trunc_sat_f32x4_s ${get("en")}) (v128.const i32x4 127 127 127 127)) (i32.const 23))`
-    )
-  )
-]
-
-const expLocals = "(local $ex v128) (local $en v128) (local $ep v128)"
-
 /** Scalar loop over c ∈ [from, to) running `body` (statements). */
 const each = (label: string, from: string, to: string, body: ReadonlyArray<string>) => [
   set("c", from),
@@ -393,27 +351,5 @@ export const attentionWat = (): string =>
 /** The committed build of {@link attentionWat}, beside this file. */
 export const attentionWasmFile = "attention-simd.wasm"
 
-/** What {@link assembleAttention} uses of wabt (npm `wabt`, passed in so this module does not depend on it). */
-export interface Wabt {
-  readonly parseWat: (
-    name: string,
-    text: string,
-    features: Record<string, boolean>
-  ) => {
-    readonly validate: (features: Record<string, boolean>) => void
-    readonly toBinary: (o: { log: boolean; write_debug_names: boolean }) => { readonly buffer: Uint8Array }
-    readonly destroy: () => void
-  }
-}
-
-/** Assembles {@link attentionWat} (SIMD128 and shared memory, nothing relaxed) into the bytes of attention-simd.wasm. */
-export const assembleAttention = (w: Wabt): Uint8Array => {
-  const features = { simd: true, threads: true }
-  const mod = w.parseWat(attentionWasmFile.replace(".wasm", ".wat"), attentionWat(), features)
-  try {
-    mod.validate(features)
-    return mod.toBinary({ log: false, write_debug_names: false }).buffer
-  } finally {
-    mod.destroy()
-  }
-}
+/** Assembles {@link attentionWat} into the bytes of attention-simd.wasm. */
+export const assembleAttention = (w: Wabt): Uint8Array => assemble(w, attentionWasmFile, attentionWat())
