@@ -24,14 +24,15 @@ const packed = (config: ReturnType<typeof testConfig>) => {
   return { tokens, positions, B: 2, T }
 }
 
-describe("CpuModel", () => {
+// Every case runs with both element-wise kernel sets: WebAssembly SIMD (the default where the model fits) and JS.
+describe.each(["wasm-simd", "js"] as const)("CpuModel, %s element-wise kernels", (elementwise) => {
   for (const gemm of routes) {
     for (const [tie, attention] of [[true, "tiled"], [false, "matmul"]] as const) {
       it(`${gemm.route}, tied ${tie}, ${attention} attention: forward, logprobs and gradients match the spec`, () => {
         const config = testConfig({ tie_word_embeddings: tie })
         const { weights } = testModel(config, 3)
         const { B, T, positions, tokens } = packed(config)
-        const model = CpuModel.make(config, weights, gemm, { attention })
+        const model = CpuModel.make(config, weights, gemm, { attention, elementwise })
         const logits = model.forward(tokens, B, T, positions)
         const fwd = Ref.forward(config, weights, { tokens, batch: B, seqLen: T, positions })
         assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
@@ -57,7 +58,7 @@ describe("CpuModel", () => {
     it(`${gemm.route}: gradients accumulate over backwards, and AdamW matches the specification`, () => {
       const config = testConfig()
       const { weights } = testModel(config, 5)
-      const model = CpuModel.make(config, weights, gemm)
+      const model = CpuModel.make(config, weights, gemm, { elementwise })
       const { B, T, positions, tokens } = packed(config)
       const lw = Array.from({ length: B * T }, () => -0.1)
       const fwd = Ref.forward(config, weights, { tokens, batch: B, seqLen: T, positions })
@@ -87,7 +88,7 @@ describe("CpuModel", () => {
     it(`${gemm.route}: KV-cache decode equals the no-cache forward, several sequences per pass`, () => {
       const config = testConfig()
       const { weights } = testModel(config, 7)
-      const model = CpuModel.make(config, weights, gemm)
+      const model = CpuModel.make(config, weights, gemm, { elementwise })
       const a = [1, 5, 9, 2, 7, 3]
       const b = [4, 4, 8]
       const ca = model.makeKvCache(16)
@@ -113,7 +114,7 @@ describe("CpuModel", () => {
       const T = 150
       const tokens = Array.from({ length: T }, (_, i) => (i * 13 + 5) % config.vocab_size)
       const positions = Array.from({ length: T }, (_, t) => (t < 40 ? t : t < 110 ? t - 40 : t - 110))
-      const model = CpuModel.make(config, weights, routes[1], { attention })
+      const model = CpuModel.make(config, weights, routes[1], { attention, elementwise })
       const logits = model.forward(tokens, 1, T, positions)
       const fwd = Ref.forward(config, weights, { tokens, batch: 1, seqLen: T, positions })
       assert.isBelow(maxRelError(logits, fwd.logits), 1e-5)
@@ -131,13 +132,14 @@ describe("CpuModel", () => {
     const config = testConfig()
     const { weights } = testModel(config, 2)
     const { B, T, positions, tokens } = packed(config)
-    const quiet = CpuModel.make(config, weights, Gemm.spec)
-    const timed = CpuModel.make(config, weights, Gemm.spec, { profile: true })
+    const quiet = CpuModel.make(config, weights, Gemm.spec, { elementwise })
+    const timed = CpuModel.make(config, weights, Gemm.spec, { profile: true, elementwise })
     for (const m of [quiet, timed]) {
       m.forward(tokens, B, T, positions)
       m.backward(Array.from({ length: B * T }, (_, i) => i % config.vocab_size), new Float64Array(B * T).fill(-1), 1)
     }
     assert.strictEqual(quiet.profile.size, 0)
+    assert.strictEqual(timed.kernels, elementwise)
     for (const op of ["matmul", "attention", "attentionBackward", "rmsNorm", "tokenLogprobs", "embedding"]) {
       assert.isAbove(timed.profile.get(op) ?? 0, 0, op)
     }
@@ -158,6 +160,19 @@ describe("CpuModel", () => {
     assert.throws(
       () => CpuModel.make(odd, testModel(odd, 1).weights, Gemm.spec, { attention: "tiled" }),
       /"tiled" needs head_dim a multiple of 4 \(got 6\)/
+    )
+  })
+})
+
+describe("CpuModel", () => {
+  it("runs the WebAssembly element-wise kernels by default, and refuses them for a model their memory cannot hold", () => {
+    const config = testConfig()
+    assert.strictEqual(CpuModel.make(config, testModel(config, 1).weights, Gemm.spec).kernels, "wasm-simd")
+    // 2^24 × 32 embedding values × 16 bytes (weights, gradients, two moments) is 8 GiB: refused before allocating.
+    const huge = testConfig({ vocab_size: 2 ** 24 })
+    assert.throws(
+      () => CpuModel.make(huge, {}, Gemm.spec, { elementwise: "wasm-simd" }),
+      /elementwise: "wasm-simd" needs the weights, gradients and AdamW moments \(8\.00 GiB\) within 3 GiB/
     )
   })
 

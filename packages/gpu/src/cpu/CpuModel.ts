@@ -10,8 +10,13 @@
  *   of a micro-batch into one row, so each projection is one large matmul.
  * - Attention is tiled (`attention.ts`): no T×T probabilities; the forward keeps each row's logsumexp and the
  *   backward recomputes, so long sequences (1–4k tokens) stay within bounded memory.
- * - Numerics: f32 storage, f64 sums inside the element-wise kernels, the Gemm route's own summation order for
- *   matmuls. Results match the specification at the GPU kernels' tolerances, not bit for bit; with a
+ * - Element-wise kernels (norms, SwiGLU, residual adds, the softmax over logits, grad norm, AdamW): WebAssembly
+ *   SIMD128 (`elementwise.ts`) over one shared WebAssembly memory that holds every tensor they touch — weights,
+ *   gradients, moments and workspace — shared with the tiled attention (and with the matmul route when that is
+ *   WebAssembly, so its operands stay in place); or the plain-TypeScript kernels where that memory cannot hold the
+ *   model ({@link Options.elementwise}, {@link CpuModel.kernels}).
+ * - Numerics: f32 storage; the JS kernels sum in f64, the SIMD kernels in f32 or f64 lanes (see elementwise.ts); the
+ *   Gemm route's own summation order for matmuls. Results match the specification at the GPU kernels' tolerances, not bit for bit; with a
  *   deterministic route (one thread) the same inputs give the same bits every run.
  *
  * @since 0.0.0
@@ -27,9 +32,11 @@ import {
 } from "../formats/ModelConfig.js"
 import { ropeTables } from "../ops/rope.js"
 import * as Attn from "./attention.js"
+import * as Elementwise from "./elementwise.js"
 import type { Gemm } from "./Gemm.js"
 import * as GemmAttention from "./internal/gemmAttention.js"
 import * as Kernels from "./internal/kernels.js"
+import type { WasmGemm } from "./WasmGemm.js"
 
 /** @since 0.0.0 */
 export type Weights = Record<string, Float32Array>
@@ -56,6 +63,8 @@ export interface AdamWConfig {
 export interface CpuModel {
   readonly config: Config
   readonly gemm: Gemm
+  /** Which element-wise kernels run: WebAssembly SIMD over one shared memory, or the plain-TypeScript ones. */
+  readonly kernels: "wasm-simd" | "js"
   /** The live weights (in the route's memory), keyed by Hugging Face tensor name. */
   readonly weights: Weights
   /** Accumulated gradients, same keys. */
@@ -109,6 +118,12 @@ export interface Options {
    * head_dim ≤ 64, where it measured faster, matmul above (bench/results/cpu-attention.md).
    */
   readonly attention?: "tiled" | "matmul"
+  /**
+   * The element-wise kernels: `wasm-simd` (every tensor they touch in one WebAssembly memory; needs the weights,
+   * gradients and AdamW moments within {@link wasmModelBytes}, the rest of the 4 GiB for activations) or `js`.
+   * Default: wasm-simd where the model fits, else js. Asking for wasm-simd where it does not fit is an error.
+   */
+  readonly elementwise?: "wasm-simd" | "js"
   /** Time every op (matmul, attention, each element-wise kernel) into {@link CpuModel.profile}. Default false. */
   readonly profile?: boolean
 }
@@ -156,6 +171,12 @@ interface Workspace {
   readonly dv: Float32Array
 }
 
+/**
+ * The most bytes of weights, gradients and both AdamW moments that go into the element-wise kernels' WebAssembly
+ * memory (wasm32 addresses 4 GiB; the last GiB is left for the workspace, which grows with the token count).
+ */
+export const wasmModelBytes = 3 * 2 ** 30
+
 const checkConfig = (config: Config) => {
   if (config.num_attention_heads % config.num_key_value_heads !== 0 || config.head_dim % 2 !== 0) {
     throw new Error(
@@ -187,8 +208,23 @@ export const make = (
         profile.set(name, (profile.get(name) ?? 0) + performance.now() - t0)
       }
     }) as F
+  const specs = expectedTensors(config)
+  const sizes = specs.map((spec) => spec.shape.reduce((a, b) => a * b, 1))
+  const modelBytes = 16 * sizes.reduce((a, b) => a + b, 0)
+  const kernels = options.elementwise ?? (modelBytes <= wasmModelBytes ? "wasm-simd" : "js")
+  if (kernels === "wasm-simd" && modelBytes > wasmModelBytes) {
+    throw new Error(
+      `elementwise: "wasm-simd" needs the weights, gradients and AdamW moments (${
+        (modelBytes / 2 ** 30).toFixed(2)
+      } GiB) within ${wasmModelBytes / 2 ** 30} GiB of one WebAssembly memory; use elementwise: "js".`
+    )
+  }
+  // One memory for everything the SIMD kernels touch: a WebAssembly matmul route's own (its operands stay in place),
+  // else a new one (OpenBLAS reads views of it as they are).
+  const wasmGemm = "memory" in gemm ? (gemm as WasmGemm) : undefined
+  const ew = kernels === "js" ? undefined : Elementwise.wasmSimd(wasmGemm?.memory, wasmGemm?.alloc)
   const K: typeof Kernels = Object.fromEntries(
-    Object.entries(Kernels).map(([name, f]) => [name, timed(name, f)])
+    Object.entries(ew?.kernels ?? Kernels).map(([name, f]) => [name, timed(name, f)])
   ) as unknown as typeof Kernels
   const Attention = {
     decode: timed("attentionDecode", Attn.decode),
@@ -213,22 +249,24 @@ export const make = (
   if (attentionKind === "tiled" && D % 4 !== 0) {
     throw new Error(`attention: "tiled" needs head_dim a multiple of 4 (got ${D}); use attention: "matmul".`)
   }
-  // The tiled kernel's WebAssembly route reads its tensors from its own memory: they are allocated there.
-  const tiled = attentionKind === "tiled" ? Attn.wasmSimd() : undefined
-  const attnAlloc = tiled === undefined ? gemm.alloc : tiled.alloc
+  // The tiled kernel's WebAssembly route reads its tensors from its memory (the element-wise kernels' when they run
+  // there, else its own): they are allocated there.
+  const ownAttention = attentionKind === "tiled" && ew === undefined ? Attn.wasmSimd() : undefined
+  const tiled = attentionKind !== "tiled" ? undefined : ownAttention ?? Attn.wasmSimd(ew!.memory, ew!.holds)
+  const alloc = ew?.alloc ?? gemm.alloc
+  const attnAlloc = ownAttention?.alloc ?? alloc
+  const momentAlloc = ew?.alloc ?? ((n: number) => new Float32Array(n))
   const scale = 1 / Math.sqrt(D)
-  const specs = expectedTensors(config)
   const W: Weights = {}
   const G: Weights = {}
   const M: Weights = {}
   const S: Weights = {}
-  for (const spec of specs) {
-    const n = spec.shape.reduce((a, b) => a * b, 1)
-    W[spec.name] = gemm.alloc(n)
-    G[spec.name] = gemm.alloc(n)
-    M[spec.name] = new Float32Array(n)
-    S[spec.name] = new Float32Array(n)
-  }
+  specs.forEach((spec, i) => {
+    W[spec.name] = alloc(sizes[i])
+    G[spec.name] = alloc(sizes[i])
+    M[spec.name] = momentAlloc(sizes[i])
+    S[spec.name] = momentAlloc(sizes[i])
+  })
   const names = Array.from({ length: L }, (_, l) => layerTensorNames(l))
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
 
@@ -265,7 +303,7 @@ export const make = (
   const workspace = (rows: number): Workspace => {
     if (ws !== undefined && ws.rows >= rows) return ws
     const N = Math.max(rows, ws === undefined ? 0 : ws.rows * 2)
-    const a = gemm.alloc
+    const a = alloc
     const layers: Array<Layer> = []
     for (let l = 0; l < L; l++) {
       layers.push({
@@ -379,7 +417,7 @@ export const make = (
   let tiledBlocks: Float32Array = new Float32Array(0)
   const tiledScratch = (T: number) => {
     const n = Attention.scratchSize({ seq: T })
-    if (tiledBlocks.length < n) tiledBlocks = tiled!.alloc(Math.max(n, tiledBlocks.length * 2))
+    if (tiledBlocks.length < n) tiledBlocks = attnAlloc(Math.max(n, tiledBlocks.length * 2))
     return tiledBlocks
   }
   // The decode attention's scratch for sequences of T tokens (grown, never shrunk).
@@ -576,6 +614,7 @@ export const make = (
   const self: CpuModel = {
     config,
     gemm,
+    kernels,
     weights: W,
     grads: G,
     moments: { m: M, v: S },
