@@ -50,7 +50,7 @@ interface Exports {
     eps: F,
     decay: F,
     stepSize: F,
-    bc2: F
+    ibc2: F
   ) => void
   readonly sumSquares: (a: I, n: I) => number
   readonly rmsNorm: (x: I, rows: I, dim: I, w: I, eps: F, y: I, rstd: I) => void
@@ -146,7 +146,7 @@ export const wasmSimd = (memory?: WasmMemory, allocIn?: (n: number) => Float32Ar
         eps,
         decay,
         stepSize,
-        bc2Sqrt
+        1 / bc2Sqrt
       )
     },
     sumSquares: (arrays) => {

@@ -15,6 +15,8 @@ import { add, assemble, expLocals, get, mul, set, splat, vadd, vexp, vmul } from
 /** How one step of a {@link stream} reads and writes: four lanes, or (in the tail) lane 0 alone. */
 interface Lanes {
   readonly tail: boolean
+  /** Which vector of an unrolled step (0 outside unrolled loops): lets a body keep one accumulator per vector. */
+  readonly k: number
   /** The f32 lanes of array `base` at the step's index (tail: lane 0, the others 0). */
   readonly ld: (base: string) => string
   /** As {@link ld}, but the tail fills every lane with the element (for maxima). */
@@ -25,27 +27,44 @@ interface Lanes {
 }
 
 const at = (base: string) => add(get(base), get("i"))
-const vector: Lanes = {
-  tail: false,
-  ld: (b) => `(v128.load ${at(b)})`,
-  lds: (b) => `(v128.load ${at(b)})`,
-  st: (b, v) => `(v128.store ${at(b)} ${v})`,
-  keep: (v) => v
+/** Four lanes at byte $i + 16·k (k > 0: the k-th vector of an unrolled step). */
+const vector = (k: number): Lanes => {
+  const o = k === 0 ? "" : ` offset=${16 * k}`
+  return {
+    tail: false,
+    k,
+    ld: (b) => `(v128.load${o} ${at(b)})`,
+    lds: (b) => `(v128.load${o} ${at(b)})`,
+    st: (b, v) => `(v128.store${o} ${at(b)} ${v})`,
+    keep: (v) => v
+  }
 }
 const single: Lanes = {
   tail: true,
+  k: 0,
   ld: (b) => `(v128.load32_zero ${at(b)})`,
   lds: (b) => `(v128.load32_splat ${at(b)})`,
   st: (b, v) => `(v128.store32_lane 0 ${at(b)} ${v})`,
   keep: (v) => `(v128.and ${v} (v128.const i32x4 -1 0 0 0))`
 }
 
-/** Runs `body` for byte index $i over [0, $nB): 16 bytes a step, then 4 (the tail). Uses locals $i, $nB. */
-const stream = (label: string, body: (l: Lanes) => ReadonlyArray<string>) => [
+/**
+ * Runs `body` for byte index $i over [0, $nB): `unroll` vectors a step (independent sums run side by side), then 16
+ * bytes a step, then 4 (the tail). Uses locals $i, $nB.
+ */
+const stream = (label: string, body: (l: Lanes) => ReadonlyArray<string>, unroll = 1) => [
   set("i", "(i32.const 0)"),
+  ...(unroll === 1 ? [] : [
+    `(block $${label}ud (loop $${label}u`,
+    `  (br_if $${label}ud (i32.gt_u ${add(get("i"), `(i32.const ${16 * unroll})`)} ${get("nB")}))`,
+    ...Array.from({ length: unroll }, (_, k) => body(vector(k))).flat().map((l) => `  ${l}`),
+    `  ${set("i", add(get("i"), `(i32.const ${16 * unroll})`))}`,
+    `  (br $${label}u)`,
+    "))"
+  ]),
   `(block $${label}d (loop $${label}`,
   `  (br_if $${label}d (i32.gt_u ${add(get("i"), "(i32.const 16)")} ${get("nB")}))`,
-  ...body(vector).map((l) => `  ${l}`),
+  ...body(vector(0)).map((l) => `  ${l}`),
   `  ${set("i", add(get("i"), "(i32.const 16)"))}`,
   `  (br $${label})`,
   "))",
@@ -71,12 +90,12 @@ const accumulate64 = (v: string, s0 = "s0", s1 = "s1") => [
   set(s0, `(f64x2.add ${get(s0)} ${promote(get("t"), true)})`),
   set(s1, `(f64x2.add ${get(s1)} ${promote(get("t"), false)})`)
 ]
-/** Statements adding the squares of v's lanes, each squared in f64, to $s0 / $s1. */
-const squares64 = (v: string) => [
+/** Statements adding the squares of v's lanes, each squared in f64, to $s0 / $s1 (k = 1: $s2 / $s3). */
+const squares64 = (v: string, k = 0) => [
   set("t", v),
-  ...[true, false].flatMap((low, k) => [
+  ...[true, false].flatMap((low, j) => [
     set("q", promote(get("t"), low)),
-    set(`s${k}`, `(f64x2.add ${get(`s${k}`)} (f64x2.mul ${get("q")} ${get("q")}))`)
+    set(`s${2 * k + j}`, `(f64x2.add ${get(`s${2 * k + j}`)} (f64x2.mul ${get("q")} ${get("q")}))`)
   ])
 ]
 /** The f64 sum of the accumulators $a and $b. */
@@ -143,13 +162,16 @@ const swigluBackwardFunc = () =>
     ]
   )
 
-/** p ← p·decay − stepSize·m/(√v/bc2 + eps) after m, v ← the moments of g·clip (c1 = 1 − b1, c2 = 1 − b2). */
+/**
+ * p ← p·decay − stepSize·m/(√v·ibc2 + eps) after m, v ← the moments of g·clip (c1 = 1 − b1, c2 = 1 − b2,
+ * ibc2 = 1/√(1 − b2^step): a product where the spec divides, as a second f32 division costs as much as the rest).
+ */
 const adamWFunc = () =>
   func(
     "adamW",
     "(param $p i32) (param $g i32) (param $m i32) (param $v i32) (param $n i32) (param $clip f32) (param $b1 f32) " +
       "(param $c1 f32) (param $b2 f32) (param $c2 f32) (param $eps f32) (param $decay f32) (param $stepSize f32) " +
-      "(param $bc2 f32)",
+      "(param $ibc2 f32)",
     "(local $x v128) (local $mm v128) (local $vv v128)",
     [
       nBytes,
@@ -163,7 +185,7 @@ const adamWFunc = () =>
           "p",
           vsub(
             vmul(l.ld("p"), vs("decay")),
-            vdiv(vmul(vs("stepSize"), get("mm")), vadd(vdiv(`(f32x4.sqrt ${get("vv")})`, vs("bc2")), vs("eps")))
+            vdiv(vmul(vs("stepSize"), get("mm")), vadd(vmul(`(f32x4.sqrt ${get("vv")})`, vs("ibc2")), vs("eps")))
           )
         )
       ])
@@ -172,11 +194,11 @@ const adamWFunc = () =>
 
 /** Σ a² over n values (each square and the sum in f64). */
 const sumSquaresFunc = () =>
-  func("sumSquares", "(param $a i32) (param $n i32)", sumLocals, [
+  func("sumSquares", "(param $a i32) (param $n i32)", `${sumLocals} (local $s2 v128) (local $s3 v128)`, [
     nBytes,
-    ...zero64,
-    ...stream("l", (l) => squares64(l.ld("a"))),
-    total64()
+    ...["s0", "s1", "s2", "s3"].map((s) => set(s, "(v128.const f64x2 0 0)")),
+    ...stream("l", (l) => squares64(l.ld("a"), l.k), 2),
+    `(f64.add ${total64()} ${total64("s2", "s3")})`
   ], "f64")
 
 /** Row loop: for r in [0, rows), `body` with $xr… set to row r's addresses (row bytes $nB). */
