@@ -4,6 +4,7 @@ import wabt from "wabt"
 import * as Elementwise from "../src/cpu/elementwise.js"
 import { assembleElementwise, elementwiseWasmFile } from "../src/cpu/internal/elementwiseWat.js"
 import * as Js from "../src/cpu/internal/kernels.js"
+import { ropeTables } from "../src/ops/rope.js"
 import { maxRelError, random } from "./helpers.js"
 
 // The WebAssembly SIMD128 element-wise kernels against their specification (internal/kernels.ts) at f32 tolerance,
@@ -116,6 +117,34 @@ describe("cpu elementwise wasm-simd", () => {
         }
       }
     }
+  })
+
+  it("rope (forward and inverse, in place) matches the spec, its ids and tables in the memory or not", () => {
+    for (const [rows, heads, D] of [[5, 3, 6], [4, 2, 64], [3, 1, 2]]) {
+      const P = 9
+      const { cos, sin } = ropeTables(Int32Array.from({ length: P }, (_, i) => i), D, 10000)
+      const positions = Int32Array.from({ length: rows }, (_, n) => (n * 5 + 2) % P)
+      const x = random(rows * heads * D, D + rows)
+      for (const sign of [1, -1] as const) {
+        const want = new Float32Array(x.length)
+        Js.rope(x, rows, heads, D, positions, cos, sin, sign, want)
+        const outside = route.alloc(x.length)
+        W.rope(inMem(x), rows, heads, D, positions, cos, sin, sign, outside)
+        assert.isBelow(maxRelError(outside, want), 1e-6, `rope ${rows}×${heads}×${D} sign ${sign}`)
+        const held = inMem(x)
+        const pos = route.alloc(rows)
+        const ids = new Int32Array(pos.buffer, pos.byteOffset, rows)
+        ids.set(positions)
+        W.rope(held, rows, heads, D, ids, inMem(cos), inMem(sin), sign, held)
+        assert.isBelow(maxRelError(held, want), 1e-6, `rope in place ${rows}×${heads}×${D} sign ${sign}`)
+      }
+    }
+    const x = route.alloc(8)
+    const t = ropeTables(Int32Array.from([0, 1]), 4, 10000)
+    assert.throws(
+      () => W.rope(x, 2, 1, 4, Int32Array.from([0, 2]), t.cos, t.sin, 1, x),
+      /tables hold 2 positions; position 2/
+    )
   })
 
   it("refuses an array outside its memory or too short for the call, naming it", () => {

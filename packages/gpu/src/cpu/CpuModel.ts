@@ -256,6 +256,10 @@ export const make = (
   const alloc = ew?.alloc ?? gemm.alloc
   const attnAlloc = ownAttention?.alloc ?? alloc
   const momentAlloc = ew?.alloc ?? ((n: number) => new Float32Array(n))
+  const ids = (n: number) => {
+    const a = alloc(n)
+    return new Int32Array(a.buffer, a.byteOffset, n)
+  }
   const scale = 1 / Math.sqrt(D)
   const W: Weights = {}
   const G: Weights = {}
@@ -290,8 +294,11 @@ export const make = (
     if (maxPosition < ropePositions) return
     const P = Math.max(maxPosition + 1, ropePositions * 2, 256)
     const t = ropeTables(Int32Array.from({ length: P }, (_, i) => i), D, config.rope_theta)
-    ropeCos = t.cos
-    ropeSin = t.sin
+    // In the kernels' memory, so the SIMD RoPE reads them in place.
+    ropeCos = alloc(t.cos.length)
+    ropeCos.set(t.cos)
+    ropeSin = alloc(t.sin.length)
+    ropeSin.set(t.sin)
     ropePositions = P
   }
 
@@ -335,7 +342,7 @@ export const make = (
       finalRstd: a(N),
       logits: a(N * V),
       tokens: new Int32Array(N),
-      positions: new Int32Array(N),
+      positions: ids(N),
       segmentStart: new Int32Array(N),
       dx: a(N * h),
       dh: a(N * h),

@@ -6,12 +6,12 @@
  * Numerics differ from the spec within f32 tolerance: f32 lanes (the spec computes in f64 registers and stores f32),
  * exp as a polynomial within 2 ulp of f32's, √ and ÷ in f32; sums of squares and softmax sums add f64 lanes, the
  * other sums (RMSNorm backward's row dot product) f32 lanes combined in f64. Results are deterministic: one thread,
- * fixed order. RoPE stays the JS kernel (any array).
+ * fixed order. RoPE's position ids and tables may live anywhere (they are copied in when they do not).
  *
  * @since 0.0.0
  */
 import { elementwiseWasmFile } from "./internal/elementwiseWat.js"
-import * as Js from "./internal/kernels.js"
+import type * as Js from "./internal/kernels.js"
 import { compileKernelFile, ownMemory, Wasm, type WasmMemory } from "./internal/wasmApi.js"
 
 export type { WasmMemory }
@@ -59,6 +59,7 @@ interface Exports {
   readonly scaleMax: (x: I, n: I, z: I, T: F) => number
   readonly expSums: (z: I, n: I, max: F, e: I, stats: I) => void
   readonly rowGrad: (z: I, e: I, n: I, out: I, inv: F, shift: F, w: F, ew: F, invT: F) => void
+  readonly rope: (x: I, rows: I, heads: I, half: I, pos: I, cos: I, sin: I, sign: F, y: I) => void
 }
 
 /**
@@ -116,8 +117,52 @@ export const wasmSimd = (memory?: WasmMemory, allocIn?: (n: number) => Float32Ar
     }
   }
 
+  // RoPE's inputs from outside the memory (position ids, the tables' rows in use) are copied into these per call.
+  let posScratch: Int32Array = new Int32Array(0)
+  let cosScratch: Float32Array = new Float32Array(0)
+  let sinScratch: Float32Array = new Float32Array(0)
+  const staged = (a: Float32Array, n: number, scratch: Float32Array) => {
+    if (holds(a)) return { at: a, scratch }
+    const s = scratch.length >= n ? scratch : alloc(Math.max(n, 2 * scratch.length))
+    s.set(a.subarray(0, n))
+    return { at: s, scratch: s }
+  }
+
   const kernels: Kernels = {
-    rope: Js.rope,
+    rope: (x, rows, heads, headDim, positions, cos, sin, sign, y) => {
+      const half = headDim / 2
+      if (!Number.isInteger(half)) throw new Error(`cpu elementwise rope: headDim ${headDim} must be even`)
+      const n = rows * heads * headDim
+      const xAt = addr("rope", "x", x, n), yAt = addr("rope", "y", y, n)
+      if (positions.length < rows) {
+        throw new Error(`cpu elementwise rope: positions holds ${positions.length} ids; rows is ${rows}`)
+      }
+      let top = 0
+      for (let r = 0; r < rows; r++) {
+        const p = positions[r]
+        if (!(p >= 0)) throw new Error(`cpu elementwise rope: positions[${r}] = ${p} is negative`)
+        if (p > top) top = p
+      }
+      const span = (top + 1) * half
+      if (cos.length < span || sin.length < span) {
+        throw new Error(
+          `cpu elementwise rope: the cos/sin tables hold ${cos.length / half} positions; position ${top} is asked for`
+        )
+      }
+      if (!holds(positions)) {
+        if (posScratch.length < rows) {
+          const a = alloc(Math.max(rows, 2 * posScratch.length))
+          posScratch = new Int32Array(a.buffer, a.byteOffset, a.length)
+        }
+        posScratch.set(positions.subarray(0, rows))
+      }
+      const pos = holds(positions) ? positions : posScratch
+      const c = staged(cos, span, cosScratch)
+      cosScratch = c.scratch
+      const s = staged(sin, span, sinScratch)
+      sinScratch = s.scratch
+      ex.rope(xAt, rows, heads, half, pos.byteOffset, c.at.byteOffset, s.at.byteOffset, sign, yAt)
+    },
     add: (a, b, n, out) => ex.add(addr("add", "a", a, n), addr("add", "b", b, n), n, addr("add", "out", out, n)),
     swiglu: (gate, up, n, act) =>
       ex.swiglu(addr("swiglu", "gate", gate, n), addr("swiglu", "up", up, n), n, addr("swiglu", "act", act, n)),

@@ -350,6 +350,53 @@ const rowGradFunc = () =>
     ]
   )
 
+/** A counted loop of `body` over local $v from 0 while $v < $end. */
+const count = (v: string, end: string, body: ReadonlyArray<string>) => [
+  set(v, "(i32.const 0)"),
+  `(block $${v}d (loop $${v}l`,
+  `  (br_if $${v}d (i32.ge_u ${get(v)} ${get(end)}))`,
+  ...body.map((l) => `  ${l}`),
+  `  ${set(v, add(get(v), "(i32.const 1)"))}`,
+  `  (br $${v}l)`,
+  "))"
+]
+
+/**
+ * Rotary embedding (rotate_half) of x [rows, heads, 2·half] into y (y may be x): row n at table row pos[n] of
+ * cos / sin [positions, half]; sign −1 rotates back (the backward).
+ */
+const ropeFunc = () =>
+  func(
+    "rope",
+    "(param $x i32) (param $rows i32) (param $heads i32) (param $half i32) (param $pos i32) (param $cos i32) " +
+      "(param $sin i32) (param $sign f32) (param $y i32)",
+    "(local $n i32) (local $h i32) (local $o i32) (local $xa i32) (local $xb i32) (local $ya i32) (local $yb i32) " +
+      "(local $cr i32) (local $sr i32) (local $a v128) (local $b v128) (local $c v128) (local $s v128)",
+    [
+      set("nB", mul(get("half"), "(i32.const 4)")),
+      ...count("n", "rows", [
+        set("cr", mul(`(i32.load ${add(get("pos"), mul(get("n"), "(i32.const 4)"))})`, get("nB"))),
+        set("sr", add(get("sin"), get("cr"))),
+        set("cr", add(get("cos"), get("cr"))),
+        ...count("h", "heads", [
+          set("o", mul(add(mul(get("n"), get("heads")), get("h")), mul(get("nB"), "(i32.const 2)"))),
+          set("xa", add(get("x"), get("o"))),
+          set("xb", add(get("xa"), get("nB"))),
+          set("ya", add(get("y"), get("o"))),
+          set("yb", add(get("ya"), get("nB"))),
+          ...stream("l", (l) => [
+            set("a", l.ld("xa")),
+            set("b", l.ld("xb")),
+            set("c", l.ld("cr")),
+            set("s", vmul(l.ld("sr"), vs("sign"))),
+            l.st("ya", vsub(vmul(get("a"), get("c")), vmul(get("b"), get("s")))),
+            l.st("yb", vadd(vmul(get("b"), get("c")), vmul(get("a"), get("s"))))
+          ])
+        ])
+      ])
+    ]
+  )
+
 /** The module: the kernels over an imported shared memory (the tensors' home). */
 export const elementwiseWat = (): string =>
   [
@@ -366,6 +413,7 @@ export const elementwiseWat = (): string =>
     maxFunc(true),
     expSumsFunc(),
     rowGradFunc(),
+    ropeFunc(),
     ")"
   ].join("\n")
 
