@@ -234,7 +234,7 @@ describe("CpuModel", () => {
     const grads = (gemm: Gemm.Gemm) => {
       const m = CpuModel.make(config, weights, gemm)
       m.forward(tokens, 2, T)
-      m.backward(tokens.map((t, i) => (i % T === T - 1 ? -1 : tokens[i + 1])), lw, 1)
+      m.backward(tokens.map((_, i) => (i % T === T - 1 ? -1 : tokens[i + 1])), lw, 1)
       return m.grads
     }
     const one = Effect.runSync(Gemm.select({ route: "openblas", deterministic: true })).gemm
