@@ -84,7 +84,7 @@ export function wasmSimd(memory?: WasmMemory, holds?: (a: Float32Array) => boole
   if (memory !== undefined) {
     return { name: "wasm-simd", holds: holds ?? ((a) => a.buffer === memory.buffer), kernels: wasmKernels(memory) }
   }
-  const own = ownMemory("cpu attention: wasm-simd")
+  const own = ownMemory("cpu attention: wasm-simd", "use the js route or shorter sequences")
   return { name: "wasm-simd", holds: own.holds, kernels: wasmKernels(own.memory), memory: own.memory, alloc: own.alloc }
 }
 

@@ -72,7 +72,10 @@ export const wasmSimd = (memory?: WasmMemory, allocIn?: (n: number) => Float32Ar
   let alloc: (n: number) => Float32Array
   let holds: (a: ArrayBufferView) => boolean
   if (memory === undefined || allocIn === undefined) {
-    const own = ownMemory("cpu elementwise: wasm-simd")
+    const own = ownMemory(
+      "cpu elementwise: wasm-simd",
+      "run fewer tokens per pass, or the js kernels (CpuModel option elementwise: \"js\")"
+    )
     mem = own.memory
     alloc = own.alloc
     holds = own.holds

@@ -54,12 +54,12 @@ export interface OwnMemory {
 }
 
 /**
- * A new shared memory (grown on demand up to 4 GiB, `what` names it in the error past that). A grow gives
+ * A new shared memory (grown on demand up to 4 GiB; past that an error names it (`what`) and says `fix`). A grow gives
  * `memory.buffer` a new object, and so can a garbage collection (V8 may drop a shared memory's buffer object that
  * nothing holds), while earlier views keep theirs (still valid: the memory is shared); so each view's own buffer is
  * recorded as it is made, and `holds` asks that record.
  */
-export const ownMemory = (what: string): OwnMemory => {
+export const ownMemory = (what: string, fix: string): OwnMemory => {
   const memory = new Wasm.Memory({ initial: 1, maximum: MAX_PAGES, shared: true })
   const buffers = new WeakSet<ArrayBufferLike>()
   let top = 64
@@ -68,7 +68,7 @@ export const ownMemory = (what: string): OwnMemory => {
     const at = top
     top += Math.ceil((4 * n) / 64) * 64
     if (top > memory.buffer.byteLength) {
-      if (top > MAX_PAGES * PAGE) throw new Error(`${what}: memory would pass 4 GiB (${top} bytes)`)
+      if (top > MAX_PAGES * PAGE) throw new Error(`${what}: memory would pass 4 GiB (${top} bytes); ${fix}`)
       memory.grow(Math.ceil((top - memory.buffer.byteLength) / PAGE))
     }
     const buffer = memory.buffer
