@@ -16,8 +16,8 @@
  *   WebAssembly, so its operands stay in place); or the plain-TypeScript kernels where that memory cannot hold the
  *   model ({@link Options.elementwise}, {@link CpuModel.kernels}).
  * - Numerics: f32 storage; the JS kernels sum in f64, the SIMD kernels in f32 or f64 lanes (see elementwise.ts); the
- *   Gemm route's own summation order for matmuls. Results match the specification at the GPU kernels' tolerances, not bit for bit; with a
- *   deterministic route (one thread) the same inputs give the same bits every run.
+ *   Gemm route's own summation order for matmuls. Results match the specification at the GPU kernels' tolerances,
+ *   not bit for bit; with a deterministic route (one thread) the same inputs give the same bits every run.
  *
  * @since 0.0.0
  */
