@@ -174,31 +174,32 @@ const fromSources = import.meta.url.endsWith(".ts")
  */
 export const sourceConditions: ReadonlyArray<string> = fromSources ? ["--conditions=@envtrain/source"] : []
 
+// tsx's ESM loader (a repository devDependency; for users an optional peer that only Launcher.tsx needs).
 const tsxLoader = () => {
   const require = createRequire(import.meta.url)
-  try {
-    return Path.join(Path.dirname(require.resolve("tsx/package.json")), "dist", "loader.mjs")
-  } catch {
-    throw new Error(
-      "Launcher.tsx runs a TypeScript file under tsx, which is not installed here: `npm install --save-dev tsx`, " +
-        "or compile the file and start it with Launcher.launch({ command: process.execPath, args: [file] })."
-    )
-  }
+  return Path.join(Path.dirname(require.resolve("tsx/package.json")), "dist", "loader.mjs")
 }
 
 /**
- * Runs a TypeScript entry point under tsx (`node --import tsx/loader file args…`; tsx is an optional peer
- * dependency: install it to use this).
+ * Runs a TypeScript entry point under tsx (`node --import tsx/loader file args…`). tsx is an optional peer
+ * dependency: without it this fails with a {@link LaunchError} saying so.
  *
  * @since 0.0.0
  */
 export const tsx = (file: string, args: ReadonlyArray<string>, options: Omit<LaunchOptions, "command" | "args"> = {}) =>
-  Effect.suspend(() =>
-    launch({
-      ...options,
-      command: process.execPath,
-      args: [...sourceConditions, "--import", tsxLoader(), file, ...args]
-    })
+  Effect.try({
+    try: tsxLoader,
+    catch: () =>
+      new LaunchError({
+        command: `tsx ${file}`,
+        reason: "tsx is not installed here: `npm install --save-dev tsx`, or compile the file and start it with " +
+          "Launcher.launch({ command: process.execPath, args: [file] })",
+        output: ""
+      })
+  }).pipe(
+    Effect.flatMap((loader) =>
+      launch({ ...options, command: process.execPath, args: [...sourceConditions, "--import", loader, file, ...args] })
+    )
   )
 
 /**
