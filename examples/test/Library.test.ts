@@ -182,6 +182,17 @@ describe("envtrain as a library", () => {
             assert.isTrue(Fs.existsSync(Path.join(project, "runs/counter-cli/checkpoint-2/model.safetensors")))
             const cli = jsonLines(Path.join(project, "runs/counter-cli/metrics.jsonl"))
             assert.deepStrictEqual(cli.map((m) => m.step), [1, 2])
+
+            // The TypeScript module itself needs tsx, which this project does not have: the command says so.
+            const yaml = Fs.readFileSync(Path.join(project, "envtrain.yaml"), "utf8")
+            Fs.writeFileSync(
+              Path.join(project, "envtrain-ts.yaml"),
+              yaml.replace("./dist/counter.js", "./src/counter.ts")
+            )
+            const refused = yield* Effect.flip(
+              run("npx", ["--no", "--", "envtrain", "train", "envtrain-ts.yaml"], project)
+            )
+            assert.include(refused.message, "a TypeScript module loads through tsx, which is not installed here")
             console.log(`library test: ${timings.join(", ")}`)
           }),
         (project) => Effect.sync(() => Fs.rmSync(project, { recursive: true, force: true }))
