@@ -15,7 +15,7 @@ cp -L "$(ldconfig -p | awk '/libvulkan\.so\.1 .*x86-64/ {print $NF; exit}')" .de
 # two folders below .device/ because the packages read their data files at ../../data/ from their modules.
 mkdir -p .device/data && cp packages/text/data/* .device/data/
 for b in gpu/bench model/model; do
-  npx esbuild "bench/$b.ts" --bundle --platform=node --format=esm --target=node20 --log-level=warning \
+  npx esbuild "bench/$b.ts" --bundle --conditions=@envtrain/source --platform=node --format=esm --target=node20 --log-level=warning \
     --external:webgpu --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" \
     --outfile=".device/b/$b.mjs"
 done

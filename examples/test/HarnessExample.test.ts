@@ -2,6 +2,7 @@
 // sizes take ~5 min, so that path is checked by bench/results/learning-harness.md's runs, not here), then again from
 // the first run's SFT weights (--sft-from).
 import { assert, describe, it } from "@effect/vitest"
+import { Launcher } from "@envtrain/env"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
@@ -21,7 +22,7 @@ const example = (args: ReadonlyArray<string>) =>
   new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) =>
     execFile(
       Path.join(root, "node_modules/.bin/tsx"),
-      ["examples/src/harness.ts", ...args],
+      [...Launcher.sourceConditions, "examples/src/harness.ts", ...args],
       { cwd: root, encoding: "utf8", timeout: 170_000, maxBuffer: 64 * 1024 * 1024 },
       (error, stdout, stderr) => resolve({ status: error === null ? 0 : (error.code as number | null), stdout, stderr })
     )

@@ -17,6 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TSX = ROOT / "node_modules" / ".bin" / "tsx"
+# The packages run from their TypeScript sources in the repository: every node process this suite starts resolves
+# `@envtrain/<pkg>` to src/ through the "@envtrain/source" export condition (npm scripts get it from .npmrc).
+if "--conditions=@envtrain/source" not in os.environ.get("NODE_OPTIONS", ""):
+    os.environ["NODE_OPTIONS"] = ("--conditions=@envtrain/source " + os.environ.get("NODE_OPTIONS", "")).strip()
 BIN = ROOT / "packages" / "harness" / "src" / "bin.ts"
 
 

@@ -86,6 +86,7 @@ export const suiteTasks = (): { readonly ok: true; readonly tasks: ReadonlyArray
 
 /** `BrowserGymAction`. */
 export const Action = actionStruct({ action_str: Schema.String }, "BrowserGymAction")
+/** A decoded `BrowserGymAction` (`action_str`: one BrowserGym action call as text). */
 export type Action = typeof Action.Type
 
 /** `BrowserGymObservation` (without the envelope's reward/done). */
@@ -99,6 +100,7 @@ export const Observation = Schema.Struct({
   error: Schema.String,
   last_action_error: Schema.Boolean
 }).annotations({ identifier: "BrowserGymObservation" })
+/** A decoded BrowserGym observation. */
 export type Observation = typeof Observation.Type
 
 /** `BrowserGymState`. */
@@ -211,30 +213,35 @@ export const format = (o: Pick<RunnerObservation, "goal" | "axtree_txt" | "error
 
 const Bid = Schema.String.annotations({ description: "The element id shown in brackets, e.g. \"13\"." })
 
+/** The `click(bid)` tool. */
 export const Click = Tool.make("click", {
   description: "Click an element of the page.",
   parameters: { bid: Bid },
   success: Schema.String,
   returns: "The page after the click."
 })
+/** The `fill(bid, text)` tool. */
 export const Fill = Tool.make("fill", {
   description: "Fill a text field with text (replacing what it holds).",
   parameters: { bid: Bid, text: Schema.String.annotations({ description: "The text to enter." }) },
   success: Schema.String,
   returns: "The page after filling."
 })
+/** The `send_keys(text)` tool. */
 export const SendKeys = Tool.make("send_keys", {
   description: "Type text or press a key (e.g. \"Enter\") on the focused element.",
   parameters: { text: Schema.String.annotations({ description: "Text to type, or a key name such as Enter." }) },
   success: Schema.String,
   returns: "The page after the keys."
 })
+/** The `scroll(direction)` tool. */
 export const Scroll = Tool.make("scroll", {
   description: "Scroll the page up or down.",
   parameters: { direction: Schema.Literal("up", "down").annotations({ description: "\"up\" or \"down\"." }) },
   success: Schema.String,
   returns: "The page after scrolling."
 })
+/** The `noop()` tool: look at the page again. */
 export const Noop = Tool.make("noop", {
   description: "Do nothing and look at the page again.",
   success: Schema.String,
@@ -255,6 +262,7 @@ export interface State {
 
 /** The columns an episode reads: `seed` (the instance) and `task` (default: the environment's task). */
 export const Columns = Schema.Struct({ seed: Schema.optional(Schema.Int), task: Schema.optional(Schema.String) })
+/** The dataset columns a BrowserGym episode reads: the seed and the task name (both optional). */
 export type Columns = typeof Columns.Type
 
 /** The BrowserGym tool service. */

@@ -73,6 +73,7 @@ export const Action = actionStruct({
   destination_z: nullable(Schema.Number),
   route_steps: nullable(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1)), 1)
 }, "CarlaAction")
+/** A decoded `CarlaAction`. */
 export type Action = typeof Action.Type
 
 const Vector = Schema.Tuple(Schema.Number, Schema.Number, Schema.Number)
@@ -105,6 +106,7 @@ export const Observation = Schema.Struct({
   rubric_reward: Schema.NullOr(Schema.Number),
   camera_image: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "CarlaObservation" })
+/** A decoded `CarlaObservation`. */
 export type Observation = typeof Observation.Type
 
 /** A collision event of `CarlaState.collisions`. */
@@ -135,6 +137,7 @@ export const OpenEnvState = Schema.Struct({
   collision_intensity_total: Schema.Number,
   scenario_data: Schema.Record({ key: Schema.String, value: Schema.Unknown })
 }).annotations({ identifier: "CarlaState" })
+/** A decoded CARLA server state (OpenEnv's base state plus the scenario's fields). */
 export type OpenEnvState = typeof OpenEnvState.Type
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -278,6 +281,7 @@ export class CarlaTools extends Context.Tag("@envtrain/env/Carla/CarlaTools")<Ca
 
 /** Dataset columns: `seed` and the `scenario` (default {@link trainingScenario}). */
 export const Columns = Schema.Struct({ seed: Schema.optional(Schema.Int), scenario: Schema.optional(Schema.String) })
+/** The dataset columns a CARLA episode reads: the seed and the scenario (both optional). */
 export type Columns = typeof Columns.Type
 
 /** Python's `str(float)` for the one-decimal distances the world reports. */

@@ -42,6 +42,7 @@ export const Action = actionStruct({
     default: () => ({})
   })
 }, "OpenSpielAction")
+/** A decoded OpenSpiel action (`action_id`, `game_name`). */
 export type Action = typeof Action.Type
 
 /** `OpenSpielObservation` (without the envelope's reward/done). */
@@ -52,6 +53,7 @@ export const Observation = Schema.Struct({
   current_player_id: Schema.Int,
   opponent_last_action: Schema.NullOr(Schema.Int)
 }).annotations({ identifier: "OpenSpielObservation" })
+/** A decoded OpenSpiel observation. */
 export type Observation = typeof Observation.Type
 
 /** `OpenSpielState`. */

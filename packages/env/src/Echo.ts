@@ -38,6 +38,7 @@ export const rewardOf = (message: string): number => pyLen(message) * 0.1
 
 /** `EchoAction{message: str (min_length 1)}`. */
 export const Action = actionStruct({ message: Schema.String.pipe(Schema.minLength(1)) }, "EchoAction")
+/** A decoded `EchoAction` (a non-empty `message`). */
 export type Action = typeof Action.Type
 
 /** `EchoObservation`. */

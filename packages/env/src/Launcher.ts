@@ -161,29 +161,78 @@ export interface EnvtrainServerOptions {
   readonly env?: Readonly<Record<string, string>>
 }
 
+// This module's own file tells how envtrain runs: `src/*.ts` in the repository (tsx, the "@envtrain/source" export
+// condition), `dist/*.js` when installed from npm (plain node). Every package runs the same way in one process.
+const fromSources = import.meta.url.endsWith(".ts")
+
+/**
+ * The Node flags that make a child process or worker thread load envtrain's packages the way this process does:
+ * from the sources, the "@envtrain/source" export condition (so `@envtrain/<pkg>/X` resolves to `src/X.ts`, not to
+ * a build that may not exist); from the build, none.
+ *
+ * @since 0.0.0
+ */
+export const sourceConditions: ReadonlyArray<string> = fromSources ? ["--conditions=@envtrain/source"] : []
+
+// tsx's ESM loader (a repository devDependency; for users an optional peer that only Launcher.tsx needs).
 const tsxLoader = () => {
   const require = createRequire(import.meta.url)
   return Path.join(Path.dirname(require.resolve("tsx/package.json")), "dist", "loader.mjs")
 }
 
-/** Runs a TypeScript entry point under tsx (`node --import tsx/loader file args…`). */
+/**
+ * Runs a TypeScript entry point under tsx (`node --import tsx/loader file args…`). tsx is an optional peer
+ * dependency: without it this fails with a {@link LaunchError} saying so.
+ *
+ * @since 0.0.0
+ */
 export const tsx = (file: string, args: ReadonlyArray<string>, options: Omit<LaunchOptions, "command" | "args"> = {}) =>
-  launch({ ...options, command: process.execPath, args: ["--import", tsxLoader(), file, ...args] })
+  Effect.try({
+    try: tsxLoader,
+    catch: () =>
+      new LaunchError({
+        command: `tsx ${file}`,
+        reason: "tsx is not installed here: `npm install --save-dev tsx`, or compile the file and start it with " +
+          "Launcher.launch({ command: process.execPath, args: [file] })",
+        output: ""
+      })
+  }).pipe(
+    Effect.flatMap((loader) =>
+      launch({ ...options, command: process.execPath, args: [...sourceConditions, "--import", loader, file, ...args] })
+    )
+  )
+
+/**
+ * The command line (`node [flags] file`) that runs one of envtrain's own modules as a process: `module` is its
+ * built name next to the caller (`new URL("./internal/serveMain.js", import.meta.url)`). From the build that is
+ * plain `node file.js`; from the sources, the `.ts` file under tsx with the source condition.
+ *
+ * @since 0.0.0
+ */
+export const nodeEntry = (module: URL): ReadonlyArray<string> => {
+  const file = fileURLToPath(module)
+  return fromSources
+    ? [...sourceConditions, "--import", tsxLoader(), file.replace(/\.js$/, ".ts")]
+    : [file]
+}
 
 /** Starts `envtrain serve <env>` (a built-in: echo, echo-mcp, wordle, sudoku, catch) as a child process. */
 export const envtrain = (environment: string, options: EnvtrainServerOptions = {}) =>
-  tsx(
-    fileURLToPath(new URL("./internal/serveMain.ts", import.meta.url)),
-    [
-      environment,
-      "--port",
-      "{port}",
-      ...(options.maxConcurrentEnvs !== undefined ? ["--max-concurrent-envs", String(options.maxConcurrentEnvs)] : []),
-      ...(options.sessionTimeout !== undefined ? ["--session-timeout", String(options.sessionTimeout)] : []),
-      ...(options.scenario !== undefined ? ["--scenario", options.scenario] : [])
-    ],
-    {
+  Effect.suspend(() =>
+    launch({
+      command: process.execPath,
+      args: [
+        ...nodeEntry(new URL("./internal/serveMain.js", import.meta.url)),
+        environment,
+        "--port",
+        "{port}",
+        ...(options.maxConcurrentEnvs !== undefined
+          ? ["--max-concurrent-envs", String(options.maxConcurrentEnvs)]
+          : []),
+        ...(options.sessionTimeout !== undefined ? ["--session-timeout", String(options.sessionTimeout)] : []),
+        ...(options.scenario !== undefined ? ["--scenario", options.scenario] : [])
+      ],
       ...(options.healthTimeout !== undefined ? { healthTimeout: options.healthTimeout } : {}),
       ...(options.env !== undefined ? { env: options.env } : {})
-    }
+    })
   )

@@ -140,6 +140,7 @@ export const CallToolAction = actionStruct({
 }, "CallToolAction")
 /** The MCP echo's action: a tool listing or a tool call. */
 export const McpAction = Schema.Union(ListToolsAction, CallToolAction)
+/** A decoded MCP action: `list_tools` or `call_tool`. */
 export type McpAction = typeof McpAction.Type
 
 /** `CallToolObservation` / `ListToolsObservation` (only for `/schema`). */

@@ -39,6 +39,7 @@ export const McpMessage = Schema.Struct({ type: Schema.Literal("mcp"), data: Jso
 
 /** Every client → server `/ws` message. */
 export const ClientMessage = Schema.Union(ResetMessage, StepMessage, StateMessage, CloseMessage, McpMessage)
+/** A decoded client message. */
 export type ClientMessage = typeof ClientMessage.Type
 
 /** The message Schema for each known `type`, as OpenEnv dispatches on `type` before validating. */
@@ -60,6 +61,7 @@ export const ErrorCode = Schema.Literal(
   "FACTORY_ERROR",
   "SESSION_ERROR"
 )
+/** One of OpenEnv's WebSocket error codes. */
 export type ErrorCode = typeof ErrorCode.Type
 
 /** The observation envelope: `reward` and `done` live only here; `metadata` is never sent. */
@@ -79,6 +81,7 @@ export const ServerMessage = Schema.Union(
     data: Schema.Struct({ message: Schema.String, code: Schema.String }, { key: Schema.String, value: Schema.Unknown })
   })
 )
+/** A decoded server message. */
 export type ServerMessage = typeof ServerMessage.Type
 
 /** A server frame as sent (field order matters for byte-level transcripts: `type` first, then `data`). */
@@ -418,6 +421,7 @@ export const JsonRpcRequest = Schema.Struct({
   params: Schema.optionalWith(Schema.Unknown, { default: () => ({}) }),
   id: Schema.optionalWith(Schema.NullOr(Schema.Union(Schema.String, Schema.Int)), { default: () => null })
 })
+/** A decoded JSON-RPC 2.0 request. */
 export type JsonRpcRequest = typeof JsonRpcRequest.Type
 
 /** A JSON-RPC response: always `jsonrpc` and `id`, then exactly one of `result` / `error`. */

@@ -121,6 +121,7 @@ export const catchReadsBoard = Reward.perEpisode<Catch.State, ReadonlyArray<Chat
   }
 )
 
+/** OpenSpiel's Catch with TRL's reward (the flagship demo). */
 export const catchRecipe: Recipe<Catch.State> = {
   name: "catch",
   environment: Registry.builtins.catch.environment,
@@ -194,6 +195,7 @@ export const wordleShapedRewards = [wordleShapedWin, wordleShapedGreens, wordleS
 
 const repeats = (guesses: ReadonlyArray<string>) => guesses.length - new Set(guesses).size
 
+/** TextArena's Wordle with the seed's rewards (reward set `seed`, the default) and envtrain's `shaped` set. */
 export const wordleRecipe: Recipe<Wordle.State> = {
   name: "wordle",
   environment: Registry.builtins.wordle.environment,
@@ -232,6 +234,7 @@ const SUDOKU_SYSTEM = "You are playing Sudoku. Fill the empty cells (.) of the 9
   "and 3x3 box holds the digits 1-9 once. Use ONLY the `place` tool: place(row, col, number) with rows and columns " +
   "1-9. Prefer the guaranteed moves, never repeat a move. No explanation beyond one short line."
 
+/** Sudoku's five shaped reward functions (empty cells, valid moves, repetition, progress, correct), summed. */
 export const sudokuRewards = [
   Reward.perEpisode<Sudoku.State>("reward_empty_cell", (e) => e.environment.empty_cell_reward),
   Reward.perEpisode<Sudoku.State>("reward_valid_moves", (e) => e.environment.valid_move_reward),
@@ -240,6 +243,7 @@ export const sudokuRewards = [
   Reward.perEpisode<Sudoku.State>("reward_correct", (e) => e.environment.correct_reward)
 ]
 
+/** TextArena's Sudoku with its reward functions. */
 export const sudokuRecipe: Recipe<Sudoku.State> = {
   name: "sudoku",
   environment: Registry.builtins.sudoku.environment,
@@ -286,6 +290,7 @@ const echoPlayer: Player = ({ errorRate, seed }) => (episode) =>
     yield* episode.call("echo", { message: err ? phrase.split(" ")[0] : phrase })
   })
 
+/** The echo environment with TRL's length reward. */
 export const echoRecipe: Recipe<Echo.State> = {
   name: "echo",
   environment: Registry.builtins.echo.environment,
@@ -317,6 +322,7 @@ export const browsergymReward = Reward.perEpisode<BrowserGym.State>(
   (e) => BrowserGym.reward(e.environment)
 )
 
+/** BrowserGym's five one-click tasks in a real Chromium. */
 export const browsergymRecipe: Recipe<BrowserGym.State> = {
   name: "browsergym",
   environment: Registry.builtins.browsergym.environment,
@@ -355,6 +361,7 @@ const CARLA_SYSTEM = "You control an autonomous vehicle in an emergency: pedestr
 /** TRL's `reward_func`: the environment's reward, the last action's `rubric_reward` (0 until the scenario ends). */
 export const carlaReward = Reward.perEpisode<Carla.State>("carla", (e) => Carla.reward(e.environment))
 
+/** CARLA's trolley escape. */
 export const carlaRecipe: Recipe<Carla.State> = {
   name: "carla",
   environment: Registry.builtins.carla.environment,
@@ -391,6 +398,7 @@ type MultiState = MultiEnv.State<{ wordle: typeof Wordle.environment; catch: typ
 
 const isCatchRow = (seed: number) => seed % 2 === 1
 
+/** Wordle and Catch routed per row by the dataset's `env` column. */
 export const multiRecipe: Recipe<MultiState> = {
   name: "multi-env",
   environment: multi({ wordle: Registry.builtins.wordle.environment, catch: Registry.builtins.catch.environment }),

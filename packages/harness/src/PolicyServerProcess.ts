@@ -19,7 +19,6 @@
  */
 import { Launcher } from "@envtrain/env"
 import type { Duration } from "effect"
-import { fileURLToPath } from "node:url"
 
 /** What to serve and how. */
 export interface LaunchOptions {
@@ -39,8 +38,6 @@ export interface LaunchOptions {
   readonly healthTimeout?: Duration.DurationInput
 }
 
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
-
 const flag = (name: string, value: string | number | undefined): ReadonlyArray<string> =>
   value === undefined ? [] : [`--${name}`, String(value)]
 
@@ -54,7 +51,8 @@ export const launch = (options: LaunchOptions) =>
   Launcher.launch({
     command: process.execPath,
     args: [
-      bin,
+      // The command's own entry: dist/bin.js from the build, src/bin.ts under tsx from the sources.
+      ...Launcher.nodeEntry(new URL("./bin.js", import.meta.url)),
       "serve-policy",
       "--model",
       options.model,

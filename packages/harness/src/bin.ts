@@ -1,4 +1,5 @@
-// Entry point of the `envtrain` binary (bin/envtrain.mjs loads it through tsx).
+// Entry point of the `envtrain` binary: bin/envtrain.mjs imports its build (dist/bin.js); `npm run envtrain` runs it
+// from the sources under tsx.
 import * as Cli from "./Cli.js"
 import * as Main from "./Main.js"
 

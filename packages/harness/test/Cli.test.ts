@@ -1,14 +1,16 @@
 import { assert, describe, it } from "@effect/vitest"
+import { Launcher } from "@envtrain/env"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
-import { fileURLToPath } from "node:url"
 
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
+// The command from its sources (node + tsx + the source condition); the built binary is what
+// examples/test/Library.test.ts runs in a project outside the repository.
+const bin = Launcher.nodeEntry(new URL("../src/bin.js", import.meta.url))
 
 // The real binary in a real child process: this is what a user runs, including the explicit exit after the GPU.
 const runCli = (args: ReadonlyArray<string>) =>
   Effect.async<{ code: number; stdout: string; stderr: string }>((resume) => {
-    const child = execFile(process.execPath, [bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
+    const child = execFile(process.execPath, [...bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
       resume(Effect.succeed({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, stdout, stderr }))
     })
     return Effect.sync(() => child.kill())

@@ -1,17 +1,18 @@
 import { assert, describe, it } from "@effect/vitest"
+import { Launcher } from "@envtrain/env"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
 
 // Flags a command cannot honour are refused with the fix, not ignored: the real binary in a child process.
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
+// From its sources (node + tsx + the source condition); examples/test/Library.test.ts runs the built binary.
+const bin = Launcher.nodeEntry(new URL("../src/bin.js", import.meta.url))
 
 const run = (args: ReadonlyArray<string>) =>
   Effect.async<{ code: number; out: string }>((resume) => {
-    const child = execFile(process.execPath, [bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
+    const child = execFile(process.execPath, [...bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
       resume(
         Effect.succeed({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, out: stdout + stderr })
       )

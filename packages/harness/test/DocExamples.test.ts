@@ -140,7 +140,9 @@ const options: ts.CompilerOptions = {
   skipLibCheck: true,
   resolveJsonModule: true,
   noEmit: true,
-  types: ["node", "@webgpu/types"]
+  types: ["node", "@webgpu/types"],
+  // The packages' sources, as the repository's tsconfig.base.json resolves them (no build needed).
+  customConditions: ["@envtrain/source"]
 }
 
 const cannotFindName = new Set([2304, 2552, 18004, 2663])

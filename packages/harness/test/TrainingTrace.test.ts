@@ -2,15 +2,17 @@
 // `envtrain harness validate` as a child process on a good file and on malformed ones.
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
+import { Launcher } from "@envtrain/env"
 import { Effect, Either } from "effect"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import * as TrainingTrace from "../src/TrainingTrace.js"
 
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
+// The command from its sources (node + tsx + the source condition); the built binary is what
+// examples/test/Library.test.ts runs in a project outside the repository.
+const bin = Launcher.nodeEntry(new URL("../src/bin.js", import.meta.url))
 
 const turn = (nodeId: string, extra: Record<string, unknown> = {}) => ({
   node_id: nodeId,
@@ -48,7 +50,7 @@ const broken: ReadonlyArray<readonly [TrainingTrace.Rule, unknown]> = [
 
 const runCli = (args: ReadonlyArray<string>) =>
   Effect.async<{ code: number; stdout: string; stderr: string }>((resume) => {
-    const child = execFile(process.execPath, [bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
+    const child = execFile(process.execPath, [...bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
       resume(Effect.succeed({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, stdout, stderr }))
     })
     return Effect.sync(() => child.kill())

@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import { Launcher } from "@envtrain/env"
 import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import * as fs from "node:fs"
@@ -10,14 +11,16 @@ import { afterAll } from "vitest"
 // A user's project outside the repository, as the issue reports it: its own package.json (CommonJS or ESM), its own
 // node_modules holding envtrain and effect, an environment and reward functions in TypeScript and JavaScript,
 // loaded by the real `envtrain` binary in a child process.
-const bin = fileURLToPath(new URL("../bin/envtrain.mjs", import.meta.url))
+// The command from its sources (node + tsx + the source condition, which the symlinked packages resolve through);
+// examples/test/Library.test.ts runs the built binary from packed tarballs.
+const bin = Launcher.nodeEntry(new URL("../src/bin.js", import.meta.url))
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "envtrain-user-modules-"))
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }))
 
 const runCli = (args: ReadonlyArray<string>, cwd: string) =>
   Effect.async<{ code: number; out: string }>((resume) => {
-    const child = execFile(process.execPath, [bin, ...args], { cwd, timeout: 120_000 }, (error, stdout, stderr) => {
+    const child = execFile(process.execPath, [...bin, ...args], { cwd, timeout: 120_000 }, (error, stdout, stderr) => {
       resume(
         Effect.succeed({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, out: stdout + stderr })
       )

@@ -1,6 +1,7 @@
-// The child process Launcher.envtrain starts: `tsx serveMain.ts <env> --port N [--max-concurrent-envs N]
-// [--session-timeout S] [--task T] [--scenario NAME]`. Its flags are read with node:util's parseArgs so that this
-// library needs no command-line package; `envtrain serve` (packages/harness) is the user's form of the same Registry.serve.
+// The child process Launcher.envtrain starts: `node serveMain.js <env> --port N [--max-concurrent-envs N]
+// [--session-timeout S] [--task T] [--scenario NAME]` (from the sources, serveMain.ts under tsx). Its flags are
+// read with node:util's parseArgs so that this library needs no command-line package; `envtrain serve`
+// (packages/harness) is the user's form of the same Registry.serve.
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Duration, Effect } from "effect"
 import { parseArgs } from "node:util"

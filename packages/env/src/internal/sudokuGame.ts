@@ -5,6 +5,7 @@
 import type { Prng } from "./prng.js"
 import { formatAction, SinglePlayerState } from "./textArena.js"
 
+/** A 9×9 Sudoku grid, rows of digits (0 = empty). */
 export type Grid = Array<Array<number>>
 
 export const CLUES = 60

@@ -10,6 +10,7 @@ import { WordleRewardSignals } from "./wordleGame.js"
 
 /** `TextArenaAction`. */
 export const Action = actionStruct({ message: Schema.String }, "TextArenaAction")
+/** A decoded `TextArenaAction` (`message`: the move as text). */
 export type Action = typeof Action.Type
 
 /** `TextArenaMessage`. */

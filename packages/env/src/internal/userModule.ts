@@ -19,6 +19,12 @@ const typeScriptHooks = (): Promise<void> => {
   hooks ??= Promise.all([import("tsx/esm/api"), import("tsx/cjs/api")]).then(([esm, cjs]) => {
     esm.register()
     cjs.register()
+  }, () => {
+    // tsx is an optional peer of the published package: say so rather than blame the user's module's imports.
+    throw new Error(
+      "a TypeScript module loads through tsx, which is not installed here: `npm install --save-dev tsx` in your " +
+        "project, or compile the module and give the path of its .js"
+    )
   })
   return hooks
 }

@@ -8,6 +8,7 @@ import { validGuesses } from "./wordLists.js"
 export const WORD_LENGTH = 5
 export const NUM_GUESSES = 6
 
+/** One letter's feedback: G (right place), Y (in the word elsewhere), X (not in the word). */
 export type Mark = "G" | "Y" | "X"
 
 /** TextArena's two-pass feedback: greens first, then yellows consuming the leftmost unused secret letter. */
@@ -54,6 +55,7 @@ export const pyRound = (x: number): number => {
   return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r
 }
 
+/** TextArena Wordle-v0's opening prompt (the first observation). */
 export const PROMPT =
   "You are Playing Wordle.\nA secret 5-letter word has been chosen. You have 6 attempts to guess it.\n" +
   "For each guess, wrap your word in square brackets (e.g., '[apple]').\nFeedback for each letter will be given as follows:\n" +

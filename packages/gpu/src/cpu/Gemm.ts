@@ -83,6 +83,7 @@ export interface Selected {
   readonly close: () => void
 }
 
+/** Options of {@link select}: threads, determinism, or one route. */
 export interface SelectOptions {
   /** Threads per call (default: every core). Small products run on one whatever the count. */
   readonly threads?: number

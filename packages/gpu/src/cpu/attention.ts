@@ -63,6 +63,7 @@ export interface Route {
   readonly kernels: Kernels
 }
 
+/** The plain-TypeScript route: any arrays, any head_dim, no WebAssembly. */
 export const js: Route = { name: "js", holds: () => true, kernels: jsKernels }
 
 /** A wasm-simd route that owns its memory and hands out arrays in it. */

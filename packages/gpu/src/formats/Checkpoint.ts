@@ -64,6 +64,7 @@ export class UnexpectedTensors extends Data.TaggedError("UnexpectedTensors")<{
   }
 }
 
+/** Every way loading a checkpoint directory can fail. */
 export type LoadError =
   | CheckpointError
   | UnexpectedTensors

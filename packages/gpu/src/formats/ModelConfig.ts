@@ -55,6 +55,7 @@ export const ConfigJson = Schema.Struct({
   pad_token_id: Schema.optional(TokenIds),
   initializer_range: Schema.optional(PositiveNumber)
 })
+/** A decoded `config.json`. */
 export type ConfigJson = typeof ConfigJson.Type
 
 /** Floating-point types a checkpoint may be stored in. */
@@ -107,6 +108,7 @@ export class InvalidModelConfig extends Data.TaggedError("InvalidModelConfig")<{
   }
 }
 
+/** Every way reading a `config.json` can fail. */
 export type ModelConfigError = UnsupportedArchitecture | InvalidModelConfig
 
 const DTYPES: ReadonlyArray<CheckpointDtype> = ["float32", "bfloat16", "float16"]
@@ -295,8 +297,11 @@ export const layerTensorNames = (i: number) => {
   } as const
 }
 
+/** The token embedding's tensor name in Hugging Face Qwen3 checkpoints. */
 export const EMBED_TOKENS = "model.embed_tokens.weight"
+/** The final RMSNorm's tensor name in Hugging Face Qwen3 checkpoints. */
 export const FINAL_NORM = "model.norm.weight"
+/** The output projection's tensor name (absent when the embedding is tied). */
 export const LM_HEAD = "lm_head.weight"
 
 /**

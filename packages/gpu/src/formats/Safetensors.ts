@@ -57,6 +57,7 @@ export const DTYPE_SIZES = {
   I64: 8,
   U64: 8
 } as const
+/** A safetensors dtype name (`BOOL`, `U8`, …, `BF16`, `F16`, `F32`, …). */
 export type Dtype = keyof typeof DTYPE_SIZES
 
 /** Dtypes that can be read into f32. */
@@ -139,6 +140,7 @@ export class SafetensorsIoError extends Data.TaggedError("SafetensorsIoError")<{
   }
 }
 
+/** Every way reading or writing safetensors can fail. */
 export type SafetensorsError =
   | SafetensorsCorrupt
   | UnsupportedDtype
@@ -437,6 +439,7 @@ export const writeFile = (
 
 /** The name of the single-file checkpoint and of the shard index, as transformers uses them. */
 export const SINGLE_FILE = "model.safetensors"
+/** The index of a sharded checkpoint (tensor name → shard file). */
 export const INDEX_FILE = "model.safetensors.index.json"
 
 /** Shard file name `model-00001-of-00003.safetensors`. */

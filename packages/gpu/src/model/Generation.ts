@@ -55,6 +55,7 @@ export interface TopLogprob {
   readonly logprob: number
 }
 
+/** One generated sequence: its tokens and their sampling logprobs. */
 export interface GenerateResult {
   readonly tokens: ReadonlyArray<number>
   /** log_softmax(logits / T)[token] (T = 1 when greedy): what the trainer recomputes. */
@@ -73,6 +74,7 @@ export class GenerationError extends Data.TaggedError("GenerationError")<{ reado
   }
 }
 
+/** The generator's operations (the shape of the `Generator` service). */
 export interface GeneratorService {
   readonly generate: (
     request: GenerateRequest

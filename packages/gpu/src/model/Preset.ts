@@ -25,8 +25,10 @@ import type { Tokenizer } from "@envtrain/text/Tokenizer"
 import type { ModelConfig } from "../formats/ModelConfig.js"
 import { SUPPORTED_ARCHITECTURE } from "../formats/ModelConfig.js"
 
+/** The name of a model size made by envtrain itself (`init-model --preset`). */
 export type PresetName = "tiny" | "small"
 
+/** Every preset's name, smallest first. */
 export const PRESET_NAMES: ReadonlyArray<PresetName> = ["tiny", "small"]
 
 /** The size knobs of a preset. */
@@ -45,6 +47,7 @@ export interface PresetSpec {
   readonly rms_norm_eps: number
 }
 
+/** Each preset's sizes (model and tokenizer). */
 export const presets: Readonly<Record<PresetName, PresetSpec>> = {
   tiny: {
     name: "tiny",

@@ -114,6 +114,7 @@ export interface LossSettings {
   readonly grpo?: GrpoLoss.Settings
 }
 
+/** One training step's results (the step program's, plus the GRPO loss in `"grpo"` mode). */
 export interface TrainResult extends StepProgram.StepResult {
   /** "grpo": the summed loss and TRL's loss-side metrics. */
   readonly grpo?: GrpoLoss.StepLoss
@@ -136,7 +137,9 @@ export class Qwen3UsageError extends Data.TaggedError("Qwen3UsageError")<{ reado
   }
 }
 
+/** Every way running a step of the model can fail. */
 export type RunError = GpuDeviceLost | GpuUncapturedError | Qwen3UsageError
+/** Every way building the model on the device can fail. */
 export type MakeError = GpuShaderError | GpuDeviceLost | GpuOutOfMemory | GpuLimitExceeded | Qwen3UsageError
 
 /** A model on the device. */

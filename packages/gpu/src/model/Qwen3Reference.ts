@@ -207,6 +207,7 @@ export interface LayerActivations {
   readonly act: FloatArray
 }
 
+/** What a forward pass keeps for the backward (activations, per layer). */
 export interface Forward {
   readonly precision: Precision
   readonly batch: number
@@ -456,6 +457,7 @@ export const tokenLogprobs = (
   return { logprobs, entropy }
 }
 
+/** The backward's result: the loss and every weight's gradient. */
 export interface Gradients {
   /** L = Σ_n w_n · logprob_n + Σ_n e_n · entropy_n. */
   readonly loss: number
@@ -596,6 +598,7 @@ export interface KvCache {
   readonly values: ReadonlyArray<FloatArray>
 }
 
+/** An empty KV cache for up to `capacity` tokens, stored at `precision`. */
 export const makeKvCache = (config: Config, capacity: number, precision: Precision = "f32"): KvCache => {
   const nm = numerics(precision)
   const n = config.num_key_value_heads * capacity * config.head_dim
@@ -749,6 +752,7 @@ export const extendBatch = (
   return caches.map((_, s) => logits.subarray(s * V, (s + 1) * V))
 }
 
+/** How one sequence is generated: length, stop tokens and sampling. */
 export interface GenerateOptions extends SamplingParams {
   readonly maxNewTokens: number
   /** Generation ends after emitting any of these (the stop token is included in the output). */
@@ -759,6 +763,7 @@ export interface GenerateOptions extends SamplingParams {
   readonly precision?: Precision
 }
 
+/** One generated sequence: its tokens and their sampling logprobs. */
 export interface Generation {
   readonly tokens: ReadonlyArray<number>
   /** Per generated token: log_softmax(logits / T) (T = 1 when greedy) — see {@link SampledToken}. */
@@ -783,6 +788,7 @@ export const generate = (
   options: GenerateOptions
 ): Generation => generateBatch(config, weights, [{ prompt, options }])[0]
 
+/** One prompt to generate from, with its options. */
 export interface GenerateRequest {
   readonly prompt: ReadonlyArray<number>
   readonly options: GenerateOptions
@@ -864,6 +870,7 @@ export const clipGradNorm = (
   return { totalNorm, scale }
 }
 
+/** AdamW's hyper-parameters for one step. */
 export interface AdamWConfig {
   readonly lr: number
   /** Defaults are torch's / TRL's: betas (0.9, 0.999), eps 1e-8, weight decay 0. */
@@ -873,12 +880,14 @@ export interface AdamWConfig {
   readonly weightDecay?: number
 }
 
+/** AdamW's state: the step count and the first and second moments per weight. */
 export interface AdamWState {
   step: number
   readonly m: Weights
   readonly v: Weights
 }
 
+/** Fresh AdamW state for these weights (zero moments, step 0). */
 export const makeAdamWState = (weights: Weights): AdamWState => {
   const m: Weights = {}
   const v: Weights = {}

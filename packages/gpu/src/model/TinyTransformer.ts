@@ -26,6 +26,7 @@ import type { Op } from "../ops/Ops.js"
 import * as Ops from "../ops/Ops.js"
 import * as Arena from "../runtime/Arena.js"
 
+/** The tiny transformer's sizes. */
 export interface TinyTransformerConfig {
   readonly vocab: number
   readonly dim: number
@@ -356,7 +357,7 @@ export const ops = (plan: Arena.ArenaPlan, c: TinyTransformerConfig): ReadonlyAr
 }
 
 /**
- * One micro-batch of next-token prediction over rows of `tokens` [batch·seq]: targets are the next id in the
+ * One micro-batch of next-token prediction over rows of `tokens` (batch·seq): targets are the next id in the
  * row, the last position of each row is masked out, positions count from 0 in each row.
  */
 export const batch = (

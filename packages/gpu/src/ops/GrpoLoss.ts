@@ -143,6 +143,7 @@ export interface Shape {
 
 /** Tensor names of the kernel's inputs (per micro-batch) and its parameter block. */
 export const TOKENS = "grpo.tok"
+/** The GRPO loss kernel's parameter block tensor. */
 export const PARAMS = "grpo.prm"
 
 /** The kernel's own tensors: per-token inputs [old, ref, sampler, mask] × n and the parameter block. */

@@ -11,6 +11,7 @@ export type FloatArray = Float32Array | Float64Array
 /** How a reference run stores its tensors: `f32` is the GPU specification, `f64` is for finite differences. */
 export type Precision = "f32" | "f64"
 
+/** How a CPU specification allocates and rounds at one precision. */
 export interface Numerics {
   readonly precision: Precision
   readonly alloc: (n: number) => FloatArray
@@ -24,4 +25,5 @@ const identity = (x: number) => x
 const F32: Numerics = { precision: "f32", alloc: (n) => new Float32Array(n), round: Math.fround }
 const F64: Numerics = { precision: "f64", alloc: (n) => new Float64Array(n), round: identity }
 
+/** The {@link Numerics} of a precision (one shared object each). */
 export const numerics = (precision: Precision): Numerics => precision === "f32" ? F32 : F64

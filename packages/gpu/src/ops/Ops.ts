@@ -93,6 +93,7 @@ export interface Custom {
   readonly cpu?: (h: HostArena) => void
 }
 
+/** One op of a program's op list (every kind the lowering knows). */
 export type Op =
   | Custom
   | Cast

@@ -24,6 +24,7 @@ export interface AdamW {
   readonly kind: "adamw"
 }
 
+/** The AdamW update op (over the plan's parameter groups). */
 export const adamw: AdamW = { kind: "adamw" }
 
 // WGSL

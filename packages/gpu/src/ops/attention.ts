@@ -10,6 +10,7 @@ import { ids, view } from "./internal/host.js"
 import { type Numerics, numerics } from "./Numerics.js"
 import { type Binding, builtins, header, linear } from "./Wgsl.js"
 
+/** Causal grouped-query attention (forward). */
 export interface Attention {
   readonly kind: "attention"
   readonly q: Tensor
@@ -27,6 +28,7 @@ export interface Attention {
   readonly kernel: "tiled" | "rows"
 }
 
+/** The backward of {@link Attention}. */
 export interface AttentionBackward {
   readonly kind: "attentionBackward"
   readonly q: Tensor
@@ -82,6 +84,7 @@ export const attention = (
   return { ...o, kind: "attention", positions: o.positions, kernel }
 }
 
+/** Makes an {@link AttentionBackward} op. */
 export const attentionBackward = (
   o: Omit<AttentionBackward, "kind" | "positions" | "kernel"> & {
     readonly positions?: Tensor

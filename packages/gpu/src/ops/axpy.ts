@@ -19,6 +19,7 @@ export interface Axpy {
   readonly beta: number
 }
 
+/** Makes an `y = alpha·x + beta·y` op over the first `n` elements. */
 export const axpy = (o: { x: Tensor; y: Tensor; alpha?: number; beta?: number; n?: number }): Axpy => {
   const n = o.n ?? o.y.size
   atLeast(o.x, n, "axpy")

@@ -42,6 +42,7 @@ export const castToF16Shader = header("n: u32", [["X", "read"], ["Y", "read_writ
   Y[i] = pack2x16float(vec2f(X[2u * i], hi));
 }`
 
+/** WGSL that unpacks f16 pairs (stored as u32) to f32. */
 export const castToF32Shader = header("n: u32", [["X", "read", "u32"], ["Y", "read_write"]]) + `
 @compute @workgroup_size(256) fn main(${builtins}) {
   let i = (wid.y * nwg.x + wid.x) * 256u + lid;

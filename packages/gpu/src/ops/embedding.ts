@@ -9,6 +9,7 @@ import { type DispatchSpec, grid, over, u } from "./internal/dispatch.js"
 import { ids, view } from "./internal/host.js"
 import { builtins, header, linear } from "./Wgsl.js"
 
+/** Looks up token embeddings (forward). */
 export interface Embedding {
   readonly kind: "embedding"
   readonly table: Tensor
@@ -22,6 +23,7 @@ export interface Embedding {
   readonly zeroOthers: boolean
 }
 
+/** Accumulates the embedding's gradient rows (the backward of {@link Embedding}). */
 export interface EmbeddingBackward {
   readonly kind: "embeddingBackward"
   readonly ids: Tensor

@@ -8,16 +8,19 @@ import { type DispatchSpec, f, over, u } from "./internal/dispatch.js"
 import { view } from "./internal/host.js"
 import { builtins, header, linear } from "./Wgsl.js"
 
+/** Sets every element of a tensor to one value. */
 export interface Fill {
   readonly kind: "fill"
   readonly out: Tensor
   readonly value: number
 }
 
+/** Makes a {@link Fill} op (default value 0). */
 export const fill = (out: Tensor, value = 0): Fill => ({ kind: "fill", out, value })
 
 // WGSL
 
+/** The {@link Fill} kernel's WGSL. */
 export const fillShader = header("n: u32, value: f32", [["Y", "read_write"]]) + `
 @compute @workgroup_size(256) fn main(${builtins}) {
   ${linear(256)}

@@ -22,6 +22,7 @@ export interface GradNorm {
   readonly kind: "gradNorm"
 }
 
+/** The global gradient-norm and clipping op (over the plan's gradient groups). */
 export const gradNorm: GradNorm = { kind: "gradNorm" }
 
 // WGSL

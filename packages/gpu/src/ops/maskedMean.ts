@@ -9,6 +9,7 @@ import { type Bind, type DispatchSpec, f, grid, u } from "./internal/dispatch.js
 import { view } from "./internal/host.js"
 import { type Binding, builtins, header } from "./Wgsl.js"
 
+/** The mean of a tensor's elements where a mask is set. */
 export interface MaskedMean {
   readonly kind: "maskedMean"
   readonly x: Tensor

@@ -33,8 +33,10 @@ export type MatmulTier =
   | "tiled128hh"
   | "subgroupMatrix"
 
+/** The tiers a benchmark sweeps: all but the experimental tiled128hh and subgroupMatrix (tiled128h needs shader-f16). */
 export const MATMUL_TIERS: ReadonlyArray<MatmulTier> = ["tiled64", "tiled64v4", "tiled128", "tiled128v4", "tiled128h"]
 
+/** C = alpha·op(A)·op(B) + beta·C, with the tier that runs it. */
 export interface Matmul {
   readonly kind: "matmul"
   readonly tier: MatmulTier

@@ -10,6 +10,7 @@ import { view } from "./internal/host.js"
 import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 import { builtins, header, linear, reduce64 } from "./Wgsl.js"
 
+/** RMSNorm over rows (forward; keeps the reciprocal RMS for the backward). */
 export interface RmsNorm {
   readonly kind: "rmsNorm"
   readonly x: Tensor
@@ -21,6 +22,7 @@ export interface RmsNorm {
   readonly eps: number
 }
 
+/** The backward of {@link RmsNorm}: dx and the weight's gradient. */
 export interface RmsNormBackward {
   readonly kind: "rmsNormBackward"
   readonly x: Tensor
@@ -45,6 +47,7 @@ export const rmsNorm = (o: { x: Tensor; weight: Tensor; y: Tensor; rstd: Tensor;
   return { kind: "rmsNorm", x: o.x, weight: o.weight, y: o.y, rstd: o.rstd, rows, dim, eps: o.eps }
 }
 
+/** Makes an {@link RmsNormBackward} op. */
 export const rmsNormBackward = (
   o: { x: Tensor; weight: Tensor; rstd: Tensor; dy: Tensor; dx: Tensor; dWeight: Tensor; accumulate?: boolean }
 ): RmsNormBackward => {

@@ -10,6 +10,7 @@ import { ids, view } from "./internal/host.js"
 import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 import { builtins, header, linear } from "./Wgsl.js"
 
+/** Rotary position embedding applied in place (forward or, inverted, backward). */
 export interface Rope {
   readonly kind: "rope"
   readonly x: Tensor

@@ -10,6 +10,7 @@ import { view } from "./internal/host.js"
 import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 import { builtins, header, linear } from "./Wgsl.js"
 
+/** out = silu(gate) · up (forward). */
 export interface Swiglu {
   readonly kind: "swiglu"
   readonly gate: Tensor
@@ -17,6 +18,7 @@ export interface Swiglu {
   readonly out: Tensor
 }
 
+/** The backward of {@link Swiglu}: the gradients of gate and up. */
 export interface SwigluBackward {
   readonly kind: "swigluBackward"
   readonly gate: Tensor
@@ -26,16 +28,19 @@ export interface SwigluBackward {
   readonly dUp: Tensor
 }
 
+/** Makes a {@link Swiglu} op. */
 export const swiglu = (o: { gate: Tensor; up: Tensor; out: Tensor }): Swiglu => {
   atLeast(o.up, o.gate.size, "swiglu up")
   atLeast(o.out, o.gate.size, "swiglu out")
   return { ...o, kind: "swiglu" }
 }
 
+/** Makes a {@link SwigluBackward} op. */
 export const swigluBackward = (o: Omit<SwigluBackward, "kind">): SwigluBackward => ({ ...o, kind: "swigluBackward" })
 
 // WGSL
 
+/** The {@link Swiglu} kernel's WGSL. */
 export const swigluShader = header("n: u32", [["G", "read"], ["U", "read"], ["O", "read_write"]]) + `
 @compute @workgroup_size(256) fn main(${builtins}) {
   ${linear(256)}
@@ -44,6 +49,7 @@ export const swigluShader = header("n: u32", [["G", "read"], ["U", "read"], ["O"
   O[i] = g / (1.0 + exp(-g)) * U[i];
 }`
 
+/** The {@link SwigluBackward} kernel's WGSL. */
 export const swigluBackwardShader = header("n: u32", [["G", "read"], ["U", "read"], ["DO", "read"], [
   "DG",
   "read_write"

@@ -10,6 +10,7 @@ import { ids, view } from "./internal/host.js"
 import { type FloatArray, type Numerics, numerics } from "./Numerics.js"
 import { type Binding, builtins, header, linear } from "./Wgsl.js"
 
+/** The tempered logprob of each target token (and the entropy) from a chunk of logits. */
 export interface TokenLogprobs {
   readonly kind: "tokenLogprobs"
   /** A chunk of logits [rows, vocab] (row r is token rowOffset + r). */
@@ -24,6 +25,7 @@ export interface TokenLogprobs {
   readonly invTemperature: number
 }
 
+/** The backward of {@link TokenLogprobs}: dLogits from d logprob (and d entropy). */
 export interface TokenLogprobsBackward {
   readonly kind: "tokenLogprobsBackward"
   /** Overwritten in place with dLogits. */
@@ -39,6 +41,7 @@ export interface TokenLogprobsBackward {
   readonly invTemperature: number
 }
 
+/** Makes a {@link TokenLogprobs} op. */
 export const tokenLogprobs = (o: {
   logits: Tensor
   targets: Tensor
@@ -68,6 +71,7 @@ export const tokenLogprobs = (o: {
   }
 }
 
+/** Makes a {@link TokenLogprobsBackward} op. */
 export const tokenLogprobsBackward = (o: {
   logits: Tensor
   targets: Tensor

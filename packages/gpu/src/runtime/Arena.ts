@@ -20,6 +20,8 @@
  *
  * @since 0.0.0
  */
+// Its declarations name WebGPU's types (GPUDevice, GPUBuffer…): the emitted .d.ts keeps this reference for users.
+/// <reference types="@webgpu/types" preserve="true" />
 import { Effect } from "effect"
 import type { Scope } from "effect"
 import { Gpu } from "./Gpu.js"
@@ -137,6 +139,7 @@ export const scalarWords = (s: StepScalars): Float32Array => {
 
 /** Names of the tensors every plan carries. */
 export const STEP_SCALARS = "step.scalars"
+/** The tensor of a step's results: the only values read back each step. */
 export const STEP_RESULTS = "step.results"
 /** Slots of `step.scalars` (written by the host each step). */
 export const Scalar = {
@@ -153,12 +156,16 @@ export const Scalar = {
 } as const
 /** Slots of `step.results` (the only values read back each step). */
 export const Result = { loss: 0, gradNorm: 1, clipScale: 2, skipped: 3, user: 4 } as const
+/** The number of slots in `step.scalars`. */
 export const SCALAR_SLOTS = 16
 
 /** The groups of a parameter set and its AdamW state, mirrored slot for slot. */
 export const PARAM = "param"
+/** The group of gradients (`grad.<name>`). */
 export const GRAD = "grad"
+/** The group of AdamW's first moments (`adam.m.<name>`). */
 export const ADAM_M = "adam.m"
+/** The group of AdamW's second moments (`adam.v.<name>`). */
 export const ADAM_V = "adam.v"
 
 /** Declares `param.<name>`, `grad.<name>`, `adam.m.<name>` and `adam.v.<name>` for each parameter. */

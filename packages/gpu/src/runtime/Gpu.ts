@@ -22,6 +22,8 @@
  *
  * @since 0.0.0
  */
+// Its declarations name WebGPU's types (GPUDevice, GPUBuffer…): the emitted .d.ts keeps this reference for users.
+/// <reference types="@webgpu/types" preserve="true" />
 import { Context, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import { create, globals } from "webgpu"

@@ -15,6 +15,8 @@
  *
  * @since 0.0.0
  */
+// Its declarations name WebGPU's types (GPUDevice, GPUBuffer…): the emitted .d.ts keeps this reference for users.
+/// <reference types="@webgpu/types" preserve="true" />
 import { Effect } from "effect"
 import type { Scope } from "effect"
 import { type DispatchSpec, lower } from "../ops/Lowering.js"

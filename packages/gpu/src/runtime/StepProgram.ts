@@ -61,6 +61,7 @@ export interface StepCounters {
   readonly wallMillis: number
 }
 
+/** What one step reads back: the loss, the gradient norm and the clipping. */
 export interface StepResult {
   readonly loss: number
   readonly gradNorm: number
@@ -84,6 +85,7 @@ export interface KernelProfile {
   readonly gbytesPerSecond: number
 }
 
+/** A recorded training step: the micro-batch program and the optimizer program, replayed every step. */
 export interface StepProgram {
   readonly microBatch: Program.Program
   readonly optimizer: Program.Program

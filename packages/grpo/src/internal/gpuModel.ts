@@ -34,6 +34,7 @@ import {
   type TrainableModel
 } from "./model.js"
 
+/** Options of the GPU model (`Trainer.gpuModel`): its batch shape and the run's temperature. */
 export interface GpuModelOptions {
   /** Rows of a training / scoring batch (use perDeviceTrainBatchSize). */
   readonly batch: number

@@ -151,6 +151,7 @@ export interface StepDecoder {
   }
 }
 
+/** A model the trainer can sample from, score and update: the CPU reference, the CPU worker and the GPU model implement it. */
 export interface TrainableModel {
   /** Optional: which device runs the model, in words (printed by the CLI and the examples). */
   readonly device?: string

@@ -3,7 +3,7 @@
  * trainer's thread would run) and its frozen copies, and answers each request in order, one at a time. Every
  * method of the CPU model is synchronous, so a request runs to the end before the next message is read (no
  * interleaving); its effect is run with `runSyncExit` and its failure is sent back, never thrown. Started by
- * `modelWorkerEntry.mjs`, which registers tsx so this file loads from source.
+ * `workerModel.ts` as the thread's entry (from the sources through `modelWorkerEntry.mjs`, which registers tsx).
  */
 import { CpuDevice } from "@envtrain/gpu"
 import type { Tokenizer } from "@envtrain/text/Tokenizer"

@@ -15,6 +15,7 @@
  *   model interface has no error channel, and the run stops); every call has a time limit, after which the worker
  *   is terminated (its state is unknown) and the call fails the same way.
  */
+import { Launcher } from "@envtrain/env"
 import type { Checkpoint, CpuDevice } from "@envtrain/gpu"
 import { Data, Deferred, Duration, Effect, type Scope } from "effect"
 import { Worker } from "node:worker_threads"
@@ -52,8 +53,11 @@ export interface WorkerHandle {
   readonly terminate: Effect.Effect<void>
 }
 
-// The entry registers tsx in the worker thread, then imports modelWorker.ts (the sources are TypeScript).
-const ENTRY = new URL("./modelWorkerEntry.mjs", import.meta.url)
+// From the build the worker is modelWorker.js itself. From the sources (this file is .ts) the entry registers tsx in
+// the thread, then imports modelWorker.ts; the thread gets the source condition (Launcher.sourceConditions) too.
+const ENTRY = import.meta.url.endsWith(".ts")
+  ? new URL("./modelWorkerEntry.mjs", import.meta.url)
+  : new URL("./modelWorker.js", import.meta.url)
 
 /** Starts the worker in the current Scope, gives it the weights, and returns the model and the worker. */
 export const start = (
@@ -78,7 +82,7 @@ export const start = (
 
     const worker = yield* Effect.acquireRelease(
       Effect.try({
-        try: () => new Worker(ENTRY, { name }),
+        try: () => new Worker(ENTRY, { name, execArgv: [...process.execArgv, ...Launcher.sourceConditions] }),
         catch: (e) => new WorkerModelError({ worker: name, problem: `it could not start: ${(e as Error).message}` })
       }),
       (w) =>

@@ -86,6 +86,7 @@ export interface SamplingParams {
   readonly repetitionPenalty?: number
 }
 
+/** One sampled token with its logprobs. */
 export interface SampledToken {
   readonly token: number
   /** log_softmax(logits / T)[token] over the full vocabulary (T = 1 when greedy): what the trainer recomputes. */

@@ -13,6 +13,7 @@ export const f = (x: number): Word => ["f", x]
  */
 export type Bind = Tensor | { readonly shard: number; readonly bytes: number } | { readonly scratch: number }
 
+/** One compute dispatch of a lowered op: its WGSL, bindings, parameter words and workgroup grid. */
 export interface DispatchSpec {
   readonly label: string
   readonly code: string

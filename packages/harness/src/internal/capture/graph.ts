@@ -8,6 +8,7 @@ import type { TrainingTrace } from "../../TrainingTrace.js"
 import type { Captured, ChatBody } from "./dialect.js"
 import type { FailureKind } from "./upstream.js"
 
+/** A conversation's role: the agent's own, an auxiliary call (title generation: loss mask 0), or discarded (led nowhere). */
 export type Role = "agent" | "auxiliary" | "discarded"
 
 export interface Turn {
@@ -21,18 +22,21 @@ export interface Turn {
   readonly parent: string | undefined
 }
 
+/** A transport failure recorded in a capture session. */
 export interface Failure {
   readonly kind: FailureKind
   readonly message: string
   readonly at: string
 }
 
+/** One conversation of a capture session: its root turn, its role and its length. */
 export interface Conversation {
   readonly root_id: string
   readonly role: Role
   readonly n_turns: number
 }
 
+/** What `GET /admin/sessions/ID` reports about a capture session. */
 export interface SessionStatus {
   readonly session_id: string
   readonly label: string | null
