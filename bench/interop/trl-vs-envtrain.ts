@@ -164,6 +164,8 @@ const runEnvtrain = (modelDir: string, round: number) =>
     // What `npm start` trains on: the CPU device in its worker thread.
     const base = yield* Trainer.cpuModel(checkpoint, { threads: settings.torchThreads })
     const counters = { decodeSeconds: 0, trainedTokens: 0, prompts: [] as Array<Array<number>> }
+    const trained = (batch: Trainer.SequenceBatch) =>
+      sum(batch.prompts.map((p, i) => p.length + batch.completions[i].length))
     const model: Trainer.TrainableModel = {
       ...base,
       generate: (requests) =>
@@ -177,9 +179,17 @@ const runEnvtrain = (modelDir: string, round: number) =>
         }),
       accumulate: (batch, temperature, weightsFor) =>
         Effect.suspend(() => {
-          counters.trainedTokens += sum(batch.prompts.map((p, i) => p.length + batch.completions[i].length))
+          counters.trainedTokens += trained(batch)
           return base.accumulate(batch, temperature, weightsFor)
-        })
+        }),
+      // The CPU device's worker computes the loss itself: the trainer calls this instead of accumulate.
+      ...(base.accumulateLoss === undefined ? {} : {
+        accumulateLoss: (batch, temperature, inputs, options) =>
+          Effect.suspend(() => {
+            counters.trainedTokens += trained(batch)
+            return base.accumulateLoss!(batch, temperature, inputs, options)
+          })
+      })
     }
     const g = settings.grpo
     const rows = Dataset.fromRows(

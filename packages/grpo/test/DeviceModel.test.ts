@@ -70,12 +70,13 @@ describe("CPU device model", () => {
       const batch = batchOf(requests(1).map((r) => r.promptIds), completions)
       const w = () => Array.from({ length: 3 * batch.length }, (_, i) => (i % 3) - 1)
       const [a, b] = [yield* one.accumulate(batch, 1, w), yield* many.accumulate(batch, 1, w)]
-      assert.isBelow(maxRel(a.logprobs, b.logprobs), 1e-6)
+      // Passes of other sizes change the matmuls' shapes (BLAS picks kernels by shape) and the packing: f32 rounding.
+      assert.isBelow(maxRel(a.logprobs, b.logprobs), 1e-5)
       yield* one.step(adam)
       yield* many.step(adam)
       const s1 = yield* one.exportState
       const s2 = yield* many.exportState
-      for (const [name, t] of s1.weights) assert.isBelow(maxRel(s2.weights.get(name)!.data, t.data), 1e-6, name)
+      for (const [name, t] of s1.weights) assert.isBelow(maxRel(s2.weights.get(name)!.data, t.data), 1e-5, name)
       // A fresh model given the state and moments continues exactly like the first.
       const copy = deviceModel(checkpoint, { gemm: Gemm.spec })
       yield* copy.importState(s1)
