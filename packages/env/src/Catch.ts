@@ -25,6 +25,7 @@ import * as Environment from "./Environment.js"
 import { CatchGame, formatObservation, TERMINAL_PLAYER_ID } from "./internal/catchGame.js"
 import { actionStruct, BaseState, defaultMetadata, episodeIdFrom, seedFrom } from "./internal/openEnvSupport.js"
 import * as Prng from "./internal/prng.js"
+import { stepOrToolError } from "./internal/serverToolErrors.js"
 import type { OpenEnvDefinition, StepResult } from "./OpenEnv.js"
 import { OpenEnvExecutionError } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
@@ -171,8 +172,11 @@ export interface State {
 /** The Catch tool service. */
 export class CatchTools extends Context.Tag("@envtrain/env/Catch/CatchTools")<CatchTools, {
   readonly reset: (columns: { readonly seed?: number | undefined }) => Effect.Effect<Option.Option<string>>
-  readonly move: (params: { readonly direction: "left" | "right" }) => Effect.Effect<string, Tool.GameOver>
-  readonly stay: () => Effect.Effect<string, Tool.GameOver>
+  /** Fails with GameOver after the end; a remote's ToolError is what its server answered (TRL's tool error). */
+  readonly move: (
+    params: { readonly direction: "left" | "right" }
+  ) => Effect.Effect<string, Tool.GameOver | Tool.ToolError>
+  readonly stay: () => Effect.Effect<string, Tool.GameOver | Tool.ToolError>
   readonly state: Effect.Effect<State>
 }>() {
   /** A fresh game per build; `reset` seeds it from the row's `seed` column. */
@@ -287,10 +291,10 @@ export const remoteLayer = (url: string, options: RemoteOptions = {}) =>
       let steps = 0
       // Combinators, not a `function*` per call (see `Wordle.remoteLayer`).
       const act = (actionId: number) =>
-        Effect.suspend(() =>
+        Effect.suspend((): Effect.Effect<string, Tool.GameOver | Tool.ToolError> =>
           done
             ? Effect.fail(new Tool.GameOver({ message: "Episode is done." }))
-            : Effect.map(Effect.orDie(client.step({ action_id: actionId })), (r) => {
+            : Effect.map(stepOrToolError(client.step({ action_id: actionId })), (r) => {
               steps += 1
               reward = typeof r.reward === "number" ? r.reward : 0
               done = r.done
