@@ -5,6 +5,12 @@
  * @internal
  */
 import { readFileSync } from "node:fs"
+
+/**
+ * A shared `WebAssembly.Memory`: the buffer the routes' tensors are views of, and `grow` (in 64 KiB pages).
+ *
+ * @since 0.0.0
+ */
 export interface WasmMemory {
   readonly buffer: SharedArrayBuffer
   grow(pages: number): number
