@@ -283,7 +283,13 @@ const markdown = (name: string, args: Args, results: ReadonlyArray<Pipeline.RunR
   }`
   return [
     `# Learning: ${name}${args.tag === undefined ? "" : ` (experiment ${args.tag})`} over ${rows.length} seeds ` +
-    `(tiny preset, CPU reference model)`,
+    `(${first.settings.preset} preset, ${
+      first.settings.backend === "cpu"
+        ? "CPU device"
+        : first.settings.backend === "gpu"
+        ? "WebGPU"
+        : "CPU reference model"
+    })`,
     "",
     ...(first.settings.rewards === undefined ? [] : [`Rewards: ${first.settings.rewards}.`, ""]),
     `Machine: ${machine}. ${args.fromRuns === undefined ? "Wall time" : "Time of the runs summed"} ${
