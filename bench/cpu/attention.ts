@@ -178,8 +178,7 @@ const gemmRunner = (s: AttentionShape, gemm: Gemm) => {
     if (from !== undefined) a.set(from)
     return a
   }
-  const { batch: B, headDim: D, heads: H, kvHeads: KV, seq: T } = s
-  const shape = { B, T, H, KV, D, scale: s.scale }
+  const { batch: B, heads: H, seq: T } = s
   const q = alloc(inp.q.length, inp.q)
   const k = alloc(inp.k.length, inp.k)
   const v = alloc(inp.v.length, inp.v)
@@ -191,8 +190,23 @@ const gemmRunner = (s: AttentionShape, gemm: Gemm) => {
   const dv = alloc(v.length)
   const scratch = alloc(GemmAttention.scratchSize(T))
   return {
-    forward: () => GemmAttention.forward(gemm, shape, q, k, v, inp.segmentStart, out, lse, scratch),
-    backward: () => GemmAttention.backward(gemm, shape, q, k, v, inp.segmentStart, out, lse, dOut, dq, dk, dv, scratch),
+    forward: () =>
+      GemmAttention.forward(gemm, { shape: s, q, k, v, segmentStart: inp.segmentStart, out, lse, scratch }),
+    backward: () =>
+      GemmAttention.backward(gemm, {
+        shape: s,
+        q,
+        k,
+        v,
+        segmentStart: inp.segmentStart,
+        out,
+        lse,
+        dOut,
+        dq,
+        dk,
+        dv,
+        scratch
+      }),
     decode: undefined,
     decodeOut: () => new Float32Array(0),
     hasBackward: true,

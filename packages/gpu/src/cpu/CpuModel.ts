@@ -461,31 +461,10 @@ export const make = (
     for (let l = 0; l < L; l++) {
       const lay = w.layers[l]
       attentionInputs(l, lay, N, w.positions)
-      if (tiled !== undefined) {
-        Attention.forward({
-          shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
-          q: lay.q,
-          k: lay.k,
-          v: lay.v,
-          segmentStart: w.segmentStart,
-          out: lay.attnOut,
-          lse: lay.lse,
-          scratch: tiledScratch(T),
-          route: tiled
-        })
-      } else {
-        attentionForward(
-          gemm,
-          { B, T, H, KV, D, scale },
-          lay.q,
-          lay.k,
-          lay.v,
-          w.segmentStart,
-          lay.attnOut,
-          lay.lse,
-          blockScratch(T)
-        )
-      }
+      const shape = { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale }
+      const io = { shape, q: lay.q, k: lay.k, v: lay.v, segmentStart: w.segmentStart, out: lay.attnOut, lse: lay.lse }
+      if (tiled !== undefined) Attention.forward({ ...io, scratch: tiledScratch(T), route: tiled })
+      else attentionForward(gemm, { ...io, scratch: blockScratch(T) })
       outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output)
     }
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
@@ -563,39 +542,21 @@ export const make = (
       )
       // Attention: afterAttn = input + o_proj(attnOut).
       linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
-      if (tiled !== undefined) {
-        Attention.backward({
-          shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
-          q: a.q,
-          k: a.k,
-          v: a.v,
-          segmentStart: w.segmentStart,
-          out: a.attnOut,
-          lse: a.lse,
-          dOut: w.dAttn,
-          dq: w.dq,
-          dk: w.dk,
-          dv: w.dv,
-          scratch: tiledScratch(T),
-          route: tiled
-        })
-      } else {
-        attentionBackward(
-          gemm,
-          { B, T, H, KV, D, scale },
-          a.q,
-          a.k,
-          a.v,
-          w.segmentStart,
-          a.attnOut,
-          a.lse,
-          w.dAttn,
-          w.dq,
-          w.dk,
-          w.dv,
-          blockScratch(T)
-        )
+      const io = {
+        shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
+        q: a.q,
+        k: a.k,
+        v: a.v,
+        segmentStart: w.segmentStart,
+        out: a.attnOut,
+        lse: a.lse,
+        dOut: w.dAttn,
+        dq: w.dq,
+        dk: w.dk,
+        dv: w.dv
       }
+      if (tiled !== undefined) Attention.backward({ ...io, scratch: tiledScratch(T), route: tiled })
+      else attentionBackward(gemm, { ...io, scratch: blockScratch(T) })
       K.rope(w.dq, N, H, D, w.positions, ropeCos, ropeSin, -1, w.dq)
       K.rope(w.dk, N, KV, D, w.positions, ropeCos, ropeSin, -1, w.dk)
       // q/k norms: the rope output buffers (a.q, a.k) are not needed any more, so the projections' gradients go there.

@@ -5,8 +5,10 @@
  * Memory is two blocks of [rows × keys] scratch (bounded by the block size times the row's length, never T×T per
  * head). The arithmetic is `ops/attention.ts`' cpuAttention's; the products' summation order is the route's.
  *
- * Layouts as `../attention.ts`: q, out, dOut, dq [N, H, D]; k, v, dk, dv [N, KV, D]; lse [N, H]; segmentStart [N].
+ * Layouts and argument records as `../attention.ts` (its `Forward` / `Backward`; `tile` and `route` are not read):
+ * q, out, dOut, dq [N, H, D]; k, v, dk, dv [N, KV, D]; lse [N, H]; segmentStart [N].
  */
+import type * as Attn from "../attention.js"
 import type { Gemm } from "../Gemm.js"
 
 /** Query rows per block. */
@@ -14,15 +16,6 @@ export const BLOCK = 128
 
 /** Scratch values one call needs for rows of T tokens (two blocks of scores). */
 export const scratchSize = (T: number) => 2 * Math.min(BLOCK, T) * T
-
-export interface Shape {
-  readonly B: number
-  readonly T: number
-  readonly H: number
-  readonly KV: number
-  readonly D: number
-  readonly scale: number
-}
 
 // The first key a block of query rows t0…t1−1 can see (the earliest segment start among them).
 const firstKey = (segmentStart: Int32Array, n0: number, rows: number) => {
@@ -71,19 +64,24 @@ const softmaxRows = (
   }
 }
 
-/** Writes out [N, H, D] and lse [N, H]. */
-export const forward = (
-  gemm: Gemm,
-  s: Shape,
-  q: Float32Array,
-  k: Float32Array,
-  v: Float32Array,
-  segmentStart: Int32Array,
-  out: Float32Array,
-  lse: Float32Array,
-  scratch: Float32Array
-): void => {
-  const { B, D, H, KV, T, scale } = s
+/** One block of query rows of one (batch row, query head): where its rows, keys and outputs are. */
+interface Block {
+  readonly h: number
+  readonly t0: number
+  readonly rows: number
+  /** Packed index of the block's first row. */
+  readonly n0: number
+  /** The first key the block can see, and how many keys from it. */
+  readonly kLo: number
+  readonly keys: number
+  /** Offsets of the block's first q row ([N, H, D]) and first key row ([N, KV, D]). */
+  readonly qo: number
+  readonly ko: number
+}
+
+// Visits every block of query rows of every batch row and query head, in order.
+const eachBlock = (a: Attn.Forward, visit: (block: Block) => void) => {
+  const { batch: B, headDim: D, heads: H, kvHeads: KV, seq: T } = a.shape
   const G = H / KV
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
@@ -91,69 +89,47 @@ export const forward = (
       for (let t0 = 0; t0 < T; t0 += BLOCK) {
         const rows = Math.min(BLOCK, T - t0)
         const n0 = b * T + t0
-        const kLo = firstKey(segmentStart, n0, rows)
-        const keys = t0 + rows - kLo
-        const qa = q.subarray((n0 * H + h) * D)
-        const ka = k.subarray(((b * T + kLo) * KV + g) * D)
-        const va = v.subarray(((b * T + kLo) * KV + g) * D)
-        gemm.sgemm(false, true, rows, keys, D, scale, qa, H * D, ka, KV * D, 0, scratch, keys)
-        softmaxRows(scratch, keys, rows, t0, kLo, segmentStart, n0, lse, n0 * H + h, H, false)
-        gemm.sgemm(false, false, rows, D, keys, 1, scratch, keys, va, KV * D, 0, out.subarray((n0 * H + h) * D), H * D)
+        const kLo = firstKey(a.segmentStart, n0, rows)
+        visit({ h, t0, rows, n0, kLo, keys: t0 + rows - kLo, qo: (n0 * H + h) * D, ko: ((b * T + kLo) * KV + g) * D })
       }
     }
   }
 }
 
+/** Writes out [N, H, D] and lse [N, H]; `a.scratch` holds {@link scratchSize} values. */
+export const forward = (gemm: Gemm, a: Attn.Forward): void => {
+  const { headDim: D, heads: H, kvHeads: KV, scale } = a.shape
+  eachBlock(a, ({ h, kLo, keys, ko, n0, qo, rows, t0 }) => {
+    const S = a.scratch
+    gemm.sgemm(false, true, rows, keys, D, scale, a.q.subarray(qo), H * D, a.k.subarray(ko), KV * D, 0, S, keys)
+    softmaxRows(S, keys, rows, t0, kLo, a.segmentStart, n0, a.lse, n0 * H + h, H, false)
+    gemm.sgemm(false, false, rows, D, keys, 1, S, keys, a.v.subarray(ko), KV * D, 0, a.out.subarray(qo), H * D)
+  })
+}
+
 /** Writes dq [N, H, D], dk and dv [N, KV, D] from dOut and the forward's q, k, v, out, lse. */
-export const backward = (
-  gemm: Gemm,
-  s: Shape,
-  q: Float32Array,
-  k: Float32Array,
-  v: Float32Array,
-  segmentStart: Int32Array,
-  out: Float32Array,
-  lse: Float32Array,
-  dOut: Float32Array,
-  dq: Float32Array,
-  dk: Float32Array,
-  dv: Float32Array,
-  scratch: Float32Array
-): void => {
-  const { B, D, H, KV, T, scale } = s
-  const G = H / KV
-  dk.fill(0, 0, B * T * KV * D)
-  dv.fill(0, 0, B * T * KV * D)
-  for (let b = 0; b < B; b++) {
-    for (let h = 0; h < H; h++) {
-      const g = (h / G) | 0
-      for (let t0 = 0; t0 < T; t0 += BLOCK) {
-        const rows = Math.min(BLOCK, T - t0)
-        const n0 = b * T + t0
-        const kLo = firstKey(segmentStart, n0, rows)
-        const keys = t0 + rows - kLo
-        const P = scratch
-        const dS = scratch.subarray(rows * keys)
-        const qo = (n0 * H + h) * D
-        const kOff = ((b * T + kLo) * KV + g) * D
-        const qa = q.subarray(qo)
-        const ka = k.subarray(kOff)
-        const va = v.subarray(kOff)
-        const dOa = dOut.subarray(qo)
-        gemm.sgemm(false, true, rows, keys, D, scale, qa, H * D, ka, KV * D, 0, P, keys)
-        softmaxRows(P, keys, rows, t0, kLo, segmentStart, n0, lse, n0 * H + h, H, true)
-        gemm.sgemm(false, true, rows, keys, D, 1, dOa, H * D, va, KV * D, 0, dS, keys)
-        for (let r = 0; r < rows; r++) {
-          const o = qo + r * H * D
-          let delta = 0
-          for (let d = 0; d < D; d++) delta += dOut[o + d] * out[o + d]
-          const base = r * keys
-          for (let c = 0; c < keys; c++) dS[base + c] = P[base + c] * (dS[base + c] - delta) * scale
-        }
-        gemm.sgemm(false, false, rows, D, keys, 1, dS, keys, ka, KV * D, 0, dq.subarray(qo), H * D)
-        gemm.sgemm(true, false, keys, D, rows, 1, dS, keys, qa, H * D, 1, dk.subarray(kOff), KV * D)
-        gemm.sgemm(true, false, keys, D, rows, 1, P, keys, dOa, H * D, 1, dv.subarray(kOff), KV * D)
-      }
+export const backward = (gemm: Gemm, a: Attn.Backward): void => {
+  const { batch: B, headDim: D, heads: H, kvHeads: KV, scale, seq: T } = a.shape
+  a.dk.fill(0, 0, B * T * KV * D)
+  a.dv.fill(0, 0, B * T * KV * D)
+  eachBlock(a, ({ h, kLo, keys, ko, n0, qo, rows, t0 }) => {
+    const P = a.scratch
+    const dS = a.scratch.subarray(rows * keys)
+    const qa = a.q.subarray(qo)
+    const ka = a.k.subarray(ko)
+    const dOa = a.dOut.subarray(qo)
+    gemm.sgemm(false, true, rows, keys, D, scale, qa, H * D, ka, KV * D, 0, P, keys)
+    softmaxRows(P, keys, rows, t0, kLo, a.segmentStart, n0, a.lse, n0 * H + h, H, true)
+    gemm.sgemm(false, true, rows, keys, D, 1, dOa, H * D, a.v.subarray(ko), KV * D, 0, dS, keys)
+    for (let r = 0; r < rows; r++) {
+      const o = qo + r * H * D
+      let delta = 0
+      for (let d = 0; d < D; d++) delta += a.dOut[o + d] * a.out[o + d]
+      const base = r * keys
+      for (let c = 0; c < keys; c++) dS[base + c] = P[base + c] * (dS[base + c] - delta) * scale
     }
-  }
+    gemm.sgemm(false, false, rows, D, keys, 1, dS, keys, ka, KV * D, 0, a.dq.subarray(qo), H * D)
+    gemm.sgemm(true, false, keys, D, rows, 1, dS, keys, qa, H * D, 1, a.dk.subarray(ko), KV * D)
+    gemm.sgemm(true, false, keys, D, rows, 1, P, keys, dOa, H * D, 1, a.dv.subarray(ko), KV * D)
+  })
 }
