@@ -653,33 +653,18 @@ export const make = (
         attentionInputs(l, lay, rows, w.positions)
         caches.forEach((cache, s) => {
           const n = chunks[s].length
-          const cap = cache.capacity
-          const Kc = cache.keys[l]
-          const Vc = cache.values[l]
-          for (let i = 0; i < n; i++) {
-            const row = starts[s] + i
-            const pos = cache.length + i
-            for (let g = 0; g < KV; g++) {
-              const src = (row * KV + g) * D
-              const dst = (g * cap + pos) * D
-              Kc.set(lay.k.subarray(src, src + D), dst)
-              Vc.set(lay.v.subarray(src, src + D), dst)
-            }
+          const decode = {
+            shape: { heads: H, kvHeads: KV, headDim: D, scale },
+            q: lay.q,
+            keys: cache.keys[l],
+            values: cache.values[l],
+            capacity: cache.capacity,
+            out: lay.attnOut,
+            scratch: scratchFor(0)
           }
-          Attention.decode(
-            {
-              shape: { heads: H, kvHeads: KV, headDim: D, scale },
-              q: lay.q,
-              keys: Kc,
-              values: Vc,
-              capacity: cap,
-              out: lay.attnOut,
-              scratch: scratchFor(0)
-            },
-            starts[s],
-            n,
-            cache.length
-          )
+          // The new rows' keys and values go into the cache first; then they attend to it.
+          Attn.storeCache(decode, lay.k, lay.v, starts[s], n, cache.length)
+          Attention.decode(decode, starts[s], n, cache.length)
         })
         outputAndMlp(l, lay, rows, l + 1 < L ? w.layers[l + 1].input : w.output)
       }
