@@ -4,21 +4,13 @@
 # Optional: without it the CPU device runs its matmuls on WebAssembly SIMD, and this script says so. The
 # distribution's package, from the machine's configured sources; nothing is compiled.
 set -euo pipefail
+source "$(dirname "$0")/lib/debian-package.sh"
 
 [ "$(uname -s)" = "Linux" ] || exit 0
 for dir in /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib; do
   [ -e "$dir/libopenblas.so.0" ] && exit 0
   [ -e "$dir/openblas-pthread/libopenblas.so.0" ] && exit 0
 done
-
-if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "envtrain: OpenBLAS is not installed, so the CPU device's matmuls use WebAssembly SIMD (several times slower)." >&2
-  echo "For the faster route, install Debian's package as root:" >&2
-  echo "  sudo sh -c 'apt-get update && apt-get install -y libopenblas0-pthread'" >&2
-  exit 0
-fi
-echo "envtrain: installing Debian's OpenBLAS (libopenblas0-pthread) for the CPU device's matmuls…" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq libopenblas0-pthread >&2
-echo "envtrain: $(dpkg-query -W -f='libopenblas0-pthread ${Version}' libopenblas0-pthread 2>/dev/null || echo 'OpenBLAS installed')" >&2
+debian_package_install libopenblas0-pthread \
+  "the CPU device's matmuls use WebAssembly SIMD without it (several times slower)." optional \
+  "dpkg-query -W -f='libopenblas0-pthread \${Version}' libopenblas0-pthread"
