@@ -46,9 +46,12 @@ const tallyRun = (file: string): Tally => {
     for (const turn of turns) {
       const call = CALL.exec(turn)
       if (call === null) break
-      // The board the move answers: the last relation shown before this assistant turn (not its own reasoning line).
-      const reasoning = turn.slice(0, call.index)
-      const board = lastRelation(seen)
+      // The board the move answers: the last relation shown before this assistant turn (not its own reasoning
+      // line). A turn after the first starts with the tool's answer (the new board), then the assistant's text.
+      const head = turn.slice(0, call.index)
+      const think = head.lastIndexOf("</think>")
+      const reasoning = think < 0 ? head : head.slice(think)
+      const board = lastRelation(seen + (think < 0 ? "" : head.slice(0, think)))
       seen += turn + "</tool_call>"
       if (board === undefined) continue
       const move: Move = call[1] === "stay" ? "stay" : (call[2] as Move)
