@@ -2,11 +2,13 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { bf16ToF32, f16BitsToF32, f32ToBf16, f32ToF16Bits, roundToDtype } from "../src/formats/internal/dtype.js"
 import * as LoraAdapter from "../src/formats/LoraAdapter.js"
-import { adaptedProjections, type LoraConfig, PEFT_KEY_PREFIX } from "../src/formats/LoraConfig.js"
+import { adaptedProjections, type LoraConfig, PEFT_KEY_PREFIX, scaling } from "../src/formats/LoraConfig.js"
+import * as ModelConfig from "../src/formats/ModelConfig.js"
 import * as Safetensors from "../src/formats/Safetensors.js"
 import { random } from "./helpers.js"
-import { testConfig } from "./qwen3Fixtures.js"
+import { testConfig, testModel } from "./qwen3Fixtures.js"
 
 const tmp = Effect.flatMap(FileSystem.FileSystem, (fs) => fs.makeTempDirectoryScoped())
 const base = testConfig()
@@ -168,5 +170,94 @@ describe("LoraAdapter", () => {
       const missing = yield* Effect.flip(LoraAdapter.load(path.join(yield* tmp, "nothing"), base))
       assert.strictEqual(missing._tag, "AdapterFileError")
       assert.include(missing.message, "adapter_config.json")
+    }).pipe(Effect.provide(NodeContext.layer)))
+
+  it("rounds an f64 once to bf16, f16 and f32, ties to even, as the f32 narrowing does where they agree", () => {
+    const xs = Array.from(random(2000, 11, 4), (x, i) => x * 2 ** ((i % 40) - 20))
+    for (const x of xs) {
+      const f = Math.fround(x)
+      assert.strictEqual(roundToDtype(f, "BF16"), bf16ToF32(f32ToBf16(new Float32Array([f])))[0])
+      assert.strictEqual(roundToDtype(f, "F16"), f16BitsToF32(f32ToF16Bits(f)))
+      assert.strictEqual(roundToDtype(x, "F32"), f)
+    }
+    // Double rounding: 1 + 2^-8 + 2^-30 rounds up to 1 + 2^-7 in bf16, but via f32 it would be a tie and go to 1.
+    assert.strictEqual(roundToDtype(1 + 2 ** -8 + 2 ** -30, "BF16"), 1 + 2 ** -7)
+    assert.strictEqual(roundToDtype(1 + 2 ** -8, "BF16"), 1)
+    assert.strictEqual(roundToDtype(1 + 3 * 2 ** -8, "BF16"), 1 + 2 ** -6)
+    assert.strictEqual(roundToDtype(70000, "F16"), Infinity)
+    assert.strictEqual(roundToDtype(-(2 ** -140), "BF16"), -0)
+  })
+
+  it("merges W + scaling·B·A in f64, rounded once to the base's dtype; other tensors pass through", () => {
+    const { tensors } = testModel(base, 5)
+    const adapter = makeAdapter(lora, 9)
+    const s = scaling(lora)
+    for (const dtype of ["F32", "BF16"] as const) {
+      const merged = LoraAdapter.merge(base, tensors, adapter, dtype)
+      assert.strictEqual(merged.size, tensors.size)
+      assert.strictEqual(
+        merged.get("model.layers.0.self_attn.k_proj.weight"),
+        tensors.get("model.layers.0.self_attn.k_proj.weight")
+      )
+      for (const p of adaptedProjections(base, lora)) {
+        const w = tensors.get(p.base)!.data
+        const a = adapter.tensors.get(p.a.name)!.data
+        const b = adapter.tensors.get(p.b.name)!.data
+        const [rows, cols] = [p.b.shape[0], p.a.shape[1]]
+        const got = merged.get(p.base)!.data
+        let changed = 0
+        for (let o = 0; o < rows; o++) {
+          for (let i = 0; i < cols; i++) {
+            let d = 0
+            for (let k = 0; k < lora.r; k++) d += b[o * lora.r + k] * a[k * cols + i]
+            const want = roundToDtype(w[o * cols + i] + s * d, dtype)
+            assert.strictEqual(got[o * cols + i], want, `${p.base}[${o}, ${i}] ${dtype}`)
+            if (got[o * cols + i] !== w[o * cols + i]) changed++
+          }
+        }
+        assert.isAbove(changed, rows * cols / 2)
+      }
+    }
+  })
+
+  it.scoped("merge of two directories: the base's files copied, the weights merged in the base's dtype", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const root = yield* tmp
+      const config = { ...base, torch_dtype: "bfloat16" as const }
+      const { tensors } = testModel(config, 2)
+      const baseDir = path.join(root, "base")
+      yield* Safetensors.writeCheckpoint(baseDir, tensors, { dtype: "BF16" })
+      yield* fs.writeFileString(path.join(baseDir, "config.json"), JSON.stringify(ModelConfig.toJson(config)))
+      yield* fs.writeFileString(path.join(baseDir, "tokenizer_config.json"), "{\"chat_template\": \"x\"}")
+      const adapterDir = path.join(root, "adapter")
+      const adapter = makeAdapter(lora, 4)
+      yield* LoraAdapter.save(adapterDir, adapter)
+      const out = path.join(root, "merged")
+      const r = yield* LoraAdapter.mergeDirectory({ base: baseDir, adapter: adapterDir, out })
+      assert.strictEqual(r.dtype, "BF16")
+      assert.strictEqual(r.mergedTensors, 6)
+      assert.deepStrictEqual(r.files, ["config.json", "model.safetensors", "tokenizer_config.json"])
+      assert.strictEqual(
+        yield* fs.readFileString(path.join(out, "tokenizer_config.json")),
+        "{\"chat_template\": \"x\"}"
+      )
+      const stored = yield* Effect.scoped(Effect.map(
+        Safetensors.open(path.join(out, "model.safetensors")),
+        (f) => new Set(f.header.tensors.map((t) => t.dtype))
+      ))
+      assert.deepStrictEqual([...stored], ["BF16"])
+      const baseBf16 = yield* Safetensors.readFile(path.join(baseDir, "model.safetensors"))
+      const want = LoraAdapter.merge(config, baseBf16, adapter, "BF16")
+      const got = yield* Safetensors.readFile(path.join(out, "model.safetensors"))
+      for (const [name, t] of want) assert.deepStrictEqual(got.get(name)!.data, t.data, name)
+
+      const same = yield* Effect.flip(LoraAdapter.mergeDirectory({ base: baseDir, adapter: adapterDir, out: baseDir }))
+      assert.strictEqual(same._tag, "MergeTargetError")
+      const wrongBase = yield* Effect.flip(
+        LoraAdapter.mergeDirectory({ base: adapterDir, adapter: adapterDir, out: path.join(root, "x") })
+      )
+      assert.include(wrongBase.message, "config.json")
     }).pipe(Effect.provide(NodeContext.layer)))
 })

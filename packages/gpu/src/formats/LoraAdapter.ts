@@ -25,8 +25,17 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { Data, Effect } from "effect"
-import { adaptedProjections, LORA_TARGETS, type LoraConfig, type LoraTarget, PEFT_KEY_PREFIX } from "./LoraConfig.js"
-import type { Config } from "./ModelConfig.js"
+import * as Checkpoint from "./Checkpoint.js"
+import { roundToDtype } from "./internal/dtype.js"
+import {
+  adaptedProjections,
+  LORA_TARGETS,
+  type LoraConfig,
+  type LoraTarget,
+  PEFT_KEY_PREFIX,
+  scaling
+} from "./LoraConfig.js"
+import * as ModelConfig from "./ModelConfig.js"
 import * as Safetensors from "./Safetensors.js"
 
 /** An adapter held in memory. */
@@ -291,7 +300,10 @@ export const loadConfig = (
  * Load an adapter directory for a base model of `base`'s shape: the config is checked, then every tensor name and
  * shape from the safetensors header before any data is read.
  */
-export const load = (dir: string, base: Config): Effect.Effect<Adapter, LoadError, FileSystem.FileSystem | Path.Path> =>
+export const load = (
+  dir: string,
+  base: ModelConfig.Config
+): Effect.Effect<Adapter, LoadError, FileSystem.FileSystem | Path.Path> =>
   Effect.gen(function*() {
     const path = yield* Path.Path
     const fs = yield* FileSystem.FileSystem
@@ -365,3 +377,134 @@ export const save = (
       Effect.mapError(fail)
     )
   })
+
+/** The safetensors dtype a checkpoint's declared `torch_dtype` is stored in. */
+export const storedDtype = (dtype: ModelConfig.CheckpointDtype): Safetensors.WriteDtype =>
+  dtype === "bfloat16" ? "BF16" : dtype === "float16" ? "F16" : "F32"
+
+/**
+ * Fold an adapter into base weights: every adapted projection becomes `W + scaling · B·A`, summed in f64 and rounded
+ * once to `dtype` (the base's stored dtype, so saving in it is exact); every other tensor is passed through. Dropout
+ * does not apply (it is a training-time mask). The adapter must have been loaded for this base's config.
+ */
+export const merge = (
+  base: ModelConfig.Config,
+  weights: Safetensors.Tensors,
+  adapter: Adapter,
+  dtype: Safetensors.WriteDtype
+): Map<string, Safetensors.Tensor> => {
+  const out = new Map(weights)
+  const s = scaling(adapter.config)
+  const r = adapter.config.r
+  for (const p of adaptedProjections(base, adapter.config)) {
+    const w = weights.get(p.base)
+    const a = adapter.tensors.get(p.a.name)?.data
+    const b = adapter.tensors.get(p.b.name)?.data
+    if (w === undefined || a === undefined || b === undefined) {
+      throw new Error(`merge: "${p.base}" or its adapter tensors are missing; load both for the same config`)
+    }
+    const [rows, cols] = [p.b.shape[0], p.a.shape[1]]
+    const data = new Float32Array(rows * cols)
+    const bRow = new Float64Array(r)
+    for (let o = 0; o < rows; o++) {
+      for (let k = 0; k < r; k++) bRow[k] = s * b[o * r + k]
+      for (let i = 0; i < cols; i++) {
+        let acc = w.data[o * cols + i]
+        let delta = 0
+        for (let k = 0; k < r; k++) delta += bRow[k] * a[k * cols + i]
+        acc += delta
+        data[o * cols + i] = roundToDtype(acc, dtype)
+      }
+    }
+    out.set(p.base, { shape: w.shape, data })
+  }
+  return out
+}
+
+/** Options for {@link mergeDirectory}. */
+export interface MergeOptions {
+  /** A Hugging Face Qwen3 model directory. */
+  readonly base: string
+  /** A PEFT LoRA adapter directory made for that base. */
+  readonly adapter: string
+  /** The directory to write: a full checkpoint in the base's dtype. */
+  readonly out: string
+}
+
+/** What {@link mergeDirectory} wrote. */
+export interface MergeResult {
+  readonly out: string
+  readonly dtype: Safetensors.WriteDtype
+  readonly mergedTensors: number
+  readonly files: ReadonlyArray<string>
+}
+
+const WEIGHT_FILE = /^model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?$/
+
+/**
+ * `envtrain merge --base DIR --adapter DIR --out DIR`: the base with the adapter folded in, saved as a full Hugging
+ * Face checkpoint in the base's dtype. Every other file of the base (config.json, tokenizer, chat template,
+ * generation config) is copied unchanged, so the result loads wherever the base did, without PEFT.
+ */
+export const mergeDirectory = (
+  options: MergeOptions
+): Effect.Effect<
+  MergeResult,
+  | LoadError
+  | ModelConfig.ModelConfigError
+  | Checkpoint.UnexpectedTensors
+  | MergeTargetError,
+  FileSystem.FileSystem | Path.Path
+> =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    if (path.resolve(options.out) === path.resolve(options.base)) {
+      return yield* new MergeTargetError({
+        path: options.out,
+        problem: "it is the base directory; write the merged model to a new directory"
+      })
+    }
+    const fail = (file: string) => (e: { message: string }) => new AdapterFileError({ path: file, problem: e.message })
+    const configPath = path.join(options.base, "config.json")
+    const text = yield* fs.readFileString(configPath).pipe(Effect.mapError(fail(configPath)))
+    const json = yield* Effect.try({
+      try: () => JSON.parse(text) as unknown,
+      catch: (e) => new AdapterFileError({ path: configPath, problem: `not valid JSON (${(e as Error).message})` })
+    })
+    const config = yield* ModelConfig.decode(json, configPath)
+    const adapter = yield* load(options.adapter, config)
+    const weights = yield* Checkpoint.loadWeights(options.base, config)
+    const dtype = storedDtype(config.torch_dtype)
+    const merged = merge(config, weights, adapter, dtype)
+    yield* fs.makeDirectory(options.out, { recursive: true }).pipe(Effect.mapError(fail(options.out)))
+    for (const name of yield* fs.readDirectory(options.out).pipe(Effect.mapError(fail(options.out)))) {
+      // A stale shard from an earlier save into the same directory would be read as part of this model.
+      if (WEIGHT_FILE.test(name)) yield* fs.remove(path.join(options.out, name)).pipe(Effect.mapError(fail(name)))
+    }
+    const copied: Array<string> = []
+    for (const name of yield* fs.readDirectory(options.base).pipe(Effect.mapError(fail(options.base)))) {
+      const from = path.join(options.base, name)
+      const info = yield* fs.stat(from).pipe(Effect.mapError(fail(from)))
+      if (info.type !== "File" || WEIGHT_FILE.test(name)) continue
+      yield* fs.copyFile(from, path.join(options.out, name)).pipe(Effect.mapError(fail(from)))
+      copied.push(name)
+    }
+    const written = yield* Safetensors.writeCheckpoint(options.out, merged, { dtype })
+    return {
+      out: options.out,
+      dtype,
+      mergedTensors: adaptedProjections(config, adapter.config).length,
+      files: [...copied, ...written].sort()
+    }
+  })
+
+/** The merge's output directory is not usable. */
+export class MergeTargetError extends Data.TaggedError("MergeTargetError")<{
+  readonly path: string
+  readonly problem: string
+}> {
+  override get message() {
+    return `Cannot write the merged model to ${this.path}: ${this.problem}`
+  }
+}
