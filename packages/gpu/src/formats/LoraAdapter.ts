@@ -378,10 +378,6 @@ export const save = (
     )
   })
 
-/** The safetensors dtype a checkpoint's declared `torch_dtype` is stored in. */
-export const storedDtype = (dtype: ModelConfig.CheckpointDtype): Safetensors.WriteDtype =>
-  dtype === "bfloat16" ? "BF16" : dtype === "float16" ? "F16" : "F32"
-
 /**
  * Fold an adapter into base weights: every adapted projection becomes `W + scaling · B·A`, summed in f64 and rounded
  * once to `dtype` (the base's stored dtype, so saving in it is exact); every other tensor is passed through. Dropout
@@ -475,7 +471,7 @@ export const mergeDirectory = (
     const config = yield* ModelConfig.decode(json, configPath)
     const adapter = yield* load(options.adapter, config)
     const weights = yield* Checkpoint.loadWeights(options.base, config)
-    const dtype = storedDtype(config.torch_dtype)
+    const dtype = Checkpoint.storedDtype(config.torch_dtype)
     const merged = merge(config, weights, adapter, dtype)
     yield* fs.makeDirectory(options.out, { recursive: true }).pipe(Effect.mapError(fail(options.out)))
     for (const name of yield* fs.readDirectory(options.out).pipe(Effect.mapError(fail(options.out)))) {
