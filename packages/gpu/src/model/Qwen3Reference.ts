@@ -77,7 +77,7 @@ export type { Config }
 export type { FloatArray, Precision, SampledToken, SamplingParams }
 export { ropeTables } from "../ops/rope.js"
 export type { AdapterActivations } from "./internal/qwen3refLora.js"
-export { dropoutMask } from "./internal/qwen3refLora.js"
+export { dropoutMask, fillDropoutMask } from "./internal/qwen3refLora.js"
 export { mulhi32, philox4x32, sampleToken, samplingUniform, seedKey } from "./internal/qwen3refSampling.js"
 
 /** Model weights keyed by Hugging Face tensor name. */

@@ -25,8 +25,11 @@ const DROPOUT_KEY = 0xd20f
  * `adaptedProjections`) is kept when its uniform `u = philox([index, ⌊i/4⌋, 0, 0], [seed, 0xd20f])[i mod 4] / 2³²`
  * is ≥ p. Kept elements are scaled by 1/(1−p) (inverted dropout, as torch).
  */
-export const dropoutMask = (seed: number, index: number, n: number, p: number): Uint8Array => {
-  const mask = new Uint8Array(n)
+export const dropoutMask = (seed: number, index: number, n: number, p: number): Uint8Array =>
+  fillDropoutMask(seed, index, p, new Uint8Array(n), n)
+
+/** {@link dropoutMask} into the first n entries of `mask` (an executor's preallocated buffer); returns it. */
+export const fillDropoutMask = (seed: number, index: number, p: number, mask: Uint8Array, n: number): Uint8Array => {
   const threshold = p * 4294967296
   for (let block = 0; block * 4 < n; block++) {
     const r = philox4x32([index, block, 0, 0], [seed >>> 0, DROPOUT_KEY])
