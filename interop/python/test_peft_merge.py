@@ -21,39 +21,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+from peft import PeftModel  # noqa: E402
+from peft_judge import VOCAB, make_adapter, make_base  # noqa: E402
 from safetensors import safe_open  # noqa: E402
-from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def make_base(out: Path, dtype: torch.dtype, tie: bool, seed: int) -> None:
-    config = Qwen3Config(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        tie_word_embeddings=tie,
-    )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape)
-            p.copy_(1 + 0.2 * noise if name.endswith("norm.weight") else 0.08 * noise)
-    model.to(dtype).save_pretrained(out)
-
-
-def make_adapter(base: Path, out: Path, **lora: object) -> None:
-    model = AutoModelForCausalLM.from_pretrained(base)
-    torch.manual_seed(7)
-    peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", init_lora_weights=False, **lora))
-    peft_model.save_pretrained(out)
 
 
 def stored(dir: Path) -> dict[str, torch.Tensor]:
@@ -74,8 +47,8 @@ CASES = [
 @pytest.mark.parametrize("name,dtype,tie,lora", CASES, ids=[c[0] for c in CASES])
 def test_envtrain_merge_equals_peft_merge_and_unload(tmp_path: Path, name, dtype, tie, lora) -> None:
     base, adapter, merged = tmp_path / "base", tmp_path / "adapter", tmp_path / "merged"
-    make_base(base, dtype, tie, seed=len(name))
-    make_adapter(base, adapter, **lora)
+    make_base(str(base), dtype, tie, seed=len(name))
+    make_adapter(str(base), str(adapter), **lora)
     saved = json.loads((adapter / "adapter_config.json").read_text())
     assert saved["init_lora_weights"] is False and saved["peft_type"] == "LORA"
 
@@ -116,7 +89,7 @@ def test_envtrain_merge_equals_peft_merge_and_unload(tmp_path: Path, name, dtype
     reference_model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
     ).eval()
-    ids = torch.randint(0, 96, (1, 40), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, VOCAB, (1, 40), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         a = torch.log_softmax(plain(ids).logits, -1)
         b = torch.log_softmax(reference_model(ids).logits, -1)
