@@ -10,6 +10,10 @@ Commands:
 - `score {base, adapter, sequences, prompts, max_new_tokens}`: `PeftModel.from_pretrained` of the adapter on the
   base, float32, eval mode: per sequence log p(tokens[i+1] | tokens[..i]), per prompt the greedy continuation of
   `generate`, and the adapter tensors as PEFT holds them (name → flat list).
+- `grad {base, adapter, config, prompt_ids, completion_ids, tool_mask, advantages, old_logprobs,
+  num_items_in_batch}`: TRL's own `GRPOTrainer.compute_loss` (its real per-token logprob forward, through the PEFT
+  model in float64, train mode) on those inputs, `backward()`, and the gradients PEFT's LoRA parameters receive.
+  The trainer is built as trl_loss.py builds it, from a real `GRPOConfig` made of `config`.
 - `same_weights {a, b}`: whether two model directories load in transformers (each in its stored dtype) to identical
   parameters, with both dtypes.
 
@@ -100,6 +104,48 @@ def score(req: dict) -> dict:
     return {"logprobs": logprobs, "greedy": greedy, "tensors": tensors}
 
 
+def grad(req: dict) -> dict:
+    import tempfile
+
+    from trl.trainer import add_fused_lm_head
+    from trl_loss import trainer_for
+
+    base = AutoModelForCausalLM.from_pretrained(req["base"], dtype=torch.float64)
+    model = PeftModel.from_pretrained(base, req["adapter"], is_trainable=True).to(torch.float64)
+    model.train()
+    prompt = torch.tensor(req["prompt_ids"])
+    completion = torch.tensor(req["completion_ids"])
+    inputs = {
+        "prompt_ids": prompt,
+        "prompt_mask": torch.ones_like(prompt),
+        "completion_ids": completion,
+        "completion_mask": torch.ones(completion.shape, dtype=torch.float64),
+        "tool_mask": torch.tensor(req["tool_mask"], dtype=torch.float64),
+        "advantages": torch.tensor(req["advantages"], dtype=torch.float64),
+        "num_items_in_batch": torch.tensor(float(req["num_items_in_batch"])),
+    }
+    if req.get("old_logprobs") is not None:
+        inputs["old_per_token_logps"] = torch.tensor(req["old_logprobs"], dtype=torch.float64)
+    with tempfile.TemporaryDirectory() as out_dir:
+        trainer = trainer_for({"config": req["config"], "samplerCorrection": None}, out_dir)
+        trainer.model = model
+        # As GRPOTrainer.__init__ does: the fused LM head that returns per-token logprobs and entropies.
+        add_fused_lm_head(
+            model.get_base_model(),
+            temperature=trainer.args.temperature,
+            cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32,
+            outputs=("log_probs", "entropy"),
+        )
+        loss = trainer.compute_loss(model, inputs)
+        loss.backward()
+    grads = {
+        name.replace(".default", ""): p.grad.flatten().tolist()
+        for name, p in model.named_parameters()
+        if p.requires_grad
+    }
+    return {"loss": loss.item(), "grads": grads}
+
+
 def same_weights(req: dict) -> dict:
     a = AutoModelForCausalLM.from_pretrained(req["a"], dtype="auto")
     b = AutoModelForCausalLM.from_pretrained(req["b"], dtype="auto")
@@ -112,7 +158,7 @@ def same_weights(req: dict) -> dict:
     }
 
 
-COMMANDS = {"make": make, "score": score, "same_weights": same_weights}
+COMMANDS = {"make": make, "score": score, "grad": grad, "same_weights": same_weights}
 
 if __name__ == "__main__":
     request = json.loads(sys.stdin.read())

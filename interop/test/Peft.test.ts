@@ -8,7 +8,9 @@
  * adapter (its own init, then B set non-zero, rsLoRA and dropout in the config) and saves it in f32 and bf16; PEFT's
  * `PeftModel.from_pretrained` loads it, holds exactly the tensors envtrain wrote (bf16 ones widened exactly), and
  * computes envtrain's logprobs within 1e-4 and its greedy tokens. (c) A bf16 base saved by transformers, loaded by
- * envtrain and saved with `Checkpoint.save`'s default, loads in transformers as bf16 with identical bits.
+ * envtrain and saved with `Checkpoint.save`'s default, loads in transformers as bf16 with identical bits. (d) The
+ * LoRA parameters' gradients of a GRPO loss (dapo with old logprobs, so some ratios clip, and grpo; tool tokens
+ * masked out) equal those of TRL's own `GRPOTrainer.compute_loss` through the PEFT model, both in float64.
  *
  * The Python side is interop/python/peft_judge.py.
  */
@@ -17,6 +19,7 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { Safetensors } from "@envtrain/gpu"
 import { Checkpoint, LoraAdapter, LoraConfig, ModelConfig, Qwen3Reference } from "@envtrain/gpu"
+import { Loss } from "@envtrain/grpo"
 import { Duration, Effect } from "effect"
 import * as Python from "../src/Python.js"
 
@@ -232,6 +235,102 @@ describe("PEFT adapters, envtrain and PEFT both ways", () => {
         assert.deepStrictEqual(same.dtypes, ["torch.bfloat16"])
         assert.isAbove(same.parameters, 10)
         assert.deepStrictEqual(same.differ, [])
+      }).pipe(Effect.provide(NodeContext.layer)),
+    { timeout: 300_000 }
+  )
+
+  it.scoped(
+    "the LoRA gradients of a GRPO loss equal PEFT + TRL's compute_loss on the same inputs",
+    () =>
+      Effect.gen(function*() {
+        const out = yield* tmp
+        const made = yield* judge<{ base: string; adapter: string }>("make", {
+          out,
+          seed: 11,
+          lora: { r: 4, lora_alpha: 8, use_rslora: true, target_modules: ["q_proj", "v_proj", "up_proj", "down_proj"] }
+        })
+        const f32 = yield* loadBase(made.base)
+        // float64 on both sides: the stored f32 weights widened exactly.
+        const weights: Qwen3Reference.Weights = {}
+        for (const [name, w] of Object.entries(f32.weights)) weights[name] = Float64Array.from(w)
+        const adapter = yield* LoraAdapter.load(made.adapter, f32.config)
+        const adapters: Qwen3Reference.Weights = {}
+        for (const [name, t] of adapter.tensors) adapters[name] = Float64Array.from(t.data)
+        const [rows, P, L] = [3, 5, 8]
+        const prompts = sequences(rows, P, 6)
+        const completions = sequences(rows, L, 7)
+        const toolMask = Array.from(
+          { length: rows },
+          (_, r) => Array.from({ length: L }, (_, j) => (r === 1 && j >= 3 && j < 6 ? 0 : 1))
+        )
+        const advantages = [0.9, -0.4, -0.5]
+        const T = P + L
+        const fwd = Qwen3Reference.forward(
+          f32.config,
+          weights,
+          { tokens: prompts.flatMap((p, r) => [...p, ...completions[r]]), batch: rows, seqLen: T },
+          { precision: "f64", lora: { config: adapter.config, adapters } }
+        )
+        const targets = Qwen3Reference.nextTokenTargets(fwd)
+        const all = Qwen3Reference.tokenLogprobs(fwd.logits, f32.config.vocab_size, targets, 1, "f64").logprobs
+        // Completion token j of row r is predicted at position P - 1 + j.
+        const at = (r: number, j: number) => r * T + P - 1 + j
+        const logprobs = Float64Array.from({ length: rows * L }, (_, i) => all[at(Math.floor(i / L), i % L)])
+        const oldLogprobs = logprobs.map((x, i) => x + 0.25 * Math.sin(3.1 * i))
+        const mask = Loss.lossMask({
+          rows,
+          length: L,
+          completionMask: new Array(rows * L).fill(1),
+          toolMask: toolMask.flat()
+        })
+        const numItemsInBatch = Loss.countTokens(mask)
+        let worstSeen = 0
+        for (const lossType of ["dapo", "grpo"] as const) {
+          const options: Loss.LossOptions = { ...Loss.defaultOptions, lossType, maxCompletionLength: L }
+          const loss = Loss.compute(
+            { rows, length: L, logprobs, mask, advantages, oldLogprobs, numItemsInBatch },
+            options
+          )
+          const lossWeights = new Float64Array(rows * T)
+          for (let i = 0; i < rows * L; i++) lossWeights[at(Math.floor(i / L), i % L)] = loss.gradient[i]
+          const got = Qwen3Reference.backward(f32.config, weights, fwd, targets, lossWeights, 1)
+          const want = yield* judge<{ loss: number; grads: Record<string, Array<number>> }>("grad", {
+            base: made.base,
+            adapter: made.adapter,
+            config: {
+              loss_type: lossType,
+              beta: 0,
+              epsilon: options.epsilon,
+              epsilon_high: options.epsilonHigh,
+              max_completion_length: L,
+              gradient_accumulation_steps: 1,
+              steps_per_generation: 1
+            },
+            prompt_ids: prompts,
+            completion_ids: completions,
+            tool_mask: toolMask,
+            advantages,
+            old_logprobs: Array.from({ length: rows }, (_, r) => Array.from(oldLogprobs.subarray(r * L, (r + 1) * L))),
+            num_items_in_batch: numItemsInBatch
+          })
+          // transformers' Qwen3 computes RMSNorm and RoPE in float32 even in a float64 model, so the two sides agree to
+          // about 1e-7 relative, not to float64's 1e-15; 1e-5 leaves room and still fails any real difference.
+          assert.closeTo(loss.loss, want.loss, 1e-5 * Math.abs(want.loss), `${lossType} loss`)
+          assert.strictEqual(Object.keys(want.grads).length, adapter.tensors.size, "PEFT trains exactly the adapter")
+          assert.deepStrictEqual(Object.keys(got.grads).sort(), [...adapter.tensors.keys()].sort())
+          for (const name of adapter.tensors.keys()) {
+            const w = want.grads[LoraConfig.PEFT_KEY_PREFIX + name]
+            const g = got.grads[name]
+            const scale = Math.max(...w.map(Math.abs))
+            assert.isAbove(scale, 1e-8, `${lossType} ${name}: PEFT's gradient is zero (a weak case)`)
+            const worst = Math.max(...w.map((x, i) => Math.abs(g[i] - x)))
+            worstSeen = Math.max(worstSeen, worst / scale)
+            assert.isBelow(worst, 1e-5 * scale, `${lossType} ${name}: largest difference ${worst} of ${scale}`)
+          }
+        }
+        console.log(
+          `LoRA gradients vs PEFT + TRL: largest difference ${worstSeen.toExponential(2)} of the tensor's scale`
+        )
       }).pipe(Effect.provide(NodeContext.layer)),
     { timeout: 300_000 }
   )
