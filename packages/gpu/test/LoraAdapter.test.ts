@@ -260,4 +260,18 @@ describe("LoraAdapter", () => {
       )
       assert.include(wrongBase.message, "config.json")
     }).pipe(Effect.provide(NodeContext.layer)))
+
+  it.effect("a pushed adapter (one safetensors file, config in its metadata) decodes back; full weights do not", () =>
+    Effect.gen(function*() {
+      const adapter = makeAdapter(lora, 21)
+      const bytes = LoraAdapter.encodePushed(adapter)
+      const back = yield* LoraAdapter.decodePushed(bytes, base)
+      assert.isDefined(back)
+      assert.deepStrictEqual(back!.config, lora)
+      for (const [name, t] of adapter.tensors) assert.deepStrictEqual(back!.tensors.get(name)!.data, t.data)
+      const weights = Safetensors.encode(testModel(base, 1).tensors)
+      assert.isUndefined(yield* LoraAdapter.decodePushed(weights, base))
+      const other = yield* Effect.flip(LoraAdapter.decodePushed(bytes, testConfig({ hidden_size: 64 })))
+      assert.strictEqual(other._tag, "AdapterTensorMismatch")
+    }))
 })

@@ -318,35 +318,91 @@ export const load = (
     }
     const tensors = yield* Effect.scoped(Effect.gen(function*() {
       const file = yield* Safetensors.open(weights)
-      const mismatch = (problem: string) => new AdapterTensorMismatch({ path: weights, problem })
-      const expected = adaptedProjections(base, config).flatMap((p) => [p.a, p.b])
-      for (const spec of expected) {
-        const info = file.info(PEFT_KEY_PREFIX + spec.name)
-        if (info === undefined) {
-          return yield* mismatch(`tensor "${PEFT_KEY_PREFIX + spec.name}" is missing`)
-        }
-        if (info.shape.length !== spec.shape.length || info.shape.some((d, i) => d !== spec.shape[i])) {
-          return yield* mismatch(
-            `tensor "${info.name}" has shape [${info.shape.join(", ")}] but r=${config.r} on this base model ` +
-              `needs [${spec.shape.join(", ")}]`
-          )
-        }
-      }
-      const wanted = new Set(expected.map((s) => PEFT_KEY_PREFIX + s.name))
-      const extra = file.header.tensors.map((t) => t.name).filter((n) => !wanted.has(n))
-      if (extra.length > 0) {
-        const more = extra.length > 3 ? ` and ${extra.length - 3} more` : ""
-        return yield* mismatch(
-          `it holds tensors this config does not describe: ${extra.slice(0, 3).map((n) => `"${n}"`).join(", ")}` +
-            more
-        )
-      }
+      const expected = yield* checkTensors(weights, file.header.tensors, base, config)
       const out = new Map<string, Safetensors.Tensor>()
       for (const spec of expected) {
         out.set(spec.name, { shape: spec.shape, data: yield* file.read(PEFT_KEY_PREFIX + spec.name) })
       }
       return out
     }))
+    return { config, tensors, baseModel }
+  })
+
+/**
+ * Checks stored tensors (PEFT's keys) against what `config` on `base` needs: every one present with its shape,
+ * nothing else. Returns the expected tensors (in-memory names) in order.
+ */
+const checkTensors = (
+  path: string,
+  stored: ReadonlyArray<{ readonly name: string; readonly shape: ReadonlyArray<number> }>,
+  base: ModelConfig.Config,
+  config: LoraConfig
+) =>
+  Effect.gen(function*() {
+    const mismatch = (problem: string) => new AdapterTensorMismatch({ path, problem })
+    const byName = new Map(stored.map((t) => [t.name, t.shape]))
+    const expected = adaptedProjections(base, config).flatMap((p) => [p.a, p.b])
+    for (const spec of expected) {
+      const shape = byName.get(PEFT_KEY_PREFIX + spec.name)
+      if (shape === undefined) return yield* mismatch(`tensor "${PEFT_KEY_PREFIX + spec.name}" is missing`)
+      if (shape.length !== spec.shape.length || shape.some((d, i) => d !== spec.shape[i])) {
+        return yield* mismatch(
+          `tensor "${PEFT_KEY_PREFIX + spec.name}" has shape [${shape.join(", ")}] but r=${config.r} on this base ` +
+            `model needs [${spec.shape.join(", ")}]`
+        )
+      }
+    }
+    const wanted = new Set(expected.map((s) => PEFT_KEY_PREFIX + s.name))
+    const extra = stored.map((t) => t.name).filter((n) => !wanted.has(n))
+    if (extra.length > 0) {
+      const more = extra.length > 3 ? ` and ${extra.length - 3} more` : ""
+      return yield* mismatch(
+        `it holds tensors this config does not describe: ${extra.slice(0, 3).map((n) => `"${n}"`).join(", ")}${more}`
+      )
+    }
+    return expected
+  })
+
+/**
+ * The `__metadata__` key under which a pushed adapter (one safetensors file, see {@link encodePushed}) carries its
+ * `adapter_config.json`.
+ */
+export const PUSHED_CONFIG_KEY = "peft_adapter_config"
+
+/**
+ * An adapter as one safetensors file for a weight push (`POST /update_weights`): PEFT's tensor keys, f32, and the
+ * adapter_config.json in the header's metadata — a trainer of a LoRA sends this instead of the full model.
+ */
+export const encodePushed = (adapter: Adapter): Uint8Array => {
+  const prefixed = new Map<string, Safetensors.Tensor>()
+  for (const [name, t] of adapter.tensors) prefixed.set(PEFT_KEY_PREFIX + name, t)
+  return Safetensors.encode(prefixed, {
+    metadata: { format: "pt", [PUSHED_CONFIG_KEY]: JSON.stringify(toConfigJson(adapter.config, adapter.baseModel)) }
+  })
+}
+
+/**
+ * Reads a pushed safetensors file: the adapter, checked against `base`, when its metadata carries an adapter
+ * config ({@link encodePushed}); undefined when it does not (then it is a full model's weights).
+ */
+export const decodePushed = (
+  bytes: Uint8Array,
+  base: ModelConfig.Config,
+  path = "<pushed weights>"
+): Effect.Effect<Adapter | undefined, LoadError> =>
+  Effect.gen(function*() {
+    const header = yield* Safetensors.readHeader(bytes, path)
+    const text = header.metadata?.[PUSHED_CONFIG_KEY]
+    if (text === undefined) return undefined
+    const json = yield* Effect.try({
+      try: () => JSON.parse(text) as unknown,
+      catch: (e) => new AdapterFileError({ path, problem: `its adapter config is not JSON (${(e as Error).message})` })
+    })
+    const { baseModel, config } = yield* decodeConfig(json, path)
+    const expected = yield* checkTensors(path, header.tensors, base, config)
+    const decoded = yield* Safetensors.decode(bytes, path)
+    const tensors = new Map<string, Safetensors.Tensor>()
+    for (const spec of expected) tensors.set(spec.name, decoded.get(PEFT_KEY_PREFIX + spec.name)!)
     return { config, tensors, baseModel }
   })
 

@@ -282,6 +282,13 @@ export const toFloat32 = (
   }
 }
 
+/** The header of a whole safetensors file held in memory (its tensors' names, dtypes, shapes, and metadata). */
+export const readHeader = (bytes: Uint8Array, path = "<memory>"): Effect.Effect<Header, SafetensorsCorrupt> =>
+  Effect.flatMap(
+    headerLength(bytes, bytes.length, path),
+    (n) => parseHeader(bytes.subarray(8, 8 + n), bytes.length, path)
+  )
+
 /** Decode a whole safetensors file held in memory. */
 export const decode = (
   bytes: Uint8Array,
