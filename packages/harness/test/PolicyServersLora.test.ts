@@ -3,69 +3,22 @@
 // the run equals the in-process LoRA run (same completions; losses within f32 rounding: the server samples from the
 // merged weights, the trainer's forward is the unmerged LoRA). The pushes are counted and sized on the wire by a
 // loopback relay in front of the server. Live clock throughout.
-import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as LoraConfig from "@envtrain/gpu/formats/LoraConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
-import * as Config from "@envtrain/grpo/Config"
-import * as Dataset from "@envtrain/grpo/Dataset"
-import * as Metrics from "@envtrain/grpo/Metrics"
 import * as PolicyServers from "@envtrain/grpo/PolicyServers"
-import * as Reward from "@envtrain/grpo/Reward"
 import * as Trainer from "@envtrain/grpo/Trainer"
-import type { Session } from "@envtrain/rollout/Episode"
-import { Effect, Option } from "effect"
+import { Effect } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
-
-const open = (row: Readonly<Record<string, unknown>>) =>
-  Effect.succeed<Session<{ readonly seed: number }>>({
-    environment: "parity",
-    observation: Option.none(),
-    toolDefinitions: [],
-    call: () => Effect.die("no tools"),
-    state: Effect.succeed({ seed: Number(row.seed ?? 0) })
-  })
-const evenTokens = Reward.perEpisode<{ readonly seed: number }>("even_tokens", (e) => {
-  const ids = e.completionIds
-  return ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length
-})
+import { completionRows, tinyDir, train } from "./parityRun.js"
 
 const lora: Trainer.LoraOptions = {
   config: { r: 4, alpha: 8, dropout: 0, targetModules: ["q_proj", "v_proj", "up_proj"], useRsLora: false },
   seed: 3
 }
-
-const train = (model: Trainer.TrainableModel, steps: number) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const dir = yield* fs.makeTempDirectoryScoped()
-    const result = yield* Trainer.train({
-      config: yield* Config.fromSources({
-        outputDir: dir,
-        numGenerations: 4,
-        perDeviceTrainBatchSize: 8,
-        maxCompletionLength: 6,
-        learningRate: 0.05,
-        lrSchedulerType: "constant",
-        loggingSteps: 1,
-        saveSteps: 1000,
-        logCompletions: true,
-        maxSteps: steps
-      }),
-      model,
-      dataset: Dataset.fromSeeds({ prompt: [{ role: "user", content: "Say a" }], seeds: Dataset.range(0, 64) }),
-      open,
-      rewardFunctions: [evenTokens],
-      progress: false
-    })
-    const completions = yield* fs.readFileString(path.join(dir, Metrics.files.completions))
-    return { result, completions }
-  })
 
 /** A loopback relay to `target` that records the size of every `/update_weights` body it forwards. */
 const relay = (target: string) =>
@@ -101,18 +54,12 @@ const relay = (target: string) =>
       })
   )
 
-const timeless = (values: Readonly<Record<string, number>>) =>
-  Object.fromEntries(Object.entries(values).filter(([k]) => !/time|per_second/.test(k)))
-
 describe("a LoRA run generating on envtrain serve-policy", () => {
   it.scopedLive(
     "pushes only the adapter, which the server merges: the run equals the in-process one",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const model = yield* Checkpoint.makeModel("tiny", 1)
-        const dir = yield* fs.makeTempDirectoryScoped()
-        yield* Checkpoint.save(dir, model)
+        const { dir, model } = yield* tinyDir
         const child = yield* PolicyServerProcess.launch({ model: dir, backend: "reference", servedModelName: "tiny" })
         const front = yield* relay(child.url)
         const steps = 3
@@ -123,10 +70,8 @@ describe("a LoRA run generating on envtrain serve-policy", () => {
         const remote = yield* train(remoteModel, steps)
 
         // Same episodes (prompts, completions, rewards, advantages): the server sampled what the trainer would.
-        const rows = (text: string) =>
-          text.split("\n").filter((l) => l !== "").map((l) => timeless(JSON.parse(l) as Record<string, number>))
-        assert.isAbove(rows(local.completions).length, 0)
-        assert.deepStrictEqual(rows(remote.completions), rows(local.completions))
+        assert.isAbove(completionRows(local.completions).length, 0)
+        assert.deepStrictEqual(completionRows(remote.completions), completionRows(local.completions))
         for (let i = 0; i < steps; i++) {
           assert.closeTo(remote.result.steps[i].loss, local.result.steps[i].loss, 1e-5)
         }
