@@ -47,6 +47,9 @@ export const make = (
     const loaded = new Map<string, Loaded>()
     const lock = yield* Effect.makeSemaphore(1)
     const max = options?.maxLoras ?? 4
+    // Adapters add to the server's counters and histograms; the gauges (running, waiting, policy version) stay the
+    // base scheduler's, which an adapter's scheduler would otherwise overwrite with its own.
+    const adapterMetrics: Metrics = { ...metrics, running: () => {}, waiting: () => {}, version: () => {} }
 
     const generate: Scheduler.Scheduler["generate"] = (requests, watches) => {
       const name = requests[0]?.adapter
@@ -88,7 +91,7 @@ export const make = (
         const scope = yield* ScopeOps.fork(serverScope, ExecutionStrategy.sequential)
         const built = yield* Effect.exit(
           options.load(name, path).pipe(
-            Effect.flatMap((backend: Backend) => Scheduler.make(backend, schedulerOptions, metrics)),
+            Effect.flatMap((backend: Backend) => Scheduler.make(backend, schedulerOptions, adapterMetrics)),
             ScopeOps.extend(scope)
           )
         )
