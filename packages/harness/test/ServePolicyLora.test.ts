@@ -2,7 +2,7 @@
 // request naming an adapter as its `model` served by the base with that adapter merged in, `/v1/models` listing
 // them, vLLM's errors (unknown model 404, double load 400, unknown adapter 404). The command runs as a child process
 // (the reference backend: its greedy tokens are the specification's, so they can be compared exactly); every query
-// is a real fetch over loopback. Live clock throughout.
+// is a real fetch over loopback; the gpu backend (lavapipe here) is checked the same way. Live clock throughout.
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
@@ -157,6 +157,46 @@ describe("envtrain serve-policy --enable-lora", () => {
       assert.include(bad.json.error.message, "adapter_config.json")
       assert.deepStrictEqual(((yield* call(`${url}/v1/models`)).json.data as Array<Json>).map((m) => m.id), ["tiny"])
     }).pipe(Effect.provide(NodeContext.layer)), 180_000)
+
+  it.scopedLive(
+    "the gpu backend serves an adapter from its own merged copy on the device (lavapipe here)",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const model = yield* base
+        const root = yield* fs.makeTempDirectoryScoped()
+        const dir = path.join(root, "base")
+        yield* Checkpoint.save(dir, model)
+        const adapterDir = path.join(root, "adapter")
+        const adapter = adapterFor(model, 2)
+        yield* LoraAdapter.save(adapterDir, adapter, { dtype: "BF16" })
+        const { url } = yield* PolicyServerProcess.launch({
+          model: dir,
+          backend: "gpu",
+          servedModelName: "tiny",
+          maxModelLen: 64,
+          maxBatch: 2,
+          enableLora: true
+        })
+        const loaded = yield* call(`${url}/v1/load_lora_adapter`, { lora_name: "g", lora_path: adapterDir })
+        assert.strictEqual(loaded.status, 200, loaded.text)
+        const prompt = model.tokenizer.encode("Guess a word")
+        const complete = (name: string) =>
+          call(`${url}/v1/completions`, { model: name, prompt, max_tokens: 8, temperature: 0, return_token_ids: true })
+        // The adapter as stored (bf16), merged: what the server's copy holds.
+        const stored = yield* LoraAdapter.load(adapterDir, model.config)
+        const merged = LoraAdapter.merge(model.config, model.tensors, stored, "F32")
+        const served = yield* complete("g")
+        assert.strictEqual(served.status, 200, served.text)
+        assert.deepStrictEqual(served.json.choices[0].token_ids, greedyOf(model, merged, prompt))
+        assert.deepStrictEqual(
+          (yield* complete("tiny")).json.choices[0].token_ids,
+          greedyOf(model, model.tensors, prompt)
+        )
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
 
   it.scopedLive("without adapters enabled the routes refuse, saying how to enable them", () =>
     Effect.gen(function*() {
