@@ -457,16 +457,17 @@ export const merge = (
     }
     const [rows, cols] = [p.b.shape[0], p.a.shape[1]]
     const data = new Float32Array(rows * cols)
-    const bRow = new Float64Array(r)
+    // Row by row, B·A accumulated over k into an f64 row (A read sequentially), then W + s·(B·A) rounded once.
+    const delta = new Float64Array(cols)
     for (let o = 0; o < rows; o++) {
-      for (let k = 0; k < r; k++) bRow[k] = s * b[o * r + k]
-      for (let i = 0; i < cols; i++) {
-        let acc = w.data[o * cols + i]
-        let delta = 0
-        for (let k = 0; k < r; k++) delta += bRow[k] * a[k * cols + i]
-        acc += delta
-        data[o * cols + i] = roundToDtype(acc, dtype)
+      delta.fill(0)
+      for (let k = 0; k < r; k++) {
+        const c = b[o * r + k]
+        const off = k * cols
+        for (let i = 0; i < cols; i++) delta[i] += c * a[off + i]
       }
+      const row = o * cols
+      for (let i = 0; i < cols; i++) data[row + i] = roundToDtype(w.data[row + i] + s * delta[i], dtype)
     }
     out.set(p.base, { shape: w.shape, data })
   }
