@@ -198,6 +198,82 @@ describe("envtrain serve-policy --enable-lora", () => {
     300_000
   )
 
+  it.scopedLive(
+    "unloading an adapter mid-stream: the running request finishes on it, new ones get 404",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const model = yield* base
+        const adapterDir = path.join(yield* fs.makeTempDirectoryScoped(), "adapter")
+        const adapter = adapterFor(model, 3)
+        yield* LoraAdapter.save(adapterDir, adapter)
+        const backend = yield* PolicyBackend.reference(model, { maxBatchSize: 2 })
+        const server = yield* PolicyServer.serve(backend, {
+          port: 0,
+          servedModelName: "tiny",
+          adapters: {
+            load: (_name, dir) =>
+              Effect.gen(function*() {
+                const loaded = yield* LoraAdapter.load(dir, model.config)
+                const tensors = LoraAdapter.merge(model.config, model.tensors, loaded, "F32")
+                return yield* PolicyBackend.reference({ ...model, tensors }, { maxBatchSize: 2 })
+              }).pipe(
+                Effect.mapError((e) => new PolicyServer.BackendError({ status: 400, message: e.message })),
+                Effect.provide(NodeContext.layer)
+              )
+          }
+        })
+        assert.strictEqual(
+          (yield* call(`${server.url}/v1/load_lora_adapter`, { lora_name: "s", lora_path: adapterDir })).status,
+          200
+        )
+        const prompt = model.tokenizer.encode("Catch the ball")
+        const body = {
+          model: "s",
+          prompt,
+          max_tokens: 24,
+          temperature: 0,
+          ignore_eos: true,
+          stream: true,
+          return_token_ids: true
+        }
+        const ids = yield* Effect.promise(async () => {
+          const res = await fetch(`${server.url}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify(body)
+          })
+          const reader = res.body!.getReader()
+          let text = new TextDecoder().decode((await reader.read()).value)
+          // The first chunk is out: the sequence is running on the adapter. Unload it now.
+          const unload = await fetch(`${server.url}/v1/unload_lora_adapter`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ lora_name: "s" })
+          })
+          if (unload.status !== 200) throw new Error(`unload answered ${unload.status}`)
+          for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
+            text += new TextDecoder().decode(chunk.value)
+          }
+          return text.split("\n").filter((l) => l.startsWith("data: {")).flatMap((l) =>
+            (JSON.parse(l.slice(6)).choices[0]?.token_ids ?? []) as Array<number>
+          )
+        })
+        const merged = LoraAdapter.merge(model.config, model.tensors, adapter, "F32")
+        const want = Qwen3Reference.generate(
+          model.config,
+          Object.fromEntries([...merged].map(([n, t]) => [n, t.data])),
+          prompt,
+          { maxNewTokens: 24, temperature: 0 }
+        ).tokens
+        assert.deepStrictEqual(ids, want)
+        const after = yield* call(`${server.url}/v1/completions`, { ...body, stream: false })
+        assert.strictEqual(after.status, 404)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
   it.scopedLive("without adapters enabled the routes refuse, saying how to enable them", () =>
     Effect.gen(function*() {
       const model = yield* base
