@@ -101,6 +101,24 @@ describe("Checkpoint", () => {
         yield* fs.readFile(path.join(e, "model.safetensors")),
         yield* fs.readFile(path.join(d, "model.safetensors"))
       )
+      // With no dtype given, a loaded bf16 model saves bf16 again, bit for bit: it is not widened on disk.
+      const f = path.join(root, "f")
+      yield* Checkpoint.save(f, half)
+      assert.deepStrictEqual(
+        yield* fs.readFile(path.join(f, "model.safetensors")),
+        yield* fs.readFile(path.join(d, "model.safetensors"))
+      )
+      assert.strictEqual(JSON.parse(yield* fs.readFileString(path.join(f, "config.json"))).torch_dtype, "bfloat16")
+      // A weight bf16 cannot hold (as after an f32 training step) keeps the whole save in f32 rather than rounding.
+      const trained = new Map(half.tensors)
+      const norm = trained.get("model.norm.weight")!
+      trained.set("model.norm.weight", { shape: norm.shape, data: norm.data.map((x) => x + 2 ** -20) })
+      assert.strictEqual(Checkpoint.defaultDtype({ ...half, tensors: trained }), "F32")
+      const g = path.join(root, "g")
+      yield* Checkpoint.save(g, { ...half, tensors: trained })
+      const reloaded = yield* Checkpoint.load(g)
+      assert.strictEqual(reloaded.config.torch_dtype, "float32")
+      assert.deepStrictEqual(reloaded.tensors.get("model.norm.weight")!.data, trained.get("model.norm.weight")!.data)
     }).pipe(Effect.provide(NodeContext.layer)))
 
   it.scoped("a wrong shape, a missing tensor, an extra tensor and a foreign architecture are each explained", () =>

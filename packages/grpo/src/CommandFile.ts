@@ -198,6 +198,14 @@ export const load = Effect.fn("CommandFile.load")(function*(path: string, overri
       }) disagree: keep one of them`
     })
   }
+  // The WebGPU model trains every weight: a LoRA run there would silently train the full model.
+  if (config.lora !== undefined && spec.backend === "gpu") {
+    return yield* new CommandFileError({
+      path,
+      problem: "LoRA (lora, use_peft or peft_config) runs on backend: cpu or reference; the gpu backend trains " +
+        "every weight. Set backend: cpu, or remove the LoRA keys to fine-tune the full model"
+    })
+  }
   return { spec, config }
 })
 
@@ -475,8 +483,11 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
     const checkpoint = yield* Checkpoint.load(spec.model)
     // The CPU device runs in a worker thread (for the run's scope), so that rollouts (on policy servers, or in the
     // worker between updates) are served while an update runs.
+    // LoRA: the adapter's initialisation and dropout come from the run's seed.
+    const lora = config.lora === undefined ? undefined : { config: config.lora, seed: config.seed }
     if (spec.backend === "cpu") {
       const model = yield* Trainer.cpuModel(checkpoint, {
+        lora,
         ...(spec.threads === undefined ? {} : { threads: spec.threads }),
         ...(spec.deterministic === undefined ? {} : { deterministic: spec.deterministic })
       })
@@ -484,7 +495,9 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
       return model
     }
     if (spec.backend === "reference") {
-      return config.async === true ? yield* Trainer.workerModel(checkpoint) : Trainer.referenceModel(checkpoint)
+      return config.async === true
+        ? yield* Trainer.workerModel(checkpoint, { lora })
+        : Trainer.referenceModel(checkpoint, { lora })
     }
     return yield* Trainer.gpuModel(checkpoint, {
       batch: config.perDeviceTrainBatchSize,

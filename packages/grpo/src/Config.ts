@@ -20,6 +20,7 @@
  * @since 0.0.0
  */
 import { FileSystem } from "@effect/platform"
+import { LoraConfig } from "@envtrain/gpu"
 import { Data, Effect, Either, Option, ParseResult, Schema, SchemaAST as AST } from "effect"
 import * as Yaml from "yaml"
 import * as TrlKeys from "./internal/trlKeys.js"
@@ -32,6 +33,15 @@ const PositiveInt = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
 const NonNegativeInt = Schema.Int.pipe(Schema.greaterThanOrEqualTo(0))
 const NonNegative = Schema.Finite.pipe(Schema.greaterThanOrEqualTo(0))
 const Positive = Schema.Finite.pipe(Schema.greaterThan(0))
+
+/** PEFT's LoraConfig as envtrain honours it (`LoraConfig.LoraConfig`, camelCase). */
+const Lora = Schema.Struct({
+  r: PositiveInt,
+  alpha: Positive,
+  dropout: Schema.Finite.pipe(Schema.greaterThanOrEqualTo(0), Schema.lessThan(1)),
+  targetModules: Schema.Array(Schema.Literal(...LoraConfig.LORA_TARGETS)).pipe(Schema.minItems(1)),
+  useRsLora: Schema.Boolean
+})
 
 const withDefault = <A, I>(schema: Schema.Schema<A, I, never>, value: A, description: string) =>
   Schema.optionalWith(schema.annotations({ description }), { default: () => value })
@@ -105,6 +115,14 @@ export const GRPOConfig = Schema.Struct({
   // --- run ---
   outputDir: withDefault(Schema.String, "trainer_output", "Directory for checkpoints, metrics and completions."),
   seed: withDefault(Schema.Int, 42, "Seed for sampling, shuffling and initialisation (TrainingArguments default)."),
+  // --- LoRA ---
+  lora: Schema.optional(
+    Lora.annotations({
+      description: "Train a LoRA adapter on the frozen base (r, alpha, dropout, targetModules, useRsLora). TRL's " +
+        "use_peft with lora_r, lora_alpha, lora_dropout, lora_target_modules, use_rslora, or a peft_config block " +
+        "(PEFT LoraConfig fields), are read into it. Backends cpu and reference."
+    })
+  ),
   // --- batching ---
   numGenerations: withDefault(PositiveInt, 8, "G: completions (episodes) per prompt; must be >= 2."),
   numGenerationsEval: withDefault(
@@ -462,6 +480,8 @@ const normaliseKeys = (
     if (canonical === undefined) {
       // TRL keys without a field of their own: their envtrain meaning, or what envtrain does instead.
       const snake = key.includes("_") ? key : snakeCase(key)
+      // TRL's LoRA keys are read together after the loop.
+      if (TrlKeys.loraKeys.has(snake)) continue
       if (snake === "use_vllm") {
         // TRL's server mode is generation on policy servers; its URL keys become policyServers.
         const mapped = TrlKeys.vllmServers(v, get)
@@ -512,6 +532,11 @@ const normaliseKeys = (
       continue
     }
     set(canonical, key, canonical === "scaleRewards" && typeof v === "boolean" ? (v ? "group" : "none") : v)
+  }
+  const lora = TrlKeys.loraOf(get)
+  if (lora?.problem !== undefined) problems.push(lora.problem)
+  else if (lora?.lora !== undefined) {
+    set("lora", get("peft_config") !== undefined ? "peft_config" : "use_peft", lora.lora)
   }
   return { value, problems }
 }

@@ -71,6 +71,7 @@ import {
 } from "./internal/generation.js"
 import { gpuModel as makeGpuModel, type GpuModelOptions } from "./internal/gpuModel.js"
 import type {
+  LoraOptions as ModelLoraOptions,
   ModelState,
   OptimizerState,
   OptimizerStateMismatch,
@@ -126,8 +127,20 @@ export type WorkerModelOptions = WorkerModel.WorkerModelOptions
  *
  * @since 0.0.0
  */
-export const referenceModel: (model: Checkpoint.Model, options?: { readonly maxBatchSize?: number }) => TrainableModel =
-  cachedCpuModel
+export const referenceModel: (
+  model: Checkpoint.Model,
+  options?: { readonly maxBatchSize?: number; readonly lora?: LoraOptions | undefined }
+) => TrainableModel = cachedCpuModel
+
+/**
+ * LoRA for {@link referenceModel}, {@link cpuModel}, {@link workerModel} and {@link deviceModel}: PEFT's settings
+ * (`Config.GRPOConfig.lora`, decoded from TRL's `use_peft`/`lora_*` keys or a `peft_config` block) and the seed of
+ * the adapter's initialisation and dropout masks. The base is frozen; optimizer state, exported state and the
+ * weights synced to policy servers are the adapter's.
+ *
+ * @since 0.0.0
+ */
+export type LoraOptions = ModelLoraOptions
 
 /**
  * The CPU reference model ({@link referenceModel}: the same code, bit-identical results) in a worker thread, scoped:
@@ -169,6 +182,7 @@ export type DeviceModelOptions = DeviceModel.DeviceModelOptions
  */
 export interface CpuModelOptions extends CpuDevice.DeviceOptions {
   readonly maxBatchSize?: number
+  readonly lora?: LoraOptions | undefined
   readonly maxTokensPerPass?: number
   readonly callTimeout?: Duration.DurationInput
   readonly startTimeout?: Duration.DurationInput
@@ -193,8 +207,9 @@ export const cpuModel = (
   model: Checkpoint.Model,
   options: CpuModelOptions = {}
 ): Effect.Effect<TrainableModel, WorkerModelError, Scope.Scope> => {
-  const { callTimeout, maxBatchSize, startTimeout, ...device } = options
+  const { callTimeout, lora, maxBatchSize, startTimeout, ...device } = options
   return WorkerModel.workerModel(model, {
+    lora,
     ...(maxBatchSize === undefined ? {} : { maxBatchSize }),
     ...(callTimeout === undefined ? {} : { callTimeout }),
     ...(startTimeout === undefined ? {} : { startTimeout }),

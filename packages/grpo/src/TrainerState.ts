@@ -26,7 +26,7 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Checkpoint, Safetensors } from "@envtrain/gpu"
+import { Checkpoint, LoraAdapter, Safetensors } from "@envtrain/gpu"
 import { Data, Effect, Option } from "effect"
 import type { Position } from "./Dataset.js"
 import type { TrainableModel } from "./internal/model.js"
@@ -104,13 +104,16 @@ export const save = Effect.fn("TrainerState.save")(function*(
   yield* fs.remove(tmp, { recursive: true }).pipe(Effect.ignore)
   const exported = yield* model.exportState
   const optimizer = model.exportOptimizerState === undefined ? undefined : yield* model.exportOptimizerState
-  yield* Checkpoint.save(tmp, {
-    config: model.config,
-    tensors: exported.weights,
-    tokenizer: model.tokenizer,
-    chatTemplate: model.chatTemplate,
-    generationConfig: model.generationConfig
-  }).pipe(Effect.mapError(fail(tmp)))
+  // A LoRA run's checkpoint is its adapter, as PEFT saves it (the base is unchanged).
+  yield* (exported.lora !== undefined
+    ? LoraAdapter.save(tmp, { config: exported.lora, tensors: exported.weights, baseModel: null })
+    : Checkpoint.save(tmp, {
+      config: model.config,
+      tensors: exported.weights,
+      tokenizer: model.tokenizer,
+      chatTemplate: model.chatTemplate,
+      generationConfig: model.generationConfig
+    })).pipe(Effect.mapError(fail(tmp)))
   if (optimizer !== undefined) {
     yield* Safetensors.writeFile(path.join(tmp, files.optimizer), optimizer.moments).pipe(Effect.mapError(fail(tmp)))
   }
@@ -165,7 +168,10 @@ export const load = Effect.fn("TrainerState.load")(function*(dir: string, model:
     try: () => JSON.parse(text) as State & { readonly optimizerStep: number },
     catch: (e) => new CheckpointStateError({ path: dir, problem: `${files.state} is not JSON (${String(e)})` })
   })
-  const weights = yield* Checkpoint.loadWeights(dir, model.config).pipe(Effect.mapError(fail(dir)))
+  const adapter = yield* fs.exists(path.join(dir, LoraAdapter.CONFIG_FILE)).pipe(Effect.orElseSucceed(() => false))
+  const weights = adapter
+    ? (yield* LoraAdapter.load(dir, model.config).pipe(Effect.mapError(fail(dir)))).tensors
+    : yield* Checkpoint.loadWeights(dir, model.config).pipe(Effect.mapError(fail(dir)))
   const optimizerStep = json.optimizerStep ?? 0
   const optimizerPath = path.join(dir, files.optimizer)
   // An empty file is what checkpoints of models without optimizer export held: no moments.

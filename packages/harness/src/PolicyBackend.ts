@@ -39,6 +39,7 @@ import type { Path } from "@effect/platform"
 import { FileSystem } from "@effect/platform"
 import * as CpuDevice from "@envtrain/gpu/cpu/CpuDevice"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as LoraAdapter from "@envtrain/gpu/formats/LoraAdapter"
 import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
 import * as Generation from "@envtrain/gpu/model/Generation"
@@ -80,10 +81,15 @@ const samplingDefaultsOf = (model: Checkpoint.Model): NonNullable<Backend["sampl
 const contextOf = (model: Checkpoint.Model, options: BackendOptions) =>
   Math.min(options.contextLength ?? 4096, model.config.max_position_embeddings, 4096)
 
-/** The tensors of `source`, checked against `config` (names and shapes), f32. */
+/**
+ * The tensors of `source`, checked against `config` (names and shapes), f32. Pushed bytes that carry a LoRA adapter
+ * (`LoraAdapter.encodePushed`, what a trainer of an adapter sends) are merged into `base` (the weights the server
+ * started with: the frozen base of the run) and the merged model is returned.
+ */
 export const readWeights = (
   config: ModelConfig.ModelConfig,
-  source: WeightSource
+  source: WeightSource,
+  base?: Safetensors.Tensors
 ): Effect.Effect<Map<string, Safetensors.Tensor>, BackendError, FileSystem.FileSystem | Path.Path> => {
   const refused = (e: { readonly message: string }) =>
     new BackendError({ status: 400, message: `The new weights do not fit this model: ${e.message}` })
@@ -101,6 +107,13 @@ export const readWeights = (
     })
   }
   return Effect.gen(function*() {
+    const adapter = yield* LoraAdapter.decodePushed(source.bytes, config).pipe(Effect.mapError(refused))
+    if (adapter !== undefined) {
+      if (base === undefined) {
+        return yield* refused({ message: "this backend has no base to merge a LoRA adapter into." })
+      }
+      return LoraAdapter.merge(config, base, adapter, "F32")
+    }
     const tensors = yield* Safetensors.decode(source.bytes, "<pushed weights>").pipe(Effect.mapError(refused))
     const out = new Map<string, Safetensors.Tensor>()
     for (const spec of ModelConfig.expectedTensors(config)) {
@@ -241,7 +254,7 @@ const cpuBackend = (
         }
       }),
       loadWeights: (source) =>
-        readWeights(model.config, source).pipe(
+        readWeights(model.config, source, model.tensors).pipe(
           Effect.flatMap((weights) => trainable.importState({ weights, optimizerStep: 0 })),
           Effect.provide(context)
         )
@@ -358,7 +371,7 @@ export const gpu = (
       generate,
       decoder,
       loadWeights: (source) =>
-        readWeights(model.config, source).pipe(
+        readWeights(model.config, source, model.tensors).pipe(
           Effect.flatMap((weights) =>
             qwen.setWeights(weights).pipe(
               Effect.mapError((e) =>

@@ -34,6 +34,10 @@ export interface LaunchOptions {
   readonly maxModelLen?: number
   /** `--batching`; default the command's (continuous where the backend can). */
   readonly batching?: "continuous" | "window"
+  /** `--enable-lora`: serve LoRA adapters loaded at run time (vLLM's routes). */
+  readonly enableLora?: boolean
+  /** `--max-loras` (with `enableLora`). */
+  readonly maxLoras?: number
   /** How long to wait for `/health`. Default 120 s (the model loads first). */
   readonly healthTimeout?: Duration.DurationInput
 }
@@ -62,7 +66,9 @@ export const launch = (options: LaunchOptions) =>
       ...flag("served-model-name", options.servedModelName),
       ...flag("max-batch", options.maxBatch),
       ...flag("max-model-len", options.maxModelLen),
-      ...flag("batching", options.batching)
+      ...flag("batching", options.batching),
+      ...(options.enableLora === true ? ["--enable-lora"] : []),
+      ...flag("max-loras", options.maxLoras)
     ],
     ...(options.port === undefined ? {} : { port: options.port }),
     healthTimeout: options.healthTimeout ?? "120 seconds"

@@ -4,7 +4,8 @@
  * way they would from `vllm serve`.
  *
  * Endpoints: `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), `POST /v1/chat/completions`,
- * `POST /v1/completions`, and two weight-update endpoints named as SGLang names them: `POST /update_weights_from_disk`
+ * `POST /v1/completions`, vLLM's LoRA routes `POST /v1/load_lora_adapter` and `POST /v1/unload_lora_adapter` (with
+ * {@link PolicyServerOptions.adapters}), and two weight-update endpoints named as SGLang names them: `POST /update_weights_from_disk`
  * (`{"model_path": DIR}`) and `POST /update_weights` (the raw bytes of a safetensors file). vLLM's extensions keep
  * vLLM's field names: `return_token_ids` (→ `prompt_token_ids` and `token_ids`), `return_tokens_as_token_ids`
  * (→ logprob tokens `"token_id:N"`), `stop_token_ids`, `include_stop_str_in_output`, `skip_special_tokens`,
@@ -48,6 +49,8 @@ import type { Completion, GenerateRequest, SamplingParams } from "./Policy.js"
 export interface BackendRequest extends GenerateRequest {
   /** 0: none. At most the backend's `maxTopLogprobs`. */
   readonly topLogprobs: number
+  /** The LoRA adapter the request named as its `model` (set by the server; the adapter's backend serves it). */
+  readonly adapter?: string
 }
 
 /** A token and its logprob. */
@@ -161,6 +164,18 @@ export interface PolicyServerOptions {
   readonly maxQueue?: number
   /** A request (waiting and generating) that takes longer fails with 504; default 10 minutes. */
   readonly requestTimeout?: Duration.DurationInput
+  /**
+   * LoRA adapters served as vLLM serves them (`--enable-lora` with runtime loading): `POST /v1/load_lora_adapter
+   * {lora_name, lora_path}` calls `load` for a backend that serves the adapter (e.g. the base with it merged in),
+   * which then answers every request whose `model` is `lora_name`, with its own batches; `POST
+   * /v1/unload_lora_adapter {lora_name}` releases it once its running requests finish; `/v1/models` lists each as
+   * vLLM does (`root`: its path, `parent`: the base). Absent: those routes answer 400 (as vLLM without the flag).
+   */
+  readonly adapters?: {
+    readonly load: (name: string, path: string) => Effect.Effect<Backend, BackendError, Scope.Scope>
+    /** Most adapters loaded at once (vLLM's `--max-loras`); default 4. */
+    readonly maxLoras?: number
+  }
 }
 
 /** A running policy server. */

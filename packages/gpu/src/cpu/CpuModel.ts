@@ -2,6 +2,9 @@
  * The Qwen3 model on the CPU device: the op list of `Qwen3Reference` (the specification) executed in f32 over one
  * preallocated workspace, with every matmul on a {@link Gemm} route (the platform BLAS or WebAssembly SIMD).
  *
+ * - LoRA ({@link Options.lora}): the base weights are frozen — no gradient or AdamW moments exist for them, only for
+ *   the adapter tensors (PEFT's `lora_A` [r, in], `lora_B` [out, r]) — and each adapted projection adds
+ *   `(dropout(x)·Aᵀ·Bᵀ)·scaling` with its two low-rank products on the Gemm route, as `Qwen3Reference` specifies.
  * - Memory: weights, gradients and AdamW moments are allocated once; the activations of a forward live in a
  *   workspace planned for the largest token count seen so far (it grows, never shrinks), so a steady-state step
  *   allocates nothing but its small result arrays.
@@ -21,6 +24,7 @@
  *
  * @since 0.0.0
  */
+import { adaptedProjections, type LoraConfig, type LoraTarget, scaling as loraScaling } from "../formats/LoraConfig.js"
 import {
   type Config,
   decays,
@@ -30,6 +34,7 @@ import {
   layerTensorNames,
   LM_HEAD
 } from "../formats/ModelConfig.js"
+import { fillDropoutMask } from "../model/internal/qwen3refLora.js"
 import { ropeTables } from "../ops/rope.js"
 import * as Attn from "./attention.js"
 import * as Elementwise from "./elementwise.js"
@@ -65,18 +70,29 @@ export interface CpuModel {
   readonly gemm: Gemm
   /** Which element-wise kernels run: WebAssembly SIMD over one shared memory, or the plain-TypeScript ones. */
   readonly kernels: "wasm-simd" | "js"
-  /** The live weights (in the route's memory), keyed by Hugging Face tensor name. */
+  /** The live weights (in the route's memory), keyed by Hugging Face tensor name; with LoRA the adapter's too. */
   readonly weights: Weights
-  /** Accumulated gradients, same keys. */
+  /** The LoRA run's settings, or undefined when every weight is trained. */
+  readonly lora: LoraConfig | undefined
+  /** The tensors trained: the adapter's with LoRA, else every weight. Gradients and moments exist for these only. */
+  readonly trained: ReadonlyArray<string>
+  /** Accumulated gradients, keyed like {@link CpuModel.trained}. */
   readonly grads: Weights
   readonly moments: { readonly m: Weights; readonly v: Weights }
   /** AdamW updates applied. */
   step: number
   /**
    * Forward over a packed batch (tokens [B·T], position ids default 0…T−1 per row); returns the logits [B·T, vocab]
-   * (a view into the workspace, valid until the next forward or backward).
+   * (a view into the workspace, valid until the next forward or backward). With LoRA and a `dropoutSeed`, the
+   * adapters' inputs get dropout with `Qwen3Reference.dropoutMask`'s masks (training); without one, none.
    */
-  readonly forward: (tokens: ArrayLike<number>, B: number, T: number, positions?: ArrayLike<number>) => Float32Array
+  readonly forward: (
+    tokens: ArrayLike<number>,
+    B: number,
+    T: number,
+    positions?: ArrayLike<number>,
+    dropoutSeed?: number
+  ) => Float32Array
   /** Per row of the last forward: log_softmax(logits/T)[target] (0 for target < 0) and the entropy. */
   readonly tokenLogprobs: (
     targets: ArrayLike<number>,
@@ -103,8 +119,10 @@ export interface CpuModel {
    * each sequence's last new token ([sequences, vocab], a workspace view).
    */
   readonly extendBatch: (caches: ReadonlyArray<KvCache>, chunks: ReadonlyArray<ArrayLike<number>>) => Float32Array
-  /** Copies weights in (every tensor of the config, checked by name and size). */
+  /** Copies weights in (every tensor of the config, and the adapter's with LoRA, checked by name and size). */
   readonly setWeights: (weights: Readonly<Record<string, ArrayLike<number>>>) => void
+  /** Copies the trained tensors in ({@link CpuModel.trained}: the adapter's with LoRA), checked by name and size. */
+  readonly setTrained: (weights: Readonly<Record<string, ArrayLike<number>>>) => void
   /** With `profile: true`: milliseconds spent per op since the start or {@link CpuModel.resetProfile}. */
   readonly profile: ReadonlyMap<string, number>
   readonly resetProfile: () => void
@@ -126,6 +144,28 @@ export interface Options {
   readonly elementwise?: "wasm-simd" | "js"
   /** Time every op (matmul, attention, each element-wise kernel) into {@link CpuModel.profile}. Default false. */
   readonly profile?: boolean
+  /**
+   * Train LoRA adapters on the frozen base: the settings and the adapter's initial tensors (`Qwen3Reference
+   * .initAdapters` gives PEFT's initialisation), keyed as `LoraConfig.adaptedProjections` names them.
+   */
+  readonly lora?: { readonly config: LoraConfig; readonly adapters: Readonly<Record<string, ArrayLike<number>>> }
+}
+
+/** One adapted projection as the model runs it: its tensors, their gradients, and its dropout stream. */
+interface Adapter {
+  readonly index: number
+  readonly a: Float32Array
+  readonly b: Float32Array
+  readonly ga: Float32Array
+  readonly gb: Float32Array
+}
+
+/** What an adapted projection keeps from the forward: x·Aᵀ (after dropout) and the dropout mask. */
+interface AdapterSlot {
+  readonly u: Float32Array
+  readonly mask: Uint8Array | undefined
+  /** Whether the last forward applied the mask (it ran with a dropout seed). */
+  dropped: boolean
 }
 
 interface Layer {
@@ -147,6 +187,7 @@ interface Layer {
   readonly gate: Float32Array
   readonly up: Float32Array
   readonly act: Float32Array
+  readonly adapters: ReadonlyMap<LoraTarget, AdapterSlot>
 }
 
 interface Workspace {
@@ -169,6 +210,9 @@ interface Workspace {
   readonly dq: Float32Array
   readonly dk: Float32Array
   readonly dv: Float32Array
+  // LoRA scratch: a dropped-out input (or its gradient) and x·Aᵀ's gradient.
+  readonly loraX: Float32Array
+  readonly loraU: Float32Array
 }
 
 /**
@@ -209,8 +253,14 @@ export const make = (
       }
     }) as F
   const specs = expectedTensors(config)
-  const sizes = specs.map((spec) => spec.shape.reduce((a, b) => a * b, 1))
-  const modelBytes = 16 * sizes.reduce((a, b) => a + b, 0)
+  const lora = options.lora
+  const projections = lora === undefined ? [] : adaptedProjections(config, lora.config)
+  const adapterSpecs = projections.flatMap((p) => [p.a, p.b])
+  const allSpecs = [...specs, ...adapterSpecs]
+  const trainedSpecs = lora === undefined ? specs : adapterSpecs
+  const count = (list: typeof specs) => list.reduce((n, spec) => n + spec.shape.reduce((a, b) => a * b, 1), 0)
+  // A frozen base takes 4 bytes per weight; a trained tensor 16 (weight, gradient, two moments).
+  const modelBytes = 4 * count(allSpecs) + 12 * count(trainedSpecs)
   const kernels = options.elementwise ?? (modelBytes <= wasmModelBytes ? "wasm-simd" : "js")
   if (kernels === "wasm-simd" && modelBytes > wasmModelBytes) {
     throw new Error(
@@ -265,26 +315,44 @@ export const make = (
   const G: Weights = {}
   const M: Weights = {}
   const S: Weights = {}
-  specs.forEach((spec, i) => {
-    W[spec.name] = alloc(sizes[i])
-    G[spec.name] = alloc(sizes[i])
-    M[spec.name] = momentAlloc(sizes[i])
-    S[spec.name] = momentAlloc(sizes[i])
-  })
+  for (const spec of allSpecs) W[spec.name] = alloc(spec.shape.reduce((a, b) => a * b, 1))
+  for (const spec of trainedSpecs) {
+    const n = W[spec.name].length
+    G[spec.name] = alloc(n)
+    M[spec.name] = momentAlloc(n)
+    S[spec.name] = momentAlloc(n)
+  }
   const names = Array.from({ length: L }, (_, l) => layerTensorNames(l))
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
+  // Per layer, the adapted projections; the frozen norms' gradient terms go to a scratch that is dropped.
+  const adapters = Array.from({ length: L }, () => new Map<LoraTarget, Adapter>())
+  projections.forEach((p, index) => {
+    const { a, b } = p
+    adapters[p.layer].set(p.target, { index, a: W[a.name], b: W[b.name], ga: G[a.name], gb: G[b.name] })
+  })
+  const rank = lora?.config.r ?? 0
+  const loraScale = lora === undefined ? 0 : loraScaling(lora.config)
+  const dropout = lora?.config.dropout ?? 0
+  const keep = Math.fround(1 / (1 - dropout))
+  const normSink = lora === undefined ? undefined : alloc(Math.max(h, D))
 
-  const setWeights = (source: Readonly<Record<string, ArrayLike<number>>>) => {
-    for (const spec of specs) {
+  const copyIn = (list: typeof specs, what: string, source: Readonly<Record<string, ArrayLike<number>>>) => {
+    for (const spec of list) {
       const w = source[spec.name]
-      if (w === undefined) throw new Error(`Missing weight ${spec.name} [${spec.shape.join(", ")}].`)
+      if (w === undefined) throw new Error(`Missing ${what} ${spec.name} [${spec.shape.join(", ")}].`)
       if (w.length !== W[spec.name].length) {
-        throw new Error(`Weight ${spec.name} has ${w.length} elements; expected [${spec.shape.join(", ")}].`)
+        throw new Error(`${what} ${spec.name} has ${w.length} elements; expected [${spec.shape.join(", ")}].`)
       }
-      W[spec.name].set(w)
     }
+    for (const spec of list) W[spec.name].set(source[spec.name])
   }
+  const setWeights = (source: Readonly<Record<string, ArrayLike<number>>>) => copyIn(specs, "weight", source)
   setWeights(weights)
+  if (lora !== undefined) {
+    if (!(dropout >= 0 && dropout < 1)) throw new Error(`LoRA dropout ${dropout}: use a probability in [0, 1).`)
+    if (!Number.isInteger(rank) || rank < 1) throw new Error(`LoRA rank r = ${rank}: use a positive integer.`)
+    copyIn(adapterSpecs, "LoRA tensor", lora.adapters)
+  }
 
   // RoPE tables for positions 0…P−1 (transformers' f32 angles), grown on demand.
   let ropeCos: Float32Array = new Float32Array(0)
@@ -331,7 +399,14 @@ export const make = (
         mlpRstd: a(N),
         gate: a(N * I),
         up: a(N * I),
-        act: a(N * I)
+        act: a(N * I),
+        adapters: new Map(
+          [...adapters[l].keys()].map((target) => [target, {
+            u: a(N * rank),
+            mask: dropout > 0 ? new Uint8Array(N * inDimOf(target)) : undefined,
+            dropped: false
+          }])
+        )
       })
     }
     ws = {
@@ -352,7 +427,9 @@ export const make = (
       dAttn: attnAlloc(N * H * D),
       dq: attnAlloc(N * H * D),
       dk: attnAlloc(N * KV * D),
-      dv: attnAlloc(N * KV * D)
+      dv: attnAlloc(N * KV * D),
+      loraX: lora === undefined ? new Float32Array(0) : a(N * Math.max(h, H * D, I)),
+      loraU: a(N * rank)
     }
     return ws
   }
@@ -378,6 +455,90 @@ export const make = (
     sgemm(true, false, outDim, inDim, rows, 1, dy, outDim, x, inDim, 1, dW, inDim)
   }
 
+  const inDimOf = (target: LoraTarget) => target === "o_proj" ? H * D : target === "down_proj" ? I : h
+
+  // y = x·Wᵀ, plus the adapter's (dropout(x)·Aᵀ·Bᵀ)·scaling when this projection is adapted. `seed`: dropout's.
+  const project = (
+    l: number,
+    target: LoraTarget,
+    lay: Layer,
+    x: Float32Array,
+    n: number,
+    inDim: number,
+    w: Float32Array,
+    outDim: number,
+    y: Float32Array,
+    seed: number | undefined
+  ) => {
+    linear(x, n, inDim, w, outDim, y)
+    const adapter = adapters[l].get(target)
+    if (adapter === undefined) return
+    const slot = lay.adapters.get(target)!
+    let xd = x
+    slot.dropped = slot.mask !== undefined && seed !== undefined
+    if (slot.dropped) {
+      fillDropoutMask(seed!, adapter.index, dropout, slot.mask!, n * inDim)
+      xd = dropped(x, slot.mask!, n * inDim)
+    }
+    sgemm(false, true, n, rank, inDim, 1, xd, inDim, adapter.a, inDim, 0, slot.u, rank)
+    sgemm(false, true, n, outDim, rank, loraScale, slot.u, rank, adapter.b, rank, 1, y, outDim)
+  }
+  // x with dropout's mask and 1/(1−p) applied, in the LoRA scratch.
+  const dropped = (x: Float32Array, mask: Uint8Array, n: number) => {
+    const out = ws!.loraX
+    for (let i = 0; i < n; i++) out[i] = mask[i] === 1 ? x[i] * keep : 0
+    return out
+  }
+  // linearBackward, or only dx = dy·W for a frozen weight (dW undefined).
+  const baseBackward = (
+    dy: Float32Array,
+    x: Float32Array,
+    n: number,
+    inDim: number,
+    w: Float32Array,
+    outDim: number,
+    dW: Float32Array | undefined,
+    dx: Float32Array,
+    accumulate: boolean
+  ) => {
+    if (dW !== undefined) linearBackward(dy, x, n, inDim, w, outDim, dW, dx, accumulate)
+    else sgemm(false, false, n, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
+  }
+  // Backward of project: dx (= or +=) dy·W (+ the adapter's path); dW += dyᵀ·x when the base is trained, else dA, dB.
+  const projectBackward = (
+    l: number,
+    target: LoraTarget,
+    lay: Layer,
+    dy: Float32Array,
+    x: Float32Array,
+    n: number,
+    inDim: number,
+    w: Float32Array,
+    outDim: number,
+    dW: Float32Array | undefined,
+    dx: Float32Array,
+    accumulate: boolean
+  ) => {
+    baseBackward(dy, x, n, inDim, w, outDim, dW, dx, accumulate)
+    const adapter = adapters[l].get(target)
+    if (adapter === undefined) return
+    const slot = lay.adapters.get(target)!
+    const u = slot.u
+    const mask = slot.dropped ? slot.mask : undefined
+    const du = ws!.loraU
+    // dB += s·dyᵀ·u; du = s·dy·B; dA += duᵀ·dropout(x); d dropout(x) = du·A, through the mask into dx.
+    sgemm(true, false, outDim, rank, n, loraScale, dy, outDim, u, rank, 1, adapter.gb, rank)
+    sgemm(false, false, n, rank, outDim, loraScale, dy, outDim, adapter.b, rank, 0, du, rank)
+    const xd = mask === undefined ? x : dropped(x, mask, n * inDim)
+    sgemm(true, false, rank, inDim, n, 1, du, rank, xd, inDim, 1, adapter.ga, inDim)
+    if (mask === undefined) sgemm(false, false, n, inDim, rank, 1, du, rank, adapter.a, inDim, 1, dx, inDim)
+    else {
+      const d = ws!.loraX
+      sgemm(false, false, n, inDim, rank, 1, du, rank, adapter.a, inDim, 0, d, inDim)
+      for (let i = 0; i < n * inDim; i++) if (mask[i] === 1) dx[i] += d[i] * keep
+    }
+  }
+
   const embed = timed("embedding", (tokens: ArrayLike<number>, n: number, x: Float32Array) => {
     const table = W[EMBED_TOKENS]
     for (let i = 0; i < n; i++) {
@@ -390,12 +551,12 @@ export const make = (
   })
 
   // Projections, q/k norms and RoPE of rows 0…n−1 of `lay` from lay.input.
-  const attentionInputs = (l: number, lay: Layer, n: number, positions: Int32Array) => {
+  const attentionInputs = (l: number, lay: Layer, n: number, positions: Int32Array, seed: number | undefined) => {
     const nm = names[l]
     K.rmsNorm(lay.input, n, h, W[nm.inputLayernorm], eps, lay.attnNormed, lay.attnRstd)
-    linear(lay.attnNormed, n, h, W[nm.q], H * D, lay.qProj)
-    linear(lay.attnNormed, n, h, W[nm.k], KV * D, lay.kProj)
-    linear(lay.attnNormed, n, h, W[nm.v], KV * D, lay.v)
+    project(l, "q_proj", lay, lay.attnNormed, n, h, W[nm.q], H * D, lay.qProj, seed)
+    project(l, "k_proj", lay, lay.attnNormed, n, h, W[nm.k], KV * D, lay.kProj, seed)
+    project(l, "v_proj", lay, lay.attnNormed, n, h, W[nm.v], KV * D, lay.v, seed)
     K.rmsNorm(lay.qProj, n * H, D, W[nm.qNorm], eps, lay.q, lay.qRstd)
     K.rmsNorm(lay.kProj, n * KV, D, W[nm.kNorm], eps, lay.k, lay.kRstd)
     K.rope(lay.q, n, H, D, positions, ropeCos, ropeSin, 1, lay.q)
@@ -403,15 +564,15 @@ export const make = (
   }
 
   // o_proj, residual and the MLP of rows 0…n−1; writes `out`.
-  const outputAndMlp = (l: number, lay: Layer, n: number, out: Float32Array) => {
+  const outputAndMlp = (l: number, lay: Layer, n: number, out: Float32Array, seed: number | undefined) => {
     const nm = names[l]
-    linear(lay.attnOut, n, H * D, W[nm.o], h, lay.afterAttn)
+    project(l, "o_proj", lay, lay.attnOut, n, H * D, W[nm.o], h, lay.afterAttn, seed)
     K.add(lay.afterAttn, lay.input, n * h, lay.afterAttn)
     K.rmsNorm(lay.afterAttn, n, h, W[nm.postAttentionLayernorm], eps, lay.mlpNormed, lay.mlpRstd)
-    linear(lay.mlpNormed, n, h, W[nm.gate], I, lay.gate)
-    linear(lay.mlpNormed, n, h, W[nm.up], I, lay.up)
+    project(l, "gate_proj", lay, lay.mlpNormed, n, h, W[nm.gate], I, lay.gate, seed)
+    project(l, "up_proj", lay, lay.mlpNormed, n, h, W[nm.up], I, lay.up, seed)
     K.swiglu(lay.gate, lay.up, n * I, lay.act)
-    linear(lay.act, n, I, W[nm.down], h, out)
+    project(l, "down_proj", lay, lay.act, n, I, W[nm.down], h, out, seed)
     K.add(out, lay.afterAttn, n * h, out)
   }
 
@@ -435,7 +596,13 @@ export const make = (
   }
 
   let forwardRows = 0
-  const forward = (tokens: ArrayLike<number>, B: number, T: number, positions?: ArrayLike<number>) => {
+  const forward = (
+    tokens: ArrayLike<number>,
+    B: number,
+    T: number,
+    positions?: ArrayLike<number>,
+    dropoutSeed?: number
+  ) => {
     const N = B * T
     if (tokens.length !== N) throw new Error(`Batch has ${tokens.length} tokens; expected ${B}×${T}.`)
     if (positions !== undefined && positions.length !== N) {
@@ -460,12 +627,12 @@ export const make = (
     for (let n = 0; n < N; n++) w.tokens[n] = tokens[n]
     for (let l = 0; l < L; l++) {
       const lay = w.layers[l]
-      attentionInputs(l, lay, N, w.positions)
+      attentionInputs(l, lay, N, w.positions, dropoutSeed)
       const shape = { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale }
       const io = { shape, q: lay.q, k: lay.k, v: lay.v, segmentStart: w.segmentStart, out: lay.attnOut, lse: lay.lse }
       if (tiled !== undefined) Attention.forward({ ...io, scratch: tiledScratch(T), route: tiled })
       else attentionForward(gemm, { ...io, scratch: blockScratch(T) })
-      outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output)
+      outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output, dropoutSeed)
     }
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
     linear(w.finalNormed, N, h, W[headName], V, w.logits)
@@ -517,17 +684,30 @@ export const make = (
     )
     forwardRows = 0
     const dLogits = w.logits
+    // Frozen norms' gradients land in the sink (cleared so it stays finite); trained ones in G.
+    normSink?.fill(0)
+    const gNorm = (name: string) => G[name] ?? normSink!
     // dh = dLogits · head; gHead += dLogitsᵀ · finalNormed.
-    linearBackward(dLogits, w.finalNormed, N, h, W[headName], V, G[headName], w.dh, false)
-    K.rmsNormBackward(w.dh, w.output, w.finalRstd, N, h, W[FINAL_NORM], G[FINAL_NORM], w.dx, false)
+    baseBackward(dLogits, w.finalNormed, N, h, W[headName], V, G[headName], w.dh, false)
+    K.rmsNormBackward(w.dh, w.output, w.finalRstd, N, h, W[FINAL_NORM], gNorm(FINAL_NORM), w.dx, false)
     for (let l = L - 1; l >= 0; l--) {
       const a = w.layers[l]
       const nm = names[l]
+      const proj = (
+        target: LoraTarget,
+        dy: Float32Array,
+        x: Float32Array,
+        inDim: number,
+        name: string,
+        outDim: number,
+        dx: Float32Array,
+        accumulate: boolean
+      ) => projectBackward(l, target, a, dy, x, N, inDim, W[name], outDim, G[name], dx, accumulate)
       // MLP: out = afterAttn + down(silu(gate)·up). dx is d out.
-      linearBackward(w.dx, a.act, N, I, W[nm.down], h, G[nm.down], w.dI1, false)
+      proj("down_proj", w.dx, a.act, I, nm.down, h, w.dI1, false)
       K.swigluBackward(w.dI1, a.gate, a.up, N * I, w.dI2, w.dI3)
-      linearBackward(w.dI2, a.mlpNormed, N, h, W[nm.gate], I, G[nm.gate], w.dh, false)
-      linearBackward(w.dI3, a.mlpNormed, N, h, W[nm.up], I, G[nm.up], w.dh, true)
+      proj("gate_proj", w.dI2, a.mlpNormed, h, nm.gate, I, w.dh, false)
+      proj("up_proj", w.dI3, a.mlpNormed, h, nm.up, I, w.dh, true)
       // d afterAttn = dx + rmsnorm'(dh), into dx.
       K.rmsNormBackward(
         w.dh,
@@ -536,12 +716,12 @@ export const make = (
         N,
         h,
         W[nm.postAttentionLayernorm],
-        G[nm.postAttentionLayernorm],
+        gNorm(nm.postAttentionLayernorm),
         w.dx,
         true
       )
       // Attention: afterAttn = input + o_proj(attnOut).
-      linearBackward(w.dx, a.attnOut, N, H * D, W[nm.o], h, G[nm.o], w.dAttn, false)
+      proj("o_proj", w.dx, a.attnOut, H * D, nm.o, h, w.dAttn, false)
       const io = {
         shape: { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale },
         q: a.q,
@@ -560,20 +740,23 @@ export const make = (
       K.rope(w.dq, N, H, D, w.positions, ropeCos, ropeSin, -1, w.dq)
       K.rope(w.dk, N, KV, D, w.positions, ropeCos, ropeSin, -1, w.dk)
       // q/k norms: the rope output buffers (a.q, a.k) are not needed any more, so the projections' gradients go there.
-      K.rmsNormBackward(w.dq, a.qProj, a.qRstd, N * H, D, W[nm.qNorm], G[nm.qNorm], a.q, false)
-      K.rmsNormBackward(w.dk, a.kProj, a.kRstd, N * KV, D, W[nm.kNorm], G[nm.kNorm], a.k, false)
-      linearBackward(a.q, a.attnNormed, N, h, W[nm.q], H * D, G[nm.q], w.dh, false)
-      linearBackward(a.k, a.attnNormed, N, h, W[nm.k], KV * D, G[nm.k], w.dh, true)
-      linearBackward(w.dv, a.attnNormed, N, h, W[nm.v], KV * D, G[nm.v], w.dh, true)
-      K.rmsNormBackward(w.dh, a.input, a.attnRstd, N, h, W[nm.inputLayernorm], G[nm.inputLayernorm], w.dx, true)
+      K.rmsNormBackward(w.dq, a.qProj, a.qRstd, N * H, D, W[nm.qNorm], gNorm(nm.qNorm), a.q, false)
+      K.rmsNormBackward(w.dk, a.kProj, a.kRstd, N * KV, D, W[nm.kNorm], gNorm(nm.kNorm), a.k, false)
+      proj("q_proj", a.q, a.attnNormed, h, nm.q, H * D, w.dh, false)
+      proj("k_proj", a.k, a.attnNormed, h, nm.k, KV * D, w.dh, true)
+      proj("v_proj", w.dv, a.attnNormed, h, nm.v, KV * D, w.dh, true)
+      K.rmsNormBackward(w.dh, a.input, a.attnRstd, N, h, W[nm.inputLayernorm], gNorm(nm.inputLayernorm), w.dx, true)
     }
     const gE = G[EMBED_TOKENS]
-    for (let n = 0; n < N; n++) {
+    // A frozen embedding (LoRA) gets no gradient.
+    for (let n = 0; gE !== undefined && n < N; n++) {
       const o = w.tokens[n] * h
       for (let i = 0; i < h; i++) gE[o + i] += w.dx[n * h + i]
     }
     return { loss, logprobs, entropy }
   }
+
+  const setTrained = (source: Readonly<Record<string, ArrayLike<number>>>) => copyIn(trainedSpecs, "tensor", source)
 
   const zeroGrads = () => {
     for (const name in G) G[name].fill(0)
@@ -584,6 +767,8 @@ export const make = (
     gemm,
     kernels,
     weights: W,
+    lora: lora?.config,
+    trained: trainedSpecs.map((spec) => spec.name),
     grads: G,
     moments: { m: M, v: S },
     step: 0,
@@ -600,7 +785,7 @@ export const make = (
       self.step += 1
       const stepSize = c.lr / (1 - Math.pow(b1, self.step))
       const bc2Sqrt = Math.sqrt(1 - Math.pow(b2, self.step))
-      for (const spec of specs) {
+      for (const spec of trainedSpecs) {
         const name = spec.name
         const decay = decays(name) ? 1 - c.lr * wd : 1
         K.adamW(W[name], G[name], M[name], S[name], clip, b1, b2, e, decay, stepSize, bc2Sqrt)
@@ -650,7 +835,7 @@ export const make = (
       embed(w.tokens, rows, w.layers[0].input)
       for (let l = 0; l < L; l++) {
         const lay = w.layers[l]
-        attentionInputs(l, lay, rows, w.positions)
+        attentionInputs(l, lay, rows, w.positions, undefined)
         caches.forEach((cache, s) => {
           const n = chunks[s].length
           const decode = {
@@ -666,7 +851,7 @@ export const make = (
           Attn.storeCache(decode, lay.k, lay.v, starts[s], n, cache.length)
           Attention.decode(decode, starts[s], n, cache.length)
         })
-        outputAndMlp(l, lay, rows, l + 1 < L ? w.layers[l + 1].input : w.output)
+        outputAndMlp(l, lay, rows, l + 1 < L ? w.layers[l + 1].input : w.output, undefined)
       }
       caches.forEach((cache, s) => cache.length += chunks[s].length)
       // Final norm and head on each sequence's last row only.
@@ -680,6 +865,7 @@ export const make = (
       return w.logits.subarray(0, S * V)
     },
     setWeights,
+    setTrained,
     profile,
     resetProfile: () => profile.clear()
   }

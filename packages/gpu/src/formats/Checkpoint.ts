@@ -150,7 +150,11 @@ export const load = (dir: string): Effect.Effect<Model, LoadError, FileSystem.Fi
 
 /** Options for {@link save}. */
 export interface SaveOptions {
-  /** Stored dtype; default F32 (bit-exact round trip). BF16 halves the size, as Qwen3 releases are stored. */
+  /**
+   * Stored dtype. Default: the dtype config.json declares when every weight is exactly representable in it (a bf16
+   * checkpoint that was loaded, or whose weights stayed frozen, is saved bf16 bit for bit, not widened), otherwise
+   * F32, so trained f32 weights are never rounded unless asked. BF16/F16 round to nearest even.
+   */
   readonly dtype?: Safetensors.WriteDtype
   /** Shard when the weights exceed this many bytes; default 5 GiB. */
   readonly maxShardBytes?: number
@@ -168,6 +172,21 @@ const DTYPE_NAMES: Record<Safetensors.WriteDtype, ModelConfig.CheckpointDtype> =
   F32: "float32",
   BF16: "bfloat16",
   F16: "float16"
+}
+
+/** The safetensors dtype a config.json `torch_dtype` names. */
+export const storedDtype = (dtype: ModelConfig.CheckpointDtype): Safetensors.WriteDtype =>
+  dtype === "bfloat16" ? "BF16" : dtype === "float16" ? "F16" : "F32"
+
+/**
+ * {@link SaveOptions.dtype}'s default: the declared dtype if it holds every weight exactly, else F32. Storing in the
+ * declared dtype is what transformers' `save_pretrained` does; refusing to round is what keeps training exact.
+ */
+export const defaultDtype = (model: Pick<Model, "config" | "tensors">): Safetensors.WriteDtype => {
+  const declared = storedDtype(model.config.torch_dtype)
+  if (declared === "F32") return "F32"
+  for (const t of model.tensors.values()) if (!Safetensors.exactIn(t.data, declared)) return "F32"
+  return declared
 }
 
 /**
@@ -194,7 +213,7 @@ export const save = (
         )
       }
     }
-    const dtype = options.dtype ?? "F32"
+    const dtype = options.dtype ?? defaultDtype(model)
     const config = { ...model.config, torch_dtype: DTYPE_NAMES[dtype] }
     yield* writeJson(path.join(dir, "config.json"), ModelConfig.toJson(config))
     yield* Safetensors.writeCheckpoint(dir, model.tensors, {

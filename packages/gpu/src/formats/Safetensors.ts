@@ -28,7 +28,16 @@ import { FileSystem, Path } from "@effect/platform"
 import type { PlatformError } from "@effect/platform/Error"
 import { Data, Effect } from "effect"
 import type { Scope } from "effect"
-import { bf16ToF32, bytesToF32, f16ToF32, f32ToBf16, f32ToBytes, f32ToF16 } from "./internal/dtype.js"
+import {
+  bf16ToF32,
+  bytesToF32,
+  f16BitsToF32,
+  f16ToF32,
+  f32ToBf16,
+  f32ToBytes,
+  f32ToF16,
+  f32ToF16Bits
+} from "./internal/dtype.js"
 
 /** A tensor in memory: row-major f32 data and its shape. */
 export interface Tensor {
@@ -273,6 +282,13 @@ export const toFloat32 = (
   }
 }
 
+/** The header of a whole safetensors file held in memory (its tensors' names, dtypes, shapes, and metadata). */
+export const readHeader = (bytes: Uint8Array, path = "<memory>"): Effect.Effect<Header, SafetensorsCorrupt> =>
+  Effect.flatMap(
+    headerLength(bytes, bytes.length, path),
+    (n) => parseHeader(bytes.subarray(8, 8 + n), bytes.length, path)
+  )
+
 /** Decode a whole safetensors file held in memory. */
 export const decode = (
   bytes: Uint8Array,
@@ -287,6 +303,22 @@ export const decode = (
     }
     return out
   })
+
+/** Whether every value survives storing in `dtype` unchanged (NaNs aside), so writing it loses nothing. */
+export const exactIn = (data: Float32Array, dtype: WriteDtype): boolean => {
+  if (dtype === "F32") return true
+  if (dtype === "BF16") {
+    // bf16 is the top half of an f32: exact exactly when the low 16 bits are zero.
+    const bits = new Uint32Array(data.buffer, data.byteOffset, data.length)
+    for (let i = 0; i < bits.length; i++) if ((bits[i] & 0xffff) !== 0 && data[i] === data[i]) return false
+    return true
+  }
+  for (let i = 0; i < data.length; i++) {
+    const x = data[i]
+    if (x === x && f16BitsToF32(f32ToF16Bits(x)) !== x) return false
+  }
+  return true
+}
 
 /** Options for writing. */
 export interface WriteOptions {

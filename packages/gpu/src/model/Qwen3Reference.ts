@@ -42,6 +42,7 @@
  *
  * @since 0.0.0
  */
+import { adaptedProjections, type LoraConfig, type LoraTarget } from "../formats/LoraConfig.js"
 import {
   type Config,
   decays,
@@ -62,6 +63,7 @@ import { cpuRope, cpuRopeBackward, ropeTables } from "../ops/rope.js"
 import { cpuSwiglu, cpuSwigluBackward } from "../ops/swiglu.js"
 import { cpuTokenLogprobs, cpuTokenLogprobsBackward } from "../ops/tokenLogprobs.js"
 import { add, attendPair, attendRow, attentionBackward, linear, linearBackward } from "./internal/qwen3refFast.js"
+import { type AdapterActivations, type LoraRun, loraRun, project, projectBackward } from "./internal/qwen3refLora.js"
 import {
   philox4x32,
   type SampledToken,
@@ -74,6 +76,8 @@ import {
 export type { Config }
 export type { FloatArray, Precision, SampledToken, SamplingParams }
 export { ropeTables } from "../ops/rope.js"
+export type { AdapterActivations } from "./internal/qwen3refLora.js"
+export { dropoutMask, fillDropoutMask } from "./internal/qwen3refLora.js"
 export { mulhi32, philox4x32, sampleToken, samplingUniform, seedKey } from "./internal/qwen3refSampling.js"
 
 /** Model weights keyed by Hugging Face tensor name. */
@@ -205,6 +209,24 @@ export interface LayerActivations {
   readonly gate: FloatArray
   readonly up: FloatArray
   readonly act: FloatArray
+  /** Each adapted projection's adapter input (after dropout) and low-rank intermediate, by target. */
+  readonly adapters: ReadonlyMap<LoraTarget, AdapterActivations>
+}
+
+/**
+ * LoRA adapters on the frozen base weights (PEFT's `LoraConfig` semantics, see `LoraConfig.ts`): the forward adds
+ * each adapted projection's `(dropout(x)·Aᵀ·Bᵀ)·scaling`, and the backward computes the gradients of the adapter
+ * tensors only (no base gradient is formed).
+ */
+export interface Lora {
+  readonly config: LoraConfig
+  /** The adapter tensors, keyed as `adaptedProjections` names them (`….q_proj.lora_A.weight` [r, in], …). */
+  readonly adapters: Weights
+  /**
+   * Training: dropout on each adapter's input (probability `config.dropout`) with masks drawn from this seed by
+   * {@link dropoutMask}. Absent: no dropout, as PEFT in eval mode.
+   */
+  readonly dropoutSeed?: number
 }
 
 /** What a forward pass keeps for the backward (activations, per layer). */
@@ -224,6 +246,44 @@ export interface Forward {
   readonly finalNormed: FloatArray
   /** [N, vocab]. */
   readonly logits: FloatArray
+  /** The adapters the forward ran with (then the backward differentiates them only). */
+  readonly lora: LoraRun | undefined
+}
+
+const runOf = (config: Config, lora: Lora | undefined, dropout = true): LoraRun | undefined =>
+  lora === undefined ? undefined : loraRun(config, lora.config, lora.adapters, dropout ? lora.dropoutSeed : undefined)
+
+/**
+ * Fresh adapter tensors as PEFT initialises them: A ~ kaiming_uniform(a = √5), i.e. U(−1/√in, 1/√in) (uniforms from
+ * Philox4x32-10, key [seed, 0x10a4], counter [projection index, block]); B = 0, so the adapted model starts equal
+ * to the base.
+ *
+ * @example
+ * ```ts
+ * const lora = { r: 8, alpha: 16, dropout: 0, targetModules: ["q_proj", "v_proj"], useRsLora: false } as const
+ * const adapters = Qwen3Reference.initAdapters(config, lora, { seed: 1 })
+ * const fwd = Qwen3Reference.forward(config, weights, batch, { lora: { config: lora, adapters } })
+ * ```
+ */
+export const initAdapters = (
+  config: Config,
+  lora: LoraConfig,
+  options: { readonly seed: number; readonly precision?: Precision }
+): Weights => {
+  const nm = numerics(options.precision ?? "f32")
+  const out: Weights = {}
+  adaptedProjections(config, lora).forEach((p, index) => {
+    const [r, inF] = p.a.shape
+    const bound = 1 / Math.sqrt(inF)
+    const a = nm.alloc(r * inF)
+    for (let block = 0; block * 4 < a.length; block++) {
+      const u = philox4x32([index, block, 0, 0], [options.seed >>> 0, 0x10a4])
+      for (let c = 0; c < 4 && block * 4 + c < a.length; c++) a[block * 4 + c] = (2 * (u[c] / 4294967296) - 1) * bound
+    }
+    out[p.a.name] = a
+    out[p.b.name] = nm.alloc(p.b.shape[0] * p.b.shape[1])
+  })
+  return out
 }
 
 const headWeight = (config: Config, weights: Weights) =>
@@ -251,7 +311,9 @@ const attentionInputs = (
   x: FloatArray,
   rows: number,
   tables: { readonly cos: Float32Array; readonly sin: Float32Array },
-  nm: Numerics
+  nm: Numerics,
+  run: LoraRun | undefined,
+  acts: Map<LoraTarget, AdapterActivations> | undefined
 ) => {
   const names = namesOf(l)
   const { head_dim: D, hidden_size: h, num_attention_heads: H, num_key_value_heads: KV } = config
@@ -263,9 +325,9 @@ const attentionInputs = (
     config.rms_norm_eps,
     nm
   )
-  const qProj = linear(attnNormed, rows, h, weights[names.q], H * D, nm)
-  const kProj = linear(attnNormed, rows, h, weights[names.k], KV * D, nm)
-  const v = linear(attnNormed, rows, h, weights[names.v], KV * D, nm)
+  const qProj = project(attnNormed, rows, h, weights[names.q], H * D, nm, run, l, "q_proj", acts)
+  const kProj = project(attnNormed, rows, h, weights[names.k], KV * D, nm, run, l, "k_proj", acts)
+  const v = project(attnNormed, rows, h, weights[names.v], KV * D, nm, run, l, "v_proj", acts)
   const qn = cpuRmsNorm(qProj, rows * H, D, weights[names.qNorm], config.rms_norm_eps, nm)
   const kn = cpuRmsNorm(kProj, rows * KV, D, weights[names.kNorm], config.rms_norm_eps, nm)
   const { cos, sin } = tables
@@ -282,11 +344,13 @@ const attentionOutputAndMlp = (
   x: FloatArray,
   attnOut: FloatArray,
   rows: number,
-  nm: Numerics
+  nm: Numerics,
+  run: LoraRun | undefined,
+  acts: Map<LoraTarget, AdapterActivations> | undefined
 ) => {
   const names = namesOf(l)
   const { head_dim: D, hidden_size: h, intermediate_size: I, num_attention_heads: H } = config
-  const afterAttn = add(x, linear(attnOut, rows, H * D, weights[names.o], h, nm), nm)
+  const afterAttn = add(x, project(attnOut, rows, H * D, weights[names.o], h, nm, run, l, "o_proj", acts), nm)
   const { rstd: mlpNormRstd, y: mlpNormed } = cpuRmsNorm(
     afterAttn,
     rows,
@@ -295,10 +359,10 @@ const attentionOutputAndMlp = (
     config.rms_norm_eps,
     nm
   )
-  const gate = linear(mlpNormed, rows, h, weights[names.gate], I, nm)
-  const up = linear(mlpNormed, rows, h, weights[names.up], I, nm)
+  const gate = project(mlpNormed, rows, h, weights[names.gate], I, nm, run, l, "gate_proj", acts)
+  const up = project(mlpNormed, rows, h, weights[names.up], I, nm, run, l, "up_proj", acts)
   const act = cpuSwiglu(gate, up, nm)
-  const output = add(afterAttn, linear(act, rows, I, weights[names.down], h, nm), nm)
+  const output = add(afterAttn, project(act, rows, I, weights[names.down], h, nm, run, l, "down_proj", acts), nm)
   return { afterAttn, mlpNormRstd, mlpNormed, gate, up, act, output }
 }
 
@@ -381,10 +445,11 @@ export const forward = (
   config: Config,
   weights: Weights,
   batch: Batch,
-  options?: { readonly precision?: Precision }
+  options?: { readonly precision?: Precision; readonly lora?: Lora }
 ): Forward => {
   checkWeights(config, weights)
   const nm = numerics(options?.precision ?? "f32")
+  const run = runOf(config, options?.lora)
   const { batch: B, seqLen: T } = batch
   const N = B * T
   if (batch.tokens.length !== N) throw new Error(`Batch has ${batch.tokens.length} tokens; expected ${B}×${T}.`)
@@ -404,12 +469,13 @@ export const forward = (
   const tables = ropeTables(positions, D, config.rope_theta)
   const layers: Array<LayerActivations> = []
   for (let l = 0; l < config.num_hidden_layers; l++) {
-    const ai = attentionInputs(config, weights, l, x, N, tables, nm)
+    const adapters = new Map<LoraTarget, AdapterActivations>()
+    const ai = attentionInputs(config, weights, l, x, N, tables, nm, run, adapters)
     const probs = nm.alloc(B * H * T * T)
     const attnOut = nm.alloc(N * H * D)
     attendCausal(ai.q, ai.k, ai.v, segmentStart, B, T, H, KV, D, attnOut, probs, nm)
-    const mlp = attentionOutputAndMlp(config, weights, l, x, attnOut, N, nm)
-    layers.push({ input: x, ...ai, probs, attnOut, ...mlp })
+    const mlp = attentionOutputAndMlp(config, weights, l, x, attnOut, N, nm, run, adapters)
+    layers.push({ input: x, ...ai, probs, attnOut, ...mlp, adapters })
     x = mlp.output
   }
   return {
@@ -421,7 +487,8 @@ export const forward = (
     segmentStart,
     layers,
     output: x,
-    ...finalLogits(config, weights, x, N, nm)
+    ...finalLogits(config, weights, x, N, nm),
+    lora: run
   }
 }
 
@@ -462,7 +529,10 @@ export interface Gradients {
   /** L = Σ_n w_n · logprob_n + Σ_n e_n · entropy_n. */
   readonly loss: number
   readonly logprobs: Float64Array
-  /** dL/dW for every tensor, keyed like the weights (tied: one embed_tokens gradient holding both uses). */
+  /**
+   * dL/dW for every tensor, keyed like the weights (tied: one embed_tokens gradient holding both uses); with LoRA
+   * only the adapter tensors' gradients (the base is frozen).
+   */
   readonly grads: Weights
 }
 
@@ -502,7 +572,19 @@ export const backward = (
     throw new Error(`targets (${targets.length}) and lossWeights (${lossWeights.length}) must have ${N} entries.`)
   }
   const g: Record<string, Float64Array> = {}
-  for (const spec of cachedSpecs(config)) g[spec.name] = new Float64Array(size(spec.shape))
+  const run = fwd.lora
+  if (run === undefined) { for (const spec of cachedSpecs(config)) g[spec.name] = new Float64Array(size(spec.shape)) }
+  else {
+    for (const layer of run.byLayer) {
+      for (const a of layer.values()) {
+        g[a.aName] = new Float64Array(a.a.length)
+        g[a.bName] = new Float64Array(a.b.length)
+      }
+    }
+  }
+  // Frozen norm weights: their (vector-sized) gradient terms fall into a scratch that is dropped.
+  const sink = new Float64Array(Math.max(h, D))
+  const gNorm = (name: string) => g[name] ?? sink
 
   const { dLogits, logprobs, loss } = cpuTokenLogprobsBackward(
     fwd.logits,
@@ -515,7 +597,7 @@ export const backward = (
   )
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
   const dFinalNormed = linearBackward(dLogits, fwd.finalNormed, N, h, headWeight(config, weights), V, g[headName], nm)
-  let dx = cpuRmsNormBackward(dFinalNormed, fwd.output, fwd.finalRstd, N, h, weights[FINAL_NORM], g[FINAL_NORM], nm)
+  let dx = cpuRmsNormBackward(dFinalNormed, fwd.output, fwd.finalRstd, N, h, weights[FINAL_NORM], gNorm(FINAL_NORM), nm)
 
   const scale = 1 / Math.sqrt(D)
   const { cos, sin } = ropeTables(fwd.positions, D, config.rope_theta)
@@ -523,11 +605,19 @@ export const backward = (
     const a = fwd.layers[l]
     const names = namesOf(l)
     // MLP block: out = afterAttn + down(silu(gate)·up).
-    const dAct = linearBackward(dx, a.act, N, I, weights[names.down], h, g[names.down], nm)
+    const proj = (
+      dy: FloatArray,
+      x: FloatArray,
+      inF: number,
+      name: string,
+      outF: number,
+      target: LoraTarget
+    ) => projectBackward(dy, x, N, inF, weights[name], outF, g[name], nm, run, l, target, a.adapters, g)
+    const dAct = proj(dx, a.act, I, names.down, h, "down_proj")
     const { dGate, dUp } = cpuSwigluBackward(dAct, a.gate, a.up, nm)
     const dMlpNormed = add(
-      linearBackward(dGate, a.mlpNormed, N, h, weights[names.gate], I, g[names.gate], nm),
-      linearBackward(dUp, a.mlpNormed, N, h, weights[names.up], I, g[names.up], nm),
+      proj(dGate, a.mlpNormed, h, names.gate, I, "gate_proj"),
+      proj(dUp, a.mlpNormed, h, names.up, I, "up_proj"),
       nm
     )
     const dAfterAttn = add(
@@ -539,28 +629,46 @@ export const backward = (
         N,
         h,
         weights[names.postAttentionLayernorm],
-        g[names.postAttentionLayernorm],
+        gNorm(names.postAttentionLayernorm),
         nm
       ),
       nm
     )
     // Attention block: afterAttn = input + o_proj(attention(rope(norm(q)), rope(norm(k)), v)).
-    const dAttnOut = linearBackward(dAfterAttn, a.attnOut, N, H * D, weights[names.o], h, g[names.o], nm)
+    const dAttnOut = proj(dAfterAttn, a.attnOut, H * D, names.o, h, "o_proj")
     const dq = new Float64Array(N * H * D)
     const dk = new Float64Array(N * KV * D)
     const dv = new Float64Array(N * KV * D)
     attentionBackward(dAttnOut, a.q, a.k, a.v, a.probs, fwd.segmentStart, B, T, H, KV, D, scale, dq, dk, dv)
     const dqNormed = cpuRopeBackward(dq, N, H, D, cos, sin, nm)
     const dkNormed = cpuRopeBackward(dk, N, KV, D, cos, sin, nm)
-    const dqProj = cpuRmsNormBackward(dqNormed, a.qProj, a.qRstd, N * H, D, weights[names.qNorm], g[names.qNorm], nm)
-    const dkProj = cpuRmsNormBackward(dkNormed, a.kProj, a.kRstd, N * KV, D, weights[names.kNorm], g[names.kNorm], nm)
+    const dqProj = cpuRmsNormBackward(
+      dqNormed,
+      a.qProj,
+      a.qRstd,
+      N * H,
+      D,
+      weights[names.qNorm],
+      gNorm(names.qNorm),
+      nm
+    )
+    const dkProj = cpuRmsNormBackward(
+      dkNormed,
+      a.kProj,
+      a.kRstd,
+      N * KV,
+      D,
+      weights[names.kNorm],
+      gNorm(names.kNorm),
+      nm
+    )
     const dAttnNormed = add(
       add(
-        linearBackward(dqProj, a.attnNormed, N, h, weights[names.q], H * D, g[names.q], nm),
-        linearBackward(dkProj, a.attnNormed, N, h, weights[names.k], KV * D, g[names.k], nm),
+        proj(dqProj, a.attnNormed, h, names.q, H * D, "q_proj"),
+        proj(dkProj, a.attnNormed, h, names.k, KV * D, "k_proj"),
         nm
       ),
-      linearBackward(dv, a.attnNormed, N, h, weights[names.v], KV * D, g[names.v], nm),
+      proj(dv, a.attnNormed, h, names.v, KV * D, "v_proj"),
       nm
     )
     dx = add(
@@ -572,13 +680,13 @@ export const backward = (
         N,
         h,
         weights[names.inputLayernorm],
-        g[names.inputLayernorm],
+        gNorm(names.inputLayernorm),
         nm
       ),
       nm
     )
   }
-  cpuEmbeddingBackward(fwd.tokens, dx, N, h, V, g[EMBED_TOKENS])
+  if (run === undefined) cpuEmbeddingBackward(fwd.tokens, dx, N, h, V, g[EMBED_TOKENS])
   const grads: Weights = {}
   for (const name of Object.keys(g)) {
     const out = nm.alloc(g[name].length)
@@ -665,9 +773,12 @@ const extendRows = (
   weights: Weights,
   caches: ReadonlyArray<KvCache>,
   chunks: ReadonlyArray<ArrayLike<number>>,
-  lastOnly: boolean
+  lastOnly: boolean,
+  lora: Lora | undefined
 ): FloatArray => {
   checkWeights(config, weights)
+  // Decoding is evaluation: no dropout.
+  const run = runOf(config, lora, false)
   if (caches.length !== chunks.length) {
     throw new Error(`extendBatch got ${caches.length} caches and ${chunks.length} token chunks; pass one per sequence.`)
   }
@@ -699,12 +810,12 @@ const extendRows = (
   let x = embed(config, weights, tokens, nm)
   const tables = ropeTables(positions, D, config.rope_theta)
   for (let l = 0; l < config.num_hidden_layers; l++) {
-    const ai = attentionInputs(config, weights, l, x, rows, tables, nm)
+    const ai = attentionInputs(config, weights, l, x, rows, tables, nm, run, undefined)
     const attnOut = nm.alloc(rows * H * D)
     caches.forEach((cache, s) => {
       attendCache(config, cache, l, cache.length, chunks[s].length, starts[s], ai.q, ai.k, ai.v, attnOut, nm)
     })
-    x = attentionOutputAndMlp(config, weights, l, x, attnOut, rows, nm).output
+    x = attentionOutputAndMlp(config, weights, l, x, attnOut, rows, nm, run, undefined).output
   }
   caches.forEach((cache, s) => cache.length += chunks[s].length)
   if (!lastOnly) return finalLogits(config, weights, x, rows, nm).logits
@@ -727,8 +838,13 @@ const extendRows = (
  * const next = Qwen3Reference.extend(config, weights, cache, [nextToken])
  * ```
  */
-export const extend = (config: Config, weights: Weights, cache: KvCache, tokens: ArrayLike<number>): FloatArray =>
-  extendRows(config, weights, [cache], [tokens], false)
+export const extend = (
+  config: Config,
+  weights: Weights,
+  cache: KvCache,
+  tokens: ArrayLike<number>,
+  lora?: Lora
+): FloatArray => extendRows(config, weights, [cache], [tokens], false, lora)
 
 /**
  * {@link extend} for several sequences in one pass (each with its own cache and a non-empty chunk): returns the
@@ -745,9 +861,10 @@ export const extendBatch = (
   config: Config,
   weights: Weights,
   caches: ReadonlyArray<KvCache>,
-  chunks: ReadonlyArray<ArrayLike<number>>
+  chunks: ReadonlyArray<ArrayLike<number>>,
+  lora?: Lora
 ): ReadonlyArray<FloatArray> => {
-  const logits = extendRows(config, weights, caches, chunks, true)
+  const logits = extendRows(config, weights, caches, chunks, true, lora)
   const V = config.vocab_size
   return caches.map((_, s) => logits.subarray(s * V, (s + 1) * V))
 }
@@ -785,8 +902,9 @@ export const generate = (
   config: Config,
   weights: Weights,
   prompt: ReadonlyArray<number>,
-  options: GenerateOptions
-): Generation => generateBatch(config, weights, [{ prompt, options }])[0]
+  options: GenerateOptions,
+  lora?: Lora
+): Generation => generateBatch(config, weights, [{ prompt, options }], lora)[0]
 
 /** One prompt to generate from, with its options. */
 export interface GenerateRequest {
@@ -810,7 +928,8 @@ export interface GenerateRequest {
 export const generateBatch = (
   config: Config,
   weights: Weights,
-  requests: ReadonlyArray<GenerateRequest>
+  requests: ReadonlyArray<GenerateRequest>,
+  lora?: Lora
 ): ReadonlyArray<Generation> => {
   const states = requests.map(({ options, prompt }) => {
     if (prompt.length === 0) throw new Error("generate needs a non-empty prompt.")
@@ -826,7 +945,7 @@ export const generateBatch = (
     }
   })
   let active = states
-  let rows = extendBatch(config, weights, states.map((s) => s.cache), requests.map((r) => r.prompt))
+  let rows = extendBatch(config, weights, states.map((s) => s.cache), requests.map((r) => r.prompt), lora)
   for (let step = 0; active.length > 0; step++) {
     const next: typeof states = []
     const nextTokens: Array<Array<number>> = []
@@ -846,7 +965,7 @@ export const generateBatch = (
       }
     })
     active = next
-    if (active.length > 0) rows = extendBatch(config, weights, active.map((s) => s.cache), nextTokens)
+    if (active.length > 0) rows = extendBatch(config, weights, active.map((s) => s.cache), nextTokens, lora)
   }
   return states.map((s) => ({
     tokens: s.tokens,

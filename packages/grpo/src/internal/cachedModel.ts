@@ -10,7 +10,7 @@ import { Qwen3Reference } from "@envtrain/gpu"
 import type { Checkpoint } from "@envtrain/gpu"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect } from "effect"
-import { cpuModel, type StepDecoder, type TrainableModel } from "./model.js"
+import { cpuModel, type LoraOptions, type StepDecoder, type TrainableModel } from "./model.js"
 
 /** A KV cache of either CPU implementation: how many tokens it holds (the rest is the engine's). */
 interface Cache {
@@ -40,12 +40,17 @@ const POOL_BYTES = 1024 ** 3
 
 export const cachedCpuModel = (
   model: Checkpoint.Model,
-  options: { readonly maxBatchSize?: number } = {}
+  options: { readonly maxBatchSize?: number; readonly lora?: LoraOptions | undefined } = {}
 ): TrainableModel => {
   const base = cpuModel(model, options)
   const config = model.config
+  const lora = options.lora
   let weights: Qwen3Reference.Weights | undefined
-  // The reference decodes on a copy of the weights, taken again after every update.
+  // With LoRA the exported state is the adapter: decoding runs it on a copy of the (frozen) base, taken once.
+  const frozenBase = lora === undefined ? undefined : Object.fromEntries(
+    [...model.tensors].map(([name, t]) => [name, Float32Array.from(t.data)])
+  )
+  // The reference decodes on a copy of the weights (or adapter), taken again after every update.
   const currentEngine = Effect.suspend(() =>
     weights !== undefined ? Effect.succeed(weights) : Effect.map(base.exportState, (state) => {
       const w: Qwen3Reference.Weights = {}
@@ -56,7 +61,12 @@ export const cachedCpuModel = (
   ).pipe(Effect.map((w): DecodeEngine => ({
     makeKvCache: (capacity) => Qwen3Reference.makeKvCache(config, capacity),
     extendBatch: (caches, chunks) =>
-      Qwen3Reference.extendBatch(config, w, caches as ReadonlyArray<Qwen3Reference.KvCache>, chunks)
+      frozenBase === undefined
+        ? Qwen3Reference.extendBatch(config, w, caches as ReadonlyArray<Qwen3Reference.KvCache>, chunks)
+        : Qwen3Reference.extendBatch(config, frozenBase, caches as ReadonlyArray<Qwen3Reference.KvCache>, chunks, {
+          config: lora!.config,
+          adapters: w
+        })
   })))
   return withKvReuse(base, config, currentEngine, () => weights = undefined)
 }

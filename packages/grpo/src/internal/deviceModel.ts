@@ -8,12 +8,16 @@
  * one pass it runs forward, weights, backward; with several it scores every pass first and runs each forward again
  * before its backward.
  */
-import { type Checkpoint, CpuModel, type Gemm, type Safetensors } from "@envtrain/gpu"
+import { type Checkpoint, CpuModel, type Gemm, Qwen3Reference, type Safetensors } from "@envtrain/gpu"
 import { Effect } from "effect"
 import { type DecodeEngine, withKvReuse } from "./cachedModel.js"
 import {
+  adapterShapes,
   checkMoments,
+  checkTensors,
+  dropoutSeed,
   FIRST_MOMENT,
+  type LoraOptions,
   type ModelState,
   type OptimizerState,
   OptimizerStateMismatch,
@@ -33,6 +37,8 @@ export interface DeviceModelOptions {
    * activations and logits for this config, between 256 and 8192.
    */
   readonly maxTokensPerPass?: number
+  /** Train a LoRA adapter on the frozen base (only the adapter gets gradients and AdamW moments). */
+  readonly lora?: LoraOptions | undefined
 }
 
 interface Pass {
@@ -115,8 +121,22 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
   const config = checkpoint.config
   const V = config.vocab_size
   const maxTokens = options.maxTokensPerPass ?? defaultTokensPerPass(config)
-  const shapes = new Map<string, ReadonlyArray<number>>([...checkpoint.tensors].map(([n, t]) => [n, t.shape]))
-  const dev = CpuModel.make(config, record(checkpoint.tensors), options.gemm)
+  const lora = options.lora
+  // The trained tensors' shapes: the adapter's with LoRA, else every weight's.
+  const shapes = lora === undefined
+    ? new Map<string, ReadonlyArray<number>>([...checkpoint.tensors].map(([n, t]) => [n, t.shape]))
+    : adapterShapes(config, lora.config)
+  const dev = CpuModel.make(
+    config,
+    record(checkpoint.tensors),
+    options.gemm,
+    lora === undefined ? {} : {
+      lora: { config: lora.config, adapters: Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed }) }
+    }
+  )
+  // Training forwards draw fresh dropout masks; a pass run twice (scored, then again before its backward) the same.
+  let trainingForwards = 0
+  const seedFor = (pass: number) => lora === undefined ? undefined : dropoutSeed(lora, trainingForwards + pass)
 
   const tensorsOf = (source: CpuModel.Weights, prefix = ""): Safetensors.Tensors => {
     const out = new Map<string, Safetensors.Tensor>()
@@ -125,8 +145,8 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
   }
 
   // Runs one pass's forward and copies its completion tokens' scores into the batch's `rows × length` layout.
-  const scorePass = (pass: Pass, batch: SequenceBatch, temperature: number, out: TokenScores) => {
-    dev.forward(pass.tokens, 1, pass.tokens.length, pass.positions)
+  const scorePass = (pass: Pass, batch: SequenceBatch, temperature: number, out: TokenScores, seed?: number) => {
+    dev.forward(pass.tokens, 1, pass.tokens.length, pass.positions, seed)
     const s = dev.tokenLogprobs(pass.targets, temperature)
     pass.rows.forEach((i, j) => {
       const o = pass.offsets[j]
@@ -169,17 +189,19 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
       Effect.sync(() => {
         const passes = plan(batch, maxTokens)
         const scores = emptyScores(batch)
+        const seeds = passes.map((_, i) => seedFor(i))
+        trainingForwards += passes.length
         if (passes.length === 1) {
-          scorePass(passes[0], batch, temperature, scores)
+          scorePass(passes[0], batch, temperature, scores, seeds[0])
           backwardPass(passes[0], batch, temperature, weightsFor(scores))
           return scores
         }
-        for (const pass of passes) scorePass(pass, batch, temperature, scores)
+        passes.forEach((pass, i) => scorePass(pass, batch, temperature, scores, seeds[i]))
         const w = weightsFor(scores)
-        for (const pass of passes) {
-          dev.forward(pass.tokens, 1, pass.tokens.length, pass.positions)
+        passes.forEach((pass, i) => {
+          dev.forward(pass.tokens, 1, pass.tokens.length, pass.positions, seeds[i])
           backwardPass(pass, batch, temperature, w)
-        }
+        })
         return scores
       }),
     step: (o) =>
@@ -196,10 +218,17 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
         })
         return { gradNorm: norm }
       }),
-    exportState: Effect.sync((): ModelState => ({ weights: tensorsOf(dev.weights), optimizerStep: dev.step })),
+    exportState: Effect.sync((): ModelState => ({
+      weights: tensorsOf(dev.weights),
+      optimizerStep: dev.step,
+      ...(lora === undefined ? {} : { lora: lora.config })
+    })),
     importState: (state) =>
       Effect.sync(() => {
-        dev.setWeights(record(state.weights))
+        const problem = checkTensors(shapes, state.weights)
+        if (problem !== undefined) throw new Error(problem)
+        if (lora === undefined) dev.setWeights(record(state.weights))
+        else dev.setTrained(record(state.weights))
         for (const m of [dev.moments.m, dev.moments.v]) for (const name in m) m[name].fill(0)
         dev.zeroGrads()
         dev.step = state.optimizerStep
@@ -217,7 +246,12 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
         }
         return Effect.void
       }),
-    frozenCopy: Effect.sync(() => deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, options))
+    // With LoRA the frozen copy (the KL reference) is the base with the adapter disabled, as PEFT's reference is.
+    frozenCopy: Effect.sync(() =>
+      lora === undefined
+        ? deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, options)
+        : deviceModel(checkpoint, { ...options, lora: undefined })
+    )
   }
 
   const engine: DecodeEngine = {

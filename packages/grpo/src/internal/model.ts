@@ -3,6 +3,7 @@
  * used by tests and as a CPU fallback until the GPU model is plugged in through the same interface).
  */
 import { Qwen3Reference } from "@envtrain/gpu"
+import { LoraConfig } from "@envtrain/gpu"
 import type { Checkpoint, ModelConfig, Safetensors } from "@envtrain/gpu"
 import type { Completion, GenerateRequest, PolicyError } from "@envtrain/rollout/Policy"
 import type { ChatTemplate } from "@envtrain/text/ChatTemplate"
@@ -70,11 +71,36 @@ export type LossInputs = Omit<LossBatch, "rows" | "length" | "logprobs" | "entro
   } | undefined
 }
 
-/** Weights and the optimizer step count, for checkpoints. Tensors are f32 and named as in the HF checkpoint. */
+/**
+ * LoRA on a model: PEFT's settings, and the seed of the adapter's initialisation (PEFT's: A kaiming-uniform, B
+ * zero) and of its dropout masks. The base weights are frozen; the trained tensors, the optimizer state, the
+ * exported state and the weights synced to policy servers are the adapter's.
+ */
+export interface LoraOptions {
+  readonly config: LoraConfig.LoraConfig
+  readonly seed: number
+}
+
+/** The adapter tensors' shapes, by envtrain's in-memory names. */
+export const adapterShapes = (
+  config: ModelConfig.ModelConfig,
+  lora: LoraConfig.LoraConfig
+): Map<string, ReadonlyArray<number>> =>
+  new Map(LoraConfig.adaptedProjections(config, lora).flatMap((p) => [[p.a.name, p.a.shape], [p.b.name, p.b.shape]]))
+
+/** The dropout seed of a LoRA run's n-th training forward (a fresh mask stream per forward). */
+export const dropoutSeed = (lora: LoraOptions, n: number): number => (Math.imul(n + 1, 0x9e3779b1) ^ lora.seed) >>> 0
+
+/**
+ * Weights and the optimizer step count, for checkpoints. Tensors are f32 and named as in the HF checkpoint; with
+ * LoRA, the adapter's tensors (`model.layers.{i}.….lora_A.weight`, `lora_B.weight`).
+ */
 export interface ModelState {
   readonly weights: Safetensors.Tensors
   /** Optimizer updates applied (AdamW's bias corrections depend on it). */
   readonly optimizerStep: number
+  /** Present when `weights` is a LoRA adapter (checkpoints then hold PEFT's adapter files). */
+  readonly lora?: LoraConfig.LoraConfig
 }
 
 /**
@@ -94,6 +120,30 @@ export class OptimizerStateMismatch extends Data.TaggedError("OptimizerStateMism
 
 export const FIRST_MOMENT = "exp_avg."
 export const SECOND_MOMENT = "exp_avg_sq."
+
+/**
+ * Checks a state's tensors against the trained tensors' shapes (same names, same sizes): the first problem, naming
+ * the tensor, or undefined. A LoRA model's state is its adapter; a full model's, every weight.
+ */
+export const checkTensors = (
+  shapes: ReadonlyMap<string, ReadonlyArray<number>>,
+  tensors: Safetensors.Tensors
+): string | undefined => {
+  for (const [name, shape] of shapes) {
+    const t = tensors.get(name)
+    if (t === undefined) return `The model state lacks "${name}" [${shape.join(", ")}].`
+    if (t.data.length !== shape.reduce((x, y) => x * y, 1)) {
+      return `The model state's "${name}" has ${t.data.length} values; expected [${shape.join(", ")}].`
+    }
+  }
+  for (const name of tensors.keys()) {
+    if (!shapes.has(name)) {
+      return `The model state has "${name}", which this model does not train (a LoRA state holds only the ` +
+        "adapter's lora_A/lora_B tensors; a full state every weight)."
+    }
+  }
+  return undefined
+}
 
 /**
  * Checks moments against the parameters' shapes: both moments of every parameter, with its shape, and no other
@@ -245,17 +295,43 @@ const toTensors = (
  * torch. Training runs sequences one at a time; generation decodes all requests of a call together
  * (`Qwen3Reference.generateBatch`). Speeds: bench/results/model-cpu-reference.md.
  */
-export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSize?: number } = {}): TrainableModel => {
+export const cpuModel = (
+  model: Checkpoint.Model,
+  options: { readonly maxBatchSize?: number; readonly lora?: LoraOptions | undefined } = {}
+): TrainableModel => {
   const config = model.config
+  const lora = options.lora
+  // With LoRA `weights` is the frozen base and `adapters` the trained tensors; else `weights` is trained.
   let weights = toRecord(model.tensors)
-  const shapes = new Map<string, ReadonlyArray<number>>([...model.tensors].map(([n, t]) => [n, t.shape]))
-  let adam = Qwen3Reference.makeAdamWState(weights)
+  let adapters = lora === undefined ? undefined : Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed })
+  const trained = () => adapters ?? weights
+  const shapes = lora === undefined
+    ? new Map<string, ReadonlyArray<number>>([...model.tensors].map(([n, t]) => [n, t.shape]))
+    : adapterShapes(config, lora.config)
+  let adam = Qwen3Reference.makeAdamWState(trained())
   let grads: Record<string, Float64Array> | undefined
   const V = config.vocab_size
+  let forwards = 0
+  // Training forwards draw dropout masks (a new seed each); scoring and generation run without dropout.
+  const loraRun = (training: boolean): Qwen3Reference.Lora | undefined =>
+    lora === undefined || adapters === undefined ? undefined : training
+      ? { config: lora.config, adapters, dropoutSeed: dropoutSeed(lora, forwards++) }
+      : { config: lora.config, adapters }
 
-  const forwardRow = (prompt: ReadonlyArray<number>, completion: ReadonlyArray<number>, temperature: number) => {
+  const forwardRow = (
+    prompt: ReadonlyArray<number>,
+    completion: ReadonlyArray<number>,
+    temperature: number,
+    training = false
+  ) => {
     const tokens = [...prompt, ...completion]
-    const fwd = Qwen3Reference.forward(config, weights, { tokens, batch: 1, seqLen: tokens.length })
+    const run = loraRun(training)
+    const fwd = Qwen3Reference.forward(
+      config,
+      weights,
+      { tokens, batch: 1, seqLen: tokens.length },
+      run === undefined ? {} : { lora: run }
+    )
     const targets = new Int32Array(tokens.length).fill(-1)
     // Position t predicts token t+1: completion token c sits at prompt.length + c and is predicted one earlier.
     for (let c = 0; c < completion.length; c++) targets[prompt.length + c - 1] = completion[c]
@@ -310,7 +386,8 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
                 sequence: request.promptIds.length
               }
             }
-          })
+          }),
+          loraRun(false)
         )
         return outs.map((out, i): Completion => ({
           tokenIds: out.tokens,
@@ -324,7 +401,7 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
         const rows = batch.prompts.length
         const T = batch.length
         const runs = batch.prompts.map((p, i) =>
-          batch.completions[i].length === 0 ? undefined : forwardRow(p, batch.completions[i], temperature)
+          batch.completions[i].length === 0 ? undefined : forwardRow(p, batch.completions[i], temperature, true)
         )
         const logprobs = new Float64Array(rows * T)
         const entropies = new Float64Array(rows * T)
@@ -340,7 +417,7 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
         const w = weightsFor(scores)
         if (grads === undefined) {
           grads = {}
-          for (const [name, data] of Object.entries(weights)) grads[name] = new Float64Array(data.length)
+          for (const [name, data] of Object.entries(trained())) grads[name] = new Float64Array(data.length)
         }
         runs.forEach((run, i) => {
           if (run === undefined) return
@@ -363,12 +440,12 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
     step: (o) =>
       Effect.sync(() => {
         const g: Qwen3Reference.Weights = {}
-        for (const [name, data] of Object.entries(weights)) {
+        for (const [name, data] of Object.entries(trained())) {
           g[name] = grads === undefined ? new Float32Array(data.length) : Float32Array.from(grads[name])
         }
         // maxGradNorm 0 disables clipping: an infinite bound measures the norm and scales by 1.
         const { totalNorm } = Qwen3Reference.clipGradNorm(g, o.maxGradNorm > 0 ? o.maxGradNorm : Infinity)
-        Qwen3Reference.adamWStep(weights, g, adam, {
+        Qwen3Reference.adamWStep(trained(), g, adam, {
           lr: o.learningRate,
           beta1: o.beta1,
           beta2: o.beta2,
@@ -378,11 +455,18 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
         grads = undefined
         return { gradNorm: totalNorm }
       }),
-    exportState: Effect.sync((): ModelState => ({ weights: toTensors(weights, shapes), optimizerStep: adam.step })),
+    exportState: Effect.sync((): ModelState => ({
+      weights: toTensors(trained(), shapes),
+      optimizerStep: adam.step,
+      ...(lora === undefined ? {} : { lora: lora.config })
+    })),
     importState: (state) =>
       Effect.sync(() => {
-        weights = toRecord(state.weights)
-        adam = { ...Qwen3Reference.makeAdamWState(weights), step: state.optimizerStep }
+        const problem = checkTensors(shapes, state.weights)
+        if (problem !== undefined) throw new Error(problem)
+        if (adapters === undefined) weights = toRecord(state.weights)
+        else adapters = toRecord(state.weights)
+        adam = { ...Qwen3Reference.makeAdamWState(trained()), step: state.optimizerStep }
         grads = undefined
       }),
     exportOptimizerState: Effect.sync((): OptimizerState => ({
@@ -392,13 +476,18 @@ export const cpuModel = (model: Checkpoint.Model, options: { readonly maxBatchSi
       Effect.suspend(() => {
         const problem = checkMoments(shapes, state.moments)
         if (problem !== undefined) return Effect.fail(new OptimizerStateMismatch({ problem }))
-        for (const name of Object.keys(weights)) {
+        for (const name of Object.keys(trained())) {
           adam.m[name].set(state.moments.get(FIRST_MOMENT + name)!.data)
           adam.v[name].set(state.moments.get(SECOND_MOMENT + name)!.data)
         }
         return Effect.void
       }),
-    frozenCopy: Effect.sync(() => cpuModel({ ...model, tensors: toTensors(weights, shapes) }, options))
+    // With LoRA the frozen copy (the KL reference) is the base with the adapter disabled, as PEFT's reference is.
+    frozenCopy: Effect.sync(() =>
+      lora === undefined
+        ? cpuModel({ ...model, tensors: toTensors(weights, shapes) }, options)
+        : cpuModel(model, { ...options, lora: undefined })
+    )
   }
   return self
 }

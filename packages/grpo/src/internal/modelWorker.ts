@@ -42,7 +42,10 @@ const handle = (request: Request): Effect.Effect<unknown, Failure> => {
         tokenizer: undefined as unknown as Tokenizer,
         chatTemplate: undefined as never
       }
-      const batch = request.maxBatchSize === undefined ? {} : { maxBatchSize: request.maxBatchSize }
+      const batch = {
+        ...(request.maxBatchSize === undefined ? {} : { maxBatchSize: request.maxBatchSize }),
+        lora: request.lora
+      }
       const options = request.device
       if (options === undefined) return Effect.sync(() => add(cachedCpuModel(checkpoint, batch)))
       // The device (its BLAS handle or WebAssembly memory) is made in this thread: it cannot cross threads.

@@ -10,7 +10,9 @@
  * - Weights: after every optimizer step (and at the start, and after `importState`), the local weights are encoded
  *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
  *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
- *   else the run stops. A server is only sent requests once it holds the current weights. With `weightDirectory`
+ *   else the run stops. When the model trains a LoRA adapter only the adapter is pushed (`LoraAdapter.encodePushed`:
+ *   its tensors with the adapter config in the file's metadata), which the server merges into the base it holds.
+ *   A server is only sent requests once it holds the current weights. With `weightDirectory`
  *   the file goes through a shared directory instead (see there; the route a vLLM server can take). A push that a
  *   closed kept-alive connection dropped before any answer is sent again (see `pushLocked`); one that still fails,
  *   or times out (`pushTimeout`), marks the server down with a warning.
@@ -23,6 +25,7 @@
  *   is usable; once every server has been down for `unreachableTimeout` the run stops with `PolicyResponseError`
  *   naming the URLs and their last errors.
  */
+import * as LoraAdapter from "@envtrain/gpu/formats/LoraAdapter"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
 import type { Completion, GenerateRequest, PolicyError } from "@envtrain/rollout/Policy"
 import {
@@ -156,8 +159,23 @@ export const withPolicyServers = (
     const encodeWeights = Effect.flatMap(model.exportState, (state) => {
       weights.generation++
       weights.optimizerStep = state.optimizerStep
-      weights.bytes = Safetensors.encode(state.weights) as Uint8Array<ArrayBuffer>
+      // Training a LoRA, only the adapter travels (the servers merge it into the base they hold).
+      weights.bytes = (state.lora === undefined
+        ? Safetensors.encode(state.weights)
+        : LoraAdapter.encodePushed({ config: state.lora, tensors: state.weights, baseModel: null })) as Uint8Array<
+          ArrayBuffer
+        >
       if (directory === undefined) return Effect.void
+      if (state.lora !== undefined) {
+        // A directory reload (envtrain's update_weights_from_disk, vLLM's reload_weights) wants a whole model.
+        return Effect.fail(
+          new PolicyServerError({
+            url: servers.map((x) => x.url).join(", "),
+            problem: "a LoRA run sends the adapter in the request body (POST /update_weights), which a weight " +
+              "directory cannot carry: drop weightDirectory (--policy-server-weights) for this run"
+          })
+        )
+      }
       // Renamed into place, so a server never reads a half-written file.
       const file = NodePath.join(directory, Safetensors.SINGLE_FILE)
       const partial = `${file}.partial-${process.pid}`

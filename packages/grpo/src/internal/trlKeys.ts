@@ -8,6 +8,9 @@
  * Checked against trl/trainer/grpo_config.py, trl/trainer/base_config.py and transformers' training_args.py.
  */
 
+import { LoraAdapter, type LoraConfig } from "@envtrain/gpu"
+import { Effect, Either } from "effect"
+
 /** `undefined`: accepted (it changes nothing envtrain computes); else the problem, saying what to do instead. */
 export type Check = (value: unknown, get: (snakeKey: string) => unknown) => string | undefined
 
@@ -253,3 +256,148 @@ export const trainingArguments: ReadonlySet<string> = new Set([
   "use_cache",
   "use_cpu"
 ])
+
+/**
+ * TRL's LoRA keys (its `ModelConfig`: `use_peft`, `lora_*`, `use_rslora`, `use_dora`) and the `peft_config` block
+ * (PEFT `LoraConfig` field names, what TRL's trainers take as `peft_config`): read together by {@link loraOf}.
+ */
+export const loraKeys: ReadonlySet<string> = new Set([
+  "use_peft",
+  "lora_r",
+  "lora_alpha",
+  "lora_dropout",
+  "lora_target_modules",
+  "lora_target_parameters",
+  "lora_modules_to_save",
+  "lora_task_type",
+  "use_rslora",
+  "use_dora",
+  "peft_config"
+])
+
+/** PEFT 0.21's `LoraConfig` fields: anything else in `peft_config` is a typo PEFT itself would refuse. */
+const peftFields: ReadonlySet<string> = new Set([
+  "task_type",
+  "peft_type",
+  "auto_mapping",
+  "peft_version",
+  "base_model_name_or_path",
+  "revision",
+  "inference_mode",
+  "r",
+  "target_modules",
+  "exclude_modules",
+  "lora_alpha",
+  "lora_dropout",
+  "fan_in_fan_out",
+  "bias",
+  "use_rslora",
+  "modules_to_save",
+  "init_lora_weights",
+  "layers_to_transform",
+  "layers_pattern",
+  "rank_pattern",
+  "alpha_pattern",
+  "megatron_config",
+  "megatron_core",
+  "trainable_token_indices",
+  "loftq_config",
+  "eva_config",
+  "corda_config",
+  "lora_ga_config",
+  "use_dora",
+  "velora_config",
+  "alora_invocation_tokens",
+  "use_qalora",
+  "qalora_group_size",
+  "monteclora_config",
+  "layer_replication",
+  "runtime_config",
+  "lora_bias",
+  "target_parameters",
+  "use_bdlora",
+  "arrow_config",
+  "kasa_config",
+  "ensure_weight_tying"
+])
+
+/** PEFT's default targets for Qwen2/Qwen3 when `target_modules` is None. */
+const qwenDefaultTargets = ["q_proj", "v_proj"]
+
+/**
+ * The run's LoRA from TRL's keys: `peft_config` (PEFT's defaults r 8, alpha 8, dropout 0) or `use_peft: true` with
+ * `lora_*` (TRL's defaults r 16, alpha 32, dropout 0.05); targets default to PEFT's for Qwen3 (q_proj, v_proj),
+ * `"all-linear"` is all seven projections. Both checked as PEFT's `adapter_config.json` is (`LoraAdapter
+ * .decodeConfig`): what envtrain cannot honour (bias, DoRA, modules_to_save, layer selection, rank patterns,
+ * other targets, ...) is a problem naming the key. `undefined`: no LoRA (TRL ignores `lora_*` without use_peft).
+ */
+export const loraOf = (
+  get: (snakeKey: string) => unknown
+): { readonly lora?: LoraConfig.LoraConfig; readonly problem?: string } | undefined => {
+  const block = get("peft_config")
+  const usePeft = get("use_peft")
+  if (!nullish(usePeft) && typeof usePeft !== "boolean") return { problem: "use_peft: must be true or false" }
+  const trlKeys = [...loraKeys].filter((k) => k !== "peft_config" && k !== "use_peft" && get(k) !== undefined)
+  let peft: Record<string, unknown>
+  let source: string
+  if (!nullish(block)) {
+    const fields = typeof block === "string" ? parseObject(block) : block
+    if (typeof fields !== "object" || fields === null || Array.isArray(fields)) {
+      return { problem: "peft_config: must be a mapping of PEFT LoraConfig fields (or a JSON object string)" }
+    }
+    if (usePeft === true || trlKeys.length > 0) {
+      return {
+        problem: `peft_config and ${["use_peft", ...trlKeys].filter((k) => get(k) !== undefined).join(", ")} ` +
+          "both configure LoRA: keep one (peft_config's fields are PEFT LoraConfig's)"
+      }
+    }
+    const unknown = Object.keys(fields).filter((k) => !peftFields.has(k))
+    if (unknown.length > 0) {
+      return { problem: `peft_config: ${unknown.join(", ")} is not a PEFT LoraConfig field: remove it` }
+    }
+    peft = { peft_type: "LORA", r: 8, ...fields as Record<string, unknown> }
+    source = "peft_config"
+  } else {
+    if (usePeft !== true) return undefined
+    peft = {
+      peft_type: "LORA",
+      task_type: get("lora_task_type") ?? "CAUSAL_LM",
+      r: get("lora_r") ?? 16,
+      lora_alpha: get("lora_alpha") ?? 32,
+      lora_dropout: get("lora_dropout") ?? 0.05,
+      target_modules: get("lora_target_modules"),
+      use_rslora: get("use_rslora") ?? false,
+      use_dora: get("use_dora"),
+      modules_to_save: get("lora_modules_to_save"),
+      target_parameters: get("lora_target_parameters")
+    }
+    source = "use_peft"
+  }
+  if (nullish(peft.target_modules)) peft.target_modules = qwenDefaultTargets
+  const decoded = Effect.runSync(Effect.either(LoraAdapter.decodeConfig(peft, source)))
+  if (Either.isLeft(decoded)) {
+    const e = decoded.left
+    // TRL's key names where TRL's keys were given.
+    const field = source === "use_peft" ? trlName[e.field] ?? e.field : `peft_config.${e.field}`
+    return { problem: `${field} ${e.problem}: ${e.fix}` }
+  }
+  return { lora: decoded.right.config }
+}
+
+const trlName: Readonly<Record<string, string>> = {
+  r: "lora_r",
+  lora_alpha: "lora_alpha",
+  lora_dropout: "lora_dropout",
+  target_modules: "lora_target_modules",
+  task_type: "lora_task_type",
+  modules_to_save: "lora_modules_to_save",
+  target_parameters: "lora_target_parameters"
+}
+
+const parseObject = (text: string): unknown => {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
+}

@@ -9,7 +9,9 @@
  *   trainer then takes that path; its loss and gradient are the ones the host path computes).
  * - `accumulate` with a host `weightsFor` (SFT): a `Score` round trip for the logprobs, then the weights go back
  *   with the batch and the worker runs forward and backward again (one extra forward; bit-identical, as the
- *   forward is deterministic).
+ *   forward is deterministic). With LoRA dropout the `Score` runs without dropout (it is not a training forward),
+ *   so weights that depend on the scores see dropout-free logprobs; SFT's do not depend on them, and GRPO takes
+ *   `accumulateLoss`, whose forward is the training one.
  * - Lifetime: the worker lives as long as the Scope; closing it terminates the thread. A worker that exits or
  *   crashes fails every waiting and later call with {@link WorkerModelError} naming it (a defect: the trainer's
  *   model interface has no error channel, and the run stops); every call has a time limit, after which the worker
@@ -19,7 +21,7 @@ import { Launcher } from "@envtrain/env"
 import type { Checkpoint, CpuDevice } from "@envtrain/gpu"
 import { Data, Deferred, Duration, Effect, type Scope } from "effect"
 import { Worker } from "node:worker_threads"
-import { OptimizerStateMismatch, type TrainableModel } from "./model.js"
+import { type LoraOptions, OptimizerStateMismatch, type TrainableModel } from "./model.js"
 import { type Envelope, isReply, type Replies, type Reply, type Request } from "./workerProtocol.js"
 
 /** Options of {@link workerModel}. */
@@ -35,6 +37,8 @@ export interface WorkerModelOptions {
    * these options (`Trainer.cpuModel`).
    */
   readonly device?: CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number }
+  /** Train a LoRA adapter on the frozen base: the weights the trainer reads back and syncs are the adapter's. */
+  readonly lora?: LoraOptions | undefined
 }
 
 /** The CPU model's worker thread stopped, crashed, or did not answer in time. */
@@ -155,7 +159,8 @@ export const start = (
       tensors: checkpoint.tensors,
       generationConfig: checkpoint.generationConfig,
       maxBatchSize: options.maxBatchSize,
-      device: options.device
+      device: options.device,
+      lora: options.lora
     }, startTimeout).pipe(
       Effect.catchTag("OptimizerStateMismatch", (e) => new WorkerModelError({ worker: name, problem: e.problem }))
     )

@@ -8,7 +8,15 @@
 import type { CpuDevice, ModelConfig, Safetensors } from "@envtrain/gpu"
 import type { Completion, GenerateRequest } from "@envtrain/rollout/Policy"
 import type { LossOptions } from "../Loss.js"
-import type { LossInputs, ModelState, OptimizerState, OptimizerStep, SequenceBatch, TokenScores } from "./model.js"
+import type {
+  LoraOptions,
+  LossInputs,
+  ModelState,
+  OptimizerState,
+  OptimizerStep,
+  SequenceBatch,
+  TokenScores
+} from "./model.js"
 
 /** What the trainer asks of the worker; `model` names one of the worker's models. */
 export type Request =
@@ -20,6 +28,8 @@ export type Request =
     readonly maxBatchSize: number | undefined
     /** The CPU device's options, or undefined for the reference model (`Trainer.workerModel`). */
     readonly device: (CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number | undefined }) | undefined
+    /** Train a LoRA adapter on the frozen base (then states and weight syncs are the adapter's). */
+    readonly lora: LoraOptions | undefined
   }
   | { readonly _tag: "Generate"; readonly model: number; readonly requests: ReadonlyArray<GenerateRequest> }
   | { readonly _tag: "Score"; readonly model: number; readonly batch: SequenceBatch; readonly temperature: number }

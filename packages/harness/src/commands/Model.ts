@@ -5,7 +5,9 @@
  *   [--repetition-penalty R] [--seed S] [--chat] [--json]`: generates on the GPU (`--chat` wraps the prompt as a
  *   user message with the model's chat template; stops at the tokenizer's EOS tokens);
  * - `score --model DIR --tokens FILE.json`: per-token logprobs of a token sequence (a JSON array of ids, or
- *   `{ "tokens": [...] }`) as JSON: `logprobs[i]` is log p(tokens[i+1] | tokens[..i]).
+ *   `{ "tokens": [...] }`) as JSON: `logprobs[i]` is log p(tokens[i+1] | tokens[..i]);
+ * - `merge --base DIR --adapter DIR --out DIR`: fold a PEFT LoRA adapter into its base model and write a full
+ *   Hugging Face checkpoint in the base's dtype (as PEFT's `merge_and_unload` + `save_pretrained`).
  *
  * @example
  * ```ts
@@ -20,7 +22,7 @@
  */
 import { Command, Options } from "@effect/cli"
 import { FileSystem } from "@effect/platform"
-import { Checkpoint, Generation, Gpu, Preset, Qwen3 } from "@envtrain/gpu"
+import { Checkpoint, Generation, Gpu, LoraAdapter, Preset, Qwen3 } from "@envtrain/gpu"
 import { Console, Data, Effect } from "effect"
 
 /** A command's input is unusable (a file that is not a token list, ...). */
@@ -165,5 +167,22 @@ export const score = Command.make(
     }).pipe(Effect.scoped, Effect.provide(Gpu.layer()))
 ).pipe(Command.withDescription("Per-token logprobs of a token sequence under a model, as JSON."))
 
+/** `merge`. */
+export const merge = Command.make(
+  "merge",
+  {
+    base: Options.directory("base").pipe(Options.withDescription("the base model (a Hugging Face directory)")),
+    adapter: Options.directory("adapter").pipe(Options.withDescription("a PEFT LoRA adapter made for that base")),
+    out: Options.text("out").pipe(Options.withDescription("directory to write the merged model to"))
+  },
+  (a) =>
+    Effect.gen(function*() {
+      const r = yield* LoraAdapter.mergeDirectory(a)
+      yield* Console.log(
+        `Wrote ${r.out}: ${r.mergedTensors} projections merged, stored as ${r.dtype} (${r.files.join(", ")})`
+      )
+    })
+).pipe(Command.withDescription("Fold a PEFT LoRA adapter into its base model (W + scaling·B·A, in the base's dtype)."))
+
 /** All model commands, for `Command.withSubcommands`. */
-export const commands = [initModel, generate, score] as const
+export const commands = [initModel, generate, score, merge] as const

@@ -1,7 +1,7 @@
 /**
  * `envtrain serve-policy --model DIR [--backend cpu|gpu|reference] [--threads N] [--host H] [--port P] [--max-batch N]
  * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS] [--batching continuous|window]
- * [--steps-per-submit K]`: serves a model over an OpenAI-compatible
+ * [--steps-per-submit K] [--enable-lora [--max-loras N]]`: serves a model over an OpenAI-compatible
  * HTTP API in vLLM's dialect (`@envtrain/rollout`'s `PolicyServer`), with weight updates. Runs until interrupted.
  *
  * @example
@@ -13,7 +13,9 @@
  * @since 0.0.0
  */
 import { Command, Options } from "@effect/cli"
+import type { FileSystem, Path } from "@effect/platform"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as LoraAdapter from "@envtrain/gpu/formats/LoraAdapter"
 import { Gpu } from "@envtrain/gpu/runtime/Gpu"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
 import { Data, Duration, Effect, Layer, Option } from "effect"
@@ -57,6 +59,16 @@ const options = {
         "before the next starts"
     )
   ),
+  enableLora: Options.boolean("enable-lora").pipe(
+    Options.withDescription(
+      "serve LoRA adapters as vLLM's --enable-lora does: POST /v1/load_lora_adapter {lora_name, lora_path} (a PEFT " +
+        "adapter directory), then requests whose model is lora_name use it; each adapter costs one more model copy"
+    )
+  ),
+  maxLoras: Options.integer("max-loras").pipe(
+    Options.withDefault(4),
+    Options.withDescription("most LoRA adapters loaded at once (with --enable-lora)")
+  ),
   stepsPerSubmit: Options.integer("steps-per-submit").pipe(
     Options.optional,
     Options.withDescription(
@@ -93,20 +105,42 @@ export const command = Command.make("serve-policy", options, (a) =>
         problem: `--threads sets the cpu backend's matmul threads: drop it with --backend ${a.backend}`
       })
     }
-    const backend = a.backend === "cpu"
-      ? yield* PolicyBackend.cpu(model, {
-        ...backendOptions,
-        device: Option.match(a.threads, { onNone: () => ({}), onSome: (threads) => ({ threads }) })
-      })
-      : a.backend === "reference"
-      ? yield* PolicyBackend.reference(model, backendOptions)
-      // The device lives as long as the server: built in the command's scope, not the backend constructor's.
-      : yield* PolicyBackend.gpu(model, {
-        ...backendOptions,
-        stepsPerSubmit: Option.getOrElse(a.stepsPerSubmit, () => 8)
-      }).pipe(
-        Effect.provide(yield* Layer.build(Gpu.layer()))
-      )
+    // The device lives as long as the server: built in the command's scope, not the backend constructor's.
+    const gpuContext = a.backend === "gpu" ? yield* Layer.build(Gpu.layer()) : undefined
+    const backendFor = (m: Checkpoint.Model) =>
+      a.backend === "cpu"
+        ? PolicyBackend.cpu(m, {
+          ...backendOptions,
+          device: Option.match(a.threads, { onNone: () => ({}), onSome: (threads) => ({ threads }) })
+        })
+        : a.backend === "reference" || gpuContext === undefined
+        ? PolicyBackend.reference(m, backendOptions)
+        : PolicyBackend.gpu(m, {
+          ...backendOptions,
+          stepsPerSubmit: Option.getOrElse(a.stepsPerSubmit, () => 8)
+        }).pipe(Effect.provide(gpuContext))
+    const backend = yield* backendFor(model)
+    const context = yield* Effect.context<FileSystem.FileSystem | Path.Path>()
+    // An adapter is served by its own backend over a copy of the base with the adapter merged in (f64 sums, rounded
+    // once to f32): one more model's memory per adapter, and the adapted model's exact arithmetic.
+    const adapters = a.enableLora
+      ? {
+        maxLoras: a.maxLoras,
+        load: (_name: string, dir: string) =>
+          Effect.gen(function*() {
+            const adapter = yield* LoraAdapter.load(dir, model.config)
+            const tensors = LoraAdapter.merge(model.config, model.tensors, adapter, "F32")
+            return yield* backendFor({ ...model, tensors })
+          }).pipe(
+            Effect.mapError((e) =>
+              e instanceof PolicyServer.BackendError
+                ? e
+                : new PolicyServer.BackendError({ status: 400, message: e.message })
+            ),
+            Effect.provide(context)
+          )
+      }
+      : undefined
     // vLLM's default: the --model argument as given.
     const servedModelName = Option.getOrElse(a.servedModelName, () => a.model)
     const server = yield* PolicyServer.serve(backend, {
@@ -114,6 +148,7 @@ export const command = Command.make("serve-policy", options, (a) =>
       port: a.port,
       servedModelName,
       batchWindow: Duration.millis(a.batchWindowMs),
+      ...(adapters === undefined ? {} : { adapters }),
       ...Option.match(a.batching, { onNone: () => ({}), onSome: (batching) => ({ batching }) })
     })
     yield* Effect.logInfo(

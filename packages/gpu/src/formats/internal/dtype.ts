@@ -100,3 +100,32 @@ export const bytesToF32 = (bytes: Uint8Array): Float32Array => {
 /** Float32Array → its little-endian bytes (a view, no copy). */
 export const f32ToBytes = (values: Float32Array): Uint8Array =>
   new Uint8Array(values.buffer, values.byteOffset, values.byteLength)
+
+/**
+ * Round an f64 to the nearest value of a binary float format with `bits` significand bits (implicit bit included),
+ * smallest normal exponent `minExp` and largest finite value `max`: ties to even, subnormals kept, overflow to
+ * infinity. Rounding once from f64 avoids the double rounding of f64 → f32 → bf16.
+ */
+const roundTo = (x: number, bits: number, minExp: number, max: number): number => {
+  if (x === 0 || !Number.isFinite(x)) return x
+  const a = Math.abs(x)
+  let e = Math.max(Math.floor(Math.log2(a)), minExp)
+  // log2 can be off by one next to a power of two.
+  if (e > minExp && 2 ** e > a) e--
+  if (2 ** (e + 1) <= a) e++
+  const ulp = 2 ** (e - bits + 1)
+  const q = x / ulp
+  const f = Math.floor(q)
+  const d = q - f
+  const r = d > 0.5 ? f + 1 : d < 0.5 ? f : f % 2 === 0 ? f : f + 1
+  const v = r * ulp
+  return Math.abs(v) > max ? Math.sign(v) * Infinity : v
+}
+
+/** An f64 rounded once to the nearest value a stored dtype holds (returned as a number, exact in f32). */
+export const roundToDtype = (x: number, dtype: "F32" | "BF16" | "F16"): number =>
+  dtype === "F32"
+    ? Math.fround(x)
+    : dtype === "BF16"
+    ? roundTo(x, 8, -126, (2 - 2 ** -7) * 2 ** 127)
+    : roundTo(x, 11, -14, 65504)

@@ -221,8 +221,9 @@ export const linear = (
 }
 
 /**
- * Backward of {@link linear}: returns dx = dy·W and adds dW += dyᵀ·x into `dW` (f64). Rows of dy that are all zero
- * (tokens without a loss term) are skipped: with finite activations they add exact zeros.
+ * Backward of {@link linear}: returns dx = dy·W and adds dW += dyᵀ·x into `dW` (f64; undefined for a frozen weight,
+ * whose gradient is then never computed). Rows of dy that are all zero (tokens without a loss term) are skipped:
+ * with finite activations they add exact zeros.
  */
 export const linearBackward = (
   dy: FloatArray,
@@ -231,7 +232,7 @@ export const linearBackward = (
   inF: number,
   w: FloatArray,
   outF: number,
-  dW: Float64Array,
+  dW: Float64Array | undefined,
   nm: Numerics
 ): FloatArray => {
   const dx = nm.alloc(rows * inF)
@@ -257,6 +258,7 @@ export const linearBackward = (
     matmulNT(dyLive, R, wT, inF, outF, dxLive, false)
     for (let r = 0; r < R; r++) dx.set(dxLive.subarray(r * inF, (r + 1) * inF), live[r] * inF)
   }
+  if (dW === undefined) return dx
   // dW[o,i] += Σ_n dy[n,o]·x[n,i]: contiguous over n once both are transposed.
   const xLive = live.length === rows ? x : gatherRows(x, live, inF)
   matmulNT(transpose(dyLive, R, outF), outF, transpose(xLive, R, inF), inF, R, dW, true)

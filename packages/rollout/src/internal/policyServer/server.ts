@@ -17,6 +17,7 @@ import type {
   RunningPolicyServer,
   WeightSource
 } from "../../PolicyServer.js"
+import * as Adapters from "./adapters.js"
 import * as Metrics from "./metrics.js"
 import {
   ApiError,
@@ -98,11 +99,15 @@ export const make = (
     const { servedModelName } = resolved
     const tokenizer = backend.tokenizer
     const metrics = Metrics.make(servedModelName)
-    const scheduler = yield* Scheduler.make(
-      backend,
-      { maxBatchSize: resolved.maxBatchSize, continuous: resolved.continuous, window: resolved.window },
-      metrics
-    )
+    const schedulerOptions = {
+      maxBatchSize: resolved.maxBatchSize,
+      continuous: resolved.continuous,
+      window: resolved.window
+    }
+    const baseScheduler = yield* Scheduler.make(backend, schedulerOptions, metrics)
+    const adapters = yield* Adapters.make(baseScheduler, options.adapters, schedulerOptions, metrics, servedModelName)
+    // Generation routes by the request's adapter; weight updates and the policy version are the base's.
+    const scheduler = adapters.scheduler
     const created = Math.floor(Date.now() / 1000)
     let shuttingDown = false
 
@@ -126,9 +131,12 @@ export const make = (
     }
 
     const checkModel = (model: string | undefined) =>
-      model === undefined || model === servedModelName
+      model === undefined || model === servedModelName || adapters.has(model)
         ? Effect.void
         : Effect.fail(apiError(404, `The model \`${model}\` does not exist.`, "model"))
+    // Responses name the adapter a request asked for, as vLLM's do.
+    const modelOf = (spec: { readonly model: string | undefined }) =>
+      spec.model !== undefined && adapters.has(spec.model) ? spec.model : servedModelName
 
     const defaults = backend.samplingDefaults ?? {}
     const optional = <K extends string>(key: K, value: number | undefined) =>
@@ -174,6 +182,7 @@ export const make = (
             out.push({
               promptIds,
               topLogprobs: spec.topLogprobs,
+              ...Adapters.adapterField(adapters, spec.model),
               sampling: {
                 maxTokens,
                 temperature: spec.temperature ?? defaults.temperature ?? 1,
@@ -335,7 +344,7 @@ export const make = (
         let version = 0
         const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
           ...head,
-          model: servedModelName,
+          model: modelOf(spec),
           choices: [choice],
           ...extra,
           policy_version: version
@@ -403,7 +412,7 @@ export const make = (
         if (spec.includeUsage) {
           out.event({
             ...head,
-            model: servedModelName,
+            model: modelOf(spec),
             choices: [],
             usage: usageOf([promptIds], choices),
             policy_version: version
@@ -428,7 +437,7 @@ export const make = (
         let version = 0
         const chunk = (choice: Record<string, unknown>) => ({
           ...head,
-          model: servedModelName,
+          model: modelOf(spec),
           choices: [choice],
           policy_version: version
         })
@@ -499,7 +508,7 @@ export const make = (
         if (choices === undefined) return { _tag: "Streamed" } satisfies Answer
         const usage = usageOf(prompts, choices)
         if (spec.includeUsage) {
-          out.event({ ...head, model: servedModelName, choices: [], usage, policy_version: version })
+          out.event({ ...head, model: modelOf(spec), choices: [], usage, policy_version: version })
         }
         out.end()
         return { _tag: "Streamed" } satisfies Answer
@@ -529,7 +538,7 @@ export const make = (
           Response.chatMessage(c, spec.parseTools, thinking, () => `chatcmpl-tool-${hex()}`)
         )
         const finishOf = (i: number) => messages[i].toolCalls ? "tool_calls" : choices[i].finishReason
-        const head = { id, created: Math.floor(Date.now() / 1000), model: servedModelName }
+        const head = { id, created: Math.floor(Date.now() / 1000), model: modelOf(spec) }
         if (!spec.stream) {
           return json({
             ...head,
@@ -622,7 +631,7 @@ export const make = (
           id: `cmpl-${hex()}`,
           object: "text_completion",
           created: Math.floor(Date.now() / 1000),
-          model: servedModelName
+          model: modelOf(spec)
         }
         if (!spec.stream) {
           return json({
@@ -690,7 +699,7 @@ export const make = (
           parent: null,
           max_model_len: backend.contextLength,
           policy_version: scheduler.version()
-        }]
+        }, ...adapters.cards(servedModelName)]
       })
 
     const readBody = (req: Http.IncomingMessage) =>
@@ -755,6 +764,14 @@ export const make = (
             "POST",
             () => Effect.flatMap(Effect.flatMap(readBody(req), parseJson), (body) => completions(body, req, res))
           )
+        case "/v1/load_lora_adapter":
+        case "/v1/unload_lora_adapter":
+          return expect("POST", () =>
+            Effect.gen(function*() {
+              const body = yield* Effect.flatMap(readBody(req), parseJson)
+              const text = yield* (path === "/v1/load_lora_adapter" ? adapters.load(body) : adapters.unload(body))
+              return { _tag: "Text", status: 200, body: text, contentType: "text/plain; charset=utf-8" } as const
+            }))
         case "/update_weights_from_disk":
           return expect("POST", () =>
             Effect.gen(function*() {
