@@ -34,6 +34,10 @@ export interface LaunchOptions {
   readonly maxModelLen?: number
   /** `--batching`; default the command's (continuous where the backend can). */
   readonly batching?: "continuous" | "window"
+  /** `--weights-from`: follow this weight store. */
+  readonly weightsFrom?: string
+  /** `--weights-poll-ms` (with `weightsFrom`). */
+  readonly weightsPollMs?: number
   /** How long to wait for `/health`. Default 120 s (the model loads first). */
   readonly healthTimeout?: Duration.DurationInput
 }
@@ -62,7 +66,9 @@ export const launch = (options: LaunchOptions) =>
       ...flag("served-model-name", options.servedModelName),
       ...flag("max-batch", options.maxBatch),
       ...flag("max-model-len", options.maxModelLen),
-      ...flag("batching", options.batching)
+      ...flag("batching", options.batching),
+      ...flag("weights-from", options.weightsFrom),
+      ...flag("weights-poll-ms", options.weightsPollMs)
     ],
     ...(options.port === undefined ? {} : { port: options.port }),
     healthTimeout: options.healthTimeout ?? "120 seconds"

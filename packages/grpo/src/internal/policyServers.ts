@@ -23,6 +23,7 @@
  *   is usable; once every server has been down for `unreachableTimeout` the run stops with `PolicyResponseError`
  *   naming the URLs and their last errors.
  */
+import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
 import type { Completion, GenerateRequest, PolicyError } from "@envtrain/rollout/Policy"
 import {
@@ -32,6 +33,7 @@ import {
   PolicyTransportError
 } from "@envtrain/rollout/Policy"
 import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
+import * as WeightStore from "@envtrain/rollout/WeightStore"
 import { Data, Duration, Effect, Either } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
@@ -63,6 +65,15 @@ export interface PolicyServersOptions {
    * not hold a `model.safetensors.index.json` (it would win over the single file).
    */
   readonly weightDirectory?: string
+  /**
+   * Publish the weights to this weight store (`@envtrain/rollout/WeightStore`, a directory the servers see) once per
+   * update, instead of sending them to each server: the servers (`envtrain serve-policy --weights-from DIR`) pull,
+   * verify and load them, and each is sent requests only once its `/v1/models` reports the published version
+   * (waited for up to `pushTimeout`; a server that does not get there is marked down with a warning naming why).
+   */
+  readonly weightStore?: string
+  /** Versions the store keeps (the newest included); default 3. */
+  readonly keepVersions?: number
 }
 
 /** A policy server cannot be used: unreachable at the start, or it refused or mis-versioned the weights. */
@@ -93,12 +104,16 @@ interface Server {
   holds: number
   up: boolean
   lastError: string
+  /** What its `/v1/models` says of the weight store it follows (undefined: it follows none). */
+  store: { readonly error: string | null } | undefined
   /** Serialises pushes to this server (a revival and a step's push must not interleave). */
   readonly lock: Effect.Semaphore
 }
 
 // Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
 const PROBE_TIMEOUT = Duration.seconds(10)
+// How often a server pulling from the weight store is asked for its version.
+const PULL_POLL = Duration.millis(20)
 
 const trim = (url: string) => url.replace(/\/+$/, "")
 
@@ -143,6 +158,7 @@ export const withPolicyServers = (
         holds: -1,
         up: false,
         lastError: "not contacted yet",
+        store: undefined,
         lock: yield* Effect.makeSemaphore(1)
       })
     }
@@ -153,10 +169,32 @@ export const withPolicyServers = (
       bytes: new Uint8Array(0)
     }
     const directory = options.weightDirectory
+    const store = options.weightStore === undefined ? undefined : WeightStore.directory(options.weightStore)
+    if (store !== undefined && directory !== undefined) {
+      return yield* new PolicyServerError({
+        url: servers.map((x) => x.url).join(", "),
+        problem: "give the weights one way: a weight directory (the trainer asks each server to reload it) or a " +
+          "weight store (the servers pull from it), not both"
+      })
+    }
+    const configHash = WeightStore.configHash(ModelConfig.toJson(model.config))
+    // The store's version the servers must report (the trainer's generation counts differ after a restart).
+    let published = 0
     const encodeWeights = Effect.flatMap(model.exportState, (state) => {
       weights.generation++
       weights.optimizerStep = state.optimizerStep
       weights.bytes = Safetensors.encode(state.weights) as Uint8Array<ArrayBuffer>
+      if (store !== undefined) {
+        return store.publish({
+          bytes: weights.bytes,
+          step: state.optimizerStep,
+          configHash,
+          ...(options.keepVersions === undefined ? {} : { keep: options.keepVersions })
+        }).pipe(
+          Effect.map((manifest) => void (published = manifest.policy_version)),
+          Effect.mapError((e) => new PolicyServerError({ url: store.location, problem: e.message }))
+        )
+      }
       if (directory === undefined) return Effect.void
       // Renamed into place, so a server never reads a half-written file.
       const file = NodePath.join(directory, Safetensors.SINGLE_FILE)
@@ -188,6 +226,10 @@ export const withPolicyServers = (
             server.model = id
             server.vllm = json.data?.[0]?.owned_by === "vllm"
             server.version = versionOf(text)
+            const followed = (json.data?.[0] as { weight_store?: { error?: unknown } } | undefined)?.weight_store
+            server.store = followed === undefined
+              ? undefined
+              : { error: typeof followed.error === "string" ? followed.error : null }
             return Effect.void
           } catch {
             return Effect.fail({ message: `GET ${server.url}/v1/models did not list a model: ${text.slice(0, 300)}` })
@@ -200,6 +242,7 @@ export const withPolicyServers = (
     const pushLocked = (server: Server): Effect.Effect<void, PolicyServerError> =>
       Effect.gen(function*() {
         if (server.holds === weights.generation) return
+        if (store !== undefined) return yield* awaitPulled(server)
         const generation = weights.generation
         const optimizerStep = weights.optimizerStep
         const before = server.version
@@ -293,6 +336,59 @@ export const withPolicyServers = (
         server.up = true
       })
     const push = (server: Server) => server.lock.withPermits(1)(pushLocked(server))
+
+    // With a weight store: waits until `server` reports the published version (it pulls it by itself). One that
+    // follows no store, or a newer version than this trainer published, is a configuration error; one that does not
+    // get there within pushTimeout (a refused file, a hung load, a store it cannot see) is marked down, with why.
+    function awaitPulled(server: Server): Effect.Effect<void, PolicyServerError> {
+      return Effect.gen(function*() {
+        const generation = weights.generation
+        const optimizerStep = weights.optimizerStep
+        const target = published
+        const started = Date.now()
+        while (true) {
+          const probed = yield* Effect.either(probe(server))
+          if (probed._tag === "Left") {
+            server.up = false
+            server.lastError = probed.left.message
+            return yield* Effect.logWarning(
+              `policy server ${server.url}: unreachable while loading version ${target} from the weight store ` +
+                `(${probed.left.message}); marked down until it answers with the current weights`
+            )
+          }
+          if (server.store === undefined) {
+            return yield* new PolicyServerError({
+              url: server.url,
+              problem: `it does not follow the weight store ${store!.location}: start it with envtrain serve-policy ` +
+                "--weights-from DIR (the same store, as its machine sees it)"
+            })
+          }
+          const at = server.version ?? 0
+          if (at === target) break
+          if (at > target) {
+            return yield* new PolicyServerError({
+              url: server.url,
+              problem: `it reports policy_version ${at}, beyond the ${target} this trainer published to ` +
+                `${store!.location}: another trainer publishes to that store. Give each run a store of its own.`
+            })
+          }
+          if (Date.now() - started >= Duration.toMillis(pushTimeout)) {
+            server.up = false
+            server.lastError = `still at version ${at}, ${Duration.format(pushTimeout)} after version ${target} ` +
+              `was published to ${store!.location}` +
+              (server.store.error === null ? "" : ` (it refused it: ${server.store.error})`)
+            return yield* Effect.logWarning(
+              `policy server ${server.url}: the weight sync hung: ${server.lastError}; marked down until it reports ` +
+                "the current version"
+            )
+          }
+          yield* Effect.sleep(PULL_POLL)
+        }
+        server.trainerVersions.set(target, optimizerStep)
+        server.holds = generation
+        server.up = true
+      })
+    }
 
     // Brings a down server back: it must answer /v1/models (a restarted server starts at its own version), then
     // take the current weights.
