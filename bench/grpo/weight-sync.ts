@@ -152,7 +152,7 @@ const program = Effect.gen(function*() {
     "every server or publish once, then the policy_version handshake with every server) minus the bare model's " +
     `importState (median ${f(median(rows.map((r) => r.bareSeconds)))} s). Servers: \`envtrain serve-policy --backend ` +
     `${backend}\` children on this machine, fresh per row. "trainer sends" = bytes leaving the trainer per update; ` +
-    '"servers take" = bytes all servers read or receive together. Pull reads the store from the local page cache: ' +
+    "\"servers take\" = bytes all servers read or receive together. Pull reads the store from the local page cache: " +
     "on a network file system its reads cross the network too, but from the file server, not from the trainer.",
     "",
     `Machine: ${cpus().length} CPU cores shared with other sessions' jobs: the numbers are noisy. ` +
