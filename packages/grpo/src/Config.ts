@@ -332,6 +332,12 @@ export const GRPOConfig = Schema.Struct({
       "with envtrain serve-policy --weights-from DIR and pull, verify and load each version) instead of sending " +
       "them to every server; null = send them."
   ),
+  policyServerDiscover: withDefault(
+    Schema.Boolean,
+    false,
+    "Also generate on the policy servers registered in policyServerWeightStore (each serve-policy --weights-from " +
+      "registers itself there): read at the start and at every step, so servers may join or leave mid-run."
+  ),
   // --- async GRPO (TRL's AsyncGRPOTrainer keys; off = the synchronous trainer) ---
   async: withDefault(
     Schema.Boolean,

@@ -49,7 +49,8 @@ export const withPolicyServers: (
 
 /**
  * The model for a configuration: `model` itself, or with `policyServers` set, the model generating on them (with
- * `policyServerTimeout`, `policyServerWeightDirectory` and `policyServerWeightStore`).
+ * `policyServerTimeout`, `policyServerWeightDirectory`, `policyServerWeightStore` and `policyServerDiscover`: the
+ * servers registered in the store).
  *
  * @since 0.0.0
  */
@@ -57,14 +58,19 @@ export const forConfig = (
   model: TrainableModel,
   config: Pick<
     Config.GRPOConfig,
-    "policyServers" | "policyServerTimeout" | "policyServerWeightDirectory" | "policyServerWeightStore"
+    | "policyServers"
+    | "policyServerTimeout"
+    | "policyServerWeightDirectory"
+    | "policyServerWeightStore"
+    | "policyServerDiscover"
   >
 ): Effect.Effect<TrainableModel, PolicyServerError> =>
-  config.policyServers.length === 0
+  config.policyServers.length === 0 && !config.policyServerDiscover
     ? Effect.succeed(model)
     : withPolicyServers(model, {
       urls: config.policyServers,
       unreachableTimeout: Duration.seconds(config.policyServerTimeout),
       ...(config.policyServerWeightDirectory === null ? {} : { weightDirectory: config.policyServerWeightDirectory }),
-      ...(config.policyServerWeightStore === null ? {} : { weightStore: config.policyServerWeightStore })
+      ...(config.policyServerWeightStore === null ? {} : { weightStore: config.policyServerWeightStore }),
+      ...(config.policyServerDiscover ? { discoverServers: true } : {})
     })

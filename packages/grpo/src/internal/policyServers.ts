@@ -5,8 +5,9 @@
  *
  * - Requests: one `POST /v1/completions` per turn with the prompt as token ids and `return_token_ids` (the Policy's
  *   `completionRequestBody`), so nothing is re-tokenised; the processed logprobs and the response's
- *   `policy_version` come back with the tokens. Each request goes to the usable server with the fewest requests in
- *   flight (ties in turn), so a slow or busy server gets fewer.
+ *   `policy_version` come back with the tokens. An episode's turns all go to the server its first turn went to
+ *   (while it is usable), so its cached prefix is reused; a new episode goes to the usable server with the fewest
+ *   active episodes, then the fewest requests in flight (`generationRouter.ts`).
  * - Weights: after every optimizer step (and at the start, and after `importState`), the local weights are encoded
  *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
  *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
@@ -37,6 +38,7 @@ import * as WeightStore from "@envtrain/rollout/WeightStore"
 import { Data, Duration, Effect, Either } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
+import * as GenerationRouter from "./generationRouter.js"
 import type { TrainableModel } from "./model.js"
 
 /** Options of {@link withPolicyServers}. */
@@ -54,6 +56,11 @@ export interface PolicyServersOptions {
   readonly pushTimeout?: Duration.DurationInput
   /** How often an unreachable server is tried again while none is usable. Default 1 s. */
   readonly retryInterval?: Duration.DurationInput
+  /**
+   * An episode's turns all go to one server (its cached prefix is reused there); it counts toward that server's load
+   * until this long passes without a request from it. Default 60 s.
+   */
+  readonly episodeIdle?: Duration.DurationInput
   /** Bearer token, if the servers want one. */
   readonly apiKey?: string
   /**
@@ -74,6 +81,13 @@ export interface PolicyServersOptions {
   readonly weightStore?: string
   /** Versions the store keeps (the newest included); default 3. */
   readonly keepVersions?: number
+  /**
+   * Use the servers registered in the weight store (`servers/`: every `serve-policy --weights-from` registers its
+   * URL and refreshes it) besides `urls`: read at the start (waiting up to `unreachableTimeout` for one) and at
+   * every update, so a server that joins takes part from the next update and one whose registration goes stale
+   * (stopped, or dead for 10 s) is marked down. Needs `weightStore`.
+   */
+  readonly discoverServers?: boolean
 }
 
 /** A policy server cannot be used: unreachable at the start, or it refused or mis-versioned the weights. */
@@ -112,6 +126,8 @@ interface Server {
 
 // Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
 const PROBE_TIMEOUT = Duration.seconds(10)
+// A registration not refreshed for this long (servers refresh every 2 s) is a stopped or dead server's.
+const DISCOVERY_FRESH = Duration.seconds(10)
 // How often a server pulling from the weight store is asked for its version.
 const PULL_POLL = Duration.millis(20)
 
@@ -137,31 +153,36 @@ export const withPolicyServers = (
   options: PolicyServersOptions
 ): Effect.Effect<TrainableModel, PolicyServerError> =>
   Effect.gen(function*() {
-    if (options.urls.length === 0) return model
+    if (options.urls.length === 0 && options.discoverServers !== true) return model
     const unreachableTimeout = Duration.decode(options.unreachableTimeout ?? Duration.seconds(240))
     const requestTimeout = Duration.decode(options.requestTimeout ?? Duration.minutes(5))
     const pushTimeout = Duration.decode(options.pushTimeout ?? Duration.minutes(10))
     const retryInterval = Duration.decode(options.retryInterval ?? Duration.seconds(1))
+    const episodeIdle = Duration.decode(options.episodeIdle ?? Duration.seconds(60))
     const auth: Record<string, string> = options.apiKey === undefined
       ? {}
       : { authorization: `Bearer ${options.apiKey}` }
 
     const servers: Array<Server> = []
-    for (const raw of options.urls) {
-      servers.push({
-        url: trim(raw),
-        vllm: false,
-        model: "",
-        inFlight: 0,
-        version: undefined,
-        trainerVersions: new Map(),
-        holds: -1,
-        up: false,
-        lastError: "not contacted yet",
-        store: undefined,
-        lock: yield* Effect.makeSemaphore(1)
+    const addServer = (raw: string) =>
+      Effect.map(Effect.makeSemaphore(1), (lock) => {
+        const server: Server = {
+          url: trim(raw),
+          vllm: false,
+          model: "",
+          inFlight: 0,
+          version: undefined,
+          trainerVersions: new Map(),
+          holds: -1,
+          up: false,
+          lastError: "not contacted yet",
+          store: undefined,
+          lock
+        }
+        servers.push(server)
+        return server
       })
-    }
+    for (const raw of options.urls) yield* addServer(raw)
     // The local weights as the servers receive them; `generation` counts the local updates.
     const weights: { generation: number; optimizerStep: number; bytes: Uint8Array<ArrayBuffer> } = {
       generation: 0,
@@ -429,6 +450,45 @@ export const withPolicyServers = (
         })
       }
     }
+    // Servers registered in the store: new ones are added (brought up by the next update or revival); listed
+    // ones whose registration went stale are marked down.
+    const discover = Effect.gen(function*() {
+      if (store === undefined || options.discoverServers !== true) return
+      const registered = new Set((yield* store.registered(DISCOVERY_FRESH)).map((r) => trim(r.url)))
+      for (const url of registered) {
+        if (!servers.some((s) => s.url === url)) yield* addServer(url)
+      }
+      for (const s of servers) {
+        if (!registered.has(s.url) && !options.urls.some((u) => trim(u) === s.url) && s.up) {
+          s.up = false
+          s.lastError = `its registration in ${store.location} is gone or stale (stopped, or dead)`
+          yield* Effect.logWarning(`policy server ${s.url}: ${s.lastError}; marked down`)
+        }
+      }
+    })
+    if (options.discoverServers === true) {
+      if (store === undefined) {
+        return yield* new PolicyServerError({
+          url: "(discovery)",
+          problem: "discovering servers reads the weight store's registrations: give the weight store too " +
+            "(policyServerWeightStore / weightStore)"
+        })
+      }
+      const started = Date.now()
+      while (true) {
+        yield* discover
+        if (servers.length > 0) break
+        if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
+          return yield* new PolicyServerError({
+            url: "(discovery)",
+            problem: `no policy server registered in ${store.location}/servers within ` +
+              `${Duration.format(unreachableTimeout)}: start envtrain serve-policy --weights-from DIR (with ` +
+              "--advertise-url where it listens on 0.0.0.0)"
+          })
+        }
+        yield* Effect.sleep(retryInterval)
+      }
+    }
     yield* encodeWeights
     yield* Effect.forEach(servers, (server) =>
       Effect.gen(function*() {
@@ -457,35 +517,33 @@ export const withPolicyServers = (
         }
       }), { concurrency: "unbounded", discard: true })
 
-    let turn = 0
-    // A server for one request: the usable one with the fewest requests in flight; while none is usable, down
-    // servers are tried again until unreachableTimeout has passed.
-    const pick: Effect.Effect<Server, PolicyError> = Effect.gen(function*() {
-      const started = Date.now()
-      while (true) {
-        const candidates = usable()
-        if (candidates.length > 0) {
-          const least = Math.min(...candidates.map((s) => s.inFlight))
-          const tied = candidates.filter((s) => s.inFlight === least)
-          return tied[turn++ % tied.length]
+    const router = GenerationRouter.make<Server>(Duration.toMillis(episodeIdle))
+    // A server for one request (see internal/generationRouter.ts: an episode stays on one server, least-loaded
+    // across episodes); while none is usable, down servers are tried again until unreachableTimeout has passed.
+    const pick = (episode: string | undefined): Effect.Effect<Server, PolicyError> =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        while (true) {
+          const candidates = usable()
+          if (candidates.length > 0) return router.choose(candidates, episode)
+          yield* discover
+          yield* Effect.forEach(servers, revive, { concurrency: "unbounded", discard: true }).pipe(
+            Effect.catchAll((e) => new PolicyResponseError({ message: e.message }))
+          )
+          if (usable().length > 0) continue
+          if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
+            return yield* new PolicyResponseError({
+              message: `No policy server answered for ${Duration.format(unreachableTimeout)} ` +
+                `(policyServerTimeout): ${downReport()}. Restart the server(s), or raise policyServerTimeout.`
+            })
+          }
+          yield* Effect.sleep(retryInterval)
         }
-        yield* Effect.forEach(servers, revive, { concurrency: "unbounded", discard: true }).pipe(
-          Effect.catchAll((e) => new PolicyResponseError({ message: e.message }))
-        )
-        if (usable().length > 0) continue
-        if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
-          return yield* new PolicyResponseError({
-            message: `No policy server answered for ${Duration.format(unreachableTimeout)} ` +
-              `(policyServerTimeout): ${downReport()}. Restart the server(s), or raise policyServerTimeout.`
-          })
-        }
-        yield* Effect.sleep(retryInterval)
-      }
-    })
+      })
 
     const generateEach = (request: GenerateRequest): Effect.Effect<Completion, PolicyError> =>
       Effect.gen(function*() {
-        const server = yield* pick
+        const server = yield* pick(request.episode)
         const url = `${server.url}/v1/completions`
         server.inFlight++
         // A request that a closed kept-alive connection dropped before any answer is sent again on a fresh one
@@ -530,7 +588,9 @@ export const withPolicyServers = (
       })
 
     // After a local update: the new weights to every server before the next generation uses them.
-    const sync = Effect.zipRight(encodeWeights, pushAll).pipe(Effect.orDie)
+    const sync = Effect.zipRight(encodeWeights, Effect.zipRight(discover, Effect.suspend(() => pushAll))).pipe(
+      Effect.orDie
+    )
 
     // The local model's step-wise decoder would bypass the servers: not carried over.
     const { decoder: _local, ...local } = model
