@@ -155,6 +155,13 @@ const program = Effect.gen(function*() {
     "\"servers take\" = bytes all servers read or receive together. Pull reads the store from the local page cache: " +
     "on a network file system its reads cross the network too, but from the file server, not from the trainer.",
     "",
+    "What each includes: push = encode once, then one HTTP body per server (the trainer writes N copies), each " +
+    "server parses and loads; pull = encode, write and fsync once, then each server notices (inotify, else a 250 ms " +
+    "poll), reads, checks the sha256 and loads, while the trainer asks each for its version every 20 ms. Here every " +
+    "server shares the same 2 cores with the trainer, so N servers loading at once contend and the seconds grow with " +
+    "N in both modes; across machines the servers load in parallel and what pull removes is the trainer sending N " +
+    "copies (the \"trainer sends\" column), which loopback makes nearly free.",
+    "",
     `Machine: ${cpus().length} CPU cores shared with other sessions' jobs: the numbers are noisy. ` +
     `Load average (1, 5 min): ${loadStart.slice(0, 2).map((x) => x.toFixed(2)).join(", ")} at the start, ` +
     `${loadEnd.slice(0, 2).map((x) => x.toFixed(2)).join(", ")} at the end.`,

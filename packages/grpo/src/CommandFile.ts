@@ -25,6 +25,8 @@
  *                               # (default: a warning once per column; reward functions receive every column)
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * policyServers: [http://127.0.0.1:8000]   # optional: generate on `envtrain serve-policy` (weights pushed each step)
+ * policyServerWeightStore: /shared/weights   # optional: publish the weights there once per step; the servers pull
+ *                               # (`serve-policy --weights-from DIR`); policyServerDiscover: true finds them there
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
  * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or the transcripts of a recipe's

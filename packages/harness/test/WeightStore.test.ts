@@ -6,10 +6,11 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
+import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as PolicyServers from "@envtrain/grpo/PolicyServers"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import * as WeightStore from "@envtrain/rollout/WeightStore"
-import { Effect, Option } from "effect"
+import { Effect, Option, Schedule } from "effect"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 import { completionRows, modelsEntry, policyVersion, timeless, tinyDir, train } from "./parityRun.js"
 
@@ -83,6 +84,43 @@ describe("policy servers pulling from a weight store", () => {
         // Both registered themselves for discovery.
         const registered = yield* WeightStore.directory(store).registered("30 seconds")
         assert.deepStrictEqual(registered.map((r) => r.url).sort(), servers.map((s) => s.url).sort())
+      }).pipe(Effect.provide(NodeContext.layer)),
+    300_000
+  )
+
+  it.scopedLive(
+    "envtrain train with policyServerWeightStore and policyServerDiscover: no URL list, the store's server generates",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const { dir } = yield* tinyDir
+        const store = yield* fs.makeTempDirectoryScoped()
+        const server = yield* follow(dir, store)
+        yield* Effect.repeat(WeightStore.directory(store).registered("10 seconds"), {
+          until: (r) => r.length === 1,
+          schedule: Schedule.spaced("50 millis")
+        })
+        const out = yield* fs.makeTempDirectoryScoped()
+        const file = path.join(out, "catch.yaml")
+        yield* fs.writeFileString(
+          file,
+          [
+            `model: ${dir}`,
+            "backend: cpu",
+            "environment: catch",
+            "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
+            `output_dir: ${path.join(out, "run")}`,
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 4",
+            "maxCompletionLength: 8",
+            "maxSteps: 2"
+          ].join("\n") + "\n"
+        )
+        yield* CommandFile.train(file, [`policyServerWeightStore=${store}`, "policyServerDiscover=true"])
+        // The start's publication, then one per step, each loaded by the server.
+        assert.strictEqual(yield* policyVersion(server.url), 3)
+        assert.strictEqual(Option.getOrThrow(yield* WeightStore.directory(store).latest).step, 2)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
   )
