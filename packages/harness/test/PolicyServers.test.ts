@@ -13,7 +13,7 @@ import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
 import { Effect, Metric, Scope } from "effect"
 import * as Http from "node:http"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
-import { completionRows, open, policyVersion, timeless, tinyDir, train } from "./parityRun.js"
+import { catchRunFile, completionRows, open, policyVersion, timeless, tinyDir, train } from "./parityRun.js"
 
 // `envtrain serve-policy --backend reference` in its own process, stopped with the scope: the specification model on
 // both sides, so that "the same run as in process" is checked bit for bit (the CPU device's server is tested against
@@ -153,30 +153,14 @@ describe("GRPO generating on envtrain serve-policy", () => {
     "envtrain train with TRL's use_vllm + vllm_mode: server + vllm_server_base_url generates there",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
         const { dir } = yield* tinyDir
         const server = yield* startServer(dir)
-        const out = yield* fs.makeTempDirectoryScoped()
-        const file = path.join(out, "catch.yaml")
-        yield* fs.writeFileString(
-          file,
-          [
-            `model: ${dir}`,
-            "backend: cpu",
-            "environment: catch",
-            "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
-            `output_dir: ${path.join(out, "run")}`,
-            "num_generations: 2",
-            "perDeviceTrainBatchSize: 4",
-            "maxCompletionLength: 8",
-            "maxSteps: 2",
-            "use_vllm: true",
-            "vllm_mode: server",
-            `vllm_server_base_url: ${server.url}`,
-            "vllm_server_timeout: 30"
-          ].join("\n") + "\n"
-        )
+        const file = yield* catchRunFile(dir, [
+          "use_vllm: true",
+          "vllm_mode: server",
+          `vllm_server_base_url: ${server.url}`,
+          "vllm_server_timeout: 30"
+        ])
         yield* CommandFile.train(file, [])
         // The start's push, then one per step.
         assert.strictEqual(yield* policyVersion(server.url), 3)

@@ -12,7 +12,7 @@ import * as Trainer from "@envtrain/grpo/Trainer"
 import * as WeightStore from "@envtrain/rollout/WeightStore"
 import { Effect, Option, Schedule } from "effect"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
-import { completionRows, modelsEntry, policyVersion, timeless, tinyDir, train } from "./parityRun.js"
+import { catchRunFile, completionRows, modelsEntry, policyVersion, timeless, tinyDir, train } from "./parityRun.js"
 
 const follow = (model: string, store: string) =>
   PolicyServerProcess.launch({ model, backend: "reference", servedModelName: "tiny", weightsFrom: store })
@@ -93,7 +93,6 @@ describe("policy servers pulling from a weight store", () => {
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
         const { dir } = yield* tinyDir
         const store = yield* fs.makeTempDirectoryScoped()
         const server = yield* follow(dir, store)
@@ -101,22 +100,7 @@ describe("policy servers pulling from a weight store", () => {
           until: (r) => r.length === 1,
           schedule: Schedule.spaced("50 millis")
         })
-        const out = yield* fs.makeTempDirectoryScoped()
-        const file = path.join(out, "catch.yaml")
-        yield* fs.writeFileString(
-          file,
-          [
-            `model: ${dir}`,
-            "backend: cpu",
-            "environment: catch",
-            "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
-            `output_dir: ${path.join(out, "run")}`,
-            "num_generations: 2",
-            "perDeviceTrainBatchSize: 4",
-            "maxCompletionLength: 8",
-            "maxSteps: 2"
-          ].join("\n") + "\n"
-        )
+        const file = yield* catchRunFile(dir, [])
         yield* CommandFile.train(file, [`policyServerWeightStore=${store}`, "policyServerDiscover=true"])
         // The start's publication, then one per step, each loaded by the server.
         assert.strictEqual(yield* policyVersion(server.url), 3)
