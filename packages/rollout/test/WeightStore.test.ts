@@ -9,6 +9,7 @@ import * as NodeFs from "node:fs/promises"
 import * as NodeOs from "node:os"
 import * as NodePath from "node:path"
 import { WeightStore } from "../src/index.js"
+import * as Follower from "../src/internal/weightStore.js"
 
 const tempDir = Effect.acquireRelease(
   Effect.promise(() => NodeFs.mkdtemp(NodePath.join(NodeOs.tmpdir(), "weight-store-"))),
@@ -146,5 +147,49 @@ describe("WeightStore (a shared directory)", () => {
       yield* Effect.promise(() => NodeFs.utimes(stale, past, past))
       assert.deepStrictEqual(yield* store.registered("10 seconds"), [])
       assert.strictEqual((yield* store.registered("120 seconds")).length, 1)
+    }))
+})
+
+describe("a store's follower (what serve-policy --weights-from runs)", () => {
+  it.scoped("loads the newest version once; refuses a bad one, keeps what it holds, and clears the refusal on the next", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const store = WeightStore.directory(dir)
+      const hash = WeightStore.configHash(ModelConfig.toJson(yield* config(16)))
+      const loads: Array<number> = []
+      const { check, state } = Follower.follower(dir, {
+        configHash: hash,
+        load: (_bytes, manifest) => Effect.sync(() => void loads.push(manifest.policy_version)),
+        describe: (e: never) => e
+      })
+      // Nothing published: nothing loaded, no complaint.
+      yield* check
+      assert.deepStrictEqual([loads, state.version, state.error], [[], undefined, undefined])
+      yield* store.publish({ bytes: bytesOf(32, 1), step: 0, configHash: hash })
+      yield* store.publish({ bytes: bytesOf(32, 2), step: 1, configHash: hash })
+      // Only the newest is loaded, and only once.
+      yield* check
+      yield* check
+      assert.deepStrictEqual(loads, [2])
+      // Version 3's file is damaged after publication: refused by name, version 2 kept, tried again each check.
+      const third = yield* store.publish({ bytes: bytesOf(32, 3), step: 2, configHash: hash })
+      yield* Effect.promise(() => NodeFs.writeFile(NodePath.join(dir, third.file), bytesOf(32, 4)))
+      yield* check
+      assert.strictEqual(state.version, 2)
+      assert.include(state.error, "version 3")
+      assert.include(state.error, "is corrupt: sha256")
+      // A later good version loads and clears the refusal.
+      yield* store.publish({ bytes: bytesOf(32, 5), step: 3, configHash: hash })
+      yield* check
+      assert.deepStrictEqual([loads, state.version, state.error], [[2, 4], 4, undefined])
+      // A version whose load fails (the backend refused the tensors) is refused with the backend's reason.
+      const failing = Follower.follower(dir, {
+        configHash: hash,
+        load: () => Effect.fail("tensor model.norm.weight has shape [8], expected [16]"),
+        describe: (e: string) => e
+      })
+      yield* failing.check
+      assert.strictEqual(failing.state.version, undefined)
+      assert.include(failing.state.error, "version 4 (weights/v00000004.safetensors) did not load: tensor model.norm")
     }))
 })
