@@ -66,7 +66,17 @@ export const forConfig = (
   >
 ): Effect.Effect<TrainableModel, PolicyServerError> =>
   config.policyServers.length === 0 && !config.policyServerDiscover
-    ? Effect.succeed(model)
+    ? config.policyServerWeightStore === null
+      ? Effect.succeed(model)
+      : Effect.fail(
+        new PolicyServerError({
+          url: "(none)",
+          problem:
+            `policyServerWeightStore (${config.policyServerWeightStore}) publishes weights for policy servers, ` +
+            "but none are given: list them (policyServers), find them in the store (policyServerDiscover: true), " +
+            "or drop policyServerWeightStore to generate in process"
+        })
+      )
     : withPolicyServers(model, {
       urls: config.policyServers,
       unreachableTimeout: Duration.seconds(config.policyServerTimeout),
