@@ -24,7 +24,8 @@ const completionsServed = (url: string) =>
 describe("generation routing over discovered policy servers", () => {
   it.scopedLive(
     "servers found in the store; an episode's turns stay on one server; new episodes go to the least loaded; a " +
-      "server that joins takes part from the next update; one that stops is dropped and its episodes move",
+      "server that joins takes part from the next update; one that stops is dropped and its episodes move, and is " +
+      "used again once it is back",
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
@@ -91,6 +92,22 @@ describe("generation routing over discovered policy servers", () => {
         const after = yield* served(others)
         const moved = after.map((n, i) => n - before[i])
         assert.deepStrictEqual([...moved].sort(), [0, 2], `e1's later turns on one live server: ${moved}`)
+
+        // It comes back on its port: it loads the newest version before it listens, registers, and is used again
+        // from the next update (a new episode goes to it: it holds none).
+        const back = yield* PolicyServerProcess.launch({
+          model: dir,
+          backend: "reference",
+          servedModelName: "tiny",
+          weightsFrom: store,
+          port: e1On.port
+        })
+        assert.strictEqual(yield* policyVersion(back.url), 3)
+        yield* registered(3)
+        yield* remote.importState(yield* local.exportState)
+        assert.strictEqual(yield* policyVersion(back.url), 4)
+        yield* turns("e4", 1)
+        assert.strictEqual(yield* completionsServed(back.url), 1)
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
   )
