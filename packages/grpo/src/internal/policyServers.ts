@@ -490,6 +490,7 @@ export const withPolicyServers = (
       }
     }
     yield* encodeWeights
+    const listed = (server: Server) => options.urls.some((u) => trim(u) === server.url)
     yield* Effect.forEach(servers, (server) =>
       Effect.gen(function*() {
         const started = Date.now()
@@ -497,6 +498,12 @@ export const withPolicyServers = (
           const probed = yield* Effect.either(probe(server))
           if (probed._tag === "Right") break
           server.lastError = probed.left.message
+          // A discovered server (its registration may outlive it by a few seconds) is left down, not waited for.
+          if (!listed(server)) {
+            return yield* Effect.logWarning(
+              `policy server ${server.url} (registered in the store): ${server.lastError}`
+            )
+          }
           if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
             return yield* new PolicyServerError({
               url: server.url,
@@ -509,7 +516,7 @@ export const withPolicyServers = (
         }
         server.up = true
         yield* push(server)
-        if (!server.up) {
+        if (!server.up && listed(server)) {
           return yield* new PolicyServerError({
             url: server.url,
             problem: `the weights could not be sent: ${server.lastError}`
