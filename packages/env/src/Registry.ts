@@ -33,6 +33,7 @@ import type { McpToolDescriptor, OpenEnvDefinition } from "./OpenEnv.js"
 import type { RemoteOptions } from "./Remote.js"
 import * as Server from "./Server.js"
 import type * as ServerOptions from "./ServerOptions.js"
+import * as ServerPool from "./ServerPool.js"
 import * as Sudoku from "./Sudoku.js"
 import type * as Tool from "./Tool.js"
 import * as Wordle from "./Wordle.js"
@@ -271,15 +272,23 @@ export const load = (spec: string): Effect.Effect<Entry, UnknownEnvironment> => 
   )
 }
 
-/** The entry's environment, in process or (with `url`) played on a server; fails naming what is missing. */
+/**
+ * The entry's environment, in process or (with `url`) played on a server, or spread over several (`ServerPool`);
+ * fails naming what is missing.
+ */
 export const environmentOf = (
   entry: Entry,
-  url?: string
+  url?: string | ReadonlyArray<string>
 ): Effect.Effect<Environment.Environment<any, any>, UnknownEnvironment> => {
   if (url !== undefined) {
-    return entry.remote === undefined
-      ? Effect.fail(new UnknownEnvironment({ spec: entry.name, problem: "has no client to play it on a server" }))
-      : Effect.succeed(entry.remote(url))
+    const remote = entry.remote
+    if (remote === undefined) {
+      return Effect.fail(new UnknownEnvironment({ spec: entry.name, problem: "has no client to play it on a server" }))
+    }
+    if (typeof url === "string") return Effect.succeed(remote(url))
+    return url.length === 0
+      ? Effect.fail(new UnknownEnvironment({ spec: entry.name, problem: "its list of server URLs is empty" }))
+      : Effect.succeed(ServerPool.of(url, remote))
   }
   return entry.environment === undefined
     ? Effect.fail(

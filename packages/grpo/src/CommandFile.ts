@@ -11,7 +11,9 @@
  * threads: 2                    # cpu only: threads per matmul (default every core)
  * deterministic: true           # cpu only: one thread, fixed summation order (the same bits every run)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
- * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process
+ * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process; a list
+ *                               # of URLs spreads the sessions over them (ServerPool: most free sessions first, a
+ *                               # CAPACITY_REACHED refusal moves the episode to the next)
  * envConcurrency: 2             # optional: most sessions opened at once per envUrl server (default: the limit its
  *                               # first CAPACITY_REACHED reports; extra episodes wait for a session, bounded)
  * recipe: wordle                # instead of environment: a built-in recipe (environment, prompts, rewards, success)
@@ -25,6 +27,8 @@
  *                               # (default: a warning once per column; reward functions receive every column)
  * toolsInPrompt: true           # render the tool schemas into the system prompt (false: the model learnt without)
  * policyServers: [http://127.0.0.1:8000]   # optional: generate on `envtrain serve-policy` (weights pushed each step)
+ * policyServerWeightStore: /shared/weights   # optional: publish the weights there once per step; the servers pull
+ *                               # (`serve-policy --weights-from DIR`); policyServerDiscover: true finds them there
  * dataset: { seeds: [0, 1000], prompt: "Catch the ball." }   # or a JSONL path of rows
  * evalDataset: { seeds: [10000, 10032], prompt: "Catch the ball." }
  * sftData: data/catch-solver.jsonl   # `sft` only: JSONL of {messages, tools}, or the transcripts of a recipe's
@@ -54,7 +58,7 @@
  * @since 0.0.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Client, Environment, MultiEnv, Registry } from "@envtrain/env"
+import { Client, Environment, MultiEnv, Registry, ServerPool } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
 import * as Episode from "@envtrain/rollout/Episode"
 import { Data, Effect, Schema } from "effect"
@@ -92,7 +96,13 @@ export const RunSpec = Schema.Struct({
   environment: Schema.optional(
     Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))
   ),
-  envUrl: Schema.optional(Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))),
+  envUrl: Schema.optional(
+    Schema.Union(
+      Schema.String,
+      Schema.Array(Schema.String),
+      Schema.Record({ key: Schema.String, value: Schema.String })
+    )
+  ),
   // Most sessions this process opens at once on each envUrl server (Client.limitSessions).
   envConcurrency: Schema.optional(Schema.Int.pipe(Schema.positive())),
   routeColumn: Schema.optionalWith(Schema.String, { default: () => "env" }),
@@ -314,6 +324,9 @@ const rewardModule = (path: string, module: string) =>
     return chosen as Array<Reward.RewardFunction<any, any, any, any, any>>
   })
 
+// envUrl as a list: the servers of one environment (`Array.isArray` does not narrow a readonly array).
+const isUrlList = (u: unknown): u is ReadonlyArray<string> => Array.isArray(u)
+
 /** The environment's (or recipe's) trainable part, scored by its own reward. */
 const environmentTrainable = (path: string, spec: RunSpec): Effect.Effect<Trainable, CommandFileError> =>
   Effect.gen(function*() {
@@ -324,7 +337,11 @@ const environmentTrainable = (path: string, spec: RunSpec): Effect.Effect<Traina
           problem: "envConcurrency limits the sessions opened on envUrl's server: set envUrl, or drop envConcurrency"
         })
       }
-      const urls = typeof spec.envUrl === "string" ? [spec.envUrl] : Object.values(spec.envUrl)
+      const urls = typeof spec.envUrl === "string"
+        ? [spec.envUrl]
+        : isUrlList(spec.envUrl)
+        ? spec.envUrl
+        : Object.values(spec.envUrl)
       for (const url of urls) yield* Client.limitSessions(url, spec.envConcurrency)
     }
     if (spec.recipe !== undefined) return yield* fromRecipe(path, spec, spec.recipe)
@@ -344,11 +361,11 @@ const environmentTrainable = (path: string, spec: RunSpec): Effect.Effect<Traina
         ? Effect.fail(new CommandFileError({ path, problem: `environment '${entry.name}' defines no reward` }))
         : Effect.succeed({ reward: entry.reward, success: entry.success ?? ((_s: unknown, r: number) => r > 0) })
     if (typeof environment === "string") {
-      if (spec.envUrl !== undefined && typeof spec.envUrl !== "string") {
+      if (spec.envUrl !== undefined && typeof spec.envUrl !== "string" && !isUrlList(spec.envUrl)) {
         return yield* new CommandFileError({
           path,
-          problem: "envUrl is a mapping, but environment is one name: give envUrl as one URL, or environment as a " +
-            "mapping of names to environments"
+          problem: "envUrl is a mapping, but environment is one name: give envUrl as one URL (or a list of its " +
+            "servers), or environment as a mapping of names to environments"
         })
       }
       const entry = yield* Effect.mapError(Registry.load(environment), problem)
@@ -392,15 +409,18 @@ const fromRecipe = (path: string, spec: RunSpec, name: string): Effect.Effect<Tr
         problem: e.message.replace(/--(\w+)-url/g, "envUrl.$1").replace("--env-url", "envUrl")
       })
     const recipe = yield* Effect.mapError(Recipe.withRewards(chosen, spec.rewards), problem)
+    const envUrl = spec.envUrl
     const env = yield* Effect.mapError(
-      Recipe.environmentOf(
-        recipe,
-        spec.envUrl === undefined
-          ? {}
-          : typeof spec.envUrl === "string"
-          ? { envUrl: spec.envUrl }
-          : { envUrls: spec.envUrl }
-      ),
+      isUrlList(envUrl)
+        // Several servers of the recipe's environment: one remote per URL, spread (ServerPool).
+        ? Effect.map(
+          Effect.forEach(envUrl, (url) => Recipe.environmentOf(recipe, { envUrl: url })),
+          (remotes) => ServerPool.spread(remotes.map((environment, i) => ({ url: envUrl[i], environment })))
+        )
+        : Recipe.environmentOf(
+          recipe,
+          envUrl === undefined ? {} : typeof envUrl === "string" ? { envUrl } : { envUrls: envUrl }
+        ),
       problem
     )
     return {
@@ -428,11 +448,11 @@ const routed = (
     if (names.length === 0) {
       return yield* new CommandFileError({ path, problem: "environment is an empty mapping: name at least one" })
     }
-    const urls = typeof spec.envUrl === "string" ? undefined : spec.envUrl ?? {}
+    const urls = typeof spec.envUrl === "string" || isUrlList(spec.envUrl) ? undefined : spec.envUrl ?? {}
     if (urls === undefined) {
       return yield* new CommandFileError({
         path,
-        problem: "environment is a mapping but envUrl is one URL: a server serves one environment, so give envUrl " +
+        problem: "environment is a mapping but envUrl is not: a server serves one environment, so give envUrl " +
           `as a mapping of the names (${names.join(", ")}) to URLs`
       })
     }

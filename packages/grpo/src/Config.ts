@@ -343,6 +343,19 @@ export const GRPOConfig = Schema.Struct({
     "Send the weights to the policy servers through this directory (shared with them; for vLLM its --model " +
       "directory) instead of in the request body; null = push the bytes."
   ),
+  policyServerWeightStore: withDefault(
+    Schema.NullOr(Schema.String),
+    null,
+    "Publish the weights once per step to this weight store (a directory the policy servers see; they follow it " +
+      "with envtrain serve-policy --weights-from DIR and pull, verify and load each version) instead of sending " +
+      "them to every server; null = send them."
+  ),
+  policyServerDiscover: withDefault(
+    Schema.Boolean,
+    false,
+    "Also generate on the policy servers registered in policyServerWeightStore (each serve-policy --weights-from " +
+      "registers itself there): read at the start and at every step, so servers may join or leave mid-run."
+  ),
   // --- async GRPO (TRL's AsyncGRPOTrainer keys; off = the synchronous trainer) ---
   async: withDefault(
     Schema.Boolean,

@@ -4,7 +4,9 @@
  * the optimizer step and checkpoints stay on the local model. The rollout code is the same as in-process: the
  * episodes call the Policy, and only what answers it changes. After every optimizer step the new weights are pushed
  * to every server (`POST /update_weights`, one f32 safetensors file) and each must report the next
- * `policy_version` before it serves another request. Details: `internal/policyServers.ts`.
+ * `policy_version` before it serves another request; or, with `weightStore`, published once to a weight store that
+ * the servers pull from, each serving again once it reports the published version. Details:
+ * `internal/policyServers.ts`.
  *
  * @example
  * ```ts
@@ -47,18 +49,38 @@ export const withPolicyServers: (
 
 /**
  * The model for a configuration: `model` itself, or with `policyServers` set, the model generating on them (with
- * `policyServerTimeout` and `policyServerWeightDirectory`).
+ * `policyServerTimeout`, `policyServerWeightDirectory`, `policyServerWeightStore` and `policyServerDiscover`: the
+ * servers registered in the store).
  *
  * @since 0.0.0
  */
 export const forConfig = (
   model: TrainableModel,
-  config: Pick<Config.GRPOConfig, "policyServers" | "policyServerTimeout" | "policyServerWeightDirectory">
+  config: Pick<
+    Config.GRPOConfig,
+    | "policyServers"
+    | "policyServerTimeout"
+    | "policyServerWeightDirectory"
+    | "policyServerWeightStore"
+    | "policyServerDiscover"
+  >
 ): Effect.Effect<TrainableModel, PolicyServerError> =>
-  config.policyServers.length === 0
-    ? Effect.succeed(model)
+  config.policyServers.length === 0 && !config.policyServerDiscover
+    ? config.policyServerWeightStore === null
+      ? Effect.succeed(model)
+      : Effect.fail(
+        new PolicyServerError({
+          url: "(none)",
+          problem:
+            `policyServerWeightStore (${config.policyServerWeightStore}) publishes weights for policy servers, ` +
+            "but none are given: list them (policyServers), find them in the store (policyServerDiscover: true), " +
+            "or drop policyServerWeightStore to generate in process"
+        })
+      )
     : withPolicyServers(model, {
       urls: config.policyServers,
       unreachableTimeout: Duration.seconds(config.policyServerTimeout),
-      ...(config.policyServerWeightDirectory === null ? {} : { weightDirectory: config.policyServerWeightDirectory })
+      ...(config.policyServerWeightDirectory === null ? {} : { weightDirectory: config.policyServerWeightDirectory }),
+      ...(config.policyServerWeightStore === null ? {} : { weightStore: config.policyServerWeightStore }),
+      ...(config.policyServerDiscover ? { discoverServers: true } : {})
     })

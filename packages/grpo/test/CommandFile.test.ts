@@ -234,6 +234,11 @@ describe("CommandFile", () => {
         assert.deepStrictEqual(remote, local)
         const limited = yield* evalOf([`envUrl: ${server.url}`, "envConcurrency: 1"], "limited")
         assert.deepStrictEqual(limited, local)
+        // A list of servers of one environment: the sessions spread over them (ServerPool), the results unchanged.
+        const second = yield* Server.serve(Catch.openEnv, { port: 0, maxConcurrentEnvs: 1 })
+        const spread = yield* evalOf([`envUrl: [${server.url}, ${second.url}]`], "spread")
+        assert.deepStrictEqual(spread, local)
+        assert.strictEqual(yield* second.activeSessions, 0)
         // A GRPO step's group (2 generations of 2 prompts) on the same 1-session server.
         const trainFile = path.join(dir, "train.yaml")
         yield* fs.writeFileString(

@@ -38,6 +38,10 @@ export interface LaunchOptions {
   readonly enableLora?: boolean
   /** `--max-loras` (with `enableLora`). */
   readonly maxLoras?: number
+  /** `--weights-from`: follow this weight store. */
+  readonly weightsFrom?: string
+  /** `--weights-poll-ms` (with `weightsFrom`). */
+  readonly weightsPollMs?: number
   /** How long to wait for `/health`. Default 120 s (the model loads first). */
   readonly healthTimeout?: Duration.DurationInput
 }
@@ -68,7 +72,9 @@ export const launch = (options: LaunchOptions) =>
       ...flag("max-model-len", options.maxModelLen),
       ...flag("batching", options.batching),
       ...(options.enableLora === true ? ["--enable-lora"] : []),
-      ...flag("max-loras", options.maxLoras)
+      ...flag("max-loras", options.maxLoras),
+      ...flag("weights-from", options.weightsFrom),
+      ...flag("weights-poll-ms", options.weightsPollMs)
     ],
     ...(options.port === undefined ? {} : { port: options.port }),
     healthTimeout: options.healthTimeout ?? "120 seconds"

@@ -22,7 +22,8 @@ const run = (args: ReadonlyArray<string>) =>
 
 describe("envtrain refuses what it cannot do", () => {
   it.live(
-    "serve-policy --backend cpu --steps-per-submit: a GPU-only setting, named, not ignored",
+    "serve-policy --backend cpu --steps-per-submit (a GPU-only setting), --weights-poll-ms without --weights-from: named, " +
+      "not ignored",
     () =>
       Effect.gen(function*() {
         const model = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "envtrain-refusals-")), "tiny")
@@ -34,6 +35,14 @@ describe("envtrain refuses what it cannot do", () => {
           refused.out,
           "envtrain: ServePolicyUsageError: --steps-per-submit sets the gpu backend's decode steps per GPU submit: " +
             "drop it with --backend cpu"
+        )
+        // Settings of following a weight store, without a store to follow.
+        const unfollowed = yield* run(["serve-policy", "--model", model, "--backend", "cpu", "--weights-poll-ms", "50"])
+        assert.strictEqual(unfollowed.code, 1, unfollowed.out)
+        assert.include(
+          unfollowed.out,
+          "envtrain: ServePolicyUsageError: --weights-poll-ms and --advertise-url configure following a weight store: " +
+            "give --weights-from DIR"
         )
         fs.rmSync(path.dirname(model), { recursive: true, force: true })
       }),

@@ -7,17 +7,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Launcher } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as CommandFile from "@envtrain/grpo/CommandFile"
-import * as Config from "@envtrain/grpo/Config"
-import * as Dataset from "@envtrain/grpo/Dataset"
-import * as Metrics from "@envtrain/grpo/Metrics"
 import * as PolicyServers from "@envtrain/grpo/PolicyServers"
-import * as Reward from "@envtrain/grpo/Reward"
 import * as Trainer from "@envtrain/grpo/Trainer"
-import type { Session } from "@envtrain/rollout/Episode"
 import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
-import { Effect, Metric, Option, Scope } from "effect"
+import { Effect, Metric, Scope } from "effect"
 import * as Http from "node:http"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
+import { catchRunFile, completionRows, open, policyVersion, timeless, tinyDir, train } from "./parityRun.js"
 
 // `envtrain serve-policy --backend reference` in its own process, stopped with the scope: the specification model on
 // both sides, so that "the same run as in process" is checked bit for bit (the CPU device's server is tested against
@@ -30,65 +26,6 @@ const startServer = (dir: string, port?: number) =>
     ...(port === undefined ? {} : { port })
   })
 
-const policyVersion = (url: string) =>
-  Effect.promise(() =>
-    fetch(`${url}/v1/models`).then((r) => r.json() as Promise<{ data: Array<{ policy_version: number }> }>)
-  ).pipe(Effect.map((j) => j.data[0].policy_version))
-
-// The parity environment of grpo's tests: no tools, one answer judged on its token ids.
-const open = (row: Readonly<Record<string, unknown>>) =>
-  Effect.succeed<Session<{ readonly seed: number }>>({
-    environment: "parity",
-    observation: Option.none(),
-    toolDefinitions: [],
-    call: () => Effect.die("no tools"),
-    state: Effect.succeed({ seed: Number(row.seed ?? 0) })
-  })
-const parityReward = Reward.perEpisode<{ readonly seed: number }>("even_tokens", (e) => {
-  const ids = e.completionIds
-  return ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length
-})
-
-const train = (
-  model: Trainer.TrainableModel,
-  steps: number,
-  openEpisode: typeof open = open,
-  extra: Readonly<Record<string, unknown>> = {}
-) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const path = yield* Path.Path
-    const dir = yield* fs.makeTempDirectoryScoped()
-    const result = yield* Trainer.train({
-      config: yield* Config.fromSources({
-        outputDir: dir,
-        numGenerations: 4,
-        perDeviceTrainBatchSize: 8,
-        maxCompletionLength: 6,
-        learningRate: 0.05,
-        lrSchedulerType: "constant",
-        loggingSteps: 1,
-        saveSteps: 1000,
-        logCompletions: true,
-        maxSteps: steps,
-        ...extra
-      }),
-      model,
-      dataset: Dataset.fromSeeds({ prompt: [{ role: "user", content: "Say a" }], seeds: Dataset.range(0, 64) }),
-      open: openEpisode,
-      rewardFunctions: [parityReward],
-      progress: false
-    })
-    const completions = yield* fs.readFileString(path.join(dir, Metrics.files.completions))
-    return { result, completions }
-  })
-
-// Step metrics without the wall-clock ones.
-const timeless = (values: Readonly<Record<string, number>>) =>
-  Object.fromEntries(
-    Object.entries(values).filter(([k]) => !/time|per_second/.test(k))
-  )
-
 // A loaded machine's synchronous work: the event loop is held (the cpu backend computes synchronously) for longer
 // than node:http's 5 s keep-alive, so the server closes the connections left open while this process cannot notice.
 const holdPastKeepAlive = Effect.sync(() => {
@@ -96,14 +33,6 @@ const holdPastKeepAlive = Effect.sync(() => {
   while (Date.now() < until) {
     // busy, as a loaded machine's step would be
   }
-})
-
-const tinyDir = Effect.gen(function*() {
-  const fs = yield* FileSystem.FileSystem
-  const model = yield* Checkpoint.makeModel("tiny", 1)
-  const dir = yield* fs.makeTempDirectoryScoped()
-  yield* Checkpoint.save(dir, model)
-  return { model, dir }
 })
 
 describe("GRPO generating on envtrain serve-policy", () => {
@@ -167,7 +96,7 @@ describe("GRPO generating on envtrain serve-policy", () => {
           local.result.steps.map((s) => [s.step, s.loss, timeless(s.values)])
         )
         // Same completions table (prompts, completions, rewards, advantages), timestamps aside.
-        const rows = (text: string) => text.split("\n").filter((l) => l !== "").map((l) => timeless(JSON.parse(l)))
+        const rows = completionRows
         assert.isAbove(rows(local.completions).length, 0)
         assert.deepStrictEqual(rows(remote.completions), rows(local.completions))
         // One push per step after the start's, to every server.
@@ -224,30 +153,14 @@ describe("GRPO generating on envtrain serve-policy", () => {
     "envtrain train with TRL's use_vllm + vllm_mode: server + vllm_server_base_url generates there",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
         const { dir } = yield* tinyDir
         const server = yield* startServer(dir)
-        const out = yield* fs.makeTempDirectoryScoped()
-        const file = path.join(out, "catch.yaml")
-        yield* fs.writeFileString(
-          file,
-          [
-            `model: ${dir}`,
-            "backend: cpu",
-            "environment: catch",
-            "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
-            `output_dir: ${path.join(out, "run")}`,
-            "num_generations: 2",
-            "perDeviceTrainBatchSize: 4",
-            "maxCompletionLength: 8",
-            "maxSteps: 2",
-            "use_vllm: true",
-            "vllm_mode: server",
-            `vllm_server_base_url: ${server.url}`,
-            "vllm_server_timeout: 30"
-          ].join("\n") + "\n"
-        )
+        const file = yield* catchRunFile(dir, [
+          "use_vllm: true",
+          "vllm_mode: server",
+          `vllm_server_base_url: ${server.url}`,
+          "vllm_server_timeout: 30"
+        ])
         yield* CommandFile.train(file, [])
         // The start's push, then one per step.
         assert.strictEqual(yield* policyVersion(server.url), 3)

@@ -95,3 +95,31 @@ export const tinyDir = Effect.gen(function*() {
   yield* Checkpoint.save(dir, model)
   return { model, dir }
 })
+
+/**
+ * A two-step Catch run's command file for `model` (CPU device) in a scoped temporary directory, with `extra` lines;
+ * its path.
+ */
+export const catchRunFile = (model: string, extra: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const out = yield* fs.makeTempDirectoryScoped()
+    const file = path.join(out, "catch.yaml")
+    yield* fs.writeFileString(
+      file,
+      [
+        `model: ${model}`,
+        "backend: cpu",
+        "environment: catch",
+        "dataset: { seeds: [0, 4], prompt: \"Catch the ball.\" }",
+        `output_dir: ${path.join(out, "run")}`,
+        "num_generations: 2",
+        "perDeviceTrainBatchSize: 4",
+        "maxCompletionLength: 8",
+        "maxSteps: 2",
+        ...extra
+      ].join("\n") + "\n"
+    )
+    return file
+  })

@@ -530,12 +530,16 @@ const endIdsOf = (renderer: Renderer): ReadonlySet<number> => {
   return ids
 }
 
+let episodeCount = 0
+
 // The loop is a module-level generator function, started through an arrow. An inline `function*` would be a new
 // generator function per episode, and V8 gives each one its own hidden class in the old generation that points back
 // at the function and so at everything the episode captured: the scavenger then promoted every episode's data to the
 // old generation (a quarter of all it allocated), which cost more than the loop itself. It is one generator: a
 // second one delegated to with `yield*` cost an extra resumption for every effect the loop yields.
 function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<State, E>) {
+  // One key for all the episode's turns (GenerateRequest.episode): unique within the process.
+  const episode = `e${++episodeCount}`
   const p = input.progress ?? new Progress<State>({ promptIndex: 0, generation: 0, row: {}, envSeed: undefined })
   const { config, session } = input
   p.eos = endIdsOf(renderer)
@@ -570,7 +574,8 @@ function* runEpisode<State, E>({ policy, renderer }: Services, input: RunInput<S
     // The episode's live context array, extended in place between turns (see Policy.GenerateRequest).
     const generated = policy.generate({
       promptIds: p.contextView(),
-      sampling: turnSampling(sampling, maxTokens)
+      sampling: turnSampling(sampling, maxTokens),
+      episode
     })
     const out = succeeded(generated) ? generated.value : yield* generated
     // A backend must honour maxTokens; cut defensively so the budget stays exact (as TRL slices the new turn).

@@ -53,6 +53,11 @@ export interface GenerateRequest {
    */
   readonly promptIds: ReadonlyArray<number>
   readonly sampling: SamplingParams
+  /**
+   * Optional: which episode asks, the same for all its turns (the episode loop sets it), so that a policy spread
+   * over several servers keeps the episode on one and its cached prefix is reused there.
+   */
+  readonly episode?: string
 }
 
 /** `stop`: an end-of-turn / stop token was sampled (and is the last id); `length`: `maxTokens` ran out. */

@@ -68,10 +68,13 @@ export interface BackendCompletion extends Completion {
   readonly topLogprobs?: ReadonlyArray<ReadonlyArray<TokenLogprob>>
 }
 
-/** New weights for the backend. */
+/**
+ * New weights for the backend. `policyVersion`, when given (weights pulled from a weight store), is the version the
+ * server reports from then on; otherwise it counts its updates.
+ */
 export type WeightSource =
   | { readonly _tag: "Directory"; readonly path: string }
-  | { readonly _tag: "Safetensors"; readonly bytes: Uint8Array }
+  | { readonly _tag: "Safetensors"; readonly bytes: Uint8Array; readonly policyVersion?: number }
 
 /**
  * The backend refused or failed. `status` < 500 means the request was at fault (e.g. weights that do not fit the
@@ -176,6 +179,27 @@ export interface PolicyServerOptions {
     /** Most adapters loaded at once (vLLM's `--max-loras`); default 4. */
     readonly maxLoras?: number
   }
+  /** Pull weights from a weight store (see {@link FollowOptions}). */
+  readonly weightStore?: FollowOptions
+}
+
+/**
+ * A server following a weight store (`WeightStore`): before it listens it loads the store's newest version (if any),
+ * then each new version as it appears (a change in the directory, or every `pollInterval`), checked (size, sha256,
+ * config hash); it reports the manifest's `policy_version` and, in `/v1/models`, `weight_store` (the version held and
+ * the last refusal). A version that fails its checks is refused, logged, and tried again; the server keeps serving
+ * the weights it holds. It registers `advertiseUrl` in the store so trainers can discover it.
+ */
+export interface FollowOptions {
+  readonly directory: string
+  /** The served model's `WeightStore.configHash`: weights for another model are refused. */
+  readonly configHash?: string
+  /** Default 250 ms. */
+  readonly pollInterval?: Duration.DurationInput
+  /** The URL trainers reach this server at; default its own `url` (loopback unless `host` says otherwise). */
+  readonly advertiseUrl?: string
+  /** How often the registration is refreshed; default 2 s. */
+  readonly heartbeat?: Duration.DurationInput
 }
 
 /** A running policy server. */

@@ -5,8 +5,9 @@
  *
  * - Requests: one `POST /v1/completions` per turn with the prompt as token ids and `return_token_ids` (the Policy's
  *   `completionRequestBody`), so nothing is re-tokenised; the processed logprobs and the response's
- *   `policy_version` come back with the tokens. Each request goes to the usable server with the fewest requests in
- *   flight (ties in turn), so a slow or busy server gets fewer.
+ *   `policy_version` come back with the tokens. An episode's turns all go to the server its first turn went to
+ *   (while it is usable), so its cached prefix is reused; a new episode goes to the usable server with the fewest
+ *   active episodes, then the fewest requests in flight (`generationRouter.ts`).
  * - Weights: after every optimizer step (and at the start, and after `importState`), the local weights are encoded
  *   as one f32 safetensors file and pushed to every server with `POST /update_weights` (the bytes in the body: no
  *   shared disk, so the servers may be on other machines); each must answer with its previous `policy_version` + 1,
@@ -26,6 +27,7 @@
  *   naming the URLs and their last errors.
  */
 import * as LoraAdapter from "@envtrain/gpu/formats/LoraAdapter"
+import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import * as Safetensors from "@envtrain/gpu/formats/Safetensors"
 import type { Completion, GenerateRequest, PolicyError } from "@envtrain/rollout/Policy"
 import {
@@ -35,9 +37,11 @@ import {
   PolicyTransportError
 } from "@envtrain/rollout/Policy"
 import * as PolicyRequest from "@envtrain/rollout/PolicyRequest"
+import * as WeightStore from "@envtrain/rollout/WeightStore"
 import { Data, Duration, Effect, Either } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
+import * as GenerationRouter from "./generationRouter.js"
 import type { TrainableModel } from "./model.js"
 
 /** Options of {@link withPolicyServers}. */
@@ -55,6 +59,11 @@ export interface PolicyServersOptions {
   readonly pushTimeout?: Duration.DurationInput
   /** How often an unreachable server is tried again while none is usable. Default 1 s. */
   readonly retryInterval?: Duration.DurationInput
+  /**
+   * An episode's turns all go to one server (its cached prefix is reused there); it counts toward that server's load
+   * until this long passes without a request from it. Default 60 s.
+   */
+  readonly episodeIdle?: Duration.DurationInput
   /** Bearer token, if the servers want one. */
   readonly apiKey?: string
   /**
@@ -66,6 +75,22 @@ export interface PolicyServersOptions {
    * not hold a `model.safetensors.index.json` (it would win over the single file).
    */
   readonly weightDirectory?: string
+  /**
+   * Publish the weights to this weight store (`@envtrain/rollout/WeightStore`, a directory the servers see) once per
+   * update, instead of sending them to each server: the servers (`envtrain serve-policy --weights-from DIR`) pull,
+   * verify and load them, and each is sent requests only once its `/v1/models` reports the published version
+   * (waited for up to `pushTimeout`; a server that does not get there is marked down with a warning naming why).
+   */
+  readonly weightStore?: string
+  /** Versions the store keeps (the newest included); default 3. */
+  readonly keepVersions?: number
+  /**
+   * Use the servers registered in the weight store (`servers/`: every `serve-policy --weights-from` registers its
+   * URL and refreshes it) besides `urls`: read at the start (waiting up to `unreachableTimeout` for one) and at
+   * every update, so a server that joins takes part from the next update and one whose registration goes stale
+   * (stopped, or dead for 10 s) is marked down. Needs `weightStore`.
+   */
+  readonly discoverServers?: boolean
 }
 
 /** A policy server cannot be used: unreachable at the start, or it refused or mis-versioned the weights. */
@@ -96,12 +121,18 @@ interface Server {
   holds: number
   up: boolean
   lastError: string
+  /** What its `/v1/models` says of the weight store it follows (undefined: it follows none). */
+  store: { readonly error: string | null } | undefined
   /** Serialises pushes to this server (a revival and a step's push must not interleave). */
   readonly lock: Effect.Semaphore
 }
 
 // Probes go only to servers not in use (at the start, after a failure), which answer /v1/models at once.
 const PROBE_TIMEOUT = Duration.seconds(10)
+// A registration not refreshed for this long (servers refresh every 2 s) is a stopped or dead server's.
+const DISCOVERY_FRESH = Duration.seconds(10)
+// How often a server pulling from the weight store is asked for its version.
+const PULL_POLL = Duration.millis(20)
 
 const trim = (url: string) => url.replace(/\/+$/, "")
 
@@ -125,30 +156,36 @@ export const withPolicyServers = (
   options: PolicyServersOptions
 ): Effect.Effect<TrainableModel, PolicyServerError> =>
   Effect.gen(function*() {
-    if (options.urls.length === 0) return model
+    if (options.urls.length === 0 && options.discoverServers !== true) return model
     const unreachableTimeout = Duration.decode(options.unreachableTimeout ?? Duration.seconds(240))
     const requestTimeout = Duration.decode(options.requestTimeout ?? Duration.minutes(5))
     const pushTimeout = Duration.decode(options.pushTimeout ?? Duration.minutes(10))
     const retryInterval = Duration.decode(options.retryInterval ?? Duration.seconds(1))
+    const episodeIdle = Duration.decode(options.episodeIdle ?? Duration.seconds(60))
     const auth: Record<string, string> = options.apiKey === undefined
       ? {}
       : { authorization: `Bearer ${options.apiKey}` }
 
     const servers: Array<Server> = []
-    for (const raw of options.urls) {
-      servers.push({
-        url: trim(raw),
-        vllm: false,
-        model: "",
-        inFlight: 0,
-        version: undefined,
-        trainerVersions: new Map(),
-        holds: -1,
-        up: false,
-        lastError: "not contacted yet",
-        lock: yield* Effect.makeSemaphore(1)
+    const addServer = (raw: string) =>
+      Effect.map(Effect.makeSemaphore(1), (lock) => {
+        const server: Server = {
+          url: trim(raw),
+          vllm: false,
+          model: "",
+          inFlight: 0,
+          version: undefined,
+          trainerVersions: new Map(),
+          holds: -1,
+          up: false,
+          lastError: "not contacted yet",
+          store: undefined,
+          lock
+        }
+        servers.push(server)
+        return server
       })
-    }
+    for (const raw of options.urls) yield* addServer(raw)
     // The local weights as the servers receive them; `generation` counts the local updates.
     const weights: { generation: number; optimizerStep: number; bytes: Uint8Array<ArrayBuffer> } = {
       generation: 0,
@@ -156,6 +193,17 @@ export const withPolicyServers = (
       bytes: new Uint8Array(0)
     }
     const directory = options.weightDirectory
+    const store = options.weightStore === undefined ? undefined : WeightStore.directory(options.weightStore)
+    if (store !== undefined && directory !== undefined) {
+      return yield* new PolicyServerError({
+        url: servers.map((x) => x.url).join(", "),
+        problem: "give the weights one way: a weight directory (the trainer asks each server to reload it) or a " +
+          "weight store (the servers pull from it), not both"
+      })
+    }
+    const configHash = WeightStore.configHash(ModelConfig.toJson(model.config))
+    // The store's version the servers must report (the trainer's generation counts differ after a restart).
+    let published = 0
     const encodeWeights = Effect.flatMap(model.exportState, (state) => {
       weights.generation++
       weights.optimizerStep = state.optimizerStep
@@ -165,6 +213,27 @@ export const withPolicyServers = (
         : LoraAdapter.encodePushed({ config: state.lora, tensors: state.weights, baseModel: null })) as Uint8Array<
           ArrayBuffer
         >
+      if (store !== undefined && state.lora !== undefined) {
+        // The store's followers load whole models; an adapter needs the push route, which carries it alone.
+        return Effect.fail(
+          new PolicyServerError({
+            url: store.location,
+            problem: "a LoRA run pushes its adapter in the request body (POST /update_weights); a weight store " +
+              "publishes whole models: drop the weight store (weightStore / --weights-from) for this run"
+          })
+        )
+      }
+      if (store !== undefined) {
+        return store.publish({
+          bytes: weights.bytes,
+          step: state.optimizerStep,
+          configHash,
+          ...(options.keepVersions === undefined ? {} : { keep: options.keepVersions })
+        }).pipe(
+          Effect.map((manifest) => void (published = manifest.policy_version)),
+          Effect.mapError((e) => new PolicyServerError({ url: store.location, problem: e.message }))
+        )
+      }
       if (directory === undefined) return Effect.void
       if (state.lora !== undefined) {
         // A directory reload (envtrain's update_weights_from_disk, vLLM's reload_weights) wants a whole model.
@@ -206,6 +275,10 @@ export const withPolicyServers = (
             server.model = id
             server.vllm = json.data?.[0]?.owned_by === "vllm"
             server.version = versionOf(text)
+            const followed = (json.data?.[0] as { weight_store?: { error?: unknown } } | undefined)?.weight_store
+            server.store = followed === undefined
+              ? undefined
+              : { error: typeof followed.error === "string" ? followed.error : null }
             return Effect.void
           } catch {
             return Effect.fail({ message: `GET ${server.url}/v1/models did not list a model: ${text.slice(0, 300)}` })
@@ -218,6 +291,7 @@ export const withPolicyServers = (
     const pushLocked = (server: Server): Effect.Effect<void, PolicyServerError> =>
       Effect.gen(function*() {
         if (server.holds === weights.generation) return
+        if (store !== undefined) return yield* awaitPulled(server)
         const generation = weights.generation
         const optimizerStep = weights.optimizerStep
         const before = server.version
@@ -312,6 +386,59 @@ export const withPolicyServers = (
       })
     const push = (server: Server) => server.lock.withPermits(1)(pushLocked(server))
 
+    // With a weight store: waits until `server` reports the published version (it pulls it by itself). One that
+    // follows no store, or a newer version than this trainer published, is a configuration error; one that does not
+    // get there within pushTimeout (a refused file, a hung load, a store it cannot see) is marked down, with why.
+    function awaitPulled(server: Server): Effect.Effect<void, PolicyServerError> {
+      return Effect.gen(function*() {
+        const generation = weights.generation
+        const optimizerStep = weights.optimizerStep
+        const target = published
+        const started = Date.now()
+        while (true) {
+          const probed = yield* Effect.either(probe(server))
+          if (probed._tag === "Left") {
+            server.up = false
+            server.lastError = probed.left.message
+            return yield* Effect.logWarning(
+              `policy server ${server.url}: unreachable while loading version ${target} from the weight store ` +
+                `(${probed.left.message}); marked down until it answers with the current weights`
+            )
+          }
+          if (server.store === undefined) {
+            return yield* new PolicyServerError({
+              url: server.url,
+              problem: `it does not follow the weight store ${store!.location}: start it with envtrain serve-policy ` +
+                "--weights-from DIR (the same store, as its machine sees it)"
+            })
+          }
+          const at = server.version ?? 0
+          if (at === target) break
+          if (at > target) {
+            return yield* new PolicyServerError({
+              url: server.url,
+              problem: `it reports policy_version ${at}, beyond the ${target} this trainer published to ` +
+                `${store!.location}: another trainer publishes to that store. Give each run a store of its own.`
+            })
+          }
+          if (Date.now() - started >= Duration.toMillis(pushTimeout)) {
+            server.up = false
+            server.lastError = `still at version ${at}, ${Duration.format(pushTimeout)} after version ${target} ` +
+              `was published to ${store!.location}` +
+              (server.store.error === null ? "" : ` (it refused it: ${server.store.error})`)
+            return yield* Effect.logWarning(
+              `policy server ${server.url}: the weight sync hung: ${server.lastError}; marked down until it reports ` +
+                "the current version"
+            )
+          }
+          yield* Effect.sleep(PULL_POLL)
+        }
+        server.trainerVersions.set(target, optimizerStep)
+        server.holds = generation
+        server.up = true
+      })
+    }
+
     // Brings a down server back: it must answer /v1/models (a restarted server starts at its own version), then
     // take the current weights.
     const revive = (server: Server) =>
@@ -351,7 +478,47 @@ export const withPolicyServers = (
         })
       }
     }
+    // Servers registered in the store: new ones are added (brought up by the next update or revival); listed
+    // ones whose registration went stale are marked down.
+    const discover = Effect.gen(function*() {
+      if (store === undefined || options.discoverServers !== true) return
+      const registered = new Set((yield* store.registered(DISCOVERY_FRESH)).map((r) => trim(r.url)))
+      for (const url of registered) {
+        if (!servers.some((s) => s.url === url)) yield* addServer(url)
+      }
+      for (const s of servers) {
+        if (!registered.has(s.url) && !options.urls.some((u) => trim(u) === s.url) && s.up) {
+          s.up = false
+          s.lastError = `its registration in ${store.location} is gone or stale (stopped, or dead)`
+          yield* Effect.logWarning(`policy server ${s.url}: ${s.lastError}; marked down`)
+        }
+      }
+    })
+    if (options.discoverServers === true) {
+      if (store === undefined) {
+        return yield* new PolicyServerError({
+          url: "(discovery)",
+          problem: "discovering servers reads the weight store's registrations: give the weight store too " +
+            "(policyServerWeightStore / weightStore)"
+        })
+      }
+      const started = Date.now()
+      while (true) {
+        yield* discover
+        if (servers.length > 0) break
+        if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
+          return yield* new PolicyServerError({
+            url: "(discovery)",
+            problem: `no policy server registered in ${store.location}/servers within ` +
+              `${Duration.format(unreachableTimeout)}: start envtrain serve-policy --weights-from DIR (with ` +
+              "--advertise-url where it listens on 0.0.0.0)"
+          })
+        }
+        yield* Effect.sleep(retryInterval)
+      }
+    }
     yield* encodeWeights
+    const listed = (server: Server) => options.urls.some((u) => trim(u) === server.url)
     yield* Effect.forEach(servers, (server) =>
       Effect.gen(function*() {
         const started = Date.now()
@@ -359,6 +526,12 @@ export const withPolicyServers = (
           const probed = yield* Effect.either(probe(server))
           if (probed._tag === "Right") break
           server.lastError = probed.left.message
+          // A discovered server (its registration may outlive it by a few seconds) is left down, not waited for.
+          if (!listed(server)) {
+            return yield* Effect.logWarning(
+              `policy server ${server.url} (registered in the store): ${server.lastError}`
+            )
+          }
           if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
             return yield* new PolicyServerError({
               url: server.url,
@@ -371,7 +544,7 @@ export const withPolicyServers = (
         }
         server.up = true
         yield* push(server)
-        if (!server.up) {
+        if (!server.up && listed(server)) {
           return yield* new PolicyServerError({
             url: server.url,
             problem: `the weights could not be sent: ${server.lastError}`
@@ -379,35 +552,33 @@ export const withPolicyServers = (
         }
       }), { concurrency: "unbounded", discard: true })
 
-    let turn = 0
-    // A server for one request: the usable one with the fewest requests in flight; while none is usable, down
-    // servers are tried again until unreachableTimeout has passed.
-    const pick: Effect.Effect<Server, PolicyError> = Effect.gen(function*() {
-      const started = Date.now()
-      while (true) {
-        const candidates = usable()
-        if (candidates.length > 0) {
-          const least = Math.min(...candidates.map((s) => s.inFlight))
-          const tied = candidates.filter((s) => s.inFlight === least)
-          return tied[turn++ % tied.length]
+    const router = GenerationRouter.make<Server>(Duration.toMillis(episodeIdle))
+    // A server for one request (see internal/generationRouter.ts: an episode stays on one server, least-loaded
+    // across episodes); while none is usable, down servers are tried again until unreachableTimeout has passed.
+    const pick = (episode: string | undefined): Effect.Effect<Server, PolicyError> =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        while (true) {
+          const candidates = usable()
+          if (candidates.length > 0) return router.choose(candidates, episode)
+          yield* discover
+          yield* Effect.forEach(servers, revive, { concurrency: "unbounded", discard: true }).pipe(
+            Effect.catchAll((e) => new PolicyResponseError({ message: e.message }))
+          )
+          if (usable().length > 0) continue
+          if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
+            return yield* new PolicyResponseError({
+              message: `No policy server answered for ${Duration.format(unreachableTimeout)} ` +
+                `(policyServerTimeout): ${downReport()}. Restart the server(s), or raise policyServerTimeout.`
+            })
+          }
+          yield* Effect.sleep(retryInterval)
         }
-        yield* Effect.forEach(servers, revive, { concurrency: "unbounded", discard: true }).pipe(
-          Effect.catchAll((e) => new PolicyResponseError({ message: e.message }))
-        )
-        if (usable().length > 0) continue
-        if (Date.now() - started >= Duration.toMillis(unreachableTimeout)) {
-          return yield* new PolicyResponseError({
-            message: `No policy server answered for ${Duration.format(unreachableTimeout)} ` +
-              `(policyServerTimeout): ${downReport()}. Restart the server(s), or raise policyServerTimeout.`
-          })
-        }
-        yield* Effect.sleep(retryInterval)
-      }
-    })
+      })
 
     const generateEach = (request: GenerateRequest): Effect.Effect<Completion, PolicyError> =>
       Effect.gen(function*() {
-        const server = yield* pick
+        const server = yield* pick(request.episode)
         const url = `${server.url}/v1/completions`
         server.inFlight++
         // A request that a closed kept-alive connection dropped before any answer is sent again on a fresh one
@@ -452,7 +623,9 @@ export const withPolicyServers = (
       })
 
     // After a local update: the new weights to every server before the next generation uses them.
-    const sync = Effect.zipRight(encodeWeights, pushAll).pipe(Effect.orDie)
+    const sync = Effect.zipRight(encodeWeights, Effect.zipRight(discover, Effect.suspend(() => pushAll))).pipe(
+      Effect.orDie
+    )
 
     // The local model's step-wise decoder would bypass the servers: not carried over.
     const { decoder: _local, ...local } = model

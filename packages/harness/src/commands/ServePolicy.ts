@@ -1,8 +1,10 @@
 /**
  * `envtrain serve-policy --model DIR [--backend cpu|gpu|reference] [--threads N] [--host H] [--port P] [--max-batch N]
  * [--served-model-name NAME] [--max-model-len L] [--batch-window-ms MS] [--batching continuous|window]
- * [--steps-per-submit K] [--enable-lora [--max-loras N]]`: serves a model over an OpenAI-compatible
- * HTTP API in vLLM's dialect (`@envtrain/rollout`'s `PolicyServer`), with weight updates. Runs until interrupted.
+ * [--steps-per-submit K] [--enable-lora [--max-loras N]] [--weights-from DIR [--weights-poll-ms MS]
+ * [--advertise-url URL]]`: serves a model over an OpenAI-compatible HTTP API in vLLM's dialect
+ * (`@envtrain/rollout`'s `PolicyServer`), with weight updates: pushed by the trainer, or with `--weights-from` pulled from a weight store (`@envtrain/rollout`'s `WeightStore`) that the
+ * trainer publishes to. Runs until interrupted.
  *
  * @example
  * ```ts
@@ -16,8 +18,10 @@ import { Command, Options } from "@effect/cli"
 import type { FileSystem, Path } from "@effect/platform"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as LoraAdapter from "@envtrain/gpu/formats/LoraAdapter"
+import * as ModelConfig from "@envtrain/gpu/formats/ModelConfig"
 import { Gpu } from "@envtrain/gpu/runtime/Gpu"
 import * as PolicyServer from "@envtrain/rollout/PolicyServer"
+import * as WeightStore from "@envtrain/rollout/WeightStore"
 import { Data, Duration, Effect, Layer, Option } from "effect"
 import * as PolicyBackend from "../PolicyBackend.js"
 
@@ -75,6 +79,24 @@ const options = {
       "gpu backend: decode steps per GPU submit (requests join, and streams get a chunk, between submits); " +
         "default 8"
     )
+  ),
+  weightsFrom: Options.directory("weights-from", { exists: "either" }).pipe(
+    Options.optional,
+    Options.withDescription(
+      "follow this weight store (a directory the trainer publishes to, e.g. policyServerWeightStore): load its " +
+        "newest weights before serving and every new version as it appears, checked by sha256"
+    )
+  ),
+  weightsPollMs: Options.integer("weights-poll-ms").pipe(
+    Options.optional,
+    Options.withDescription("with --weights-from: how often the store is read besides change events (default 250)")
+  ),
+  advertiseUrl: Options.text("advertise-url").pipe(
+    Options.optional,
+    Options.withDescription(
+      "with --weights-from: the URL trainers reach this server at, registered in the store (default its own " +
+        "http://host:port; give the pod or node address when --host is 0.0.0.0)"
+    )
   )
 }
 
@@ -98,6 +120,11 @@ export const command = Command.make("serve-policy", options, (a) =>
       return yield* new ServePolicyUsageError({
         problem:
           `--steps-per-submit sets the gpu backend's decode steps per GPU submit: drop it with --backend ${a.backend}`
+      })
+    }
+    if (Option.isNone(a.weightsFrom) && (Option.isSome(a.weightsPollMs) || Option.isSome(a.advertiseUrl))) {
+      return yield* new ServePolicyUsageError({
+        problem: "--weights-poll-ms and --advertise-url configure following a weight store: give --weights-from DIR"
       })
     }
     if (a.backend !== "cpu" && Option.isSome(a.threads)) {
@@ -149,13 +176,28 @@ export const command = Command.make("serve-policy", options, (a) =>
       servedModelName,
       batchWindow: Duration.millis(a.batchWindowMs),
       ...(adapters === undefined ? {} : { adapters }),
-      ...Option.match(a.batching, { onNone: () => ({}), onSome: (batching) => ({ batching }) })
+      ...Option.match(a.batching, { onNone: () => ({}), onSome: (batching) => ({ batching }) }),
+      ...Option.match(a.weightsFrom, {
+        onNone: () => ({}),
+        onSome: (directory) => ({
+          weightStore: {
+            directory,
+            configHash: WeightStore.configHash(ModelConfig.toJson(model.config)),
+            ...Option.match(a.weightsPollMs, {
+              onNone: () => ({}),
+              onSome: (ms) => ({ pollInterval: Duration.millis(ms) })
+            }),
+            ...Option.match(a.advertiseUrl, { onNone: () => ({}), onSome: (advertiseUrl) => ({ advertiseUrl }) })
+          }
+        })
+      })
     })
     yield* Effect.logInfo(
       `serving ${servedModelName} (${backend.name} backend, ` +
         `${Option.getOrElse(a.batching, () => backend.decoder ? "continuous" : "window")} batches of ` +
         `${backend.maxBatchSize}, context ` +
-        `${backend.contextLength}) on ${server.url}/v1`
+        `${backend.contextLength}) on ${server.url}/v1` +
+        Option.match(a.weightsFrom, { onNone: () => "", onSome: (dir) => `, weights from ${dir}` })
     )
     return yield* Effect.never
   }).pipe(Effect.scoped)).pipe(

@@ -127,7 +127,10 @@ export const make = (
       Effect.gen(function*() {
         const exit = yield* Effect.exit(backend.loadWeights(item.source))
         if (exit._tag === "Success") {
-          version += 1
+          // A store's version is the trainer's count; the server's own count otherwise.
+          version = item.source._tag === "Safetensors" && item.source.policyVersion !== undefined
+            ? item.source.policyVersion
+            : version + 1
           metrics.version(version)
         }
         yield* Deferred.complete(

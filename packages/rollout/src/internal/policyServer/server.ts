@@ -18,6 +18,7 @@ import type {
   WeightSource
 } from "../../PolicyServer.js"
 import * as Adapters from "./adapters.js"
+import * as Follow from "./follow.js"
 import * as Metrics from "./metrics.js"
 import {
   ApiError,
@@ -110,6 +111,8 @@ export const make = (
     const scheduler = adapters.scheduler
     const created = Math.floor(Date.now() / 1000)
     let shuttingDown = false
+    // Weights pulled from a store: the newest loads before the server listens, so it never serves older ones.
+    const follow = options.weightStore === undefined ? undefined : yield* Follow.make(options.weightStore, scheduler)
 
     // One renderer per distinct chat_template_kwargs (each keeps its own prompt frames).
     const renderers = new Map<string, ChatRenderer.Renderer>()
@@ -698,7 +701,8 @@ export const make = (
           root: servedModelName,
           parent: null,
           max_model_len: backend.contextLength,
-          policy_version: scheduler.version()
+          policy_version: scheduler.version(),
+          ...(follow === undefined ? {} : { weight_store: follow.status() })
         }, ...adapters.cards(servedModelName)]
       })
 
@@ -887,10 +891,12 @@ export const make = (
         return FiberSet.clear(fiberSet)
       })
     )
+    const url = `http://${resolved.host.includes(":") ? `[${resolved.host}]` : resolved.host}:${address.port}`
+    if (follow !== undefined) yield* follow.start(url)
     return {
       host: resolved.host,
       port: address.port,
-      url: `http://${resolved.host.includes(":") ? `[${resolved.host}]` : resolved.host}:${address.port}`,
+      url,
       servedModelName,
       policyVersion: Effect.sync(() => scheduler.version())
     }
