@@ -115,6 +115,13 @@ export const GRPOConfig = Schema.Struct({
   // --- run ---
   outputDir: withDefault(Schema.String, "trainer_output", "Directory for checkpoints, metrics and completions."),
   seed: withDefault(Schema.Int, 42, "Seed for sampling, shuffling and initialisation (TrainingArguments default)."),
+  gradientCheckpointing: withDefault(
+    Schema.Boolean,
+    true,
+    "Recompute each decoder layer's activations in the backward (TRL's default; backend cpu, the GPU and " +
+      "reference backends keep them): the same gradients, one layer's activations held instead of all, about one " +
+      "more forward per step. false keeps them all (faster where memory allows)."
+  ),
   // --- LoRA ---
   lora: Schema.optional(
     Lora.annotations({

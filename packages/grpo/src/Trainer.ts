@@ -183,6 +183,8 @@ export type DeviceModelOptions = DeviceModel.DeviceModelOptions
 export interface CpuModelOptions extends CpuDevice.DeviceOptions {
   readonly maxBatchSize?: number
   readonly lora?: LoraOptions | undefined
+  /** Recompute each decoder layer's activations in the backward (TRL's `gradient_checkpointing`). */
+  readonly gradientCheckpointing?: boolean | undefined
   readonly maxTokensPerPass?: number
   readonly callTimeout?: Duration.DurationInput
   readonly startTimeout?: Duration.DurationInput

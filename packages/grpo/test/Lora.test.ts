@@ -217,6 +217,9 @@ describe("TRL's LoRA keys", () => {
         lora: { r: 2, alpha: 4, dropout: 0.1, targetModules: ["k_proj"], useRsLora: false }
       })
       assert.strictEqual(direct.lora?.r, 2)
+      // gradient_checkpointing is read (the CPU device recomputes), TRL's default true.
+      assert.isFalse((yield* Config.decode({ gradient_checkpointing: false })).gradientCheckpointing)
+      assert.isTrue((yield* Config.decode({})).gradientCheckpointing)
     }))
 
   it.effect("what cannot be honoured is refused, naming the key", () =>

@@ -36,7 +36,10 @@ export interface WorkerModelOptions {
    * Run the CPU device's model (f32 kernels, BLAS or WebAssembly SIMD matmuls) instead of the reference model, with
    * these options (`Trainer.cpuModel`).
    */
-  readonly device?: CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number }
+  readonly device?: CpuDevice.DeviceOptions & {
+    readonly maxTokensPerPass?: number
+    readonly gradientCheckpointing?: boolean | undefined
+  }
   /** Train a LoRA adapter on the frozen base: the weights the trainer reads back and syncs are the adapter's. */
   readonly lora?: LoraOptions | undefined
 }
