@@ -4,9 +4,11 @@ import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint, Gemm, LoraAdapter, LoraConfig } from "@envtrain/gpu"
 import type { GenerateRequest } from "@envtrain/rollout/Policy"
 import { Cause, Effect, Either, Exit } from "effect"
+import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
 import { deviceModel } from "../src/internal/deviceModel.js"
 import { batchOf, optimizerStep } from "../src/internal/model.js"
+import * as Metrics from "../src/Metrics.js"
 import * as SftTrainer from "../src/SftTrainer.js"
 import * as Trainer from "../src/Trainer.js"
 import * as TrainerState from "../src/TrainerState.js"
@@ -178,6 +180,44 @@ describe("LoRA in the trainer's models", () => {
 })
 
 describe("TRL's LoRA keys", () => {
+  it.scoped(
+    "a command file with use_peft trains a step on backend cpu; backend gpu refuses it, naming the fix",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = path.join(dir, "model")
+        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const file = path.join(dir, "lora.yaml")
+        const lines = (backend: string) =>
+          [
+            `model: ${model}`,
+            `backend: ${backend}`,
+            `environment: ${path.resolve(__dirname, "../../../examples/src/environments/echo.ts")}`,
+            "dataset: { seeds: [0, 4], prompt: \"Say something.\" }",
+            `output_dir: ${path.join(dir, "out")}`,
+            "use_peft: true",
+            "lora_r: 4",
+            "lora_target_modules: all-linear",
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 2",
+            "maxCompletionLength: 8",
+            "maxSteps: 1",
+            "loggingSteps: 1"
+          ].join("\n") + "\n"
+        yield* fs.writeFileString(file, lines("gpu"))
+        const refused = yield* Effect.exit(CommandFile.train(file, []))
+        assert.isTrue(Exit.isFailure(refused))
+        if (Exit.isFailure(refused)) assert.include(String(Cause.squash(refused.cause)), "Set backend: cpu")
+        yield* fs.writeFileString(file, lines("cpu"))
+        yield* CommandFile.train(file, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
+        assert.deepStrictEqual(metrics.map((m) => m.step), [1])
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
   it.effect("use_peft with lora_* keys (TRL's defaults), peft_config (PEFT's), all-linear, a direct lora block", () =>
     Effect.gen(function*() {
       const trl = yield* Config.decode({ use_peft: true })

@@ -42,6 +42,11 @@ export interface DeviceModelOptions {
    * gradients, one layer's activations held instead of all; the default pass size grows accordingly.
    */
   readonly gradientCheckpointing?: boolean | undefined
+  /**
+   * The element-wise kernels (`CpuModel.Options.elementwise`): default WebAssembly SIMD where the model fits its
+   * 4 GiB memory. A 0.6B-parameter model's base alone is 2.4 GB, leaving too little for long passes: use "js".
+   */
+  readonly elementwise?: "wasm-simd" | "js" | undefined
   /** Train a LoRA adapter on the frozen base (only the adapter gets gradients and AdamW moments). */
   readonly lora?: LoraOptions | undefined
 }
@@ -140,6 +145,7 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
     options.gemm,
     {
       gradientCheckpointing,
+      ...(options.elementwise === undefined ? {} : { elementwise: options.elementwise }),
       ...(lora === undefined ? {} : {
         lora: { config: lora.config, adapters: Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed }) }
       })
