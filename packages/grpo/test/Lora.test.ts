@@ -2,7 +2,6 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint, Gemm, LoraAdapter, LoraConfig } from "@envtrain/gpu"
-import type { GenerateRequest } from "@envtrain/rollout/Policy"
 import { Cause, Effect, Either, Exit } from "effect"
 import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
@@ -16,19 +15,6 @@ import * as F from "./fixtures.js"
 
 // LoRA through the trainer's models: the CPU device against the reference model, the worker protocol, GRPO and
 // SFT runs, checkpoints, and TRL's configuration keys.
-
-const maxRel = (a: ArrayLike<number>, b: ArrayLike<number>) => {
-  assert.strictEqual(a.length, b.length)
-  let worst = 0
-  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i])))
-  return worst
-}
-
-const requests = (temperature: number): Array<GenerateRequest> =>
-  [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]].map((promptIds, i) => ({
-    promptIds,
-    sampling: { temperature, maxTokens: 8, seed: 7 + i }
-  }))
 
 const adam = optimizerStep(
   { maxGradNorm: 0.5, adamBeta1: 0.9, adamBeta2: 0.99, adamEpsilon: 1e-8, weightDecay: 0.01 },
@@ -50,8 +36,8 @@ describe("LoRA in the trainer's models", () => {
       const ref = Trainer.referenceModel(checkpoint, { lora: options })
       const dev = deviceModel(checkpoint, { gemm: Gemm.spec, lora: options })
       const batch = batchOf(
-        requests(0).map((r) => r.promptIds),
-        (yield* ref.generate(requests(0))).map((c) => c.tokenIds)
+        F.requests(0).map((r) => r.promptIds),
+        (yield* ref.generate(F.requests(0))).map((c) => c.tokenIds)
       )
       for (let step = 0; step < 2; step++) {
         const w = (s: { readonly logprobs: Float64Array }) =>
@@ -72,16 +58,16 @@ describe("LoRA in the trainer's models", () => {
       assert.deepStrictEqual(s1.lora, options.config)
       // AdamW's early steps move each entry by about lr·sign(g) (lr 3e-2 here), so an entry with a tiny gradient
       // amplifies f32 rounding: the adapters compare at 1e-3.
-      for (const [name, t] of s2.weights) assert.isBelow(maxRel(s1.weights.get(name)!.data, t.data), 1e-3, name)
+      for (const [name, t] of s2.weights) assert.isBelow(F.maxRel(s1.weights.get(name)!.data, t.data), 1e-3, name)
       // Generation runs the trained adapter: the same greedy tokens, different from the base's.
-      const after = (yield* dev.generate(requests(1))).map((c) => c.tokenIds)
-      assert.deepStrictEqual(after, (yield* ref.generate(requests(1))).map((c) => c.tokenIds))
+      const after = (yield* dev.generate(F.requests(1))).map((c) => c.tokenIds)
+      assert.deepStrictEqual(after, (yield* ref.generate(F.requests(1))).map((c) => c.tokenIds))
       const base = Trainer.referenceModel(checkpoint)
-      const scored = batchOf(requests(1).map((r) => r.promptIds), after)
-      assert.isAbove(maxRel((yield* dev.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-3)
+      const scored = batchOf(F.requests(1).map((r) => r.promptIds), after)
+      assert.isAbove(F.maxRel((yield* dev.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-3)
       // The KL reference of a LoRA model is the base (the adapter disabled).
       const frozen = yield* dev.frozenCopy
-      assert.isBelow(maxRel((yield* frozen.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-5)
+      assert.isBelow(F.maxRel((yield* frozen.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-5)
       // A state of the wrong kind is refused by name.
       const refused = yield* Effect.exit(dev.importState(yield* base.exportState))
       assert.isTrue(Exit.isFailure(refused))
@@ -100,8 +86,8 @@ describe("LoRA in the trainer's models", () => {
         lora: options
       })
       const batch = batchOf(
-        requests(1).map((r) => r.promptIds),
-        (yield* local.generate(requests(1))).map((c) => c.tokenIds)
+        F.requests(1).map((r) => r.promptIds),
+        (yield* local.generate(F.requests(1))).map((c) => c.tokenIds)
       )
       // Weights that do not depend on the scores (as SFT's): the worker's host-weights path scores without dropout.
       const w = (s: { readonly logprobs: Float64Array }) => Array.from(s.logprobs, (_, i) => (i % 3) * -0.1)
@@ -141,7 +127,7 @@ describe("LoRA in the trainer's models", () => {
       // The base bytes are what they were; the adapter moved.
       for (const [name, t] of checkpoint.tensors) assert.deepStrictEqual(t.data, before.get(name), name)
       const after = yield* model.exportState
-      const moved = [...after.weights].filter(([n, t]) => maxRel(t.data, initial.weights.get(n)!.data) > 0)
+      const moved = [...after.weights].filter(([n, t]) => F.maxRel(t.data, initial.weights.get(n)!.data) > 0)
       assert.isAbove(moved.length, 0)
       // The checkpoint is the adapter as PEFT saves it, and a resume reads it back.
       const saved = path.join(dir, "checkpoint-2")
