@@ -162,6 +162,11 @@ export interface Options {
    * about one more forward per backward. Default false.
    */
   readonly gradientCheckpointing?: boolean
+  /**
+   * A model that is never trained (a KL reference): no gradients or AdamW moments at all, so it costs its weights
+   * and workspace only. Its backward still gives the loss and logprobs. Default false.
+   */
+  readonly frozen?: boolean
 }
 
 /** One adapted projection as the model runs it: its tensors, their gradients, and its dropout stream. */
@@ -272,7 +277,7 @@ export const make = (
   const projections = lora === undefined ? [] : adaptedProjections(config, lora.config)
   const adapterSpecs = projections.flatMap((p) => [p.a, p.b])
   const allSpecs = [...specs, ...adapterSpecs]
-  const trainedSpecs = lora === undefined ? specs : adapterSpecs
+  const trainedSpecs = options.frozen === true ? [] : lora === undefined ? specs : adapterSpecs
   const count = (list: typeof specs) => list.reduce((n, spec) => n + spec.shape.reduce((a, b) => a * b, 1), 0)
   // A frozen base takes 4 bytes per weight; a trained tensor 16 (weight, gradient, two moments).
   const modelBytes = 4 * count(allSpecs) + 12 * count(trainedSpecs)
@@ -350,7 +355,7 @@ export const make = (
   const loraScale = lora === undefined ? 0 : loraScaling(lora.config)
   const dropout = lora?.config.dropout ?? 0
   const keep = Math.fround(1 / (1 - dropout))
-  const normSink = lora === undefined ? undefined : alloc(Math.max(h, D))
+  const normSink = lora === undefined && options.frozen !== true ? undefined : alloc(Math.max(h, D))
 
   const copyIn = (list: typeof specs, what: string, source: Readonly<Record<string, ArrayLike<number>>>) => {
     for (const spec of list) {

@@ -49,6 +49,8 @@ export interface DeviceModelOptions {
   readonly elementwise?: "wasm-simd" | "js" | undefined
   /** Train a LoRA adapter on the frozen base (only the adapter gets gradients and AdamW moments). */
   readonly lora?: LoraOptions | undefined
+  /** Never trained (the KL reference): no gradients or optimizer moments are allocated. */
+  readonly frozen?: boolean | undefined
 }
 
 interface Pass {
@@ -145,6 +147,7 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
     options.gemm,
     {
       gradientCheckpointing,
+      frozen: options.frozen === true,
       ...(options.elementwise === undefined ? {} : { elementwise: options.elementwise }),
       ...(lora === undefined ? {} : {
         lora: { config: lora.config, adapters: Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed }) }
@@ -266,8 +269,8 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
     // With LoRA the frozen copy (the KL reference) is the base with the adapter disabled, as PEFT's reference is.
     frozenCopy: Effect.sync(() =>
       lora === undefined
-        ? deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, options)
-        : deviceModel(checkpoint, { ...options, lora: undefined })
+        ? deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, { ...options, frozen: true })
+        : deviceModel(checkpoint, { ...options, lora: undefined, frozen: true })
     )
   }
 
