@@ -659,6 +659,7 @@ const stepValues = (
 /** The configuration resolved against the run's options (reward functions, thinking, episodes in flight). */
 const resolveConfig = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>) =>
   Config.resolve(options.config, {
+    modelLora: options.model.lora,
     numRewardFunctions: options.rewardFunctions.filter((f) => !f.environmentOwned).length,
     ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
     ...(options.concurrency === undefined ? {} : { episodesInFlight: options.concurrency }),

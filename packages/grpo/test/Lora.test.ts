@@ -110,8 +110,25 @@ describe("LoRA in the trainer's models", () => {
       const options = lora({ dropout: 0.05 })
       const model = yield* Trainer.cpuModel(checkpoint, { threads: 1, lora: options })
       const initial = yield* model.exportState
+      const config = yield* F.config({
+        outputDir: dir,
+        maxSteps: 2,
+        saveSteps: 2,
+        learningRate: 0.02,
+        lora: options.config
+      })
+      // A configuration whose LoRA the model was not made with is refused before anything runs.
+      const mismatch = yield* Effect.flip(Trainer.train({
+        config: { ...config, lora: undefined },
+        model,
+        dataset: F.dataset(0, 64),
+        open: F.open,
+        rewardFunctions: [F.parityReward],
+        progress: false
+      }))
+      assert.include(mismatch.message, "the model trains a LoRA adapter but the configuration sets no lora")
       const result = yield* Trainer.train({
-        config: yield* F.config({ outputDir: dir, maxSteps: 2, saveSteps: 2, learningRate: 0.02 }),
+        config,
         model,
         dataset: F.dataset(0, 64),
         open: F.open,

@@ -194,6 +194,7 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
   }
 
   const base: Omit<TrainableModel, "generate" | "decoder"> = {
+    ...(lora === undefined ? {} : { lora: lora.config }),
     config,
     tokenizer: checkpoint.tokenizer,
     chatTemplate: checkpoint.chatTemplate,

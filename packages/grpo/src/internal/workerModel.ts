@@ -170,8 +170,9 @@ export const start = (
 
     if (first.device !== undefined) name = `envtrain-cpu-model (thread ${worker.threadId}, ${first.device})`
     const { chatTemplate, config, generationConfig, tokenizer } = checkpoint
-    const proxy = (id: number): TrainableModel => ({
+    const proxy = (id: number, trainsLora = true): TrainableModel => ({
       ...(first.device === undefined ? {} : { device: first.device }),
+      ...(options.lora === undefined || !trainsLora ? {} : { lora: options.lora.config }),
       config,
       tokenizer,
       chatTemplate,
@@ -200,7 +201,8 @@ export const start = (
         ask({ _tag: "ImportOptimizerState", model: id, state }).pipe(
           Effect.catchTag("WorkerModelError", (e) => Effect.die(e))
         ),
-      frozenCopy: Effect.map(call({ _tag: "FrozenCopy", model: id }), (copy) => proxy(copy.model))
+      // A LoRA model's frozen copy is the base: it trains no adapter.
+      frozenCopy: Effect.map(call({ _tag: "FrozenCopy", model: id }), (copy) => proxy(copy.model, false))
     })
 
     return {
