@@ -737,17 +737,18 @@ export interface ResolvedGRPOConfig extends
   readonly warnings: ReadonlyArray<string>
 }
 
-/**
- * What `resolve` needs to know about the run beyond the configuration itself.
- *
- * @since 0.0.0
- */
+/** Whether two LoRA settings are the same (target order aside). */
 const sameLora = (a: LoraConfig.LoraConfig | undefined, b: LoraConfig.LoraConfig | undefined): boolean =>
   a === undefined || b === undefined
     ? a === b
     : a.r === b.r && a.alpha === b.alpha && a.dropout === b.dropout && a.useRsLora === b.useRsLora &&
       [...a.targetModules].sort().join() === [...b.targetModules].sort().join()
 
+/**
+ * What `resolve` needs to know about the run beyond the configuration itself.
+ *
+ * @since 0.0.0
+ */
 export interface ResolveContext {
   /** Data-parallel processes (1 here; kept so the formulas read as TRL's). */
   readonly numProcesses?: number
