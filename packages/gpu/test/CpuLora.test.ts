@@ -137,6 +137,21 @@ describe.each(["wasm-simd", "js"] as const)("CpuModel with LoRA, %s element-wise
     })
   }
 
+  it("a frozen model (the KL reference) allocates no gradients or moments and computes what the trained one does", () => {
+    const config = testConfig()
+    const { weights } = testModel(config, 4)
+    const frozen = CpuModel.make(config, weights, Gemm.spec, { elementwise, frozen: true })
+    const trained = CpuModel.make(config, weights, Gemm.spec, { elementwise })
+    assert.deepStrictEqual([frozen.trained, Object.keys(frozen.grads), Object.keys(frozen.moments.m)], [[], [], []])
+    const targets = Array.from({ length: 2 * T }, (_, i) => (i * 3 + 1) % 40)
+    const lw = Array.from({ length: 2 * T }, () => -0.1)
+    const [a, b] = [frozen, trained].map((m) => {
+      const logits = Float32Array.from(m.forward(tokens, 2, T, positions))
+      return { logits, ...m.backward(targets, lw, 1) }
+    })
+    assert.deepStrictEqual(a, b)
+  })
+
   it("refuses missing adapter tensors and bad settings by name", () => {
     const config = testConfig()
     const { weights } = testModel(config, 1)

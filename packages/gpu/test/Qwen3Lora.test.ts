@@ -2,19 +2,16 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { adaptedProjections, LORA_TARGETS, type LoraConfig, scaling } from "../src/formats/LoraConfig.js"
 import * as Q from "../src/model/Qwen3Reference.js"
+import { testConfig } from "./qwen3Fixtures.js"
 
-const config: Q.Config = {
+// Small sizes so that central differences over every adapter tensor stay quick.
+const config: Q.Config = testConfig({
   vocab_size: 23,
   hidden_size: 16,
   intermediate_size: 24,
-  num_hidden_layers: 2,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
   head_dim: 8,
-  rms_norm_eps: 1e-6,
-  rope_theta: 10000,
   tie_word_embeddings: false
-}
+})
 
 const loraConfig = (o: Partial<LoraConfig> = {}): LoraConfig => ({
   r: 3,

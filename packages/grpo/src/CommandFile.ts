@@ -508,6 +508,7 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
     if (spec.backend === "cpu") {
       const model = yield* Trainer.cpuModel(checkpoint, {
         lora,
+        gradientCheckpointing: config.gradientCheckpointing,
         ...(spec.threads === undefined ? {} : { threads: spec.threads }),
         ...(spec.deterministic === undefined ? {} : { deterministic: spec.deterministic })
       })

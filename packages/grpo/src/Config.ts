@@ -115,6 +115,13 @@ export const GRPOConfig = Schema.Struct({
   // --- run ---
   outputDir: withDefault(Schema.String, "trainer_output", "Directory for checkpoints, metrics and completions."),
   seed: withDefault(Schema.Int, 42, "Seed for sampling, shuffling and initialisation (TrainingArguments default)."),
+  gradientCheckpointing: withDefault(
+    Schema.Boolean,
+    true,
+    "Recompute each decoder layer's activations in the backward (TRL's default; backend cpu, the GPU and " +
+      "reference backends keep them): the same gradients, one layer's activations held instead of all, about one " +
+      "more forward per step. false keeps them all (faster where memory allows)."
+  ),
   // --- LoRA ---
   lora: Schema.optional(
     Lora.annotations({
@@ -743,6 +750,13 @@ export interface ResolvedGRPOConfig extends
   readonly warnings: ReadonlyArray<string>
 }
 
+/** Whether two LoRA settings are the same (target order aside). */
+const sameLora = (a: LoraConfig.LoraConfig | undefined, b: LoraConfig.LoraConfig | undefined): boolean =>
+  a === undefined || b === undefined
+    ? a === b
+    : a.r === b.r && a.alpha === b.alpha && a.dropout === b.dropout && a.useRsLora === b.useRsLora &&
+      [...a.targetModules].sort().join() === [...b.targetModules].sort().join()
+
 /**
  * What `resolve` needs to know about the run beyond the configuration itself.
  *
@@ -759,6 +773,8 @@ export interface ResolveContext {
   readonly numRewardFunctions?: number
   /** The run's own `enableThinking` option, if given (checked against `chatTemplateKwargs.enable_thinking`). */
   readonly enableThinking?: boolean
+  /** The LoRA the model trains (`TrainableModel.lora`), checked against `lora`; absent: it trains every weight. */
+  readonly modelLora?: LoraConfig.LoraConfig | undefined
 }
 
 const clippedLosses: ReadonlySet<LossType> = new Set(["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
@@ -776,6 +792,20 @@ export const resolve = (
   Effect.suspend(() => {
     const problems: Array<string> = []
     const warnings: Array<string> = []
+    // The model is made before the run: a LoRA setting it was not made with would be silently ignored.
+    if ("modelLora" in context && !sameLora(config.lora, context.modelLora)) {
+      problems.push(
+        config.lora === undefined
+          ? "the model trains a LoRA adapter but the configuration sets no lora (use_peft / peft_config): set the " +
+            "same LoRA in both, or make the model without one"
+          : context.modelLora === undefined
+          ? "lora (use_peft / peft_config) is set but the model trains every weight: make it with the same LoRA " +
+            "(Trainer.cpuModel(checkpoint, { lora: { config: config.lora, seed } }), or backend: cpu / reference)"
+          : `lora is ${JSON.stringify(config.lora)} but the model trains ${
+            JSON.stringify(context.modelLora)
+          }: make the model with the configuration's LoRA`
+      )
+    }
     const P = context.numProcesses ?? 1
     const G = config.numGenerations
     const globalBatch = config.perDeviceTrainBatchSize * P

@@ -183,6 +183,8 @@ export type DeviceModelOptions = DeviceModel.DeviceModelOptions
 export interface CpuModelOptions extends CpuDevice.DeviceOptions {
   readonly maxBatchSize?: number
   readonly lora?: LoraOptions | undefined
+  /** Recompute each decoder layer's activations in the backward (TRL's `gradient_checkpointing`). */
+  readonly gradientCheckpointing?: boolean | undefined
   readonly maxTokensPerPass?: number
   readonly callTimeout?: Duration.DurationInput
   readonly startTimeout?: Duration.DurationInput
@@ -657,6 +659,7 @@ const stepValues = (
 /** The configuration resolved against the run's options (reward functions, thinking, episodes in flight). */
 const resolveConfig = <State, E, R, RE, RR>(options: TrainOptions<State, E, R, RE, RR>) =>
   Config.resolve(options.config, {
+    modelLora: options.model.lora,
     numRewardFunctions: options.rewardFunctions.filter((f) => !f.environmentOwned).length,
     ...(options.enableThinking === undefined ? {} : { enableThinking: options.enableThinking }),
     ...(options.concurrency === undefined ? {} : { episodesInFlight: options.concurrency }),

@@ -1,25 +1,12 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint, Gemm } from "@envtrain/gpu"
-import type { GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect, Exit } from "effect"
 import { deviceModel } from "../src/internal/deviceModel.js"
 import { batchOf, optimizerStep } from "../src/internal/model.js"
 import * as Trainer from "../src/Trainer.js"
+import * as F from "./fixtures.js"
 
 // The CPU device's model against the CPU reference model (the specification) through the trainer's interface.
-
-const maxRel = (a: ArrayLike<number>, b: ArrayLike<number>) => {
-  assert.strictEqual(a.length, b.length)
-  let worst = 0
-  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i])))
-  return worst
-}
-
-const requests = (temperature: number): Array<GenerateRequest> =>
-  [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]].map((promptIds, i) => ({
-    promptIds,
-    sampling: { temperature, maxTokens: 8, seed: 7 + i }
-  }))
 
 const adam = optimizerStep(
   { maxGradNorm: 0.5, adamBeta1: 0.9, adamBeta2: 0.99, adamEpsilon: 1e-8, weightDecay: 0.01 },
@@ -32,15 +19,15 @@ describe("CPU device model", () => {
       const checkpoint = yield* Checkpoint.makeModel("tiny", 2)
       const ref = Trainer.referenceModel(checkpoint)
       const dev = deviceModel(checkpoint, { gemm: Gemm.spec })
-      const greedy = yield* dev.generate(requests(0))
+      const greedy = yield* dev.generate(F.requests(0))
       assert.deepStrictEqual(
         greedy.map((c) => c.tokenIds),
-        (yield* ref.generate(requests(0))).map((c) => c.tokenIds)
+        (yield* ref.generate(F.requests(0))).map((c) => c.tokenIds)
       )
-      const batch = batchOf(requests(0).map((r) => r.promptIds), greedy.map((c) => c.tokenIds))
+      const batch = batchOf(F.requests(0).map((r) => r.promptIds), greedy.map((c) => c.tokenIds))
       const [a, b] = [yield* dev.score(batch, 0.9), yield* ref.score(batch, 0.9)]
-      assert.isBelow(maxRel(a.logprobs, b.logprobs), 1e-4)
-      assert.isBelow(maxRel(a.entropies, b.entropies), 1e-4)
+      assert.isBelow(F.maxRel(a.logprobs, b.logprobs), 1e-4)
+      assert.isBelow(F.maxRel(a.entropies, b.entropies), 1e-4)
       // Two updates with a weighting that depends on the scores, as GRPO's does.
       for (let step = 0; step < 2; step++) {
         const w = (s: { readonly logprobs: Float64Array }) =>
@@ -53,11 +40,11 @@ describe("CPU device model", () => {
       }
       const [s1, s2] = [yield* dev.exportState, yield* ref.exportState]
       assert.strictEqual(s1.optimizerStep, 2)
-      for (const [name, t] of s2.weights) assert.isBelow(maxRel(s1.weights.get(name)!.data, t.data), 1e-5, name)
+      for (const [name, t] of s2.weights) assert.isBelow(F.maxRel(s1.weights.get(name)!.data, t.data), 1e-5, name)
       // Generation after the update runs on the new weights (the KV-cache pool was dropped).
       assert.deepStrictEqual(
-        (yield* dev.generate(requests(1))).map((c) => c.tokenIds),
-        (yield* ref.generate(requests(1))).map((c) => c.tokenIds)
+        (yield* dev.generate(F.requests(1))).map((c) => c.tokenIds),
+        (yield* ref.generate(F.requests(1))).map((c) => c.tokenIds)
       )
     }))
 
@@ -66,17 +53,17 @@ describe("CPU device model", () => {
       const checkpoint = yield* Checkpoint.makeModel("tiny", 3)
       const one = deviceModel(checkpoint, { gemm: Gemm.spec })
       const many = deviceModel(checkpoint, { gemm: Gemm.spec, maxTokensPerPass: 12 })
-      const completions = (yield* one.generate(requests(1))).map((c) => c.tokenIds)
-      const batch = batchOf(requests(1).map((r) => r.promptIds), completions)
+      const completions = (yield* one.generate(F.requests(1))).map((c) => c.tokenIds)
+      const batch = batchOf(F.requests(1).map((r) => r.promptIds), completions)
       const w = () => Array.from({ length: 3 * batch.length }, (_, i) => (i % 3) - 1)
       const [a, b] = [yield* one.accumulate(batch, 1, w), yield* many.accumulate(batch, 1, w)]
       // Passes of other sizes change the matmuls' shapes (BLAS picks kernels by shape) and the packing: f32 rounding.
-      assert.isBelow(maxRel(a.logprobs, b.logprobs), 1e-5)
+      assert.isBelow(F.maxRel(a.logprobs, b.logprobs), 1e-5)
       yield* one.step(adam)
       yield* many.step(adam)
       const s1 = yield* one.exportState
       const s2 = yield* many.exportState
-      for (const [name, t] of s1.weights) assert.isBelow(maxRel(s2.weights.get(name)!.data, t.data), 1e-5, name)
+      for (const [name, t] of s1.weights) assert.isBelow(F.maxRel(s2.weights.get(name)!.data, t.data), 1e-5, name)
       // A fresh model given the state and moments continues exactly like the first.
       const copy = deviceModel(checkpoint, { gemm: Gemm.spec })
       yield* copy.importState(s1)
@@ -97,9 +84,9 @@ describe("CPU device model", () => {
       const remote = yield* Trainer.cpuModel(checkpoint, { route: "openblas", threads: 1 })
       assert.match(remote.device ?? "", /^OpenBLAS .* on 1 thread/)
       const local = deviceModel(checkpoint, { gemm: (yield* Gemm.select({ route: "openblas", threads: 1 })).gemm })
-      const [a, b] = [yield* remote.generate(requests(1)), yield* local.generate(requests(1))]
+      const [a, b] = [yield* remote.generate(F.requests(1)), yield* local.generate(F.requests(1))]
       assert.deepStrictEqual(a, b)
-      const batch = batchOf(requests(1).map((r) => r.promptIds), a.map((c) => c.tokenIds))
+      const batch = batchOf(F.requests(1).map((r) => r.promptIds), a.map((c) => c.tokenIds))
       const w = (s: { readonly logprobs: Float64Array }) => Array.from(s.logprobs, (l) => -0.1 * l)
       assert.deepStrictEqual(yield* remote.accumulate(batch, 1, w), yield* local.accumulate(batch, 1, w))
       assert.deepStrictEqual(yield* remote.step(adam), yield* local.step(adam))

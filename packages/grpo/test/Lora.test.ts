@@ -2,11 +2,12 @@ import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint, Gemm, LoraAdapter, LoraConfig } from "@envtrain/gpu"
-import type { GenerateRequest } from "@envtrain/rollout/Policy"
 import { Cause, Effect, Either, Exit } from "effect"
+import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
 import { deviceModel } from "../src/internal/deviceModel.js"
 import { batchOf, optimizerStep } from "../src/internal/model.js"
+import * as Metrics from "../src/Metrics.js"
 import * as SftTrainer from "../src/SftTrainer.js"
 import * as Trainer from "../src/Trainer.js"
 import * as TrainerState from "../src/TrainerState.js"
@@ -14,19 +15,6 @@ import * as F from "./fixtures.js"
 
 // LoRA through the trainer's models: the CPU device against the reference model, the worker protocol, GRPO and
 // SFT runs, checkpoints, and TRL's configuration keys.
-
-const maxRel = (a: ArrayLike<number>, b: ArrayLike<number>) => {
-  assert.strictEqual(a.length, b.length)
-  let worst = 0
-  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i])))
-  return worst
-}
-
-const requests = (temperature: number): Array<GenerateRequest> =>
-  [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]].map((promptIds, i) => ({
-    promptIds,
-    sampling: { temperature, maxTokens: 8, seed: 7 + i }
-  }))
 
 const adam = optimizerStep(
   { maxGradNorm: 0.5, adamBeta1: 0.9, adamBeta2: 0.99, adamEpsilon: 1e-8, weightDecay: 0.01 },
@@ -48,8 +36,8 @@ describe("LoRA in the trainer's models", () => {
       const ref = Trainer.referenceModel(checkpoint, { lora: options })
       const dev = deviceModel(checkpoint, { gemm: Gemm.spec, lora: options })
       const batch = batchOf(
-        requests(0).map((r) => r.promptIds),
-        (yield* ref.generate(requests(0))).map((c) => c.tokenIds)
+        F.requests(0).map((r) => r.promptIds),
+        (yield* ref.generate(F.requests(0))).map((c) => c.tokenIds)
       )
       for (let step = 0; step < 2; step++) {
         const w = (s: { readonly logprobs: Float64Array }) =>
@@ -70,16 +58,16 @@ describe("LoRA in the trainer's models", () => {
       assert.deepStrictEqual(s1.lora, options.config)
       // AdamW's early steps move each entry by about lr·sign(g) (lr 3e-2 here), so an entry with a tiny gradient
       // amplifies f32 rounding: the adapters compare at 1e-3.
-      for (const [name, t] of s2.weights) assert.isBelow(maxRel(s1.weights.get(name)!.data, t.data), 1e-3, name)
+      for (const [name, t] of s2.weights) assert.isBelow(F.maxRel(s1.weights.get(name)!.data, t.data), 1e-3, name)
       // Generation runs the trained adapter: the same greedy tokens, different from the base's.
-      const after = (yield* dev.generate(requests(1))).map((c) => c.tokenIds)
-      assert.deepStrictEqual(after, (yield* ref.generate(requests(1))).map((c) => c.tokenIds))
+      const after = (yield* dev.generate(F.requests(1))).map((c) => c.tokenIds)
+      assert.deepStrictEqual(after, (yield* ref.generate(F.requests(1))).map((c) => c.tokenIds))
       const base = Trainer.referenceModel(checkpoint)
-      const scored = batchOf(requests(1).map((r) => r.promptIds), after)
-      assert.isAbove(maxRel((yield* dev.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-3)
+      const scored = batchOf(F.requests(1).map((r) => r.promptIds), after)
+      assert.isAbove(F.maxRel((yield* dev.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-3)
       // The KL reference of a LoRA model is the base (the adapter disabled).
       const frozen = yield* dev.frozenCopy
-      assert.isBelow(maxRel((yield* frozen.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-5)
+      assert.isBelow(F.maxRel((yield* frozen.score(scored, 1)).logprobs, (yield* base.score(scored, 1)).logprobs), 1e-5)
       // A state of the wrong kind is refused by name.
       const refused = yield* Effect.exit(dev.importState(yield* base.exportState))
       assert.isTrue(Exit.isFailure(refused))
@@ -98,8 +86,8 @@ describe("LoRA in the trainer's models", () => {
         lora: options
       })
       const batch = batchOf(
-        requests(1).map((r) => r.promptIds),
-        (yield* local.generate(requests(1))).map((c) => c.tokenIds)
+        F.requests(1).map((r) => r.promptIds),
+        (yield* local.generate(F.requests(1))).map((c) => c.tokenIds)
       )
       // Weights that do not depend on the scores (as SFT's): the worker's host-weights path scores without dropout.
       const w = (s: { readonly logprobs: Float64Array }) => Array.from(s.logprobs, (_, i) => (i % 3) * -0.1)
@@ -122,8 +110,25 @@ describe("LoRA in the trainer's models", () => {
       const options = lora({ dropout: 0.05 })
       const model = yield* Trainer.cpuModel(checkpoint, { threads: 1, lora: options })
       const initial = yield* model.exportState
+      const config = yield* F.config({
+        outputDir: dir,
+        maxSteps: 2,
+        saveSteps: 2,
+        learningRate: 0.02,
+        lora: options.config
+      })
+      // A configuration whose LoRA the model was not made with is refused before anything runs.
+      const mismatch = yield* Effect.flip(Trainer.train({
+        config: { ...config, lora: undefined },
+        model,
+        dataset: F.dataset(0, 64),
+        open: F.open,
+        rewardFunctions: [F.parityReward],
+        progress: false
+      }))
+      assert.include(mismatch.message, "the model trains a LoRA adapter but the configuration sets no lora")
       const result = yield* Trainer.train({
-        config: yield* F.config({ outputDir: dir, maxSteps: 2, saveSteps: 2, learningRate: 0.02 }),
+        config,
         model,
         dataset: F.dataset(0, 64),
         open: F.open,
@@ -139,7 +144,7 @@ describe("LoRA in the trainer's models", () => {
       // The base bytes are what they were; the adapter moved.
       for (const [name, t] of checkpoint.tensors) assert.deepStrictEqual(t.data, before.get(name), name)
       const after = yield* model.exportState
-      const moved = [...after.weights].filter(([n, t]) => maxRel(t.data, initial.weights.get(n)!.data) > 0)
+      const moved = [...after.weights].filter(([n, t]) => F.maxRel(t.data, initial.weights.get(n)!.data) > 0)
       assert.isAbove(moved.length, 0)
       // The checkpoint is the adapter as PEFT saves it, and a resume reads it back.
       const saved = path.join(dir, "checkpoint-2")
@@ -178,6 +183,44 @@ describe("LoRA in the trainer's models", () => {
 })
 
 describe("TRL's LoRA keys", () => {
+  it.scoped(
+    "a command file with use_peft trains a step on backend cpu; backend gpu refuses it, naming the fix",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const model = path.join(dir, "model")
+        yield* Checkpoint.initModel({ preset: "tiny", out: model, seed: 3 })
+        const file = path.join(dir, "lora.yaml")
+        const lines = (backend: string) =>
+          [
+            `model: ${model}`,
+            `backend: ${backend}`,
+            `environment: ${path.resolve(__dirname, "../../../examples/src/environments/echo.ts")}`,
+            "dataset: { seeds: [0, 4], prompt: \"Say something.\" }",
+            `output_dir: ${path.join(dir, "out")}`,
+            "use_peft: true",
+            "lora_r: 4",
+            "lora_target_modules: all-linear",
+            "num_generations: 2",
+            "perDeviceTrainBatchSize: 2",
+            "maxCompletionLength: 8",
+            "maxSteps: 1",
+            "loggingSteps: 1"
+          ].join("\n") + "\n"
+        yield* fs.writeFileString(file, lines("gpu"))
+        const refused = yield* Effect.exit(CommandFile.train(file, []))
+        assert.isTrue(Exit.isFailure(refused))
+        if (Exit.isFailure(refused)) assert.include(String(Cause.squash(refused.cause)), "Set backend: cpu")
+        yield* fs.writeFileString(file, lines("cpu"))
+        yield* CommandFile.train(file, [])
+        const metrics = yield* Metrics.read<Metrics.MetricsRecord>(path.join(dir, "out", Metrics.files.metrics))
+        assert.deepStrictEqual(metrics.map((m) => m.step), [1])
+      }).pipe(Effect.provide(NodeContext.layer)),
+    120_000
+  )
+
   it.effect("use_peft with lora_* keys (TRL's defaults), peft_config (PEFT's), all-linear, a direct lora block", () =>
     Effect.gen(function*() {
       const trl = yield* Config.decode({ use_peft: true })
@@ -217,6 +260,9 @@ describe("TRL's LoRA keys", () => {
         lora: { r: 2, alpha: 4, dropout: 0.1, targetModules: ["k_proj"], useRsLora: false }
       })
       assert.strictEqual(direct.lora?.r, 2)
+      // gradient_checkpointing is read (the CPU device recomputes), TRL's default true.
+      assert.isFalse((yield* Config.decode({ gradient_checkpointing: false })).gradientCheckpointing)
+      assert.isTrue((yield* Config.decode({})).gradientCheckpointing)
     }))
 
   it.effect("what cannot be honoured is refused, naming the key", () =>

@@ -1,8 +1,10 @@
 /**
  * Test fixtures: a tiny Qwen3 model on the CPU reference, an in-process environment without tools, and configs.
  */
+import { assert } from "@effect/vitest"
 import { Checkpoint } from "@envtrain/gpu"
 import type { Session } from "@envtrain/rollout/Episode"
+import type { GenerateRequest } from "@envtrain/rollout/Policy"
 import { Effect, Option } from "effect"
 import * as Config from "../src/Config.js"
 import * as Dataset from "../src/Dataset.js"
@@ -67,3 +69,18 @@ export const config = (overrides: Record<string, unknown>) =>
     numCompletionsToPrint: 2,
     ...overrides
   })
+
+/** The largest difference relative to 1 + |b| (models compared at f32 tolerance). */
+export const maxRel = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+  assert.strictEqual(a.length, b.length)
+  let worst = 0
+  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i] - b[i]) / (1 + Math.abs(b[i])))
+  return worst
+}
+
+/** Three generation requests of 3 to 5 prompt tokens, 8 new tokens each. */
+export const requests = (temperature: number): Array<GenerateRequest> =>
+  [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]].map((promptIds, i) => ({
+    promptIds,
+    sampling: { temperature, maxTokens: 8, seed: 7 + i }
+  }))

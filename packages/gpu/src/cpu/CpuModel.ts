@@ -5,6 +5,8 @@
  * - LoRA ({@link Options.lora}): the base weights are frozen — no gradient or AdamW moments exist for them, only for
  *   the adapter tensors (PEFT's `lora_A` [r, in], `lora_B` [out, r]) — and each adapted projection adds
  *   `(dropout(x)·Aᵀ·Bᵀ)·scaling` with its two low-rank products on the Gemm route, as `Qwen3Reference` specifies.
+ * - Activation recomputation ({@link Options.gradientCheckpointing}): only each layer's input is kept between the
+ *   forward and the backward, which reruns one layer at a time.
  * - Memory: weights, gradients and AdamW moments are allocated once; the activations of a forward live in a
  *   workspace planned for the largest token count seen so far (it grows, never shrinks), so a steady-state step
  *   allocates nothing but its small result arrays.
@@ -126,6 +128,10 @@ export interface CpuModel {
   /** With `profile: true`: milliseconds spent per op since the start or {@link CpuModel.resetProfile}. */
   readonly profile: ReadonlyMap<string, number>
   readonly resetProfile: () => void
+  /** Whether the backward recomputes each layer's activations ({@link Options.gradientCheckpointing}). */
+  readonly gradientCheckpointing: boolean
+  /** Bytes of the activation workspace as now planned (it grows with the largest pass; 0 before the first). */
+  readonly workspaceBytes: () => number
 }
 
 /** Options of {@link make}. */
@@ -149,6 +155,18 @@ export interface Options {
    * .initAdapters` gives PEFT's initialisation), keyed as `LoraConfig.adaptedProjections` names them.
    */
   readonly lora?: { readonly config: LoraConfig; readonly adapters: Readonly<Record<string, ArrayLike<number>>> }
+  /**
+   * Activation recomputation (TRL's `gradient_checkpointing`): the forward keeps only each decoder layer's input,
+   * and the backward runs that layer's forward again before differentiating it. The same arithmetic in the same
+   * order, so gradients are the same bits; the workspace holds one layer's activations instead of all of them, for
+   * about one more forward per backward. Default false.
+   */
+  readonly gradientCheckpointing?: boolean
+  /**
+   * A model that is never trained (a KL reference): no gradients or AdamW moments at all, so it costs its weights
+   * and workspace only. Its backward still gives the loss and logprobs. Default false.
+   */
+  readonly frozen?: boolean
 }
 
 /** One adapted projection as the model runs it: its tensors, their gradients, and its dropout stream. */
@@ -192,6 +210,8 @@ interface Layer {
 
 interface Workspace {
   readonly rows: number
+  /** Bytes of the activation buffers (f32 tensors and dropout masks). */
+  readonly bytes: number
   readonly layers: ReadonlyArray<Layer>
   readonly output: Float32Array
   readonly finalNormed: Float32Array
@@ -257,7 +277,7 @@ export const make = (
   const projections = lora === undefined ? [] : adaptedProjections(config, lora.config)
   const adapterSpecs = projections.flatMap((p) => [p.a, p.b])
   const allSpecs = [...specs, ...adapterSpecs]
-  const trainedSpecs = lora === undefined ? specs : adapterSpecs
+  const trainedSpecs = options.frozen === true ? [] : lora === undefined ? specs : adapterSpecs
   const count = (list: typeof specs) => list.reduce((n, spec) => n + spec.shape.reduce((a, b) => a * b, 1), 0)
   // A frozen base takes 4 bytes per weight; a trained tensor 16 (weight, gradient, two moments).
   const modelBytes = 4 * count(allSpecs) + 12 * count(trainedSpecs)
@@ -311,6 +331,7 @@ export const make = (
     return new Int32Array(a.buffer, a.byteOffset, n)
   }
   const scale = 1 / Math.sqrt(D)
+  const gradientCheckpointing = options.gradientCheckpointing ?? false
   const W: Weights = {}
   const G: Weights = {}
   const M: Weights = {}
@@ -334,7 +355,7 @@ export const make = (
   const loraScale = lora === undefined ? 0 : loraScaling(lora.config)
   const dropout = lora?.config.dropout ?? 0
   const keep = Math.fround(1 / (1 - dropout))
-  const normSink = lora === undefined ? undefined : alloc(Math.max(h, D))
+  const normSink = lora === undefined && options.frozen !== true ? undefined : alloc(Math.max(h, D))
 
   const copyIn = (list: typeof specs, what: string, source: Readonly<Record<string, ArrayLike<number>>>) => {
     for (const spec of list) {
@@ -378,39 +399,55 @@ export const make = (
   const workspace = (rows: number): Workspace => {
     if (ws !== undefined && ws.rows >= rows) return ws
     const N = Math.max(rows, ws === undefined ? 0 : ws.rows * 2)
-    const a = alloc
-    const layers: Array<Layer> = []
-    for (let l = 0; l < L; l++) {
-      layers.push({
-        input: a(N * h),
-        attnNormed: a(N * h),
-        attnRstd: a(N),
-        qProj: a(N * H * D),
-        kProj: a(N * KV * D),
-        v: attnAlloc(N * KV * D),
-        qRstd: a(N * H),
-        kRstd: a(N * KV),
-        q: attnAlloc(N * H * D),
-        k: attnAlloc(N * KV * D),
-        attnOut: attnAlloc(N * H * D),
-        lse: attnAlloc(N * H),
-        afterAttn: a(N * h),
-        mlpNormed: a(N * h),
-        mlpRstd: a(N),
-        gate: a(N * I),
-        up: a(N * I),
-        act: a(N * I),
-        adapters: new Map(
-          [...adapters[l].keys()].map((target) => [target, {
-            u: a(N * rank),
-            mask: dropout > 0 ? new Uint8Array(N * inDimOf(target)) : undefined,
-            dropped: false
-          }])
-        )
-      })
+    let bytes = 0
+    const a = (n: number) => {
+      bytes += 4 * n
+      return alloc(n)
     }
+    const at = (n: number) => {
+      bytes += 4 * n
+      return attnAlloc(n)
+    }
+    const mask = (n: number) => {
+      bytes += n
+      return new Uint8Array(n)
+    }
+    const makeLayer = (l: number, input: Float32Array): Layer => ({
+      input,
+      attnNormed: a(N * h),
+      attnRstd: a(N),
+      qProj: a(N * H * D),
+      kProj: a(N * KV * D),
+      v: at(N * KV * D),
+      qRstd: a(N * H),
+      kRstd: a(N * KV),
+      q: at(N * H * D),
+      k: at(N * KV * D),
+      attnOut: at(N * H * D),
+      lse: at(N * H),
+      afterAttn: a(N * h),
+      mlpNormed: a(N * h),
+      mlpRstd: a(N),
+      gate: a(N * I),
+      up: a(N * I),
+      act: a(N * I),
+      adapters: new Map(
+        [...adapters[l].keys()].map((target) => [target, {
+          u: a(N * rank),
+          mask: dropout > 0 ? mask(N * inDimOf(target)) : undefined,
+          dropped: false
+        }])
+      )
+    })
+    // Recomputation keeps each layer's input only; the rest is one set of buffers the backward refills per layer.
+    const shared = gradientCheckpointing ? makeLayer(0, new Float32Array(0)) : undefined
+    const layers = Array.from(
+      { length: L },
+      (_, l) => shared === undefined ? makeLayer(l, a(N * h)) : { ...shared, input: a(N * h) }
+    )
     ws = {
       rows: N,
+      bytes,
       layers,
       output: a(N * h),
       finalNormed: a(N * h),
@@ -424,13 +461,15 @@ export const make = (
       dI1: a(N * I),
       dI2: a(N * I),
       dI3: a(N * I),
-      dAttn: attnAlloc(N * H * D),
-      dq: attnAlloc(N * H * D),
-      dk: attnAlloc(N * KV * D),
-      dv: attnAlloc(N * KV * D),
+      dAttn: at(N * H * D),
+      dq: at(N * H * D),
+      dk: at(N * KV * D),
+      dv: at(N * KV * D),
       loraX: lora === undefined ? new Float32Array(0) : a(N * Math.max(h, H * D, I)),
       loraU: a(N * rank)
     }
+    // The object literal's allocations ran after `bytes` was read: record the total.
+    ws = { ...ws, bytes }
     return ws
   }
 
@@ -595,7 +634,21 @@ export const make = (
     return scratch
   }
 
+  // One decoder layer of a packed forward, from w.layers[l].input into `out`.
+  const layerForward = (w: Workspace, l: number, B: number, T: number, seed: number | undefined, out: Float32Array) => {
+    const N = B * T
+    const lay = w.layers[l]
+    attentionInputs(l, lay, N, w.positions, seed)
+    const shape = { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale }
+    const io = { shape, q: lay.q, k: lay.k, v: lay.v, segmentStart: w.segmentStart, out: lay.attnOut, lse: lay.lse }
+    if (tiled !== undefined) Attention.forward({ ...io, scratch: tiledScratch(T), route: tiled })
+    else attentionForward(gemm, { ...io, scratch: blockScratch(T) })
+    outputAndMlp(l, lay, N, out, seed)
+  }
+
   let forwardRows = 0
+  // The last forward's dropout seed: recomputation redraws the same masks.
+  let lastSeed: number | undefined
   const forward = (
     tokens: ArrayLike<number>,
     B: number,
@@ -625,15 +678,8 @@ export const make = (
     ensureRope(maxPos)
     embed(tokens, N, w.layers[0].input)
     for (let n = 0; n < N; n++) w.tokens[n] = tokens[n]
-    for (let l = 0; l < L; l++) {
-      const lay = w.layers[l]
-      attentionInputs(l, lay, N, w.positions, dropoutSeed)
-      const shape = { batch: B, seq: T, heads: H, kvHeads: KV, headDim: D, scale }
-      const io = { shape, q: lay.q, k: lay.k, v: lay.v, segmentStart: w.segmentStart, out: lay.attnOut, lse: lay.lse }
-      if (tiled !== undefined) Attention.forward({ ...io, scratch: tiledScratch(T), route: tiled })
-      else attentionForward(gemm, { ...io, scratch: blockScratch(T) })
-      outputAndMlp(l, lay, N, l + 1 < L ? w.layers[l + 1].input : w.output, dropoutSeed)
-    }
+    for (let l = 0; l < L; l++) layerForward(w, l, B, T, dropoutSeed, l + 1 < L ? w.layers[l + 1].input : w.output)
+    lastSeed = dropoutSeed
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
     linear(w.finalNormed, N, h, W[headName], V, w.logits)
     forwardRows = N
@@ -691,6 +737,8 @@ export const make = (
     baseBackward(dLogits, w.finalNormed, N, h, W[headName], V, G[headName], w.dh, false)
     K.rmsNormBackward(w.dh, w.output, w.finalRstd, N, h, W[FINAL_NORM], gNorm(FINAL_NORM), w.dx, false)
     for (let l = L - 1; l >= 0; l--) {
+      // Recomputation: this layer's activations again (into the shared buffers); its output goes to dh, free here.
+      if (gradientCheckpointing) layerForward(w, l, B, T, lastSeed, w.dh)
       const a = w.layers[l]
       const nm = names[l]
       const proj = (
@@ -867,7 +915,9 @@ export const make = (
     setWeights,
     setTrained,
     profile,
-    resetProfile: () => profile.clear()
+    resetProfile: () => profile.clear(),
+    gradientCheckpointing,
+    workspaceBytes: () => ws?.bytes ?? 0
   }
   return self
 }

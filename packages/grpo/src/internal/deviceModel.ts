@@ -37,8 +37,20 @@ export interface DeviceModelOptions {
    * activations and logits for this config, between 256 and 8192.
    */
   readonly maxTokensPerPass?: number
+  /**
+   * Recompute each decoder layer's activations in the backward (TRL's `gradient_checkpointing`): the same
+   * gradients, one layer's activations held instead of all; the default pass size grows accordingly.
+   */
+  readonly gradientCheckpointing?: boolean | undefined
+  /**
+   * The element-wise kernels (`CpuModel.Options.elementwise`): default WebAssembly SIMD where the model fits its
+   * 4 GiB memory. A 0.6B-parameter model's base alone is 2.4 GB, leaving too little for long passes: use "js".
+   */
+  readonly elementwise?: "wasm-simd" | "js" | undefined
   /** Train a LoRA adapter on the frozen base (only the adapter gets gradients and AdamW moments). */
   readonly lora?: LoraOptions | undefined
+  /** Never trained (the KL reference): no gradients or optimizer moments are allocated. */
+  readonly frozen?: boolean | undefined
 }
 
 interface Pass {
@@ -96,15 +108,17 @@ const plan = (batch: SequenceBatch, maxTokens: number): ReadonlyArray<Pass> => {
 }
 
 /** f32 values a forward keeps per token (every layer's activations, the logits) and the backward's scratch. */
-const valuesPerToken = (c: Checkpoint.Model["config"]) => {
+const valuesPerToken = (c: Checkpoint.Model["config"], recompute: boolean) => {
   const q = c.num_attention_heads * c.head_dim
   const kv = c.num_key_value_heads * c.head_dim
   const layer = 6 * c.hidden_size + 4 * q + 5 * kv + 3 * c.intermediate_size + 4 + 2 * c.num_attention_heads
-  return c.num_hidden_layers * layer + 4 * c.hidden_size + c.vocab_size + 3 * c.intermediate_size + 3 * q + 2 * kv
+  // Recomputation keeps every layer's input and one layer's activations.
+  const layers = recompute ? c.num_hidden_layers * c.hidden_size + layer : c.num_hidden_layers * layer
+  return layers + 4 * c.hidden_size + c.vocab_size + 3 * c.intermediate_size + 3 * q + 2 * kv
 }
 
-const defaultTokensPerPass = (c: Checkpoint.Model["config"]) =>
-  Math.max(256, Math.min(8192, Math.floor(2 ** 31 / (4 * valuesPerToken(c)))))
+const defaultTokensPerPass = (c: Checkpoint.Model["config"], recompute: boolean) =>
+  Math.max(256, Math.min(8192, Math.floor(2 ** 31 / (4 * valuesPerToken(c, recompute)))))
 
 const record = (tensors: Safetensors.Tensors): Record<string, Float32Array> => {
   const out: Record<string, Float32Array> = {}
@@ -120,7 +134,8 @@ const record = (tensors: Safetensors.Tensors): Record<string, Float32Array> => {
 export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOptions): TrainableModel => {
   const config = checkpoint.config
   const V = config.vocab_size
-  const maxTokens = options.maxTokensPerPass ?? defaultTokensPerPass(config)
+  const gradientCheckpointing = options.gradientCheckpointing ?? false
+  const maxTokens = options.maxTokensPerPass ?? defaultTokensPerPass(config, gradientCheckpointing)
   const lora = options.lora
   // The trained tensors' shapes: the adapter's with LoRA, else every weight's.
   const shapes = lora === undefined
@@ -130,8 +145,13 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
     config,
     record(checkpoint.tensors),
     options.gemm,
-    lora === undefined ? {} : {
-      lora: { config: lora.config, adapters: Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed }) }
+    {
+      gradientCheckpointing,
+      frozen: options.frozen === true,
+      ...(options.elementwise === undefined ? {} : { elementwise: options.elementwise }),
+      ...(lora === undefined ? {} : {
+        lora: { config: lora.config, adapters: Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed }) }
+      })
     }
   )
   // Training forwards draw fresh dropout masks; a pass run twice (scored, then again before its backward) the same.
@@ -174,6 +194,7 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
   }
 
   const base: Omit<TrainableModel, "generate" | "decoder"> = {
+    ...(lora === undefined ? {} : { lora: lora.config }),
     config,
     tokenizer: checkpoint.tokenizer,
     chatTemplate: checkpoint.chatTemplate,
@@ -249,8 +270,8 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
     // With LoRA the frozen copy (the KL reference) is the base with the adapter disabled, as PEFT's reference is.
     frozenCopy: Effect.sync(() =>
       lora === undefined
-        ? deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, options)
-        : deviceModel(checkpoint, { ...options, lora: undefined })
+        ? deviceModel({ ...checkpoint, tensors: tensorsOf(dev.weights) }, { ...options, frozen: true })
+        : deviceModel(checkpoint, { ...options, lora: undefined, frozen: true })
     )
   }
 

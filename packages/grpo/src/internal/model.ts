@@ -205,6 +205,8 @@ export interface StepDecoder {
 export interface TrainableModel {
   /** Optional: which device runs the model, in words (printed by the CLI and the examples). */
   readonly device?: string
+  /** The LoRA adapter it trains on a frozen base, if any (the trainer checks it against `Config.lora`). */
+  readonly lora?: LoraConfig.LoraConfig
   readonly config: ModelConfig.ModelConfig
   readonly tokenizer: Tokenizer
   readonly chatTemplate: ChatTemplate
@@ -359,6 +361,7 @@ export const cpuModel = (
     })
 
   const self: TrainableModel = {
+    ...(lora === undefined ? {} : { lora: lora.config }),
     config,
     tokenizer: model.tokenizer,
     chatTemplate: model.chatTemplate,

@@ -55,7 +55,8 @@ const handle = (request: Request): Effect.Effect<unknown, Failure> => {
           ...add(deviceModel(checkpoint, {
             gemm: device.gemm,
             ...batch,
-            ...(options.maxTokensPerPass === undefined ? {} : { maxTokensPerPass: options.maxTokensPerPass })
+            ...(options.maxTokensPerPass === undefined ? {} : { maxTokensPerPass: options.maxTokensPerPass }),
+            gradientCheckpointing: options.gradientCheckpointing
           })),
           device: device.description
         })

@@ -98,7 +98,6 @@ export const checks: Readonly<Record<string, Check>> = {
   router_aux_loss_coef: nullOr("envtrain's model is a dense Qwen3 (no mixture of experts): remove it"),
   disable_dropout: boolean, // envtrain's model has no dropout: either value means the same
   cast_lm_head_to_fp32: boolean, // envtrain's LM head and logits are float32 already
-  gradient_checkpointing: boolean, // memory only: it changes no result
   gradient_checkpointing_kwargs: accept,
   ds3_gather_for_generation: boolean, // DeepSpeed ZeRO-3 only
   bf16: falseOr("envtrain trains with float32 weights, gradients and optimizer state: remove bf16 or set it false"),

@@ -36,7 +36,10 @@ export interface WorkerModelOptions {
    * Run the CPU device's model (f32 kernels, BLAS or WebAssembly SIMD matmuls) instead of the reference model, with
    * these options (`Trainer.cpuModel`).
    */
-  readonly device?: CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number }
+  readonly device?: CpuDevice.DeviceOptions & {
+    readonly maxTokensPerPass?: number
+    readonly gradientCheckpointing?: boolean | undefined
+  }
   /** Train a LoRA adapter on the frozen base: the weights the trainer reads back and syncs are the adapter's. */
   readonly lora?: LoraOptions | undefined
 }
@@ -167,8 +170,9 @@ export const start = (
 
     if (first.device !== undefined) name = `envtrain-cpu-model (thread ${worker.threadId}, ${first.device})`
     const { chatTemplate, config, generationConfig, tokenizer } = checkpoint
-    const proxy = (id: number): TrainableModel => ({
+    const proxy = (id: number, trainsLora = true): TrainableModel => ({
       ...(first.device === undefined ? {} : { device: first.device }),
+      ...(options.lora === undefined || !trainsLora ? {} : { lora: options.lora.config }),
       config,
       tokenizer,
       chatTemplate,
@@ -197,7 +201,8 @@ export const start = (
         ask({ _tag: "ImportOptimizerState", model: id, state }).pipe(
           Effect.catchTag("WorkerModelError", (e) => Effect.die(e))
         ),
-      frozenCopy: Effect.map(call({ _tag: "FrozenCopy", model: id }), (copy) => proxy(copy.model))
+      // A LoRA model's frozen copy is the base: it trains no adapter.
+      frozenCopy: Effect.map(call({ _tag: "FrozenCopy", model: id }), (copy) => proxy(copy.model, false))
     })
 
     return {

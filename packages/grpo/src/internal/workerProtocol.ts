@@ -27,7 +27,12 @@ export type Request =
     readonly generationConfig: Readonly<Record<string, unknown>>
     readonly maxBatchSize: number | undefined
     /** The CPU device's options, or undefined for the reference model (`Trainer.workerModel`). */
-    readonly device: (CpuDevice.DeviceOptions & { readonly maxTokensPerPass?: number | undefined }) | undefined
+    readonly device:
+      | (CpuDevice.DeviceOptions & {
+        readonly maxTokensPerPass?: number | undefined
+        readonly gradientCheckpointing?: boolean | undefined
+      })
+      | undefined
     /** Train a LoRA adapter on the frozen base (then states and weight syncs are the adapter's). */
     readonly lora: LoraOptions | undefined
   }
