@@ -712,17 +712,20 @@ const rollOutGroups = <State, E, R, RE, RR>(
     Effect.Effect.Error<typeof inProcess> | RolloutGroups.RolloutGroupsError,
     Effect.Effect.Context<typeof inProcess>
   >
-  return Effect.flatMap(Effect.serviceOption(RolloutGroups.RolloutGroups), (elsewhere): Records =>
-    Option.isNone(elsewhere)
-      ? inProcess
-      : options.rolloutFunc !== undefined
-      ? Effect.fail(
-        new RolloutGroups.RolloutGroupsError({
-          problem: "rolloutFunc runs in the trainer's process, but this run's rollouts go to a RolloutGroups " +
-            "service (cluster runners): drop rolloutFunc, or train without the cluster"
-        })
-      )
-      : Effect.map(elsewhere.value.run(batch), (records) => records as ReadonlyArray<EpisodeRecord<State>>))
+  return Effect.flatMap(
+    Effect.serviceOption(RolloutGroups.RolloutGroups),
+    (elsewhere): Records =>
+      Option.isNone(elsewhere)
+        ? inProcess
+        : options.rolloutFunc !== undefined
+        ? Effect.fail(
+          new RolloutGroups.RolloutGroupsError({
+            problem: "rolloutFunc runs in the trainer's process, but this run's rollouts go to a RolloutGroups " +
+              "service (cluster runners): drop rolloutFunc, or train without the cluster"
+          })
+        )
+        : Effect.map(elsewhere.value.run(batch), (records) => records as ReadonlyArray<EpisodeRecord<State>>)
+  )
 }
 
 /**

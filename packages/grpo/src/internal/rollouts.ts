@@ -22,7 +22,10 @@ export type OpenSession<State, E, R> = (
 ) => Effect.Effect<Episode.Session<State, E>, E, Scope.Scope | R>
 
 /** What a batch's episodes need of a model: generation and the chat template (a cluster runner has only these). */
-export type Generator = Pick<TrainableModel, "generate" | "generateEach" | "maxBatchSize" | "tokenizer" | "chatTemplate">
+export type Generator = Pick<
+  TrainableModel,
+  "generate" | "generateEach" | "maxBatchSize" | "tokenizer" | "chatTemplate"
+>
 
 export interface BatchOptions<State, E, R> {
   readonly model: Generator
