@@ -28,8 +28,11 @@ import * as RunnerAddress from "@effect/cluster/RunnerAddress"
 import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import { NodeClusterSocket, NodeHttpClient } from "@effect/platform-node"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import { Registry } from "@envtrain/env"
+import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
 import { Duration, Effect, Layer, Option, Redacted } from "effect"
+import * as NodePath from "node:path"
 import * as internalClient from "./internal/cluster/client.js"
 import * as internalRunner from "./internal/cluster/runner.js"
 import type * as Store from "./internal/cluster/store.js"
@@ -164,3 +167,41 @@ export const client = (options: ClientOptions) =>
     ),
     Layer.provide(postgres(options.postgres, `envtrain-trainer ${options.runId}`.slice(0, 63)))
   )
+
+/**
+ * The client for a command file's run (`envtrain train`): with `cluster: { postgres }` in the file or `postgres`
+ * given (`--cluster URL`), the layer; otherwise none. The run id is `cluster.runId`, else the output directory's
+ * name; runners generate on the file's `policyServers` and open its `environment` (a single registry spec, in the
+ * runner's process or on `envUrl`). Anything else is refused with the fix.
+ *
+ * @since 0.0.0
+ */
+export const forCommandFile = (path: string, overrides: ReadonlyArray<string>, postgres: string | undefined) =>
+  Effect.gen(function*() {
+    const { config, spec } = yield* CommandFile.load(path, overrides)
+    const url = postgres ?? spec.cluster?.postgres
+    if (url === undefined) return Option.none()
+    const refuse = (problem: string) => new CommandFile.CommandFileError({ path, problem: `cluster: ${problem}` })
+    if (typeof spec.environment !== "string") {
+      return yield* refuse("runners open one environment by its registry name or module path: set environment to one")
+    }
+    if (spec.envUrl !== undefined && typeof spec.envUrl !== "string") {
+      return yield* refuse("envUrl must be one URL (runners play one environment)")
+    }
+    if (config.policyServers.length === 0) {
+      return yield* refuse("runners generate on policy servers: set policyServers (`envtrain serve-policy` URLs)")
+    }
+    // Runners run elsewhere (another working directory): module paths and the model directory made absolute.
+    const resolved = (p: string) => Registry.isModulePath(p) ? NodePath.resolve(p) : p
+    return Option.some(client({
+      postgres: url,
+      runId: spec.cluster?.runId ?? NodePath.basename(NodePath.resolve(config.outputDir)),
+      spec: {
+        environment: resolved(spec.environment),
+        ...(spec.envUrl === undefined ? {} : { envUrl: spec.envUrl }),
+        model: NodePath.resolve(spec.model),
+        policyServers: config.policyServers
+      },
+      ...(spec.cluster?.fastFailover === true ? fastFailover : {})
+    }))
+  })

@@ -9,6 +9,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import { assert, describe, it } from "@effect/vitest"
 import { Catch, Environment } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as Config from "@envtrain/grpo/Config"
 import * as Dataset from "@envtrain/grpo/Dataset"
 import * as Metrics from "@envtrain/grpo/Metrics"
@@ -17,7 +18,7 @@ import * as Reward from "@envtrain/grpo/Reward"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
 import * as Trainer from "@envtrain/grpo/Trainer"
 import * as Episode from "@envtrain/rollout/Episode"
-import { Effect, Exit, Fiber, Layer, Redacted } from "effect"
+import { Effect, Exit, Fiber, Layer, Option, Redacted } from "effect"
 import * as Cluster from "../src/Cluster.js"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 import * as PostgresProcess from "../src/PostgresProcess.js"
@@ -190,5 +191,36 @@ describe("rollout groups on cluster runners", () => {
         assert.include(String(Exit.isFailure(second) ? second.cause : ""), "driven by another trainer")
       }).pipe(Effect.provide(NodeContext.layer)),
     300_000
+  )
+})
+
+describe("cluster: in a command file", () => {
+  it.scoped(
+    "needs policy servers and one environment; without the harness's client the grpo run refuses it; without it " +
+      "the run stays in process",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const file = (name: string, text: string) =>
+          Effect.as(fs.writeFileString(path.join(dir, name), text), path.join(dir, name))
+        const base = "model: models/tiny\nenvironment: catch\ndataset: { seeds: [0, 8], prompt: Catch. }\n"
+        const plain = yield* file("plain.yaml", base)
+        assert.isTrue(Option.isNone(yield* Cluster.forCommandFile(plain, [], undefined)))
+        const noServers = yield* Effect.flip(Cluster.forCommandFile(plain, [], "postgres://u@127.0.0.1:1/db"))
+        assert.include(noServers.message, "set policyServers")
+        const routed = yield* file(
+          "routed.yaml",
+          "model: models/tiny\nenvironment: { a: catch, b: wordle }\npolicyServers: [http://127.0.0.1:1]\n"
+        )
+        assert.include(
+          (yield* Effect.flip(Cluster.forCommandFile(routed, [], "postgres://u@127.0.0.1:1/db"))).message,
+          "one environment"
+        )
+        const clustered = yield* file("clustered.yaml", `${base}cluster: { postgres: "postgres://u@127.0.0.1:1/db" }\n`)
+        const refused = yield* Effect.flip(CommandFile.train(clustered, []))
+        assert.include(refused.message, "cluster: the runners' client is envtrain's command line")
+      }).pipe(Effect.provide(NodeContext.layer))
   )
 })

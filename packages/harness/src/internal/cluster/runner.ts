@@ -27,6 +27,18 @@ interface RunContext {
 
 const failed = (problem: string) => new Entity.GroupFailed({ problem })
 
+/** The model a policy server serves: the first of `GET /v1/models`. */
+const servedModel = (client: HttpClient.HttpClient, url: string) =>
+  client.get(`${url.replace(/\/+$/, "")}/v1/models`).pipe(
+    Effect.flatMap((res) => res.json),
+    Effect.map((body) => (body as { data?: ReadonlyArray<{ id?: unknown }> }).data?.[0]?.id),
+    Effect.timeout(Duration.seconds(30)),
+    Effect.flatMap((id) =>
+      typeof id === "string" ? Effect.succeed(id) : Effect.fail(`${url}/v1/models lists no model`)
+    ),
+    Effect.mapError((e) => failed(`policy server ${url}: ${typeof e === "string" ? e : String(e)}`))
+  )
+
 const runContext = (runId: string) =>
   Effect.gen(function*() {
     const spec = yield* Store.getRun(runId)
@@ -34,9 +46,13 @@ const runContext = (runId: string) =>
       return yield* failed(`run ${runId} has no spec in envtrain_cluster_runs: its trainer has not started it`)
     }
     const entry = yield* Effect.mapError(Registry.load(spec.environment), (e) => failed(e.message))
-    const environment = entry.environment
+    const environment = spec.envUrl === undefined ? entry.environment : entry.remote?.(spec.envUrl)
     if (environment === undefined) {
-      return yield* failed(`environment ${spec.environment} has no in-process implementation to run on a runner`)
+      return yield* failed(
+        spec.envUrl === undefined
+          ? `environment ${spec.environment} has no in-process implementation to run on a runner: give envUrl`
+          : `environment ${spec.environment} has no typed client for the server at ${spec.envUrl}`
+      )
     }
     const model = yield* Effect.mapError(
       Checkpoint.load(spec.model),
@@ -46,10 +62,11 @@ const runContext = (runId: string) =>
       return yield* failed(`run ${runId} names no policy servers: runners generate on them (set policyServers)`)
     }
     const client = yield* HttpClient.HttpClient
+    const servedModelName = spec.servedModelName ?? (yield* servedModel(client, spec.policyServers[0]))
     const policies = yield* Effect.forEach(spec.policyServers, (url) =>
       Effect.provide(
         Policy.Policy,
-        Policy.openAiCompatible({ baseUrl: url, model: spec.servedModelName }).pipe(
+        Policy.openAiCompatible({ baseUrl: url, model: servedModelName }).pipe(
           Layer.provide(Layer.succeed(HttpClient.HttpClient, client))
         )
       ))

@@ -21,11 +21,13 @@ import { Effect } from "effect"
 export interface RunSpec {
   /** A registry spec: a built-in's name, a module path, or an OpenEnv server's URL. */
   readonly environment: string
+  /** Play the environment on this OpenEnv server (its registry entry's remote twin) instead of in the runner. */
+  readonly envUrl?: string | undefined
   /** The model directory (tokenizer and chat template; runners generate on the policy servers). */
   readonly model: string
   readonly policyServers: ReadonlyArray<string>
-  /** The model name the policy servers answer to. */
-  readonly servedModelName: string
+  /** The model name the policy servers answer to (default: the first one their `GET /v1/models` lists). */
+  readonly servedModelName?: string | undefined
 }
 
 export const migrate = Effect.gen(function*() {
