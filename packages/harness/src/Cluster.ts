@@ -26,7 +26,7 @@
  */
 import * as RunnerAddress from "@effect/cluster/RunnerAddress"
 import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
-import { NodeClusterSocket, NodeHttpClient } from "@effect/platform-node"
+import { NodeHttpClient } from "@effect/platform-node"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Registry } from "@envtrain/env"
 import * as CommandFile from "@envtrain/grpo/CommandFile"
@@ -35,6 +35,7 @@ import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import * as NodePath from "node:path"
 import * as internalClient from "./internal/cluster/client.js"
 import * as internalRunner from "./internal/cluster/runner.js"
+import * as Sharding from "./internal/cluster/sharding.js"
 import type * as Store from "./internal/cluster/store.js"
 
 /**
@@ -64,6 +65,17 @@ export interface Settings {
   readonly shardLockExpiration?: Duration.DurationInput
   /** How long an entity may take to stop when its shard moves (a runner joined) before it is interrupted. */
   readonly entityTerminationTimeout?: Duration.DurationInput
+  /**
+   * Shard locks as Postgres advisory locks (@effect/cluster's default) instead of rows that expire after
+   * `shardLockExpiration`. Default false: an advisory lock lives as long as its holder's connection, so a runner that
+   * hangs without dying (SIGSTOP, a wedged host) would keep its shards, and their groups, forever; a row lock expires
+   * and the shards move. The price: a dead runner's shards wait for the expiry too.
+   */
+  readonly advisoryLocks?: boolean
+  /** How long one health ping of a runner may take (default 10 s, upstream's). */
+  readonly pingTimeout?: Duration.DurationInput
+  /** Pings after the first before a runner is declared dead (default 5, upstream's). */
+  readonly pingRetries?: number
 }
 
 /**
@@ -76,11 +88,14 @@ export const fastFailover: Settings = {
   refreshAssignmentsInterval: "500 millis",
   messagePollInterval: "500 millis",
   shardLockRefreshInterval: "1 second",
-  shardLockExpiration: "5 seconds"
+  shardLockExpiration: "5 seconds",
+  pingTimeout: "1 second",
+  pingRetries: 2
 }
 
 const shardingConfig = (settings: Settings): Partial<ShardingConfig.ShardingConfig["Type"]> => ({
   shardsPerGroup: settings.shardsPerGroup ?? 64,
+  shardLockDisableAdvisory: settings.advisoryLocks !== true,
   entityMessagePollInterval: settings.messagePollInterval ?? Duration.seconds(1),
   ...(settings.runnerHealthCheckInterval === undefined
     ? {}
@@ -122,9 +137,9 @@ export interface RunnerOptions extends Settings {
 export const runner = (options: RunnerOptions) => {
   const address = RunnerAddress.make(options.host, options.port)
   return internalRunner.layer(`${options.host}:${options.port}`).pipe(
-    Layer.provide(NodeClusterSocket.layer({
-      storage: "sql",
-      shardingConfig: { ...shardingConfig(options), runnerAddress: Option.some(address) }
+    Layer.provide(Sharding.runner({ ...shardingConfig(options), runnerAddress: Option.some(address) }, {
+      pingTimeout: options.pingTimeout ?? Duration.seconds(10),
+      pingRetries: options.pingRetries ?? 5
     })),
     Layer.provide(NodeHttpClient.layerUndici),
     Layer.provide(postgres(options.postgres, `envtrain-runner ${options.host}:${options.port}`))
@@ -162,9 +177,7 @@ export const client = (options: ClientOptions) =>
         Effect.fail(new RolloutGroups.RolloutGroupsError({ problem: `cluster storage: ${e.message}` })))
     )
   ).pipe(
-    Layer.provide(
-      NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: shardingConfig(options) })
-    ),
+    Layer.provide(Sharding.client(shardingConfig(options))),
     Layer.provide(postgres(options.postgres, `envtrain-trainer ${options.runId}`.slice(0, 63)))
   )
 

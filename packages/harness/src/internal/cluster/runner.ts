@@ -91,6 +91,7 @@ export const layer = (name: string) =>
           const key = Entity.batchKey(payload)
           const batch = (yield* Store.getBatch(payload.runId, key)) as RolloutGroups.Batch | undefined
           if (batch === undefined) return yield* failed(`run ${payload.runId} has no batch ${key}`)
+          yield* Store.startAttempt(payload.runId, key, payload.group, name)
           // A policy server per group, in turn; its completions carry the version the trainer dispatched at (the
           // servers' own counters start at their first push).
           const policy = context.policies[payload.group % context.policies.length]
@@ -107,6 +108,7 @@ export const layer = (name: string) =>
           })
           const body = JSON.stringify(records)
           yield* Store.putGroup(payload.runId, key, payload.group, body, name)
+          yield* Store.finishAttempt(payload.runId, key, payload.group, name)
           return { group: payload.group, episodes: records.length, bytes: Buffer.byteLength(body), runner: name }
         }).pipe(
           Effect.catchTags({

@@ -39,7 +39,28 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS envtrain_cluster_groups (
     run_id TEXT NOT NULL, batch_key TEXT NOT NULL, grp INT NOT NULL, body TEXT NOT NULL, bytes INT NOT NULL,
     runner TEXT NOT NULL, PRIMARY KEY (run_id, batch_key, grp))`
+  yield* sql`CREATE TABLE IF NOT EXISTS envtrain_cluster_attempts (
+    run_id TEXT NOT NULL, batch_key TEXT NOT NULL, grp INT NOT NULL, runner TEXT NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), finished_at TIMESTAMPTZ)`
 })
+
+/**
+ * An attempt at a group starts (a row of `envtrain_cluster_attempts`, the run's audit log: attempts beyond one per
+ * group are re-runs after a kill or a shard move); `finishAttempt` stamps it when the records are stored.
+ */
+export const startAttempt = (runId: string, key: string, group: number, runner: string) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      sql`INSERT INTO envtrain_cluster_attempts (run_id, batch_key, grp, runner)
+      VALUES (${runId}, ${key}, ${group}, ${runner})`
+  )
+
+export const finishAttempt = (runId: string, key: string, group: number, runner: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql`UPDATE envtrain_cluster_attempts SET finished_at = clock_timestamp()
+      WHERE run_id = ${runId} AND batch_key = ${key} AND grp = ${group} AND runner = ${runner}
+        AND finished_at IS NULL`)
 
 export const putRun = (runId: string, spec: RunSpec) =>
   Effect.flatMap(
