@@ -259,7 +259,7 @@ layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout group
         yield* runners(s, 1)
         const scope = yield* Effect.scope
         // Started at the first group in flight, in the background: it registers seconds later, mid-run.
-        const join = () => Effect.asVoid(Effect.forkIn(Effect.orDie(runners(s, 1)), scope))
+        const join = () => Effect.asVoid(Effect.forkIn(Effect.orDie(Scope.extend(runners(s, 1), scope)), scope))
         const joined: Array<string> = []
         assertSameRun(s, yield* train(s, duringStep(s, "join-run", 0, join, joined)))
         assert.strictEqual(joined.length, 1)

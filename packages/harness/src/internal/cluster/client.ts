@@ -17,7 +17,7 @@ import * as Sharding from "@effect/cluster/Sharding"
 import type * as SqlClient from "@effect/sql/SqlClient"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
 import type * as Episode from "@envtrain/rollout/Episode"
-import { Duration, Effect } from "effect"
+import { Deferred, Duration, Effect } from "effect"
 import * as Entity from "./entity.js"
 import * as Store from "./store.js"
 
@@ -38,8 +38,8 @@ const watchdog = (prefix: string, limit: Duration.Duration) =>
     while (true) {
       yield* Effect.sleep(every)
       const now = Date.now()
-      const unread = yield* Store.unreadMessages(prefix)
-      const runners = yield* Store.healthyRunners
+      const unread = yield* Store.throughOutage(limit)(Store.unreadMessages(prefix))
+      const runners = yield* Store.throughOutage(limit)(Store.healthyRunners)
       unreadSince = unread === 0 ? undefined : unreadSince ?? now
       noRunnerSince = runners > 0 ? undefined : noRunnerSince ?? now
       const seconds = (Duration.toMillis(limit) / 1000).toFixed(0)
@@ -62,46 +62,69 @@ const watchdog = (prefix: string, limit: Duration.Duration) =>
 export const make = (options: ClientOptions) =>
   Effect.gen(function*() {
     const { runId } = options
+    const limit = Duration.decode(options.watchdog)
+    const durable = Store.throughOutage(limit)
     yield* Store.migrate
-    if (!(yield* Store.lease(runId))) {
+    const first = yield* Store.lease(runId)
+    if (!first.taken) {
       return yield* problem(
         `run ${runId} is driven by another trainer (it holds the run's lease on this Postgres): stop it, or use ` +
           `another run id / output directory`
       )
     }
+    // The lease lives with its session: after a Postgres restart it is taken again, unless another trainer was
+    // quicker, which fails the run.
+    const lost = yield* Deferred.make<never, RolloutGroups.RolloutGroupsError>()
+    let held = first.check
+    yield* Effect.gen(function*() {
+      while (true) {
+        yield* Effect.sleep("2 seconds")
+        if (yield* Effect.orElseSucceed(held, () => false)) continue
+        const again = yield* durable(Store.lease(runId))
+        if (!again.taken) {
+          return yield* problem(`run ${runId} lost its lease while Postgres was away: another trainer took the run`)
+        }
+        held = again.check
+      }
+    }).pipe(
+      Effect.catchTag("SqlError", (e) => Effect.fail(problem(`the run's lease could not be renewed: ${e.message}`))),
+      Effect.catchAll((e) => Deferred.fail(lost, e)),
+      Effect.forkScoped
+    )
     yield* Store.putRun(runId, options.spec)
     const makeClient = yield* Entity.RolloutGroup.client
     const sharding = yield* Sharding.Sharding
     const storage = yield* MessageStorage.MessageStorage
     const context = yield* Effect.context<SqlClient.SqlClient>()
-    const limit = Duration.decode(options.watchdog)
 
     const clear = (key: string, groups: number) =>
       Effect.forEach(Array.from({ length: groups }, (_, g) => g), (g) => {
         const entityId = EntityId.make(Entity.entityId(runId, key, g))
-        return storage.clearAddress(EntityAddress.make({
+        return durable(storage.clearAddress(EntityAddress.make({
           shardId: sharding.getShardId(entityId, "default"),
           entityType: Entity.RolloutGroup.type,
           entityId
-        }))
+        })))
       }, { discard: true })
 
     const run = (batch: RolloutGroups.Batch) =>
       Effect.gen(function*() {
         const key = Entity.batchKey(batch)
-        yield* Store.putBatch(runId, key, batch)
+        yield* durable(Store.putBatch(runId, key, batch))
         const send = Effect.forEach(batch.rows, (_, group) =>
-          makeClient(Entity.entityId(runId, key, group)).RunGroup({
-            runId,
-            step: batch.step,
-            microBatch: batch.microBatch,
-            round: batch.round,
-            group,
-            seed: batch.seed,
-            policyVersion: batch.policyVersion
-          }), { concurrency: "unbounded" })
+          durable(
+            makeClient(Entity.entityId(runId, key, group)).RunGroup({
+              runId,
+              step: batch.step,
+              microBatch: batch.microBatch,
+              round: batch.round,
+              group,
+              seed: batch.seed,
+              policyVersion: batch.policyVersion
+            })
+          ), { concurrency: "unbounded" })
         yield* Effect.raceFirst(send, watchdog(Entity.entityId(runId, key, 0).slice(0, -1), limit))
-        const rows = yield* Store.getGroups(runId, key)
+        const rows = yield* durable(Store.getGroups(runId, key))
         const byGroup = new Map(rows.map((r) => [r.grp, r.body]))
         const records: Array<Episode.EpisodeRecord<unknown>> = []
         for (let g = 0; g < batch.rows.length; g++) {
@@ -111,7 +134,7 @@ export const make = (options: ClientOptions) =>
           }
           records.push(...(JSON.parse(body) as Array<Episode.EpisodeRecord<unknown>>))
         }
-        yield* Store.dropBatch(runId, key)
+        yield* durable(Store.dropBatch(runId, key))
         yield* clear(key, batch.rows.length)
         return records
       }).pipe(
@@ -122,7 +145,8 @@ export const make = (options: ClientOptions) =>
           MailboxFull: (e) => Effect.fail(problem(`a runner's mailbox is full: ${String(e)}`)),
           AlreadyProcessingMessage: (e) => Effect.fail(problem(`cluster: ${String(e)}`))
         }),
-        Effect.provide(context)
+        Effect.provide(context),
+        Effect.raceFirst(Deferred.await(lost))
       )
     return { run }
   })

@@ -27,6 +27,9 @@ interface RunContext {
 
 const failed = (problem: string) => new Entity.GroupFailed({ problem })
 
+// A Postgres restart or failover is waited out this long before a group fails with it.
+const durable = Store.throughOutage(Duration.minutes(1))
+
 /** The model a policy server serves: the first of `GET /v1/models`. */
 const servedModel = (client: HttpClient.HttpClient, url: string) =>
   client.get(`${url.replace(/\/+$/, "")}/v1/models`).pipe(
@@ -41,7 +44,7 @@ const servedModel = (client: HttpClient.HttpClient, url: string) =>
 
 const runContext = (runId: string) =>
   Effect.gen(function*() {
-    const spec = yield* Store.getRun(runId)
+    const spec = yield* durable(Store.getRun(runId))
     if (spec === undefined) {
       return yield* failed(`run ${runId} has no spec in envtrain_cluster_runs: its trainer has not started it`)
     }
@@ -89,9 +92,9 @@ export const layer = (name: string) =>
         Effect.gen(function*() {
           const context = yield* contexts.get(payload.runId)
           const key = Entity.batchKey(payload)
-          const batch = (yield* Store.getBatch(payload.runId, key)) as RolloutGroups.Batch | undefined
+          const batch = (yield* durable(Store.getBatch(payload.runId, key))) as RolloutGroups.Batch | undefined
           if (batch === undefined) return yield* failed(`run ${payload.runId} has no batch ${key}`)
-          yield* Store.startAttempt(payload.runId, key, payload.group, name)
+          yield* durable(Store.startAttempt(payload.runId, key, payload.group, name))
           // A policy server per group, in turn; its completions carry the version the trainer dispatched at (the
           // servers' own counters start at their first push).
           const policy = context.policies[payload.group % context.policies.length]
@@ -107,8 +110,8 @@ export const layer = (name: string) =>
             open: context.open
           })
           const body = JSON.stringify(records)
-          yield* Store.putGroup(payload.runId, key, payload.group, body, name)
-          yield* Store.finishAttempt(payload.runId, key, payload.group, name)
+          yield* durable(Store.putGroup(payload.runId, key, payload.group, body, name))
+          yield* durable(Store.finishAttempt(payload.runId, key, payload.group, name))
           return { group: payload.group, episodes: records.length, bytes: Buffer.byteLength(body), runner: name }
         }).pipe(
           Effect.catchTags({

@@ -15,7 +15,7 @@
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect } from "effect"
+import { Duration, Effect, Schedule } from "effect"
 
 /** What a runner needs to know of a run besides the batch: where episodes run and what generates. */
 export interface RunSpec {
@@ -29,6 +29,19 @@ export interface RunSpec {
   /** The model name the policy servers answer to (default: the first one their `GET /v1/models` lists). */
   readonly servedModelName?: string | undefined
 }
+
+/**
+ * Retries a storage operation that failed on the way to Postgres (`SqlError`, the cluster's `PersistenceError`:
+ * a restart, a failover, a dropped connection) every half second for up to `outage`, then lets the failure through.
+ * Writes here are idempotent (upserts, `ON CONFLICT`, deletes), and so are the cluster's sends (one primary key).
+ */
+export const throughOutage =
+  (outage: Duration.DurationInput) =>
+  <A, E extends { readonly _tag: string }, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.retry(effect, {
+      schedule: Schedule.spaced(Duration.millis(500)).pipe(Schedule.upTo(outage)),
+      while: (e) => e._tag === "SqlError" || e._tag === "PersistenceError"
+    })
 
 export const migrate = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -141,16 +154,27 @@ export const healthyRunners = Effect.flatMap(SqlClient.SqlClient, (sql) =>
 /**
  * The run lease: a session-level advisory lock on a connection reserved for the run's Scope. Postgres releases it
  * when that connection closes, so a trainer that dies (SIGKILL included) frees the run at once; a second trainer on
- * the same run id is refused while the first lives.
+ * the same run id is refused while the first lives. Returns whether it was taken, and `check`: whether this
+ * session still holds it (it does not after a Postgres restart, which ends every session).
  */
 export const lease = (runId: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const connection = yield* sql.reserve
+    const key = `envtrain-run:${runId}`
     const rows = yield* connection.executeUnprepared(
       "SELECT pg_try_advisory_lock(hashtext($1)::bigint) AS ok",
-      [`envtrain-run:${runId}`],
+      [key],
       undefined
     )
-    return (rows as ReadonlyArray<{ ok: boolean }>)[0]?.ok === true
+    const check = Effect.map(
+      connection.executeUnprepared(
+        "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted " +
+          "AND objid = (hashtext($1)::bigint & 4294967295)::oid",
+        [key],
+        undefined
+      ),
+      (held) => Number((held as ReadonlyArray<{ n: string }>)[0]?.n ?? 0) > 0
+    )
+    return { taken: (rows as ReadonlyArray<{ ok: boolean }>)[0]?.ok === true, check }
   })
