@@ -36,3 +36,4 @@ fi
 bash scripts/ensure-chromium.sh
 bash scripts/ensure-bubblewrap.sh
 bash scripts/ensure-openblas.sh
+bash scripts/ensure-postgres.sh

@@ -36,6 +36,8 @@
  *                                   # dataset's prompt): { seeds: [0, 400], errorRate: 0.2 }
  * maxLength: 300                # `sft` only: longest sequence kept (tokens)
  * resume: true                  # continue from the newest checkpoint in outputDir
+ * cluster: { postgres: postgres://u@db:5432/envtrain }   # optional: rollout groups on `envtrain runner` processes
+ *                               # (with policyServers; `envtrain train` only, or `--cluster URL`)
  * outputDir: runs/catch
  * maxSteps: 200
  * learningRate: 1.0e-5
@@ -61,7 +63,7 @@ import { FileSystem, Path } from "@effect/platform"
 import { Client, Environment, MultiEnv, Registry, ServerPool } from "@envtrain/env"
 import { Checkpoint, Gpu } from "@envtrain/gpu"
 import * as Episode from "@envtrain/rollout/Episode"
-import { Data, Effect, Schema } from "effect"
+import { Data, Effect, Option, Schema } from "effect"
 import * as nodePath from "node:path"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
@@ -69,6 +71,7 @@ import * as Evaluation from "./Evaluation.js"
 import * as PolicyServers from "./PolicyServers.js"
 import * as Recipe from "./Recipe.js"
 import * as Reward from "./Reward.js"
+import * as RolloutGroups from "./RolloutGroups.js"
 import * as SftData from "./SftData.js"
 import * as SftTrainer from "./SftTrainer.js"
 import * as Trainer from "./Trainer.js"
@@ -132,7 +135,13 @@ export const RunSpec = Schema.Struct({
   resume: Schema.optionalWith(Schema.Union(Schema.Boolean, Schema.String), { default: () => false }),
   // Default false (or the GRPO key chat_template_kwargs: {enable_thinking: ...}).
   enableThinking: Schema.optional(Schema.Boolean),
-  title: Schema.optional(Schema.String)
+  title: Schema.optional(Schema.String),
+  // Rollout groups on cluster runners (`envtrain train` provides their client; see @envtrain/harness/Cluster).
+  cluster: Schema.optional(Schema.Struct({
+    postgres: Schema.String,
+    runId: Schema.optional(Schema.String),
+    fastFailover: Schema.optional(Schema.Boolean)
+  }))
 })
 /** @since 0.0.0 */
 export type RunSpec = typeof RunSpec.Type
@@ -549,6 +558,13 @@ const sequenceLength = (config: Config.GRPOConfig) => Math.min(4096, config.maxC
 /** `train CONFIG [key=value ...]`: GRPO training as the file says. */
 export const train = Effect.fn("CommandFile.train")(function*(path: string, overrides: ReadonlyArray<string>) {
   const { config, spec } = yield* load(path, overrides)
+  if (spec.cluster !== undefined && Option.isNone(yield* Effect.serviceOption(RolloutGroups.RolloutGroups))) {
+    return yield* new CommandFileError({
+      path,
+      problem: "cluster: the runners' client is envtrain's command line (`envtrain train`), which provides it; in a " +
+        "program, provide @envtrain/harness's Cluster.client, or drop cluster"
+    })
+  }
   const env = yield* trainable(path, spec)
   if (spec.dataset === undefined) return yield* new CommandFileError({ path, problem: "set dataset" })
   const dataset = yield* datasetOf(path, spec, spec.dataset, "dataset")

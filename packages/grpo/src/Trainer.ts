@@ -53,7 +53,7 @@
 import type { Checkpoint, CpuDevice } from "@envtrain/gpu"
 import type { EpisodeRecord } from "@envtrain/rollout/Episode"
 import type { PromptRow } from "@envtrain/rollout/Rollout"
-import { type Duration, Effect, type Scope } from "effect"
+import { type Duration, Effect, Option, type Scope } from "effect"
 import * as Advantage from "./Advantage.js"
 import * as Config from "./Config.js"
 import * as Dataset from "./Dataset.js"
@@ -98,6 +98,7 @@ import * as LrSchedule from "./LrSchedule.js"
 import * as Metrics from "./Metrics.js"
 import type * as Progress from "./Progress.js"
 import type * as Reward from "./Reward.js"
+import * as RolloutGroups from "./RolloutGroups.js"
 import type * as TrainerState from "./TrainerState.js"
 
 export type {
@@ -681,11 +682,16 @@ const rollOutGroups = <State, E, R, RE, RR>(
   round: number
 ) => {
   const template = Config.templateOptions(config, options.enableThinking)
-  return runBatch({
-    model: options.model,
+  const batch: RolloutGroups.Batch = {
+    step,
+    microBatch,
+    round,
+    seed: round === 0
+      ? Dataset.mixSeed(config.seed, step, microBatch)
+      : Dataset.mixSeed(config.seed, step, microBatch, round),
+    policyVersion: step,
     rows,
     groupSize: config.numGenerations,
-    open: options.open,
     episode: {
       maxCompletionLength: config.maxCompletionLength,
       maxToolCallingIterations: config.maxToolCallingIterations ?? undefined,
@@ -697,9 +703,18 @@ const rollOutGroups = <State, E, R, RE, RR>(
         repetitionPenalty: config.repetitionPenalty
       }
     },
-    seed: round === 0
-      ? Dataset.mixSeed(config.seed, step, microBatch)
-      : Dataset.mixSeed(config.seed, step, microBatch, round),
+    enableThinking: template.enableThinking,
+    chatTemplateKwargs: template.extra,
+    keepModelTemplate: config.keepModelTemplate,
+    episodeTimeout: options.episodeTimeout
+  }
+  const inProcess = runBatch({
+    model: options.model,
+    rows,
+    groupSize: batch.groupSize,
+    open: options.open,
+    episode: batch.episode,
+    seed: batch.seed,
     concurrency: options.concurrency ?? config.episodesInFlight,
     enableThinking: template.enableThinking,
     chatTemplateKwargs: template.extra,
@@ -708,6 +723,27 @@ const rollOutGroups = <State, E, R, RE, RR>(
     rolloutFunc: options.rolloutFunc,
     trainer: { globalStep: step, tokenizer: options.model.tokenizer }
   })
+  // Elsewhere (a RolloutGroups service in context, e.g. cluster runners): the batch travels as data, so a
+  // rollout_func (code) cannot go with it.
+  type Records = Effect.Effect<
+    ReadonlyArray<EpisodeRecord<State>>,
+    Effect.Effect.Error<typeof inProcess> | RolloutGroups.RolloutGroupsError,
+    Effect.Effect.Context<typeof inProcess>
+  >
+  return Effect.flatMap(
+    Effect.serviceOption(RolloutGroups.RolloutGroups),
+    (elsewhere): Records =>
+      Option.isNone(elsewhere)
+        ? inProcess
+        : options.rolloutFunc !== undefined
+        ? Effect.fail(
+          new RolloutGroups.RolloutGroupsError({
+            problem: "rolloutFunc runs in the trainer's process, but this run's rollouts go to a RolloutGroups " +
+              "service (cluster runners): drop rolloutFunc, or train without the cluster"
+          })
+        )
+        : Effect.map(elsewhere.value.run(batch), (records) => records as ReadonlyArray<EpisodeRecord<State>>)
+  )
 }
 
 /**

@@ -6,6 +6,7 @@
 import { Command, Options } from "@effect/cli"
 import * as Harness from "./commands/Harness.js"
 import * as Model from "./commands/Model.js"
+import * as Runner from "./commands/Runner.js"
 import * as Serve from "./commands/Serve.js"
 import * as ServePolicy from "./commands/ServePolicy.js"
 import * as Train from "./commands/Train.js"
@@ -31,6 +32,7 @@ export const envtrain = Command.make("envtrain").pipe(
     doctor,
     Serve.command,
     ServePolicy.command,
+    Runner.command,
     ...Model.commands,
     ...Train.commands,
     Harness.command

@@ -104,6 +104,11 @@ export interface RolloutOptions<State, E, R, EOpen = E> {
    * states); otherwise episode g of prompt i gets `seedOf(baseSeed, i, g)`. Default 0.
    */
   readonly baseSeed?: number
+  /**
+   * The prompt index of the stream's first row (default 0): a run's groups rolled out apart (one per cluster runner
+   * message) keep the indices, and so the seeds, they have in the whole batch.
+   */
+  readonly firstPromptIndex?: number
   /** Which failures end an episode as unscoreable (default {@link isEpisodeFailure}); others fail the run. */
   readonly isUnscoreable?: (error: unknown) => boolean
   /** Completing this Deferred (with a failure) aborts the run. */
@@ -284,7 +289,7 @@ export const groups = <State, E, R, EOpen = E, EIn = never, RIn = never>(
         row: head[0],
         prompt,
         columns,
-        promptIndex: head[1],
+        promptIndex: head[1] + (options.firstPromptIndex ?? 0),
         episodes: new Array(groupSize),
         next: 0,
         done: 0

@@ -21,9 +21,17 @@ export type OpenSession<State, E, R> = (
   row: Readonly<Record<string, unknown>>
 ) => Effect.Effect<Episode.Session<State, E>, E, Scope.Scope | R>
 
+/** What a batch's episodes need of a model: generation and the chat template (a cluster runner has only these). */
+export type Generator = Pick<
+  TrainableModel,
+  "generate" | "generateEach" | "maxBatchSize" | "tokenizer" | "chatTemplate"
+>
+
 export interface BatchOptions<State, E, R> {
-  readonly model: TrainableModel
+  readonly model: Generator
   readonly rows: ReadonlyArray<Rollout.PromptRow>
+  /** The prompt index of `rows[0]` in its batch (a group rolled out alone keeps its seeds); default 0. */
+  readonly firstPromptIndex?: number
   readonly groupSize: number
   readonly open: OpenSession<State, E, R>
   readonly episode: Episode.EpisodeConfig
@@ -73,7 +81,7 @@ export type RolloutFunc<State, E, R> = (
 
 /** The policy and renderer layers of a model (its own batching queue, or its per-request remote generation). */
 export const layers = (
-  model: TrainableModel,
+  model: Generator,
   enableThinking: boolean,
   extra: Readonly<Record<string, unknown>> = {},
   keepModelTemplate = false
@@ -98,6 +106,7 @@ export const runBatch = <State, E, R>(options: BatchOptions<State, E, R>) =>
       concurrency: options.concurrency,
       config: options.episode,
       baseSeed: options.seed,
+      ...(options.firstPromptIndex === undefined ? {} : { firstPromptIndex: options.firstPromptIndex }),
       open: options.open,
       ...(options.episodeTimeout === undefined ? {} : { episodeTimeout: options.episodeTimeout }),
       // Not a `function*` per episode (see docs/architecture.md, "Hot paths and the young generation").

@@ -1,5 +1,5 @@
 /**
- * `envtrain train CONFIG`, `envtrain sft CONFIG`, `envtrain eval CONFIG`, each followed by `key=value` overrides:
+ * `envtrain train CONFIG [--cluster URL]`, `envtrain sft CONFIG`, `envtrain eval CONFIG`, each followed by `key=value` overrides:
  * the command lines of `@envtrain/grpo`'s {@link CommandFile} runs (what the file may hold is documented there),
  * and what each prints when its run ends.
  *
@@ -14,9 +14,10 @@
  *
  * @since 0.0.0
  */
-import { Args, Command } from "@effect/cli"
+import { Args, Command, Options } from "@effect/cli"
 import { CommandFile, Evaluation } from "@envtrain/grpo"
-import { Console, Effect } from "effect"
+import { Console, Effect, Option } from "effect"
+import * as Cluster from "../Cluster.js"
 
 const configArg = Args.text({ name: "config" }).pipe(Args.withDescription("a YAML or JSON command file"))
 const overridesArg = Args.text({ name: "key=value" }).pipe(
@@ -27,11 +28,26 @@ const overridesArg = Args.text({ name: "key=value" }).pipe(
 const printRun = (result: { readonly report: string; readonly checkpoint?: string | undefined }) =>
   Console.log(`report: ${result.report}\ncheckpoint: ${result.checkpoint ?? "(none)"}`)
 
-/** `envtrain train CONFIG` @since 0.0.0 */
+const cluster = Options.text("cluster").pipe(
+  Options.optional,
+  Options.withDescription(
+    "roll out on `envtrain runner` processes of this Postgres (postgres://…; the file's cluster: postgres)"
+  )
+)
+
+/** `envtrain train CONFIG [--cluster URL]` @since 0.0.0 */
 export const train = Command.make(
   "train",
-  { config: configArg, overrides: overridesArg },
-  ({ config, overrides }) => Effect.flatMap(CommandFile.train(config, overrides), printRun)
+  { config: configArg, overrides: overridesArg, cluster },
+  ({ cluster, config, overrides }) =>
+    Effect.flatMap(Cluster.forCommandFile(config, overrides, Option.getOrUndefined(cluster)), (layer) =>
+      Effect.flatMap(
+        Option.match(layer, {
+          onNone: () => CommandFile.train(config, overrides),
+          onSome: (clustered) => Effect.provide(CommandFile.train(config, overrides), clustered)
+        }),
+        printRun
+      ))
 ).pipe(Command.withDescription("GRPO training on an environment (checkpoints, metrics, report, evaluation)."))
 
 /** `envtrain sft CONFIG` @since 0.0.0 */

@@ -1,0 +1,348 @@
+// Rollouts on cluster runners: real `envtrain runner` child processes, a private Postgres, a reference policy server
+// (`envtrain serve-policy --backend reference`: bit-exact generation, so "equal" is checked exactly) and Catch in
+// each runner's process. Every run through the cluster must write the in-process run's metrics.jsonl and
+// completions.jsonl (timing fields aside), whatever happens mid-step: a runner SIGKILLed or SIGSTOPped while it holds
+// a group, a runner joining, Postgres restarted. The site (model, server, Postgres, the in-process run) is shared by
+// the tests; each starts the runners it needs. Live clock.
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import { assert, describe, it, layer } from "@effect/vitest"
+import { Catch, Environment } from "@envtrain/env"
+import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
+import * as CommandFile from "@envtrain/grpo/CommandFile"
+import * as Config from "@envtrain/grpo/Config"
+import * as Dataset from "@envtrain/grpo/Dataset"
+import * as Metrics from "@envtrain/grpo/Metrics"
+import * as PolicyServers from "@envtrain/grpo/PolicyServers"
+import * as Reward from "@envtrain/grpo/Reward"
+import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
+import * as Trainer from "@envtrain/grpo/Trainer"
+import * as Episode from "@envtrain/rollout/Episode"
+import { Context, Effect, Exit, Fiber, Layer, Option, Redacted, Scope } from "effect"
+import * as Cluster from "../src/Cluster.js"
+import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
+import * as PostgresProcess from "../src/PostgresProcess.js"
+import * as RunnerProcess from "../src/RunnerProcess.js"
+
+const open = (row: Readonly<Record<string, unknown>>) =>
+  Effect.map(Effect.orDie(Environment.episode(Catch.environment, row)), Episode.fromEnvironment)
+const catchReward = Reward.perEpisode<Catch.State>("catch", (e) => Catch.reward(e.environment))
+
+const steps = 2
+
+interface Site {
+  readonly model: Checkpoint.Model
+  readonly dir: string
+  readonly server: { readonly url: string }
+  readonly pg: PostgresProcess.Postgres
+  readonly local: { readonly metrics: string; readonly completions: string }
+}
+
+/** A short GRPO run on Catch generating on the site's server; `where` decides where the groups run. */
+const train = (
+  s: Omit<Site, "local">,
+  where: Layer.Layer<never> | Layer.Layer<RolloutGroups.RolloutGroups, unknown>
+) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const outputDir = yield* fs.makeTempDirectoryScoped()
+    const model = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(s.model), { urls: [s.server.url] })
+    const result = yield* Trainer.train({
+      config: yield* Config.fromSources({
+        outputDir,
+        numGenerations: 4,
+        perDeviceTrainBatchSize: 12,
+        maxCompletionLength: 8,
+        learningRate: 0.05,
+        lrSchedulerType: "constant",
+        loggingSteps: 1,
+        saveSteps: 1000,
+        logCompletions: true,
+        maxSteps: steps
+      }),
+      model,
+      dataset: Dataset.fromSeeds({
+        prompt: [{ role: "user", content: "Catch the ball." }],
+        seeds: Dataset.range(0, 64)
+      }),
+      open,
+      rewardFunctions: [catchReward],
+      progress: false
+    }).pipe(Effect.provide(where))
+    assert.strictEqual(result.globalStep, steps)
+    const read = (name: string) => fs.readFileString(path.join(outputDir, name))
+    return { metrics: yield* read(Metrics.files.metrics), completions: yield* read(Metrics.files.completions) }
+  }).pipe(Effect.scoped)
+
+class TestSite extends Context.Tag("test/Cluster/Site")<TestSite, Site>() {}
+
+/** A tiny model on disk, a reference policy server for it, a private Postgres and the in-process run. */
+const siteLayer = Layer.scoped(
+  TestSite,
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const model = yield* Checkpoint.makeModel("tiny", 1)
+    const dir = yield* fs.makeTempDirectoryScoped()
+    yield* Checkpoint.save(dir, model)
+    const server = yield* PolicyServerProcess.launch({ model: dir, backend: "reference", servedModelName: "tiny" })
+    const pg = yield* PostgresProcess.launch()
+    const local = yield* train({ model, dir, server, pg }, Layer.empty)
+    assert.isAbove(timeless(local.completions).length, 0)
+    return { model, dir, server, pg, local }
+  })
+).pipe(Layer.provide(NodeContext.layer))
+
+/** JSONL lines without the wall-clock fields. */
+const timeless = (text: string) =>
+  text.split("\n").filter((l) => l !== "").map((l) =>
+    Object.fromEntries(Object.entries(JSON.parse(l)).filter(([k]) => !/time|per_second/.test(k)))
+  )
+
+const assertSameRun = (s: Site, run: { readonly metrics: string; readonly completions: string }) => {
+  assert.deepStrictEqual(timeless(run.metrics), timeless(s.local.metrics))
+  assert.deepStrictEqual(timeless(run.completions), timeless(s.local.completions))
+}
+
+const clientLayer = (s: Site, runId: string) =>
+  Cluster.client({
+    postgres: s.pg.url,
+    runId,
+    spec: { environment: "catch", model: s.dir, policyServers: [s.server.url] },
+    watchdog: "60 seconds",
+    ...Cluster.fastFailover
+  })
+
+const runners = (s: Site, n: number) =>
+  Effect.forEach(
+    Array.from({ length: n }, () => 0),
+    () => RunnerProcess.launch({ postgres: s.pg.url, fastFailover: true })
+  )
+type Runner = Effect.Effect.Success<ReturnType<typeof runners>>[number]
+
+const sql = (s: Site) => PgClient.layer({ url: Redacted.make(s.pg.url) })
+
+const query = <A extends object>(s: Site, text: (q: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<A>, unknown>) =>
+  Effect.flatMap(SqlClient.SqlClient, text).pipe(Effect.provide(sql(s)), Effect.orDie)
+
+/**
+ * A runner with a group of `runId` at `step` in flight: an attempt it started and has not finished
+ * (envtrain_cluster_attempts; the runner is named by its cluster address).
+ */
+const inFlightHolder = (s: Site, runId: string, step: number) =>
+  Effect.map(
+    query<{ runner: string }>(s, (q) =>
+      q`SELECT runner FROM envtrain_cluster_attempts
+        WHERE run_id = ${runId} AND batch_key LIKE ${`${step}.%`} AND finished_at IS NULL
+        LIMIT 1`),
+    (rows) => rows[0]?.runner
+  )
+
+/** Attempts beyond one per group of `runId` (envtrain_cluster_attempts): the groups that ran again. */
+const reruns = (s: Site, runId: string) =>
+  Effect.map(
+    query<{ n: string }>(s, (q) =>
+      q`SELECT count(*) - count(DISTINCT (batch_key, grp)) AS n FROM envtrain_cluster_attempts
+        WHERE run_id = ${runId}`),
+    (rows) =>
+      Number(rows[0].n)
+  )
+
+/**
+ * The client, and `act` done once, as soon as a runner holds a group of `step` in flight (polled every 50 ms while
+ * the step's batch is out); `acted` records the runner's address.
+ */
+const duringStep = (
+  s: Site,
+  runId: string,
+  step: number,
+  act: (holder: string) => Effect.Effect<void>,
+  acted: Array<string>
+) =>
+  Layer.effect(
+    RolloutGroups.RolloutGroups,
+    Effect.gen(function*() {
+      const inner = yield* RolloutGroups.RolloutGroups
+      const watch = Effect.gen(function*() {
+        while (true) {
+          const holder = yield* inFlightHolder(s, runId, step)
+          if (holder !== undefined) {
+            yield* act(holder)
+            acted.push(holder)
+            return
+          }
+          yield* Effect.sleep("50 millis")
+        }
+      })
+      return {
+        run: (batch: RolloutGroups.Batch) =>
+          batch.step === step && acted.length === 0
+            ? Effect.flatMap(Effect.fork(watch), (fiber) => Effect.ensuring(inner.run(batch), Fiber.interrupt(fiber)))
+            : inner.run(batch)
+      }
+    })
+  ).pipe(Layer.provide(clientLayer(s, runId)))
+
+const signalHolder = (pool: ReadonlyArray<Runner>, signal: NodeJS.Signals) => (holder: string) =>
+  Effect.forEach(pool.filter((r) => holder === `127.0.0.1:${r.clusterPort}`), (r) => r.kill(signal), {
+    discard: true
+  })
+
+/** Rows left in the cluster's and envtrain's tables for a finished run. */
+const leftRows = (s: Site, runId: string) =>
+  Effect.map(
+    query<{ n: string }>(s, (q) =>
+      q`SELECT (SELECT count(*) FROM cluster_messages WHERE entity_id LIKE ${runId + "/%"})
+        + (SELECT count(*) FROM envtrain_cluster_groups WHERE run_id = ${runId})
+        + (SELECT count(*) FROM envtrain_cluster_batches WHERE run_id = ${runId}) AS n`),
+    (rows) => Number(rows[0].n)
+  )
+
+layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout groups on cluster runners", (it) => {
+  it.scoped(
+    "over 2 runner processes a run writes the in-process run's metrics.jsonl and completions.jsonl and leaves no " +
+      "rows; a second trainer on a run is refused while the first holds its lease",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        yield* runners(s, 2)
+        assertSameRun(s, yield* train(s, clientLayer(s, "equal-run")))
+        assert.strictEqual(yield* leftRows(s, "equal-run"), 0)
+        assert.strictEqual(yield* reruns(s, "equal-run"), 0)
+        yield* Layer.build(clientLayer(s, "leased-run"))
+        const second = yield* Effect.exit(Layer.build(clientLayer(s, "leased-run")))
+        assert.isTrue(Exit.isFailure(second))
+        assert.include(String(Exit.isFailure(second) ? second.cause : ""), "driven by another trainer")
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.scoped(
+    "SIGKILL of one of 3 runners while it holds a group: the group runs again elsewhere, the run is unchanged",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        const pool = yield* runners(s, 3)
+        const killed: Array<string> = []
+        assertSameRun(s, yield* train(s, duringStep(s, "kill-run", 1, signalHolder(pool, "SIGKILL"), killed)))
+        assert.strictEqual(killed.length, 1)
+        assert.isAbove(yield* reruns(s, "kill-run"), 0)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.scoped(
+    "SIGSTOP of a runner holding a group (hung, its connections open) past the lock expiry: its shards move, the " +
+      "run is unchanged",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        const pool = yield* runners(s, 2)
+        const stopped: Array<string> = []
+        assertSameRun(s, yield* train(s, duringStep(s, "stop-run", 1, signalHolder(pool, "SIGSTOP"), stopped)))
+        assert.strictEqual(stopped.length, 1)
+        assert.isAbove(yield* reruns(s, "stop-run"), 0)
+        // Let it go, so the scope can stop it.
+        yield* signalHolder(pool, "SIGCONT")(stopped[0])
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.scoped(
+    "a runner joining mid-run (shards move to it; groups in flight on them are interrupted and run again): the run " +
+      "is unchanged",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        yield* runners(s, 1)
+        const scope = yield* Effect.scope
+        // Started at the first group in flight, in the background: it registers seconds later, mid-run.
+        const join = () => Effect.asVoid(Effect.forkIn(Effect.orDie(Scope.extend(runners(s, 1), scope)), scope))
+        const joined: Array<string> = []
+        assertSameRun(s, yield* train(s, duringStep(s, "join-run", 0, join, joined)))
+        assert.strictEqual(joined.length, 1)
+        yield* Effect.log(`join-run: ${yield* reruns(s, "join-run")} group(s) ran again`)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.scoped(
+    "Postgres stopped (immediate) and started again while a group is in flight: the run is unchanged",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        yield* runners(s, 2)
+        const restarted: Array<string> = []
+        const restart = () =>
+          Effect.orDie(Effect.zipRight(s.pg.stop, Effect.zipRight(Effect.sleep("1 second"), s.pg.start)))
+        assertSameRun(s, yield* train(s, duringStep(s, "restart-run", 1, restart, restarted)))
+        assert.strictEqual(restarted.length, 1)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.scoped(
+    "the watchdog fails a batch that no runner reads, naming the cause",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        const groups = yield* Layer.build(Cluster.client({
+          postgres: s.pg.url,
+          runId: "orphan-run",
+          spec: { environment: "catch", model: s.dir, policyServers: [s.server.url] },
+          watchdog: "2 seconds",
+          ...Cluster.fastFailover
+        }))
+        // Every runner of the earlier tests is gone: none is healthy.
+        const failure = yield* Effect.flip(
+          Context.get(groups, RolloutGroups.RolloutGroups).run({
+            step: 0,
+            microBatch: 0,
+            round: 0,
+            seed: 1,
+            policyVersion: 0,
+            rows: [{ prompt: [{ role: "user", content: "Catch the ball." }], seed: 3 }],
+            groupSize: 2,
+            episode: { maxCompletionLength: 4, sampling: { temperature: 1 } },
+            enableThinking: false,
+            keepModelTemplate: false
+          })
+        )
+        assert.match(failure.message, /no healthy cluster runner for 2 s|not been read by any runner/)
+      }),
+    60_000
+  )
+})
+
+describe("cluster: in a command file", () => {
+  it.scoped(
+    "needs policy servers and one environment; without the harness's client the grpo run refuses it; without it " +
+      "the run stays in process",
+    () =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        const dir = yield* fs.makeTempDirectoryScoped()
+        const file = (name: string, text: string) =>
+          Effect.as(fs.writeFileString(path.join(dir, name), text), path.join(dir, name))
+        const base = "model: models/tiny\nenvironment: catch\ndataset: { seeds: [0, 8], prompt: Catch. }\n"
+        const plain = yield* file("plain.yaml", base)
+        assert.isTrue(Option.isNone(yield* Cluster.forCommandFile(plain, [], undefined)))
+        const noServers = yield* Effect.flip(Cluster.forCommandFile(plain, [], "postgres://u@127.0.0.1:1/db"))
+        assert.include(noServers.message, "set policyServers")
+        const routed = yield* file(
+          "routed.yaml",
+          "model: models/tiny\nenvironment: { a: catch, b: wordle }\npolicyServers: [http://127.0.0.1:1]\n"
+        )
+        assert.include(
+          (yield* Effect.flip(Cluster.forCommandFile(routed, [], "postgres://u@127.0.0.1:1/db"))).message,
+          "one environment"
+        )
+        const clustered = yield* file("clustered.yaml", `${base}cluster: { postgres: "postgres://u@127.0.0.1:1/db" }\n`)
+        const refused = yield* Effect.flip(CommandFile.train(clustered, []))
+        assert.include(refused.message, "cluster: the runners' client is envtrain's command line")
+      }).pipe(Effect.provide(NodeContext.layer))
+  )
+})
