@@ -107,15 +107,7 @@ export const carla: Pipeline.Settings = {
 export const multiEnv: Pipeline.Settings = {
   ...Pipeline.defaults,
   sft: catchDemo.sft,
-  grpo: {
-    steps: 8,
-    learningRate: 1e-4,
-    numGenerations: 4,
-    prompts: 6,
-    maxCompletionLength: 960,
-    temperature: 0.4,
-    stratified: true
-  },
+  grpo: { ...catchDemo.grpo, steps: 8, prompts: 6 },
   evalEpisodes: 32
 }
 

@@ -20,6 +20,17 @@ import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 
 type Json = Record<string, any>
 
+// A long seeded sample that ignores end-of-turn, so it is still decoding when the requests under test arrive.
+const longSample = (maxTokens: number) => ({
+  prompt: "Catch the ball",
+  max_tokens: maxTokens,
+  temperature: 1,
+  seed: 11,
+  ignore_eos: true,
+  logprobs: 0,
+  return_token_ids: true
+})
+
 const post = (url: string, body: unknown, init: RequestInit = {}) =>
   Effect.promise(async () => {
     const res = await fetch(url, {
@@ -337,15 +348,7 @@ describe("serve-policy, reference backend", () => {
         const server = yield* serveCpu(a)
         const { gauge, metrics, poll } = metricsOf(server.url)
         // A long seeded sample (no end-of-turn stop) and a short greedy one.
-        const long = {
-          prompt: "Catch the ball",
-          max_tokens: 1500,
-          temperature: 1,
-          seed: 11,
-          ignore_eos: true,
-          logprobs: 0,
-          return_token_ids: true
-        }
+        const long = longSample(1500)
         const short = { prompt: "Hi", max_tokens: 6, temperature: 0, logprobs: 0, return_token_ids: true }
         const first = yield* Effect.fork(post(`${server.url}/v1/completions`, long))
         yield* poll((text) => gauge(text, "num_requests_running") === 1)
@@ -476,15 +479,7 @@ describe("serve-policy, GPU backend", () => {
         )
         const server = yield* PolicyServer.serve(backend, { port: 0, servedModelName: "tiny" })
         const { gauge, metrics, poll } = metricsOf(server.url)
-        const long = {
-          prompt: "Catch the ball",
-          max_tokens: 240,
-          temperature: 1,
-          seed: 11,
-          ignore_eos: true,
-          logprobs: 0,
-          return_token_ids: true
-        }
+        const long = longSample(240)
         const greedyShort = { prompt: "Hi", max_tokens: 6, temperature: 0, logprobs: 0, return_token_ids: true }
         const seededShort = {
           prompt: "Guess a word",
