@@ -63,11 +63,11 @@ describe("a LoRA run generating on envtrain serve-policy", () => {
         const child = yield* PolicyServerProcess.launch({ model: dir, backend: "reference", servedModelName: "tiny" })
         const front = yield* relay(child.url)
         const steps = 3
-        const local = yield* train(Trainer.referenceModel(model, { lora }), steps)
+        const local = yield* train(Trainer.referenceModel(model, { lora }), steps, undefined, { lora: lora.config })
         const remoteModel = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(model, { lora }), {
           urls: [front.url]
         })
-        const remote = yield* train(remoteModel, steps)
+        const remote = yield* train(remoteModel, steps, undefined, { lora: lora.config })
 
         // Same episodes (prompts, completions, rewards, advantages): the server sampled what the trainer would.
         assert.isAbove(completionRows(local.completions).length, 0)
