@@ -68,7 +68,16 @@ describe("mini-swe-agent in envtrain's sandbox", () => {
           endpoint: { url: server.url },
           readOnlyBinds: yield* MiniSweAgent.binds(venv)
         })
-        const r = yield* MiniSweAgent.run(sandbox, { task, model: "tiny", apiKey: "none", stepLimit: 2, maxTokens: 16 })
+        // Greedy: a sampled answer's command output could push the second call past the tiny model's 2,048-token
+        // context (the server refuses it with 400), so the run would depend on the draw.
+        const r = yield* MiniSweAgent.run(sandbox, {
+          task,
+          model: "tiny",
+          apiKey: "none",
+          stepLimit: 2,
+          maxTokens: 16,
+          temperature: 0
+        })
         assert.strictEqual(r.exitCode, 0, r.stderr)
         const t = trajectory(sandbox)
         assert.strictEqual(t.info.model_stats.api_calls, 2)
