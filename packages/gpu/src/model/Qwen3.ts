@@ -14,6 +14,12 @@
  * A frozen reference policy is a second model made with `trainable: false` (no gradient or optimiser memory);
  * the "old" policy's logprobs are `logprobs` of the current weights taken before the optimisation steps.
  *
+ * With `lora` (PEFT's `LoraConfig`, see `LoraConfig.ts`) the checkpoint's weights are a frozen base, loaded once
+ * and never written again: gradients, AdamW moments, clipping, `weights`, `setWeights` and the optimizer state
+ * cover only the adapter tensors (`lora_A` [r, in], `lora_B` [out, r] of each adapted projection), and `save`
+ * writes the adapter as PEFT does. Training micro-batches draw dropout masks from their `dropoutSeed`;
+ * scoring and generation run without dropout.
+ *
  * @example
  * ```ts
  * const ckpt = yield* Checkpoint.load("models/tiny")
@@ -34,6 +40,8 @@ import type { FileSystem, Path } from "@effect/platform"
 import { Data, Effect } from "effect"
 import type { Scope } from "effect"
 import * as Checkpoint from "../formats/Checkpoint.js"
+import * as LoraAdapter from "../formats/LoraAdapter.js"
+import type { LoraConfig } from "../formats/LoraConfig.js"
 import type { Config, ModelConfig } from "../formats/ModelConfig.js"
 import type * as Safetensors from "../formats/Safetensors.js"
 import * as GrpoLoss from "../ops/GrpoLoss.js"
@@ -49,6 +57,7 @@ import type {
 import * as Program from "../runtime/Program.js"
 import * as StepProgram from "../runtime/StepProgram.js"
 import * as G from "./internal/qwen3Graph.js"
+import * as L from "./internal/qwen3Lora.js"
 import * as O from "./internal/qwen3Optimizer.js"
 
 export type { GenShape, TrainShape } from "./internal/qwen3Graph.js"
@@ -81,6 +90,15 @@ export interface Qwen3Options {
   readonly maxBindingBytes?: number
   /** Allocate gradients and AdamW state and compile the step (default true). */
   readonly trainable?: boolean
+  /**
+   * Train (or, with `trainable: false`, just apply) a LoRA adapter on the frozen checkpoint weights: its config and
+   * its tensors by envtrain's names (`Qwen3Reference.initAdapters` makes PEFT's initial ones, `LoraAdapter.load`
+   * reads a saved one). Not with `f16Weights`.
+   */
+  readonly lora?: {
+    readonly config: LoraConfig
+    readonly adapters: ReadonlyMap<string, { readonly data: ArrayLike<number> }>
+  }
   /** Allocate the KV cache and compile the generation programs. */
   readonly generation?: {
     readonly slots: number
@@ -103,6 +121,8 @@ export interface TokenBatch {
 export interface TrainBatch extends TokenBatch {
   /** Per-token loss coefficient (0 where there is no loss). */
   readonly coef: ArrayLike<number>
+  /** With LoRA dropout: the seed of this micro-batch's masks (`Qwen3Reference.dropoutMask`); default 0. */
+  readonly dropoutSeed?: number
   /** For "grpo": the loss inputs in the packed layout. */
   readonly grpo?: GrpoLoss.MicroBatchInputs
 }
@@ -149,6 +169,8 @@ export interface Qwen3Model {
   readonly train: G.TrainShape
   readonly gen: G.GenShape | undefined
   readonly trainable: boolean
+  /** The LoRA adapter trained on the frozen base, if any. */
+  readonly lora: LoraConfig | undefined
   /** Per-token logprobs (of each token's target) and entropies under the current weights. */
   readonly logprobs: (
     batch: TokenBatch
@@ -159,9 +181,9 @@ export interface Qwen3Model {
     scalars: Omit<Arena.StepScalars, "user">,
     loss?: LossSettings
   ) => Effect.Effect<TrainResult, RunError>
-  /** The weights, by Hugging Face name (a download). */
+  /** The trained weights, by Hugging Face name (a download): with LoRA, the adapter tensors only. */
   readonly weights: Effect.Effect<Map<string, Safetensors.Tensor>, GpuDeviceLost | GpuUncapturedError>
-  /** Replaces the weights (e.g. syncing a reference model from the policy). */
+  /** Replaces the trained weights (e.g. syncing a reference model from the policy); with LoRA, the adapter's. */
   readonly setWeights: (tensors: ReadonlyMap<string, { readonly data: Float32Array }>) => Effect.Effect<void, RunError>
   /**
    * The AdamW state (a download: one read per shard of each moment group). The arrays are views into those
@@ -175,14 +197,21 @@ export interface Qwen3Model {
   readonly setOptimizerState: (state: OptimizerState) => Effect.Effect<void, Qwen3UsageError>
   /** Zeroes the moments on the device (no host data) and sets the step count: a fresh AdamW at `step` (default 0). */
   readonly resetOptimizerState: (step?: number) => Effect.Effect<void, Qwen3UsageError>
-  /** Saves the current weights as a Hugging Face directory, with `base`'s tokenizer and templates. */
+  /**
+   * Saves the current weights as a Hugging Face directory, with `base`'s tokenizer and templates; with LoRA, the
+   * adapter as PEFT saves it (`adapter_config.json`, `adapter_model.safetensors`; `options.dtype` "BF16" rounds it).
+   */
   readonly save: (
     dir: string,
     base: Checkpoint.Model,
     options?: Checkpoint.SaveOptions
   ) => Effect.Effect<
     void,
-    Checkpoint.CheckpointError | Safetensors.SafetensorsIoError | GpuDeviceLost | GpuUncapturedError,
+    | Checkpoint.CheckpointError
+    | LoraAdapter.AdapterFileError
+    | Safetensors.SafetensorsIoError
+    | GpuDeviceLost
+    | GpuUncapturedError,
     FileSystem.FileSystem | Path.Path
   >
   /** The compiled generation programs (when `generation` was given). */
@@ -244,18 +273,32 @@ export const make = (
     const cfg: Config = config
     const trainable = options.trainable ?? true
     const n = options.batch * options.seq
+    const lora = options.lora?.config
+    if (lora !== undefined) {
+      const problem = L.problemOf(lora)
+      if (problem !== undefined) return yield* usage(problem)
+      if (options.f16Weights === true) {
+        return yield* usage(
+          "f16Weights casts every weight each forward, which a frozen LoRA base must not need: drop f16Weights " +
+            "for a LoRA model (its forward reads the f32 base)."
+        )
+      }
+    }
+    const withLora = lora === undefined ? {} : { lora }
     const train: G.TrainShape = {
       batch: options.batch,
       seq: options.seq,
       chunk: Math.min(options.chunk ?? 256, n, G.logitRowsPerBinding(config, gpu.adapter, options.maxBindingBytes)),
       temperature: options.temperature ?? 1,
-      ...(options.f16Weights === true ? { half: G.halfTier(gpu.adapter) } : {})
+      ...(options.f16Weights === true ? { half: G.halfTier(gpu.adapter) } : {}),
+      ...withLora
     }
     const gen: G.GenShape | undefined = options.generation === undefined ? undefined : {
       slots: options.generation.slots,
       capacity: options.generation.capacity,
       prefillChunk: options.generation.prefillChunk ?? 64,
-      stepsPerSubmit: options.generation.stepsPerSubmit ?? 8
+      stepsPerSubmit: options.generation.stepsPerSubmit ?? 8,
+      ...withLora
     }
     const limits = gpu.adapter.limits
     const maxShardBytes = Math.min(
@@ -267,7 +310,7 @@ export const make = (
     const plan = yield* Effect.try({
       try: () =>
         Arena.plan({
-          ...G.parameterSpecs(cfg, trainable),
+          ...G.parameterSpecs(cfg, trainable, lora),
           ...G.trainSpecs(cfg, train, trainable),
           ...(trainable ? GrpoLoss.specs(train) : {}),
           ...(gen === undefined ? {} : G.genSpecs(cfg, gen))
@@ -275,21 +318,34 @@ export const make = (
       catch: (e) => usage(`Cannot lay out the model: ${(e as Error).message}`)
     })
     const arena = yield* Arena.allocate(plan)
-    const setWeights = (tensors: ReadonlyMap<string, { readonly data: Float32Array }>) =>
+    // Writes every tensor of a parameter group (checked first, so a bad set writes nothing).
+    const loadGroup = (
+      group: string,
+      what: string,
+      tensors: ReadonlyMap<string, { readonly data: ArrayLike<number> }>
+    ) =>
       Effect.gen(function*() {
-        for (const [name] of plan.tensors) {
-          if (!name.startsWith(`${Arena.PARAM}.`)) continue
+        const writes: Array<readonly [string, Float32Array]> = []
+        for (const [name, t] of plan.tensors) {
+          if (t.group !== group) continue
           const key = name.slice(Arena.PARAM.length + 1)
-          const t = tensors.get(key)
-          const want = arena.tensor(name).size
-          if (t === undefined) return yield* usage(`No weight "${key}" to load (expected ${want} elements).`)
-          if (t.data.length !== want) {
-            return yield* usage(`Weight "${key}" has ${t.data.length} elements; the model needs ${want}.`)
+          const given = tensors.get(key)
+          if (given === undefined) return yield* usage(`No ${what} "${key}" to load (expected ${t.size} elements).`)
+          if (given.data.length !== t.size) {
+            return yield* usage(`${what} "${key}" has ${given.data.length} elements; the model needs ${t.size}.`)
           }
-          arena.write(name, t.data)
+          writes.push([name, given.data instanceof Float32Array ? given.data : Float32Array.from(given.data)])
         }
+        for (const [name, data] of writes) arena.write(name, data)
       })
-    yield* setWeights(model.tensors)
+    const setWeights = (tensors: ReadonlyMap<string, { readonly data: Float32Array }>) =>
+      loadGroup(Arena.PARAM, lora === undefined ? "weight" : "LoRA tensor", tensors)
+    if (options.lora === undefined) yield* setWeights(model.tensors)
+    else {
+      // The base is written once, here: nothing writes the frozen group afterwards.
+      yield* loadGroup(L.FROZEN, "weight", model.tensors)
+      yield* loadGroup(Arena.PARAM, "LoRA tensor", options.lora.adapters)
+    }
 
     const forward = G.forwardOps(plan, cfg, train)
     const score = yield* Program.compile(arena, forward, "qwen3.score")
@@ -325,8 +381,14 @@ export const make = (
     const inputs = (b: TokenBatch) =>
       Effect.try({ try: () => packInputs(train, b), catch: (e) => usage((e as Error).message) })
 
+    // Scoring runs without dropout; a training micro-batch switches it on with its seed.
+    const dropoutOff = new Uint32Array(2)
+    const dropoutOn = (b: TrainBatch): StepProgram.MicroBatch =>
+      lora === undefined ? [] : [[L.SEED, Uint32Array.of(1, (b.dropoutSeed ?? 0) >>> 0)]]
+
     const logprobs = Effect.fn("Qwen3.logprobs")(function*(b: TokenBatch) {
       const { ids, positions, targets, valid } = yield* inputs(b)
+      if (lora !== undefined) arena.write(L.SEED, dropoutOff)
       arena.write("t.ids", ids)
       arena.write("t.positions", positions)
       arena.write("t.targets", targets)
@@ -357,7 +419,7 @@ export const make = (
               try: () => GrpoLoss.pack(train, settings, g, valid),
               catch: (e) => usage((e as Error).message)
             })
-            mbs.push([["t.ids", ids], ["t.positions", positions], ["t.targets", targets], ...writes])
+            mbs.push([["t.ids", ids], ["t.positions", positions], ["t.targets", targets], ...writes, ...dropoutOn(b)])
           }
           const r = yield* grpoProgram!.step({ ...scalars }, mbs)
           lastStep = scalars.step
@@ -369,7 +431,8 @@ export const make = (
             ["t.ids", ids],
             ["t.positions", positions],
             ["t.targets", targets],
-            ["t.coef", f32Padded(n, b.coef, valid)]
+            ["t.coef", f32Padded(n, b.coef, valid)],
+            ...dropoutOn(b)
           ])
         }
         const r: TrainResult = yield* stepProgram.step({ ...scalars }, mbs)
@@ -430,7 +493,15 @@ export const make = (
     const save = (dir: string, base: Checkpoint.Model, saveOptions?: Checkpoint.SaveOptions) =>
       Effect.gen(function*() {
         const tensors = yield* weights
-        yield* Checkpoint.save(dir, { ...base, config, tensors }, saveOptions)
+        if (lora === undefined) return yield* Checkpoint.save(dir, { ...base, config, tensors }, saveOptions)
+        const dtype = saveOptions?.dtype ?? "F32"
+        if (dtype !== "F32" && dtype !== "BF16") {
+          return yield* new LoraAdapter.AdapterFileError({
+            path: dir,
+            problem: `an adapter is saved as F32 or BF16 (PEFT's dtypes here), not ${dtype}: pick one of those`
+          })
+        }
+        yield* LoraAdapter.save(dir, { config: lora, tensors, baseModel: null }, { dtype })
       })
 
     return {
@@ -439,6 +510,7 @@ export const make = (
       train,
       gen,
       trainable,
+      lora,
       logprobs,
       step,
       weights,

@@ -3,6 +3,7 @@
  * forward (packed rows, per-layer activations kept), the per-token loss and the hand-written backward, and the
  * generation programs (prefill into the KV cache, decode step with the GPU sampler).
  */
+import type { LoraConfig } from "../../formats/LoraConfig.js"
 import {
   type Config,
   decays,
@@ -19,6 +20,7 @@ import * as Ops from "../../ops/Ops.js"
 import * as Arena from "../../runtime/Arena.js"
 import type { Tensor } from "../../runtime/Arena.js"
 import * as K from "./qwen3Kernels.js"
+import * as L from "./qwen3Lora.js"
 import * as S from "./samplingKernel.js"
 
 /** Shape of the packed training / scoring batch: `batch` rows of `seq` tokens. */
@@ -35,6 +37,8 @@ export interface TrainShape {
    * tier; activations, gradients, master weights and AdamW stay f32. Absent: f32 weights everywhere.
    */
   readonly half?: HalfWeights
+  /** LoRA adapters on a frozen base (see `qwen3Lora.ts`); absent: every weight trains. */
+  readonly lora?: LoraConfig
 }
 
 /** The matmul tier for f16 weight copies (`Matmul.chooseTier(adapter, "f16")`, minus its reason). */
@@ -83,6 +87,8 @@ export interface GenShape {
   readonly prefillChunk: number
   /** Decode steps encoded per submit (and rows of the token ring read back). */
   readonly stepsPerSubmit: number
+  /** LoRA adapters decoded with (no dropout: generation is evaluation). */
+  readonly lora?: LoraConfig
 }
 
 type Word = readonly ["u" | "f", number]
@@ -101,8 +107,9 @@ const dims = (c: Config) => ({
   D: c.head_dim
 })
 
-/** Parameter specs (with gradients and AdamW state when trainable). */
-export const parameterSpecs = (c: Config, trainable: boolean): Record<string, Arena.TensorSpec> => {
+/** Parameter specs (with gradients and AdamW state when trainable); with LoRA the adapter trains on a frozen base. */
+export const parameterSpecs = (c: Config, trainable: boolean, lora?: LoraConfig): Record<string, Arena.TensorSpec> => {
+  if (lora !== undefined) return L.parameterSpecs(c, lora, trainable)
   const params: Record<string, { shape: ReadonlyArray<number>; decay: boolean }> = {}
   for (const t of expectedTensors(c)) params[t.name] = { shape: t.shape, decay: decays(t.name) }
   if (trainable) return Arena.parameters(params)
@@ -185,6 +192,7 @@ export const trainSpecs = (c: Config, s: TrainShape, backward: boolean): Record<
     })
   }
   for (const [name, shape] of Object.entries(rest)) out[`t.${name}`] = { shape }
+  if (s.lora !== undefined) Object.assign(out, L.trainSpecs(c, s.lora, n, backward))
   if (s.half !== undefined) {
     const shapes = new Map(expectedTensors(c).map((t) => [t.name, t.shape] as const))
     // Grouped (sharded) and split into row blocks exactly like their masters, so the casts pair block by block.
@@ -229,6 +237,7 @@ export const genSpecs = (c: Config, g: GenShape): Record<string, Arena.TensorSpe
   out["g.outLp"] = { shape: [g.slots, g.stepsPerSubmit, 2] }
   out["g.outTop"] = { shape: [g.slots, g.stepsPerSubmit, S.MAX_TOP, 2] }
   out["g.ctl"] = { shape: [4], dtype: "u32" }
+  if (g.lora !== undefined) Object.assign(out, L.genSpecs(g.lora, g.slots, g.prefillChunk))
   return out
 }
 
@@ -271,18 +280,21 @@ export const forwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Arr
     ? []
     : halfWeightNames(c).map((name) => Ops.cast({ x: p(name), y: t(`${HALF}.${name}`) }))
   ops.push(Ops.embedding({ table: p(EMBED_TOKENS), ids: t("t.ids"), out: t("t.l0.x") }))
-  /** y[rows, out] (+)= x · Wᵀ, W through its f16 copy in mixed precision. */
-  const linear = (x: Tensor, w: string, y: Tensor, rows: number, out: number, inp: number, beta = 0) =>
-    Ops.matmul({ a: x, ...forwardWeight(plan, s, w), c: y, m: rows, n: out, k: inp, transB: true, beta })
+  const lg = s.lora === undefined ? undefined : L.graph(c, s.lora)
+  /** y[rows, out] (+)= x · Wᵀ (W through its f16 copy in mixed precision), plus W's adapter's product. */
+  const linear = (x: Tensor, w: string, y: Tensor, rows: number, out: number, inp: number, beta = 0) => [
+    Ops.matmul({ a: x, ...forwardWeight(plan, s, w), c: y, m: rows, n: out, k: inp, transB: true, beta }),
+    ...L.forwardOps(plan, lg, w, x, y, rows)
+  ]
   for (let l = 0; l < c.num_hidden_layers; l++) {
     const w = layerTensorNames(l)
     const a = (name: string) => t(`t.l${l}.${name}`)
     const out = l + 1 < c.num_hidden_layers ? t(`t.l${l + 1}.x`) : t("t.xf")
     ops.push(
       Ops.rmsNorm({ x: a("x"), weight: p(w.inputLayernorm), y: a("n1"), rstd: a("r1"), eps }),
-      linear(a("n1"), w.q, a("qr"), n, q, h),
-      linear(a("n1"), w.k, a("kr"), n, kv, h),
-      linear(a("n1"), w.v, a("v"), n, kv, h),
+      ...linear(a("n1"), w.q, a("qr"), n, q, h),
+      ...linear(a("n1"), w.k, a("kr"), n, kv, h),
+      ...linear(a("n1"), w.v, a("v"), n, kv, h),
       Ops.rmsNorm({ x: a("qr"), weight: p(w.qNorm), y: a("q"), rstd: a("qrs"), eps }),
       Ops.rmsNorm({ x: a("kr"), weight: p(w.kNorm), y: a("k"), rstd: a("krs"), eps }),
       Ops.rope({ x: a("q"), positions: t("t.positions"), heads: H, headDim: D, theta: c.rope_theta }),
@@ -297,13 +309,13 @@ export const forwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Arr
         positions: t("t.positions")
       }),
       Ops.axpy({ x: a("x"), y: a("x1"), beta: 0 }),
-      linear(a("att"), w.o, a("x1"), n, h, q, 1),
+      ...linear(a("att"), w.o, a("x1"), n, h, q, 1),
       Ops.rmsNorm({ x: a("x1"), weight: p(w.postAttentionLayernorm), y: a("n2"), rstd: a("r2"), eps }),
-      linear(a("n2"), w.gate, a("gt"), n, ffn, h),
-      linear(a("n2"), w.up, a("up"), n, ffn, h),
+      ...linear(a("n2"), w.gate, a("gt"), n, ffn, h),
+      ...linear(a("n2"), w.up, a("up"), n, ffn, h),
       Ops.swiglu({ gate: a("gt"), up: a("up"), out: a("sw") }),
       Ops.axpy({ x: a("x1"), y: out, beta: 0 }),
-      linear(a("sw"), w.down, out, n, h, ffn, 1)
+      ...linear(a("sw"), w.down, out, n, h, ffn, 1)
     )
   }
   ops.push(Ops.rmsNorm({ x: t("t.xf"), weight: p(FINAL_NORM), y: t("t.n3"), rstd: t("t.r3"), eps }))
@@ -371,16 +383,19 @@ export const lossOps = (plan: Arena.ArenaPlan, s: TrainShape): Array<Op> => {
 
 /** Hand-written backward of the whole model, accumulating into the grad group. */
 export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Array<Op> => {
-  const { g, p, t } = lookups(plan)
+  const { p, t } = lookups(plan)
   const { D, ffn, h, H, KV, kv, q, V } = dims(c)
   const n = s.batch * s.seq
   const head = headName(c)
+  const lg = s.lora === undefined ? undefined : L.graph(c, s.lora)
+  // With LoRA the base is frozen: its norm weights' gradient terms fall into a sink, its matrices get none.
+  const g: Lookup = lg === undefined ? lookups(plan).g : () => t("t.lora.sink")
   const ops: Array<Op> = []
   chunks(n, s.chunk).reverse().forEach((ch, i) => {
     if (i > 0) ops.push(logitsOp(plan, c, s, ch))
-    ops.push(
-      Ops.tokenLogprobsBackward({ ...lpArgs(plan, c, s, ch), dLogp: t("t.dlogp") }),
-      Ops.matmul({
+    ops.push(Ops.tokenLogprobsBackward({ ...lpArgs(plan, c, s, ch), dLogp: t("t.dlogp") }))
+    if (lg === undefined) {
+      ops.push(Ops.matmul({
         a: t("t.logits"),
         b: t("t.n3"),
         c: g(head),
@@ -390,7 +405,9 @@ export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Ar
         transA: true,
         beta: 1,
         bOffset: ch.row * h
-      }),
+      }))
+    }
+    ops.push(
       Ops.matmul({ a: t("t.logits"), b: p(head), c: t("t.dn3"), m: ch.rows, n: h, k: V, cOffset: ch.row * h })
     )
   })
@@ -403,10 +420,12 @@ export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Ar
     dx: dres(0),
     dWeight: g(FINAL_NORM)
   }))
-  /** dx (+)= dy · W ; dW += dyᵀ · x */
+  /** dx (+)= dy · W ; dW += dyᵀ · x, or with LoRA (W frozen) the adapter's gradients and its share of dx. */
   const linearBack = (x: Tensor, w: string, dy: Tensor, dx: Tensor, out: number, inp: number, beta = 0) => [
     Ops.matmul({ a: dy, b: p(w), c: dx, m: n, n: inp, k: out, beta }),
-    Ops.matmul({ a: dy, b: x, c: g(w), m: out, n: inp, k: n, transA: true, beta: 1 })
+    ...(lg === undefined
+      ? [Ops.matmul({ a: dy, b: x, c: g(w), m: out, n: inp, k: n, transA: true, beta: 1 })]
+      : L.backwardOps(plan, lg, w, x, dy, dx, n))
   ]
   const d = (name: string) => t(`t.${name}`)
   for (let l = c.num_hidden_layers - 1; l >= 0; l--) {
@@ -492,7 +511,9 @@ export const backwardOps = (plan: Arena.ArenaPlan, c: Config, s: TrainShape): Ar
       })
     )
   }
-  ops.push(Ops.embeddingBackward({ ids: t("t.ids"), dOut: dres(c.num_hidden_layers), dTable: g(EMBED_TOKENS) }))
+  if (lg === undefined) {
+    ops.push(Ops.embeddingBackward({ ids: t("t.ids"), dOut: dres(c.num_hidden_layers), dTable: g(EMBED_TOKENS) }))
+  }
   return ops
 }
 
@@ -507,13 +528,19 @@ const genStack = (plan: Arena.ArenaPlan, c: Config, gs: GenShape, prefix: "g.d" 
   const rows = prefix === "g.d" ? gs.slots : gs.prefillChunk
   const eps = c.rms_norm_eps
   const a = (name: string) => t(`${prefix}.${name}`)
+  const lg = gs.lora === undefined ? undefined : L.graph(c, gs.lora)
+  /** y (+)= x · Wᵀ plus W's adapter's product (x·Aᵀ in the rows' scratch). */
+  const proj = (x: Tensor, w: string, y: Tensor, out: number, inp: number, beta = 0) => [
+    linear(x, p(w), y, rows, out, inp, beta),
+    ...(lg === undefined ? [] : L.forwardOps(plan, lg, w, x, y, rows, a("lu")))
+  ]
   const ops: Array<Op> = [Ops.embedding({ table: p(EMBED_TOKENS), ids: a("ids"), out: a("xa") })]
   for (let l = 0; l < c.num_hidden_layers; l++) {
     const w = layerTensorNames(l)
     ops.push(
       Ops.rmsNorm({ x: a("xa"), weight: p(w.inputLayernorm), y: a("n"), rstd: a("r"), eps }),
-      linear(a("n"), p(w.k), a("kr"), rows, kv, h),
-      linear(a("n"), p(w.v), a("v"), rows, kv, h),
+      ...proj(a("n"), w.k, a("kr"), kv, h),
+      ...proj(a("n"), w.v, a("v"), kv, h),
       Ops.rmsNorm({ x: a("kr"), weight: p(w.kNorm), y: a("k"), rstd: a("krs"), eps }),
       Ops.rope({ x: a("k"), positions: a("pos"), heads: KV, headDim: D, theta: c.rope_theta }),
       Ops.custom({
@@ -526,7 +553,7 @@ const genStack = (plan: Arena.ArenaPlan, c: Config, gs: GenShape, prefix: "g.d" 
     )
     if (kvOnly && l === c.num_hidden_layers - 1) break
     ops.push(
-      linear(a("n"), p(w.q), a("qr"), rows, q, h),
+      ...proj(a("n"), w.q, a("qr"), q, h),
       Ops.rmsNorm({ x: a("qr"), weight: p(w.qNorm), y: a("q"), rstd: a("qrs"), eps }),
       Ops.rope({ x: a("q"), positions: a("pos"), heads: H, headDim: D, theta: c.rope_theta }),
       Ops.custom({
@@ -537,13 +564,13 @@ const genStack = (plan: Arena.ArenaPlan, c: Config, gs: GenShape, prefix: "g.d" 
         groups: over(rows * H, 64)
       }),
       Ops.axpy({ x: a("xa"), y: a("xb"), beta: 0 }),
-      linear(a("att"), p(w.o), a("xb"), rows, h, q, 1),
+      ...proj(a("att"), w.o, a("xb"), h, q, 1),
       Ops.rmsNorm({ x: a("xb"), weight: p(w.postAttentionLayernorm), y: a("n"), rstd: a("r"), eps }),
-      linear(a("n"), p(w.gate), a("gt"), rows, ffn, h),
-      linear(a("n"), p(w.up), a("up"), rows, ffn, h),
+      ...proj(a("n"), w.gate, a("gt"), ffn, h),
+      ...proj(a("n"), w.up, a("up"), ffn, h),
       Ops.swiglu({ gate: a("gt"), up: a("up"), out: a("sw") }),
       Ops.axpy({ x: a("xb"), y: a("xa"), beta: 0 }),
-      linear(a("sw"), p(w.down), a("xa"), rows, h, ffn, 1)
+      ...proj(a("sw"), w.down, a("xa"), h, ffn, 1)
     )
   }
   return ops
