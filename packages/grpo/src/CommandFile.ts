@@ -217,14 +217,6 @@ export const load = Effect.fn("CommandFile.load")(function*(path: string, overri
       }) disagree: keep one of them`
     })
   }
-  // The WebGPU model trains every weight: a LoRA run there would silently train the full model.
-  if (config.lora !== undefined && spec.backend === "gpu") {
-    return yield* new CommandFileError({
-      path,
-      problem: "LoRA (lora, use_peft or peft_config) runs on backend: cpu or reference; the gpu backend trains " +
-        "every weight. Set backend: cpu, or remove the LoRA keys to fine-tune the full model"
-    })
-  }
   return { spec, config }
 })
 
@@ -533,7 +525,8 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
       batch: config.perDeviceTrainBatchSize,
       seq,
       temperature: config.temperature,
-      reference: config.beta !== 0
+      reference: config.beta !== 0,
+      lora
     })
   })
 

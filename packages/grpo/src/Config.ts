@@ -127,7 +127,7 @@ export const GRPOConfig = Schema.Struct({
     Lora.annotations({
       description: "Train a LoRA adapter on the frozen base (r, alpha, dropout, targetModules, useRsLora). TRL's " +
         "use_peft with lora_r, lora_alpha, lora_dropout, lora_target_modules, use_rslora, or a peft_config block " +
-        "(PEFT LoraConfig fields), are read into it. Backends cpu and reference."
+        "(PEFT LoraConfig fields), are read into it. Every backend (cpu, gpu, reference)."
     })
   ),
   // --- batching ---
@@ -800,7 +800,7 @@ export const resolve = (
             "same LoRA in both, or make the model without one"
           : context.modelLora === undefined
           ? "lora (use_peft / peft_config) is set but the model trains every weight: make it with the same LoRA " +
-            "(Trainer.cpuModel(checkpoint, { lora: { config: config.lora, seed } }), or backend: cpu / reference)"
+            "(Trainer.cpuModel or Trainer.gpuModel(checkpoint, { …, lora: { config: config.lora, seed } }))"
           : `lora is ${JSON.stringify(config.lora)} but the model trains ${
             JSON.stringify(context.modelLora)
           }: make the model with the configuration's LoRA`

@@ -15,15 +15,22 @@
  *
  * Checkpoints hold the AdamW moments too (downloaded per shard by `Qwen3.optimizerState`), so a resumed GPU run
  * continues exactly. Device failures are defects.
+ *
+ * LoRA (`lora`): the checkpoint is the frozen base and the adapter (PEFT's initialisation from the seed) is what
+ * trains, on the device as `Qwen3` does it; each training micro-batch draws fresh dropout masks. The exported
+ * state, the optimizer state and the weights synced to policy servers are the adapter's, and the KL reference is
+ * the base without the adapter (as PEFT's disabled adapter is).
  */
-import { Arena, Generation, GrpoLoss, Qwen3 } from "@envtrain/gpu"
+import { Arena, Generation, GrpoLoss, Qwen3, Qwen3Reference } from "@envtrain/gpu"
 import type { Checkpoint, Gpu } from "@envtrain/gpu"
 import type { Completion } from "@envtrain/rollout/Policy"
 import { Effect, type Scope } from "effect"
 import * as Loss from "../Loss.js"
 import {
   checkMoments,
+  dropoutSeed,
   FIRST_MOMENT,
+  type LoraOptions,
   type LossInputs,
   type ModelState,
   type OptimizerState,
@@ -46,6 +53,8 @@ export interface GpuModelOptions {
   readonly slots?: number
   /** Also load a frozen copy as the KL reference (needed when beta > 0). */
   readonly reference?: boolean
+  /** Train a LoRA adapter on the frozen checkpoint (its config and the seed of its init and dropout). */
+  readonly lora?: LoraOptions | undefined
 }
 
 const rowsOf = (batch: SequenceBatch, from: number, to: number) => ({
@@ -146,11 +155,26 @@ export const gpuModel = (
 ): Effect.Effect<TrainableModel, Qwen3.MakeError | Generation.GenerationError, Gpu.Gpu | Scope.Scope> =>
   Effect.gen(function*() {
     const shape = { batch: options.batch, seq: options.seq }
+    const lora = options.lora
     const model = yield* Qwen3.make(checkpoint, {
       ...shape,
       temperature: options.temperature,
-      generation: { slots: options.slots ?? 16, capacity: options.seq }
+      generation: { slots: options.slots ?? 16, capacity: options.seq },
+      ...(lora === undefined ? {} : {
+        lora: {
+          config: lora.config,
+          adapters: new Map(
+            Object.entries(Qwen3Reference.initAdapters(checkpoint.config, lora.config, { seed: lora.seed })).map((
+              [name, data]
+            ) => [name, { data }])
+          )
+        }
+      })
     })
+    // Training micro-batches draw fresh dropout masks (the n-th forward's seed, as the CPU models do).
+    let trainingForwards = 0
+    const withDropout = (b: Qwen3.TrainBatch): Qwen3.TrainBatch =>
+      lora === undefined ? b : { ...b, dropoutSeed: dropoutSeed(lora, trainingForwards++) }
     const generator = yield* Generation.make(model)
     const frozen = options.reference === true
       ? yield* Qwen3.make(checkpoint, { ...shape, temperature: options.temperature, trainable: false })
@@ -173,8 +197,8 @@ export const gpuModel = (
           `with the run's temperature`
       )
     const frozenModel = (m: Qwen3.Qwen3Model): TrainableModel => {
-      // The frozen model has no optimizer: checkpointing it would save the policy's state.
-      const { exportOptimizerState: _e, importOptimizerState: _i, ...rest } = self
+      // The frozen model has no optimizer (checkpointing it would save the policy's state) and no adapter.
+      const { exportOptimizerState: _e, importOptimizerState: _i, lora: _l, ...rest } = self
       return {
         ...rest,
         score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scorer(m, shape)(batch)),
@@ -186,6 +210,7 @@ export const gpuModel = (
       }
     }
     const self: TrainableModel = {
+      ...(lora === undefined ? {} : { lora: lora.config }),
       config: checkpoint.config,
       tokenizer: checkpoint.tokenizer,
       chatTemplate: checkpoint.chatTemplate,
@@ -234,7 +259,7 @@ export const gpuModel = (
                 coef[i * shape.seq + p.length + t - 1] = w[(s + i) * T + t]
               }
             })
-            pending.push({ ...packed, coef })
+            pending.push(withDropout({ ...packed, coef }))
           }
           return scores
         }),
@@ -269,7 +294,7 @@ export const gpuModel = (
           for (let s = 0; s < batch.prompts.length; s += shape.batch) {
             const part = rowsOf(batch, s, s + shape.batch)
             const at = (values: ArrayLike<number> | undefined) => place(shape, part, s, T, values)
-            pendingLoss.push({
+            pendingLoss.push(withDropout({
               ...pack(shape, part),
               coef: new Float32Array(0),
               grpo: {
@@ -281,7 +306,7 @@ export const gpuModel = (
                 sampler: at(inputs.samplerLogprobs),
                 numItemsInBatch: inputs.numItemsInBatch
               }
-            })
+            }))
           }
           return undefined
         }),
@@ -308,7 +333,11 @@ export const gpuModel = (
           pending = []
           return { gradNorm: result.gradNorm }
         }),
-      exportState: Effect.map(model.weights.pipe(Effect.orDie), (weights): ModelState => ({ weights, optimizerStep })),
+      exportState: Effect.map(model.weights.pipe(Effect.orDie), (weights): ModelState => ({
+        weights,
+        optimizerStep,
+        ...(lora === undefined ? {} : { lora: lora.config })
+      })),
       importState: (state) =>
         Effect.gen(function*() {
           yield* model.setWeights(state.weights).pipe(Effect.orDie)
