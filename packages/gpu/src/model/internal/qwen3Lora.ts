@@ -71,12 +71,13 @@ export const parameterSpecs = (c: Config, lora: LoraConfig, trainable: boolean):
 }
 
 const uName = (a: Adapted) => `t.lora.${a.index}.u`
-const xName = (a: Adapted) => `t.lora.${a.index}.x`
+/** dropout(x) of the projection at hand, forward and backward (redrawn from the seed rather than kept per layer). */
+const DROPPED = "t.lora.xd"
 
 /**
- * The training graph's LoRA tensors: the seed, per adapted projection x·Aᵀ [n, r] (and its dropped-out input
- * [n, in] when dropout is on); for the backward, du [n, r], the adapter's input gradient before the mask, and a
- * sink for the frozen norm weights' gradient terms.
+ * The training graph's LoRA tensors: the seed, per adapted projection x·Aᵀ [n, r]; with dropout one scratch
+ * [n, widest input] for the dropped-out input (and in the backward the input's gradient before the mask); for the
+ * backward, du [n, r] and a sink for the frozen norm weights' gradient terms.
  */
 export const trainSpecs = (
   c: Config,
@@ -88,12 +89,11 @@ export const trainSpecs = (
   let widest = 1
   for (const a of adaptedByBase(c, lora).values()) {
     out[uName(a)] = { shape: [n, lora.r] }
-    if (lora.dropout > 0) out[xName(a)] = { shape: [n, a.inDim] }
     widest = Math.max(widest, a.inDim)
   }
+  if (lora.dropout > 0) out[DROPPED] = { shape: [n, widest] }
   if (backward) {
     out["t.lora.du"] = { shape: [n, lora.r] }
-    if (lora.dropout > 0) out["t.lora.dx"] = { shape: [n, widest] }
     out["t.lora.sink"] = { shape: [Math.max(c.hidden_size, c.head_dim)] }
   }
   return out
@@ -194,8 +194,8 @@ const adapterTensors = (plan: Arena.ArenaPlan, a: Adapted) => ({
 
 /**
  * After `y (+)= x·Wᵀ` of base tensor `base` over `rows` rows: `y += scaling·(dropout(x)·Aᵀ)·Bᵀ` (nothing when the
- * base is not adapted). `u` holds x·Aᵀ (per projection in training, shared scratch in generation); `dropped`
- * (training with dropout) holds dropout(x) for the backward.
+ * base is not adapted). `u` holds x·Aᵀ (per projection in training, kept for the backward; `scratchU` in
+ * generation, which has no dropout).
  */
 export const forwardOps = (
   plan: Arena.ArenaPlan,
@@ -214,7 +214,7 @@ export const forwardOps = (
   const ops: Array<Op> = []
   let input = x
   if (scratchU === undefined && lg.config.dropout > 0) {
-    input = Arena.tensorOf(plan, xName(a))
+    input = Arena.tensorOf(plan, DROPPED)
     ops.push(dropoutOp(plan, lg.config, a, x, input, rows * a.inDim, false))
   }
   ops.push(
@@ -226,7 +226,8 @@ export const forwardOps = (
 
 /**
  * After the base's `dx (+)= dy·W` of an adapted projection: dB += s·dyᵀ·u, du = s·dy·B, dA += duᵀ·dropout(x), and
- * dx += dropout-mask(du·A). `x` is the projection's input as the forward saw it.
+ * dx += dropout-mask(du·A). `x` is the projection's input as the forward saw it; with dropout, dropout(x) is drawn
+ * again from the same seed (one elementwise pass instead of keeping [n, in] per projection).
  */
 export const backwardOps = (
   plan: Arena.ArenaPlan,
@@ -246,8 +247,9 @@ export const backwardOps = (
   const s = lg.scaling
   const du = t("t.lora.du")
   const dropout = lg.config.dropout > 0
-  const input = dropout ? t(xName(a)) : x
+  const input = dropout ? t(DROPPED) : x
   const ops: Array<Op> = [
+    ...(dropout ? [dropoutOp(plan, lg.config, a, x, input, rows * a.inDim, false)] : []),
     Ops.matmul({
       a: dy,
       b: t(uName(a)),
@@ -266,7 +268,8 @@ export const backwardOps = (
     ops.push(Ops.matmul({ a: du, b: A, c: dx, m: rows, n: a.inDim, k: r, beta: 1 }))
     return ops
   }
-  const scratch = t("t.lora.dx")
+  // dA has read dropout(x): the scratch now takes du·A before its mask.
+  const scratch = input
   ops.push(
     Ops.matmul({ a: du, b: A, c: scratch, m: rows, n: a.inDim, k: r }),
     dropoutOp(plan, lg.config, a, scratch, dx, rows * a.inDim, true)
