@@ -3,45 +3,57 @@ import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Checkpoint, Gpu, LoraAdapter, type LoraConfig } from "@envtrain/gpu"
 import { Effect } from "effect"
+import type * as Config from "../src/Config.js"
 import * as SftTrainer from "../src/SftTrainer.js"
 import * as Trainer from "../src/Trainer.js"
 import * as TrainerState from "../src/TrainerState.js"
 import * as F from "./fixtures.js"
+
+/** Three GRPO steps of each model (same config, own output dirs); the GPU's must equal the reference's. */
+const trainBoth = (
+  models: ReadonlyArray<Trainer.TrainableModel>,
+  dirs: ReadonlyArray<string>,
+  o: Partial<Config.GRPOConfig>
+) =>
+  Effect.gen(function*() {
+    const runs = yield* Effect.forEach(models, (model, i) =>
+      Effect.gen(function*() {
+        const config = yield* F.config({ maxSteps: 3, evalSteps: 100, outputDir: dirs[i], ...o })
+        return yield* Trainer.train({
+          config,
+          model,
+          dataset: F.dataset(0, 64),
+          open: F.open,
+          rewardFunctions: [F.parityReward],
+          progress: false
+        })
+      }))
+    const [onGpu, onCpu] = runs
+    for (let s = 0; s < 3; s++) {
+      const a = onGpu.steps[s].values
+      const b = onCpu.steps[s].values
+      assert.strictEqual(a["reward"], b["reward"], `step ${s + 1}: the GPU sampled other tokens`)
+      assert.strictEqual(a["completions/mean_length"], b["completions/mean_length"])
+      assert.closeTo(onGpu.steps[s].loss, onCpu.steps[s].loss, 1e-5)
+      assert.isAbove(a["grad_norm"], 0)
+      assert.closeTo(a["grad_norm"], b["grad_norm"], 1e-4 * b["grad_norm"])
+      assert.closeTo(a["entropy"], b["entropy"], 1e-4)
+    }
+  })
+
+const tempDirs = Effect.flatMap(
+  FileSystem.FileSystem,
+  (fs) => Effect.all([fs.makeTempDirectoryScoped(), fs.makeTempDirectoryScoped()])
+)
 
 describe("Trainer with the GPU model", () => {
   it.scoped(
     "three GRPO steps on the GPU equal the CPU reference model's (same samples, loss, gradient norm)",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
         const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
         const gpu = yield* Trainer.gpuModel(checkpoint, { batch: 8, seq: 32, temperature: 1, slots: 8 })
-        const runs = yield* Effect.forEach([gpu, Trainer.referenceModel(checkpoint)], (model, i) =>
-          Effect.gen(function*() {
-            const config = yield* F.config({
-              maxSteps: 3,
-              evalSteps: 100,
-              outputDir: `${yield* fs.makeTempDirectoryScoped()}/run-${i}`
-            })
-            return yield* Trainer.train({
-              config,
-              model,
-              dataset: F.dataset(0, 64),
-              open: F.open,
-              rewardFunctions: [F.parityReward],
-              progress: false
-            })
-          }))
-        const [onGpu, onCpu] = runs
-        for (let s = 0; s < 3; s++) {
-          const a = onGpu.steps[s].values
-          const b = onCpu.steps[s].values
-          assert.strictEqual(a["reward"], b["reward"], `step ${s + 1}: the GPU sampled other tokens`)
-          assert.strictEqual(a["completions/mean_length"], b["completions/mean_length"])
-          assert.closeTo(onGpu.steps[s].loss, onCpu.steps[s].loss, 1e-5)
-          assert.closeTo(a["grad_norm"], b["grad_norm"], 1e-4 * b["grad_norm"])
-          assert.closeTo(a["entropy"], b["entropy"], 1e-4)
-        }
+        yield* trainBoth([gpu, Trainer.referenceModel(checkpoint)], yield* tempDirs, {})
       }).pipe(Effect.provide(Gpu.layer()), Effect.provide(NodeContext.layer)),
     180_000
   )
@@ -60,41 +72,16 @@ describe("Trainer with the GPU model", () => {
     "three LoRA GRPO steps on the GPU equal the reference model's; only the adapter moves, saved as PEFT's",
     () =>
       Effect.gen(function*() {
-        const fs = yield* FileSystem.FileSystem
         const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
         const options = { config: lora, seed: 5 }
         const gpu = yield* Trainer.gpuModel(checkpoint, { batch: 8, seq: 32, temperature: 1, slots: 8, lora: options })
         const initial = yield* gpu.exportState
-        const dirs = [yield* fs.makeTempDirectoryScoped(), yield* fs.makeTempDirectoryScoped()]
-        const runs = yield* Effect.forEach([gpu, Trainer.referenceModel(checkpoint, { lora: options })], (model, i) =>
-          Effect.gen(function*() {
-            const config = yield* F.config({
-              maxSteps: 3,
-              evalSteps: 100,
-              saveSteps: 3,
-              learningRate: 0.02,
-              outputDir: dirs[i],
-              lora
-            })
-            return yield* Trainer.train({
-              config,
-              model,
-              dataset: F.dataset(0, 64),
-              open: F.open,
-              rewardFunctions: [F.parityReward],
-              progress: false
-            })
-          }))
-        const [onGpu, onCpu] = runs
-        for (let s = 0; s < 3; s++) {
-          const a = onGpu.steps[s].values
-          const b = onCpu.steps[s].values
-          assert.strictEqual(a["reward"], b["reward"], `step ${s + 1}: the GPU sampled other tokens`)
-          assert.strictEqual(a["completions/mean_length"], b["completions/mean_length"])
-          assert.closeTo(onGpu.steps[s].loss, onCpu.steps[s].loss, 1e-5)
-          assert.isAbove(a["grad_norm"], 0)
-          assert.closeTo(a["grad_norm"], b["grad_norm"], 1e-4 * b["grad_norm"])
-        }
+        const dirs = yield* tempDirs
+        yield* trainBoth([gpu, Trainer.referenceModel(checkpoint, { lora: options })], dirs, {
+          saveSteps: 3,
+          learningRate: 0.02,
+          lora
+        })
         // The trained state is the adapter (every tensor of it, moved from PEFT's init), equal to the reference's.
         const after = yield* gpu.exportState
         assert.deepStrictEqual(after.lora, lora)

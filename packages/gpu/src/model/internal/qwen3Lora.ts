@@ -15,6 +15,7 @@ import * as Ops from "../../ops/Ops.js"
 import { builtins, header, linear } from "../../ops/Wgsl.js"
 import * as Arena from "../../runtime/Arena.js"
 import type { Tensor } from "../../runtime/Arena.js"
+import { PHILOX } from "./samplingKernel.js"
 
 /** The group of the frozen base weights (no gradient, no optimizer moments, never written after loading). */
 export const FROZEN = "frozen"
@@ -114,23 +115,7 @@ const dropoutKernel = header("n: u32, index: u32, threshold: u32, keep: f32, acc
   ["Y", "read_write"],
   ["Seed", "read", "u32"]
 ]) + `
-fn mulhi(a: u32, b: u32) -> u32 {
-  let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
-  let ll = al * bl; let lh = al * bh; let hl = ah * bl;
-  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-  return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-fn philox(counter: vec4u, key: vec2u) -> vec4u {
-  var c = counter;
-  var k = key;
-  for (var round = 0u; round < 10u; round++) {
-    if (round > 0u) { k = k + vec2u(0x9e3779b9u, 0xbb67ae85u); }
-    let hi0 = mulhi(0xd2511f53u, c.x); let lo0 = 0xd2511f53u * c.x;
-    let hi1 = mulhi(0xcd9e8d57u, c.z); let lo1 = 0xcd9e8d57u * c.z;
-    c = vec4u(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-  }
-  return c;
-}
+${PHILOX}
 @compute @workgroup_size(256) fn main(${builtins}) {
   ${linear(256)}
   let first = i * 4u;

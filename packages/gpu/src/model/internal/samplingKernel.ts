@@ -62,6 +62,25 @@ const scan = (name: string, type: "f32" | "u32", buf: string, zero: string) =>
   return r;
 }`
 
+/** WGSL Philox4x32-10 (`philox(counter, key)`, as `Qwen3Reference.philox4x32`), with its 32×32 → high-32 multiply. */
+export const PHILOX = `fn mulhi(a: u32, b: u32) -> u32 {
+  let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
+  let ll = al * bl; let lh = al * bh; let hl = ah * bl;
+  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+  return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+}
+fn philox(counter: vec4u, key: vec2u) -> vec4u {
+  var c = counter;
+  var k = key;
+  for (var round = 0u; round < 10u; round++) {
+    if (round > 0u) { k = k + vec2u(0x9e3779b9u, 0xbb67ae85u); }
+    let hi0 = mulhi(0xd2511f53u, c.x); let lo0 = 0xd2511f53u * c.x;
+    let hi1 = mulhi(0xcd9e8d57u, c.z); let lo1 = 0xcd9e8d57u * c.z;
+    c = vec4u(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+  }
+  return c;
+}`
+
 export const sampler = header("slots: u32, vocab: u32, ring: u32", [
   ["Z", "read"],
   ["SU", "read_write", "u32"],
@@ -100,23 +119,8 @@ ${tree("maxU", "u32", "ru", (a, b) => `${a} = max(${a}, ${b})`)}
 /** Exclusive prefix sum over threads (Hillis-Steele). */
 ${scan("scanF", "f32", "rf", "0.0")}
 ${scan("scanU", "u32", "ru", "0u")}
-fn mulhi(a: u32, b: u32) -> u32 {
-  let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
-  let ll = al * bl; let lh = al * bh; let hl = ah * bl;
-  let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-  return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-fn philoxX0(counter: vec4u, key: vec2u) -> u32 {
-  var c = counter;
-  var k = key;
-  for (var round = 0u; round < 10u; round++) {
-    if (round > 0u) { k = k + vec2u(0x9e3779b9u, 0xbb67ae85u); }
-    let hi0 = mulhi(0xd2511f53u, c.x); let lo0 = 0xd2511f53u * c.x;
-    let hi1 = mulhi(0xcd9e8d57u, c.z); let lo1 = 0xcd9e8d57u * c.z;
-    c = vec4u(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-  }
-  return c.x;
-}
+${PHILOX}
+fn philoxX0(counter: vec4u, key: vec2u) -> u32 { return philox(counter, key).x; }
 
 @compute @workgroup_size(256) fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let s = wid.x;
