@@ -112,6 +112,44 @@ describe("Trainer with the GPU model", () => {
     180_000
   )
 
+  it.scoped(
+    "LoRA with dropout on the GPU: GRPO steps get gradients through the masks and move only the adapter",
+    () =>
+      Effect.gen(function*() {
+        const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
+        const withDropout = { ...lora, dropout: 0.1 }
+        const gpu = yield* Trainer.gpuModel(checkpoint, {
+          batch: 8,
+          seq: 32,
+          temperature: 1,
+          slots: 8,
+          lora: { config: withDropout, seed: 9 }
+        })
+        const initial = yield* gpu.exportState
+        const config = yield* F.config({
+          maxSteps: 2,
+          evalSteps: 100,
+          learningRate: 0.02,
+          outputDir: (yield* tempDirs)[0],
+          lora: withDropout
+        })
+        const run = yield* Trainer.train({
+          config,
+          model: gpu,
+          dataset: F.dataset(0, 64),
+          open: F.open,
+          rewardFunctions: [F.parityReward],
+          progress: false
+        })
+        for (const s of run.steps) assert.isAbove(s.values["grad_norm"], 0)
+        const after = yield* gpu.exportState
+        assert.deepStrictEqual([...after.weights.keys()].sort(), [...initial.weights.keys()].sort())
+        const moved = [...after.weights].filter(([n, t]) => F.maxRel(t.data, initial.weights.get(n)!.data) > 0)
+        assert.strictEqual(moved.length, after.weights.size, "every adapter tensor moved")
+      }).pipe(Effect.provide(Gpu.layer()), Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
   it.scoped("SFT with LoRA on the GPU: the same losses as the reference model's", () =>
     Effect.gen(function*() {
       const transcripts = Array.from({ length: 4 }, (_, i) => ({
