@@ -57,8 +57,11 @@ const positions = [0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2]
 const coef = tokens.map((_, i) => (i % 3 === 0 ? -0.5 : 0.25 + 0.01 * i))
 
 layer(live, { timeout: 120_000 })("Qwen3 with LoRA on the GPU", (it) => {
-  const cases: ReadonlyArray<readonly [string, LoraConfig, number | undefined]> = [
+  // The last element, when given, is a binding size small enough to split the frozen embedding and MLP weights
+  // into row blocks (ops then run per block).
+  const cases: ReadonlyArray<readonly [string, LoraConfig, number | undefined, number?]> = [
     ["all seven projections", loraConfig(), undefined],
+    ["all seven on a base split into row blocks", loraConfig({ alpha: 3 }), undefined, 2048],
     [
       "q, v and down with rsLoRA",
       loraConfig({ targetModules: ["q_proj", "v_proj", "down_proj"], useRsLora: true }),
@@ -70,7 +73,7 @@ layer(live, { timeout: 120_000 })("Qwen3 with LoRA on the GPU", (it) => {
       4242
     ]
   ]
-  for (const [label, lora, dropoutSeed] of cases) {
+  for (const [label, lora, dropoutSeed, maxBindingBytes] of cases) {
     it.scoped(`logprobs, loss and the adapter's gradients equal the reference: ${label}`, () =>
       Effect.gen(function*() {
         const adapters = adaptersFor(lora)
@@ -78,8 +81,13 @@ layer(live, { timeout: 120_000 })("Qwen3 with LoRA on the GPU", (it) => {
           batch: 2,
           seq: 6,
           chunk: 8,
-          lora: { config: lora, adapters: asTensors(adapters) }
+          lora: { config: lora, adapters: asTensors(adapters) },
+          ...(maxBindingBytes === undefined ? {} : { maxBindingBytes })
         })
+        if (maxBindingBytes !== undefined) {
+          assert.strictEqual(model.arena.tensor(`${Arena.PARAM}.model.embed_tokens.weight`).blocks?.length, 3)
+          assert.isDefined(model.arena.tensor(`${Arena.PARAM}.model.layers.1.mlp.up_proj.weight`).blocks)
+        }
         // Only the adapter is trained: the gradient and moment groups hold its tensors and nothing else.
         const names = adaptedProjections(config, lora).flatMap((p) => [p.a.name, p.b.name]).sort()
         const inGroup = (group: string) =>
