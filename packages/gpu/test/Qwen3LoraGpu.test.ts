@@ -206,5 +206,10 @@ layer(live, { timeout: 120_000 })("Qwen3 with LoRA on the GPU", (it) => {
       assert.include(rank.message, "rank r = 0")
       const missing = yield* tried({ lora: { config: loraConfig({ targetModules: ["q_proj", "v_proj"] }), adapters } })
       assert.include(missing.message, "self_attn.v_proj.lora_A.weight")
+      const short = new Map(adapters)
+      const name = "model.layers.1.self_attn.q_proj.lora_B.weight"
+      short.set(name, { data: new Float32Array(3) })
+      const size = yield* tried({ lora: { config: lora, adapters: short } })
+      assert.include(size.message, `The LoRA tensor "${name}" has 3 elements; the model needs 256.`)
     }))
 })

@@ -332,7 +332,7 @@ export const make = (
           const given = tensors.get(key)
           if (given === undefined) return yield* usage(`No ${what} "${key}" to load (expected ${t.size} elements).`)
           if (given.data.length !== t.size) {
-            return yield* usage(`${what} "${key}" has ${given.data.length} elements; the model needs ${t.size}.`)
+            return yield* usage(`The ${what} "${key}" has ${given.data.length} elements; the model needs ${t.size}.`)
           }
           writes.push([name, given.data instanceof Float32Array ? given.data : Float32Array.from(given.data)])
         }
