@@ -184,6 +184,21 @@ layer(live, { timeout: 120_000 })("Qwen3 with LoRA on the GPU", (it) => {
         const plain = Ref.generate(config, weights, prompt, { temperature: 0, maxNewTokens: 10 })
         assert.notDeepEqual(plain.logprobs, want.logprobs, "the adapter changes the model")
       }
+      // Scoring with the adapter off is the base alone (the KL reference of a LoRA run), on the same model.
+      const seq = [3, 17, 5, 9, 33, 2, 11, 4]
+      const batch = { tokens: seq, batch: 1, seqLen: seq.length }
+      for (const [adapter, run] of [[true, ref], [false, undefined]] as const) {
+        const fwd = Ref.forward(config, weights, batch, run === undefined ? {} : { lora: run })
+        const targets = Ref.nextTokenTargets(fwd)
+        const want = Ref.tokenLogprobs(fwd.logits, config.vocab_size, targets, 1, "f32").logprobs
+        const got = yield* model.logprobs({ tokens: seq }, { adapter })
+        assertClose(
+          got.logprobs.subarray(0, seq.length - 1),
+          want.subarray(0, seq.length - 1),
+          1e-4,
+          `adapter ${adapter}`
+        )
+      }
 
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), "qwen3-lora-gpu-"))
       const base = yield* Checkpoint.makeModel("tiny", 0)
@@ -200,6 +215,9 @@ layer(live, { timeout: 120_000 })("Qwen3 with LoRA on the GPU", (it) => {
       const adapters = asTensors(adaptersFor(lora))
       const tried = (o: Partial<Qwen3.Qwen3Options>) =>
         Effect.flip(Qwen3.make({ config, tensors }, { batch: 1, seq: 4, lora: { config: lora, adapters }, ...o }))
+      const plain = yield* Qwen3.make({ config, tensors }, { batch: 1, seq: 4, trainable: false })
+      const off = yield* Effect.flip(plain.logprobs({ tokens: [1, 2, 3, 4] }, { adapter: false }))
+      assert.include(off.message, "needs a model made with lora")
       const half = yield* tried({ f16Weights: true })
       assert.include(half.message, "drop f16Weights")
       const rank = yield* tried({ lora: { config: { ...lora, r: 0 }, adapters } })

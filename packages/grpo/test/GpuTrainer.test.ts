@@ -48,12 +48,19 @@ const tempDirs = Effect.flatMap(
 
 describe("Trainer with the GPU model", () => {
   it.scoped(
-    "three GRPO steps on the GPU equal the CPU reference model's (same samples, loss, gradient norm)",
+    "three GRPO steps (KL to a frozen copy) on the GPU equal the CPU reference model's (samples, loss, grad norm)",
     () =>
       Effect.gen(function*() {
         const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
-        const gpu = yield* Trainer.gpuModel(checkpoint, { batch: 8, seq: 32, temperature: 1, slots: 8 })
-        yield* trainBoth([gpu, Trainer.referenceModel(checkpoint)], yield* tempDirs, {})
+        const gpu = yield* Trainer.gpuModel(checkpoint, {
+          batch: 8,
+          seq: 32,
+          temperature: 1,
+          slots: 8,
+          reference: true
+        })
+        // beta > 0: the GPU's KL reference is a frozen copy of the starting weights, as the reference model's.
+        yield* trainBoth([gpu, Trainer.referenceModel(checkpoint)], yield* tempDirs, { beta: 0.05 })
       }).pipe(Effect.provide(Gpu.layer()), Effect.provide(NodeContext.layer)),
     180_000
   )
@@ -69,17 +76,26 @@ describe("Trainer with the GPU model", () => {
   }
 
   it.scoped(
-    "three LoRA GRPO steps on the GPU equal the reference model's; only the adapter moves, saved as PEFT's",
+    "three LoRA GRPO steps (KL to the base) on the GPU equal the reference model's; only the adapter moves, saved as PEFT's",
     () =>
       Effect.gen(function*() {
         const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
         const options = { config: lora, seed: 5 }
-        const gpu = yield* Trainer.gpuModel(checkpoint, { batch: 8, seq: 32, temperature: 1, slots: 8, lora: options })
+        const gpu = yield* Trainer.gpuModel(checkpoint, {
+          batch: 8,
+          seq: 32,
+          temperature: 1,
+          slots: 8,
+          lora: options,
+          reference: true
+        })
         const initial = yield* gpu.exportState
         const dirs = yield* tempDirs
+        // beta > 0: the KL reference is the base with the adapter off (the GPU scores it on the same model).
         yield* trainBoth([gpu, Trainer.referenceModel(checkpoint, { lora: options })], dirs, {
           saveSteps: 3,
           learningRate: 0.02,
+          beta: 0.05,
           lora
         })
         // The trained state is the adapter (every tensor of it, moved from PEFT's init), equal to the reference's.

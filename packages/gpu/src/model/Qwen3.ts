@@ -117,6 +117,15 @@ export interface TokenBatch {
   readonly targets?: ArrayLike<number>
 }
 
+/** Options of {@link Qwen3Model.logprobs}. */
+export interface LogprobsOptions {
+  /**
+   * false: score with the LoRA adapter turned off, i.e. the frozen base alone (PEFT's disabled adapter, the KL
+   * reference of a LoRA run) on the same device memory. Only for a model made with `lora`.
+   */
+  readonly adapter?: boolean
+}
+
 /** One micro-batch of the training step. */
 export interface TrainBatch extends TokenBatch {
   /** Per-token loss coefficient (0 where there is no loss). */
@@ -173,7 +182,8 @@ export interface Qwen3Model {
   readonly lora: LoraConfig | undefined
   /** Per-token logprobs (of each token's target) and entropies under the current weights. */
   readonly logprobs: (
-    batch: TokenBatch
+    batch: TokenBatch,
+    options?: LogprobsOptions
   ) => Effect.Effect<{ readonly logprobs: Float32Array; readonly entropy: Float32Array }, RunError>
   /** One optimiser step over micro-batches (gradients accumulate; clipping and AdamW on the device). */
   readonly step: (
@@ -349,6 +359,11 @@ export const make = (
 
     const forward = G.forwardOps(plan, cfg, train)
     const score = yield* Program.compile(arena, forward, "qwen3.score")
+    // The base alone (the adapter's products left out), over the same weights and activations.
+    const { lora: _, ...baseShape } = train
+    const baseScore = lora === undefined
+      ? undefined
+      : yield* Program.compile(arena, G.forwardOps(plan, cfg, baseShape), "qwen3.scoreBase")
     const stepProgram = trainable
       ? yield* StepProgram.make(arena, {
         microBatch: [...forward, ...G.lossOps(plan, train), ...G.backwardOps(plan, cfg, train)]
@@ -386,13 +401,17 @@ export const make = (
     const dropoutOn = (b: TrainBatch): StepProgram.MicroBatch =>
       lora === undefined ? [] : [[L.SEED, Uint32Array.of(1, (b.dropoutSeed ?? 0) >>> 0)]]
 
-    const logprobs = Effect.fn("Qwen3.logprobs")(function*(b: TokenBatch) {
+    const logprobs = Effect.fn("Qwen3.logprobs")(function*(b: TokenBatch, scoring?: LogprobsOptions) {
+      const program = scoring?.adapter === false ? baseScore : score
+      if (program === undefined) {
+        return yield* usage("logprobs with adapter: false needs a model made with lora; this one has no adapter.")
+      }
       const { ids, positions, targets, valid } = yield* inputs(b)
       if (lora !== undefined) arena.write(L.SEED, dropoutOff)
       arena.write("t.ids", ids)
       arena.write("t.positions", positions)
       arena.write("t.targets", targets)
-      submitOne(score)
+      submitOne(program)
       const lp = yield* arena.read("t.logp")
       const entropy = yield* arena.read("t.entropy")
       for (let i = 0; i < n; i++) if (!valid[i]) lp[i] = 0

@@ -19,7 +19,7 @@
  * LoRA (`lora`): the checkpoint is the frozen base and the adapter (PEFT's initialisation from the seed) is what
  * trains, on the device as `Qwen3` does it; each training micro-batch draws fresh dropout masks. The exported
  * state, the optimizer state and the weights synced to policy servers are the adapter's, and the KL reference is
- * the base without the adapter (as PEFT's disabled adapter is).
+ * the base without the adapter (as PEFT's disabled adapter is): the same device model scored with its adapter off.
  */
 import { Arena, Generation, GrpoLoss, Qwen3, Qwen3Reference } from "@envtrain/gpu"
 import type { Checkpoint, Gpu } from "@envtrain/gpu"
@@ -129,7 +129,7 @@ const place = (
 }
 
 const scorer =
-  (model: Qwen3.Qwen3Model, shape: { readonly batch: number; readonly seq: number }) =>
+  (model: Qwen3.Qwen3Model, shape: { readonly batch: number; readonly seq: number }, scoring?: Qwen3.LogprobsOptions) =>
   (batch: SequenceBatch): Effect.Effect<TokenScores> =>
     Effect.gen(function*() {
       const rows = batch.prompts.length
@@ -138,7 +138,7 @@ const scorer =
       const entropies = new Float64Array(rows * T)
       for (let s = 0; s < rows; s += shape.batch) {
         const part = rowsOf(batch, s, s + shape.batch)
-        const out = yield* model.logprobs(pack(shape, part)).pipe(Effect.orDie)
+        const out = yield* model.logprobs(pack(shape, part), scoring).pipe(Effect.orDie)
         part.prompts.forEach((p, i) => {
           for (let t = 0; t < part.completions[i].length; t++) {
             logprobs[(s + i) * T + t] = out.logprobs[i * shape.seq + p.length + t - 1]
@@ -176,7 +176,9 @@ export const gpuModel = (
     const withDropout = (b: Qwen3.TrainBatch): Qwen3.TrainBatch =>
       lora === undefined ? b : { ...b, dropoutSeed: dropoutSeed(lora, trainingForwards++) }
     const generator = yield* Generation.make(model)
-    const frozen = options.reference === true
+    // The KL reference: with LoRA the same model with its adapter off (no second copy of the base), else a frozen
+    // copy of the starting weights.
+    const frozen = options.reference === true && lora === undefined
       ? yield* Qwen3.make(checkpoint, { ...shape, temperature: options.temperature, trainable: false })
       : undefined
     let pending: Array<Qwen3.TrainBatch> = []
@@ -196,17 +198,23 @@ export const gpuModel = (
         `the GPU model computes logprobs at temperature ${options.temperature}, asked for ${temperature}; make it ` +
           `with the run's temperature`
       )
-    const frozenModel = (m: Qwen3.Qwen3Model): TrainableModel => {
+    const frozenModel = (m: Qwen3.Qwen3Model, adapterOff: boolean): TrainableModel => {
       // The frozen model has no optimizer (checkpointing it would save the policy's state) and no adapter.
       const { exportOptimizerState: _e, importOptimizerState: _i, lora: _l, ...rest } = self
+      const scoreFrozen = scorer(m, shape, adapterOff ? { adapter: false } : undefined)
       return {
         ...rest,
-        score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scorer(m, shape)(batch)),
+        score: (batch, temperature) => Effect.zipRight(checkTemperature(temperature), scoreFrozen(batch)),
         accumulate: () => Effect.dieMessage("the reference model is frozen"),
         accumulateLoss: () => Effect.dieMessage("the reference model is frozen"),
         step: () => Effect.dieMessage("the reference model is frozen"),
-        exportState: Effect.map(m.weights.pipe(Effect.orDie), (weights): ModelState => ({ weights, optimizerStep: 0 })),
-        importState: (state) => m.setWeights(state.weights).pipe(Effect.orDie)
+        exportState: adapterOff
+          ? Effect.succeed({ weights: checkpoint.tensors, optimizerStep: 0 })
+          : Effect.map(m.weights.pipe(Effect.orDie), (weights): ModelState => ({ weights, optimizerStep: 0 })),
+        importState: (state) =>
+          adapterOff
+            ? Effect.dieMessage("the KL reference of a LoRA run is its frozen base: it takes no weights")
+            : m.setWeights(state.weights).pipe(Effect.orDie)
       }
     }
     const self: TrainableModel = {
@@ -365,9 +373,10 @@ export const gpuModel = (
             Effect.mapError((e) => new OptimizerStateMismatch({ problem: e.message }))
           )
         }),
-      frozenCopy: frozen === undefined
+      frozenCopy: options.reference !== true
         ? Effect.dieMessage("make the GPU model with reference: true to train with beta > 0")
-        : Effect.succeed(frozenModel(frozen))
+        // Made when asked: it copies this model's fields (`self` is defined by then).
+        : Effect.sync(() => frozen === undefined ? frozenModel(model, true) : frozenModel(frozen, false))
     }
     return self
   })
