@@ -18,7 +18,8 @@
  * and never written again: gradients, AdamW moments, clipping, `weights`, `setWeights` and the optimizer state
  * cover only the adapter tensors (`lora_A` [r, in], `lora_B` [out, r] of each adapted projection), and `save`
  * writes the adapter as PEFT does. Training micro-batches draw dropout masks from their `dropoutSeed`;
- * scoring and generation run without dropout.
+ * scoring and generation run without dropout. `logprobs(batch, { adapter: false })` scores the base alone (the KL
+ * reference of a LoRA run) on the same device memory.
  *
  * @example
  * ```ts
