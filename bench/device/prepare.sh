@@ -14,7 +14,7 @@ cp -L "$(ldconfig -p | awk '/libvulkan\.so\.1 .*x86-64/ {print $NF; exit}')" .de
 # One self-contained ES module per benchmark (webgpu stays external: it loads the native binary). The bundles sit
 # two folders below .device/ because the packages read their data files at ../../data/ from their modules.
 mkdir -p .device/data && cp packages/text/data/* .device/data/
-for b in gpu/bench model/model; do
+for b in gpu/bench gpu/lora model/model; do
   npx esbuild "bench/$b.ts" --bundle --conditions=@envtrain/source --platform=node --format=esm --target=node20 --log-level=warning \
     --external:webgpu --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" \
     --outfile=".device/b/$b.mjs"

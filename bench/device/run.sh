@@ -18,6 +18,7 @@ mkdir -p bench/results
 "$NODE" "$D/b/gpu/bench.mjs" "$@"; g=$?
 # shellcheck disable=SC2086 # MODEL_FLAGS is a list of flags
 "$NODE" "$D/b/model/model.mjs" ${MODEL_FLAGS:---preset=small --batch=8 --seq=512 --steps=5 --gen-batch=64 --out=small-device}; m=$?
+"$NODE" "$D/b/gpu/lora.mjs" --steps=10 --out=gpu-lora-device; l=$?
 if [ -n "${OUT:-}" ]; then cp bench/results/gpu-* bench/results/model-* "$OUT"/ 2>/dev/null; fi
-echo "gpu bench exit $g, model bench exit $m"
-exit $(( g != 0 || m != 0 ))
+echo "gpu bench exit $g, model bench exit $m, lora bench exit $l"
+exit $(( g != 0 || m != 0 || l != 0 ))

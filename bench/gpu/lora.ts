@@ -4,9 +4,9 @@
  *   fine-tuning against LoRA r 16 on all seven projections: parameters, gradients, AdamW moments, the frozen base;
  * - seconds per training step (weighted mode) and dispatches per step of a small model on the adapter at hand
  *   (lavapipe here: a software rasteriser on the CPU, so the times are of the CPU's cores, and noisy under load).
- * Results go to bench/results/gpu-lora.{json,md}.
+ * Results go to bench/results/<out>.{json,md} (default gpu-lora; bench/device/run.sh names its own on a GPU).
  *
- *   npx tsx bench/gpu/lora.ts [--steps=5]
+ *   npx tsx bench/gpu/lora.ts [--steps=5] [--out=gpu-lora]
  */
 import { Effect } from "effect"
 import { execSync } from "node:child_process"
@@ -22,6 +22,7 @@ import * as Arena from "../../packages/gpu/src/runtime/Arena.js"
 import { describe, Gpu } from "../../packages/gpu/src/runtime/Gpu.js"
 
 const steps = Number(process.argv.find((a) => a.startsWith("--steps="))?.slice(8) ?? 5)
+const out = process.argv.find((a) => a.startsWith("--out="))?.slice(6) ?? "gpu-lora"
 
 const config = (o: Partial<ModelConfig>): ModelConfig => ({
   architecture: "Qwen3ForCausalLM",
@@ -130,7 +131,7 @@ const main = Effect.gen(function*() {
     memory: mem,
     stepTime: { model: "hidden 128, 2 layers, vocab 512, batch 2 × seq 64", steps, full, lora: adapted }
   }
-  writeFileSync("bench/results/gpu-lora.json", JSON.stringify(result, null, 2) + "\n")
+  writeFileSync(`bench/results/${out}.json`, JSON.stringify(result, null, 2) + "\n")
   const mib = (b: number | undefined) => b === undefined ? "—" : (b / MiB).toFixed(1)
   const groups = ["param", "grad", "adam.m", "adam.v", "frozen", "activations and scratch"]
   const md = [
@@ -161,7 +162,7 @@ const main = Effect.gen(function*() {
     } | ${adapted.dispatches} |`,
     ""
   ].join("\n")
-  writeFileSync("bench/results/gpu-lora.md", md)
+  writeFileSync(`bench/results/${out}.md`, md)
   console.log(md)
 })
 
