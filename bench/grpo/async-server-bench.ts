@@ -52,7 +52,8 @@ const sftEpisodes = Number(positional[3] ?? 64)
 const allModes = ["server-sync", "server-async", "server-async-worker", "in-process-sync"] as const
 type Mode = typeof allModes[number]
 const modes = (positional[4] ?? allModes.join(",")).split(",") as ReadonlyArray<Mode>
-// The demo's GRPO sampling temperature (Sizes.catchDemo): the SFT checkpoint's samples earn reward at it.
+// The earlier demo's GRPO sampling temperature, at which its results were measured: the SFT checkpoint's samples
+// earn reward at it.
 const temperature = 0.4
 for (const mode of modes) {
   if (!allModes.includes(mode)) throw new Error(`unknown mode ${mode}: give some of ${allModes.join(",")}`)

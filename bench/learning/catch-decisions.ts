@@ -1,6 +1,6 @@
 // What a Catch policy decides, move by move, from a run's sampled episodes (completions.jsonl: GRPO's rollouts) —
 // the diagnosis behind a success rate: per board relation (ball LEFT / RIGHT of the paddle / directly above), which
-// call it made; how often the call was right on the first move (where no earlier move exists to repeat); how often a
+// call it made (by distance: one column away or more); how often the call was right on the first move (where no earlier move exists to repeat); how often a
 // move repeats the previous one when that is wrong (the shortcut of a model that copies its last call instead of
 // reading the board); and how often the call contradicts the move its own reasoning line names.
 //
@@ -10,7 +10,7 @@ import * as path from "node:path"
 
 type Move = "left" | "right" | "stay"
 
-const RELATION = /The ball is (?:\d+ column\(s\) to the (LEFT|RIGHT) of the paddle|directly above the paddle)\./g
+const RELATION = /The ball is (?:(\d+) column\(s\) to the (LEFT|RIGHT) of the paddle|directly above the paddle)\./g
 const CALL = /<tool_call>\s*\{"name": "(move|stay)"(?:, "arguments": \{"direction": "(left|right)"\})?/
 const NAMED = /Move: (left|right|stay)\.\s*$/
 
@@ -22,9 +22,12 @@ interface Tally {
   calls: number
 }
 
-const lastRelation = (text: string): Move | undefined => {
-  let last: Move | undefined
-  for (const m of text.matchAll(RELATION)) last = m[1] === undefined ? "stay" : (m[1].toLowerCase() as Move)
+/** The right move for the last board shown, and how many columns away the ball is (0 above it). */
+const lastRelation = (text: string): { readonly move: Move; readonly distance: number } | undefined => {
+  let last: { readonly move: Move; readonly distance: number } | undefined
+  for (const m of text.matchAll(RELATION)) {
+    last = m[2] === undefined ? { move: "stay", distance: 0 } : { move: m[2].toLowerCase() as Move, distance: +m[1] }
+  }
   return last
 }
 
@@ -51,11 +54,13 @@ const tallyRun = (file: string): Tally => {
       const head = turn.slice(0, call.index)
       const think = head.lastIndexOf("</think>")
       const reasoning = think < 0 ? head : head.slice(think)
-      const board = lastRelation(seen + (think < 0 ? "" : head.slice(0, think)))
+      const relation = lastRelation(seen + (think < 0 ? "" : head.slice(0, think)))
       seen += turn + "</tool_call>"
-      if (board === undefined) continue
+      if (relation === undefined) continue
+      const board = relation.move
       const move: Move = call[1] === "stay" ? "stay" : (call[2] as Move)
-      const key = board === "stay" ? "directly above" : `ball ${board.toUpperCase()}`
+      // By distance too: a hesitant player's data (`--sft-player hesitant`) differs between one column and two.
+      const key = board === "stay" ? "directly above" : `ball ${relation.distance} ${board.toUpperCase()}`
       t.table[key] ??= { left: 0, right: 0, stay: 0 }
       t.table[key][move]++
       t.calls++
@@ -86,8 +91,8 @@ for (const dir of process.argv.slice(2)) {
   const t = tallyRun(file)
   console.log(`\n${file}: ${t.calls} calls`)
   console.log("| board | left | right | stay | right call |\n| --- | ---: | ---: | ---: | ---: |")
-  for (const [key, row] of Object.entries(t.table)) {
-    const want: Move = key === "directly above" ? "stay" : key === "ball LEFT" ? "left" : "right"
+  for (const [key, row] of Object.entries(t.table).sort(([a], [b]) => a.localeCompare(b))) {
+    const want: Move = key === "directly above" ? "stay" : key.endsWith("LEFT") ? "left" : "right"
     const all = row.left + row.right + row.stay
     console.log(`| ${key} | ${row.left} | ${row.right} | ${row.stay} | ${pct(row[want], all)} |`)
   }

@@ -115,6 +115,8 @@ type Parsed =
   & {
     /** `--rewards NAME` (recipes with several reward sets). */
     readonly rewards: Option.Option<string>
+    /** `--sft-player NAME` (recipes with several scripted players). */
+    readonly player: Option.Option<string>
     /** `--<name>-url URL` per environment (recipes over several environments). */
     readonly servers: Readonly<Record<string, Option.Option<string>>>
   }
@@ -126,6 +128,13 @@ const flagsOf = <State>(recipe: Recipe.Recipe<State>) => {
     ? Options.map(Options.none, () => Option.none())
     : Options.choice("rewards", sets as [string, ...Array<string>]).pipe(
       Options.withDescription(`the reward set (default ${sets[0]})`),
+      Options.optional
+    )
+  const players = Object.keys(recipe.playerVariants ?? {})
+  const player: Options.Options<Option.Option<string>> = players.length === 0
+    ? Options.map(Options.none, () => Option.none())
+    : Options.choice("sft-player", players as [string, ...Array<string>]).pipe(
+      Options.withDescription(`the scripted player that writes the SFT data (default ${players[0]})`),
       Options.optional
     )
   const names = recipe.remotes?.names ?? []
@@ -141,7 +150,7 @@ const flagsOf = <State>(recipe: Recipe.Recipe<State>) => {
         Options.optional
       )
     ])))
-  return { ...flags, rewards, servers }
+  return { ...flags, rewards, player, servers }
 }
 
 /** Applies parsed flags to defaults. */
@@ -151,6 +160,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
   const out = Option.getOrUndefined(f.out)
   const envUrl = Option.getOrUndefined(f.envUrl)
   const rewards = Option.getOrUndefined(f.rewards)
+  const player = Option.getOrElse(f.player, () => defaults.player)
   const sftFrom = Option.getOrUndefined(f.sftFrom)
   const envUrls: Record<string, string> = {}
   for (const [name, url] of Object.entries(f.servers)) if (Option.isSome(url)) envUrls[name] = url.value
@@ -164,6 +174,7 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
     ...(f.policyServer.length === 0 ? {} : { policyServers: f.policyServer }),
     ...(Option.isSome(f.policyServerWeights) ? { policyServerWeights: f.policyServerWeights.value } : {}),
     ...(rewards === undefined ? {} : { rewards }),
+    ...(player === undefined ? {} : { player }),
     ...(sftFrom === undefined ? {} : { sftFrom }),
     preset: or(f.preset, defaults.preset) as "tiny" | "small",
     backend: or(f.backend, model !== undefined ? "gpu" : defaults.backend) as Pipeline.Settings["backend"],
@@ -264,9 +275,16 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
   const bad = problems.find(([, ok]) => !ok)
   if (bad !== undefined) return Effect.fail(new FlagError({ flag: bad[0], problem: bad[2] }))
   if (settings.sftFrom !== undefined) {
-    const unused = (["sftEpisodes", "errorRate", "sftEpochs", "sftLr"] as const).filter((k) => Option.isSome(f[k]))
+    const sftFlags = [
+      ["sftEpisodes", "sft-episodes"],
+      ["errorRate", "error-rate"],
+      ["sftEpochs", "sft-epochs"],
+      ["sftLr", "sft-lr"],
+      ["player", "sft-player"]
+    ] as const
+    const unused = sftFlags.filter(([k]) => Option.isSome(f[k] as Option.Option<unknown>))
     if (unused.length > 0) {
-      const names = unused.map((k) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(", ")
+      const names = unused.map(([, flag]) => `--${flag}`).join(", ")
       return Effect.fail(
         new FlagError({
           flag: "sft-from",

@@ -75,6 +75,8 @@ export interface Settings {
   readonly sftFrom?: string
   /** The recipe's reward set by name (`--rewards`, e.g. Wordle's `seed` or `shaped`); default its first. */
   readonly rewards?: string
+  /** The recipe's scripted SFT player by name (`--sft-player`, e.g. Catch's `hesitant`); default its first. */
+  readonly player?: string
   readonly seed: number
   /**
    * Render the tool definitions into the system prompt (the chat template's tools block). Off for the tiny preset
@@ -199,7 +201,12 @@ export interface RunResult {
 const round = (x: number | null, d = 3) => (x === null ? null : Math.round(x * 10 ** d) / 10 ** d)
 
 /** Scores a scripted player on seeds (no model). */
-export const playerScore = <State>(recipe: Recipe.Recipe<State>, seeds: ReadonlyArray<number>, errorRate: number) =>
+export const playerScore = <State>(
+  recipe: Recipe.Recipe<State>,
+  seeds: ReadonlyArray<number>,
+  errorRate: number,
+  name = "player"
+) =>
   Effect.gen(function*() {
     const started = Date.now()
     const states: Array<State> = []
@@ -228,7 +235,7 @@ export const playerScore = <State>(recipe: Recipe.Recipe<State>, seeds: Readonly
       rewards += total
     }
     return {
-      label: errorRate === 0 ? "solver" : `player (error rate ${errorRate})`,
+      label: errorRate === 0 && name === "player" ? "solver" : `${name} (error rate ${errorRate})`,
       episodes: seeds.length,
       successRate: states.filter(recipe.success).length / Math.max(1, seeds.length),
       meanReward: round(rewards / Math.max(1, seeds.length)),
@@ -434,7 +441,8 @@ export const writeEvalConfig = (
  */
 export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
   Effect.gen(function*() {
-    const recipe = yield* Recipe.withRewards(chosen, settings.rewards)
+    const rewarded = yield* Recipe.withRewards(chosen, settings.rewards)
+    const recipe = yield* Recipe.withPlayer(rewarded, settings.player)
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const started = Date.now()
@@ -599,8 +607,13 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
     // Written now: the trainer starts its run by clearing eval.jsonl.
     yield* Evaluation.write(outputDir, beforeResult)
     yield* Evaluation.write(outputDir, afterResult)
-    const solver = yield* playerScore({ ...recipe, environment }, seeds.heldOut, 0)
-    const sftPlayer = yield* playerScore({ ...recipe, environment }, seeds.heldOut, settings.sft.errorRate)
+    const solver = yield* playerScore({ ...recipe, player: rewarded.player, environment }, seeds.heldOut, 0)
+    const sftPlayer = yield* playerScore(
+      { ...recipe, environment },
+      seeds.heldOut,
+      settings.sft.errorRate,
+      settings.player === undefined ? "player" : `player ${settings.player}`
+    )
     const report = yield* Report.write(outputDir, {
       title: `${recipe.name}: SFT warm-up, then GRPO`,
       status: `finished: success ${before.successRate ?? "-"} -> ${after.successRate ?? "-"} on ${before.episodes} ` +

@@ -241,11 +241,20 @@ const parse = (text: string) => {
 
 /**
  * A perfect player through the tools: moves the paddle under the ball. With `errorRate` > 0 each move is,
- * with that probability, replaced by a uniformly random one (seeded by `seed`), for imperfect SFT data.
+ * with that probability, replaced by a uniformly random one (seeded by `seed`), for imperfect SFT data. With
+ * `waitFar` > 0 it hesitates: while the ball is two or more columns away it stays with that probability (before any
+ * random mistake), so a policy that imitates its most likely move never sets off toward a far ball.
  */
-export const solver = (options: { readonly errorRate?: number; readonly seed?: number } = {}) => {
+export const solver = (
+  options: {
+    readonly errorRate?: number
+    readonly seed?: number
+    readonly waitFar?: number
+  } = {}
+) => {
   const prng = Prng.make(options.seed ?? 0)
   const errorRate = options.errorRate ?? 0
+  const waitFar = options.waitFar ?? 0
   return (episode: Environment.Episode<unknown>): Effect.Effect<void> =>
     Effect.gen(function*() {
       let text = Option.getOrElse(episode.observation, () => "")
@@ -258,6 +267,10 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
             : ballCol < paddleCol
             ? "left"
             : "right"
+        if (
+          waitFar > 0 && ballCol !== undefined && paddleCol !== undefined && Math.abs(ballCol - paddleCol) >= 2 &&
+          prng.next() < waitFar
+        ) choice = "stay"
         if (errorRate > 0 && prng.next() < errorRate) choice = prng.choice(["left", "right", "stay"] as const)
         const outcome = choice === "stay"
           ? yield* episode.call("stay", {})

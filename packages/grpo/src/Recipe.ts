@@ -67,6 +67,11 @@ export interface Recipe<State> {
   /** Extra evaluation numbers from the final states (e.g. guesses per win), averaged over episodes. */
   readonly details?: (states: ReadonlyArray<State>) => Readonly<Record<string, number | null>>
   readonly player: Player
+  /**
+   * Named scripted players to choose from for the SFT data (`--sft-player NAME`); the first is the default and
+   * equals `player`. Absent when the recipe has one.
+   */
+  readonly playerVariants?: Readonly<Record<string, Player>>
   /** The reasoning line before a call, from the text the player last saw. */
   readonly reasoning: (seen: string, tool: string, args: Readonly<Record<string, unknown>>) => string
   /** The closing assistant line (no tool call) once the game is over. */
@@ -136,6 +141,11 @@ export const catchRecipe: Recipe<Catch.State> = {
   stratum: catchRelation,
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: Catch.solver,
+  // `hesitant`: while the ball is two or more columns away the player stays 90 % of the time, so the policy that
+  // imitates its most likely move never sets off toward a far ball (40 % of the starts): an SFT start that reads the
+  // board and still leaves GRPO room (at 70 % some row's move already won the greedy choice: no room;
+  // bench/results/learning-catch.md).
+  playerVariants: { solver: Catch.solver, hesitant: (o) => Catch.solver({ ...o, waitFar: 0.9 }) },
   // The line names the move it is about to make, so the call only copies a word from a few tokens back: with the
   // ball's side alone, the tiny model's call often ignored it (a ball two to the RIGHT answered with "left").
   reasoning: (seen, tool, args) =>
@@ -516,6 +526,25 @@ export const withRewards = <State>(
       message: names.length === 0
         ? `${recipe.name}: this example has one reward set; drop --rewards ${name}`
         : `${recipe.name}: no reward set named "${name}": choose one of ${names.join(", ")}`
+    })
+  )
+}
+
+/** The recipe with the named SFT player (`--sft-player NAME`); `undefined` keeps its default player. */
+export const withPlayer = <State>(
+  recipe: Recipe<State>,
+  name: string | undefined
+): Effect.Effect<Recipe<State>, RecipeError> => {
+  if (name === undefined) return Effect.succeed(recipe)
+  const variants = recipe.playerVariants ?? {}
+  const player = variants[name]
+  if (player !== undefined) return Effect.succeed({ ...recipe, player })
+  const names = Object.keys(variants)
+  return Effect.fail(
+    new RecipeError({
+      message: names.length === 0
+        ? `${recipe.name}: this example has one scripted player; drop --sft-player ${name}`
+        : `${recipe.name}: no scripted player named "${name}": choose one of ${names.join(", ")}`
     })
   )
 }
