@@ -43,6 +43,21 @@ describe("example flags", () => {
         yield* refusal(["--sft-from", "/tmp", "--sft-lr", "0.1", "--error-rate", "0.1"]),
         "--sft-from: skips the SFT warm-up, so --error-rate, --sft-lr would change nothing: drop them or drop --sft-from"
       )
+      assert.strictEqual(
+        yield* refusal(["--sft-from", "/tmp", "--sft-player", "hesitant"]),
+        "--sft-from: skips the SFT warm-up, so --sft-player would change nothing: drop it or drop --sft-from"
+      )
+    }))
+
+  it.effect("--sft-player picks a named scripted player; a recipe without one names the fix", () =>
+    Effect.gen(function*() {
+      const hesitant = yield* Recipe.withPlayer(Recipe.catchRecipe, "hesitant")
+      assert.strictEqual(hesitant.player, Recipe.catchRecipe.playerVariants?.hesitant)
+      assert.strictEqual(yield* Recipe.withPlayer(Recipe.catchRecipe, undefined), Recipe.catchRecipe)
+      const wordle = yield* Effect.flip(Recipe.withPlayer(Recipe.wordleRecipe, "hesitant"))
+      assert.strictEqual(wordle.message, "wordle: this example has one scripted player; drop --sft-player hesitant")
+      const unknown = yield* Effect.flip(Recipe.withPlayer(Recipe.catchRecipe, "lazy"))
+      assert.strictEqual(unknown.message, "catch: no scripted player named \"lazy\": choose one of solver, hesitant")
     }))
 })
 
