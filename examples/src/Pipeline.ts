@@ -306,7 +306,11 @@ const warmUp = <State>(
     })).map((t) => (settings.toolsInPrompt ? t : { messages: t.messages }))
     const sftFile = path.join(outputDir, "sft.jsonl")
     yield* SftData.writeJsonl(sftFile, transcripts)
-    yield* say(`sft data: ${transcripts.length} episodes (error rate ${settings.sft.errorRate}) -> ${sftFile}`)
+    yield* say(
+      `sft data: ${transcripts.length} episodes (${
+        settings.player === undefined ? "" : `player ${settings.player}, `
+      }error rate ${settings.sft.errorRate}) -> ${sftFile}`
+    )
     // Tool schemas rendered into the system prompt push every assistant turn later by their length: the cut moves
     // with them, so the same turns are learnt with and without --tools-in-prompt.
     const schemaTokens = settings.toolsInPrompt ? yield* toolSchemaTokens(checkpoint, transcripts) : 0
