@@ -544,9 +544,22 @@ export const make = (
     else sgemm(false, false, n, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
   }
   // Backward of project: dx (= or +=) dy·W (+ the adapter's path); dW += dyᵀ·x when the base is trained, else dA, dB.
-  const projectBackward = (l: number, target: LoraTarget, lay: Layer, ...base: Parameters<typeof baseBackward>) => {
-    baseBackward(...base)
-    const [dy, x, n, inDim, , outDim, , dx] = base
+  // Explicit parameters, not a rest array: this runs seven times per layer per backward and must not allocate.
+  const projectBackward = (
+    l: number,
+    target: LoraTarget,
+    lay: Layer,
+    dy: Float32Array,
+    x: Float32Array,
+    n: number,
+    inDim: number,
+    w: Float32Array,
+    outDim: number,
+    dW: Float32Array | undefined,
+    dx: Float32Array,
+    accumulate: boolean
+  ) => {
+    baseBackward(dy, x, n, inDim, w, outDim, dW, dx, accumulate)
     const adapter = adapters[l].get(target)
     if (adapter === undefined) return
     const slot = lay.adapters.get(target)!
