@@ -1,7 +1,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Checkpoint, Gemm, LoraAdapter, LoraConfig } from "@envtrain/gpu"
+import { Checkpoint, Gemm, HalfFloat, LoraAdapter, LoraConfig } from "@envtrain/gpu"
 import { Cause, Effect, Either, Exit } from "effect"
 import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
@@ -74,6 +74,37 @@ describe("LoRA in the trainer's models", () => {
       if (Exit.isFailure(refused)) {
         assert.match(Cause.pretty(refused.cause), /lacks "model\.layers\.0\.self_attn\.q_proj\.lora_A\.weight"/)
       }
+    }))
+
+  it.effect("the CPU device holds a frozen base in bf16 where that is lossless, and rounds f32 weights only when asked", () =>
+    Effect.gen(function*() {
+      const f32 = yield* Checkpoint.makeModel("tiny", 2)
+      const bf16: Checkpoint.Model = {
+        ...f32,
+        tensors: new Map(
+          [...f32.tensors].map((
+            [n, t]
+          ) => [n, { shape: t.shape, data: HalfFloat.bf16ToF32(HalfFloat.f32ToBf16(t.data)) }])
+        )
+      }
+      const options = lora({ targetModules: ["q_proj", "down_proj"] })
+      const batch = batchOf(F.requests(0).map((r) => r.promptIds), [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8]])
+      // The spec route sums each logit the same way whatever the head's tiling, so equal storage gives equal bits.
+      const score = (checkpoint: Checkpoint.Model, frozenDtype?: "f32" | "bf16") =>
+        deviceModel(checkpoint, { gemm: Gemm.spec, lora: options, ...(frozenDtype ? { frozenDtype } : {}) }).score(
+          batch,
+          1
+        )
+      // A bf16 checkpoint: the default (bf16 storage) computes what f32 storage does.
+      assert.deepStrictEqual(yield* score(bf16), yield* score(bf16, "f32"))
+      assert.deepStrictEqual(yield* score(bf16, "bf16"), yield* score(bf16, "f32"))
+      // An f32 checkpoint: the default keeps f32; bf16 asked for rounds the base (other logprobs, those of the
+      // rounded checkpoint).
+      const kept = yield* score(f32)
+      assert.deepStrictEqual(kept, yield* score(f32, "f32"))
+      const roundedScores = yield* score(f32, "bf16")
+      assert.isAbove(F.maxRel(roundedScores.logprobs, kept.logprobs), 1e-5)
+      assert.deepStrictEqual(roundedScores, yield* score(bf16, "f32"))
     }))
 
   it.scoped("Trainer.cpuModel carries the LoRA config to the worker: the in-thread model's results, bit for bit", () =>
