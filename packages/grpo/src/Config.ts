@@ -758,6 +758,29 @@ const sameLora = (a: LoraConfig.LoraConfig | undefined, b: LoraConfig.LoraConfig
       [...a.targetModules].sort().join() === [...b.targetModules].sort().join()
 
 /**
+ * Why the configuration's `lora` cannot run on a model that trains `modelLora` (`TrainableModel.lora`; undefined:
+ * every weight), or undefined when they agree. The model is made before the run, so a LoRA setting it was not made
+ * with would otherwise be silently ignored: GRPO (`resolve`) and SFT both refuse it.
+ *
+ * @since 0.0.0
+ */
+export const loraProblem = (
+  lora: LoraConfig.LoraConfig | undefined,
+  modelLora: LoraConfig.LoraConfig | undefined
+): string | undefined =>
+  sameLora(lora, modelLora)
+    ? undefined
+    : lora === undefined
+    ? "the model trains a LoRA adapter but the configuration sets no lora (use_peft / peft_config): set the " +
+      "same LoRA in both, or make the model without one"
+    : modelLora === undefined
+    ? "lora (use_peft / peft_config) is set but the model trains every weight: make it with the same LoRA " +
+      "(Trainer.cpuModel(checkpoint, { lora: { config: config.lora, seed } }), or backend: cpu / reference)"
+    : `lora is ${JSON.stringify(lora)} but the model trains ${
+      JSON.stringify(modelLora)
+    }: make the model with the configuration's LoRA`
+
+/**
  * What `resolve` needs to know about the run beyond the configuration itself.
  *
  * @since 0.0.0
@@ -792,20 +815,8 @@ export const resolve = (
   Effect.suspend(() => {
     const problems: Array<string> = []
     const warnings: Array<string> = []
-    // The model is made before the run: a LoRA setting it was not made with would be silently ignored.
-    if ("modelLora" in context && !sameLora(config.lora, context.modelLora)) {
-      problems.push(
-        config.lora === undefined
-          ? "the model trains a LoRA adapter but the configuration sets no lora (use_peft / peft_config): set the " +
-            "same LoRA in both, or make the model without one"
-          : context.modelLora === undefined
-          ? "lora (use_peft / peft_config) is set but the model trains every weight: make it with the same LoRA " +
-            "(Trainer.cpuModel(checkpoint, { lora: { config: config.lora, seed } }), or backend: cpu / reference)"
-          : `lora is ${JSON.stringify(config.lora)} but the model trains ${
-            JSON.stringify(context.modelLora)
-          }: make the model with the configuration's LoRA`
-      )
-    }
+    const lora = "modelLora" in context ? loraProblem(config.lora, context.modelLora) : undefined
+    if (lora !== undefined) problems.push(lora)
     const P = context.numProcesses ?? 1
     const G = config.numGenerations
     const globalBatch = config.perDeviceTrainBatchSize * P

@@ -187,7 +187,7 @@ describe("LoRA in the trainer's models", () => {
       assert.deepStrictEqual((yield* fresh.exportState).weights, after.weights)
     }).pipe(Effect.provide(NodeContext.layer)))
 
-  it.effect("SFT with LoRA lowers its loss (reference backend)", () =>
+  it.effect("SFT with LoRA refuses a config whose lora is not the model's, and lowers its loss (reference backend)", () =>
     Effect.gen(function*() {
       const transcripts = Array.from({ length: 4 }, (_, i) => ({
         messages: [{ role: "user" as const, content: `Say ${i}` }, {
@@ -196,17 +196,33 @@ describe("LoRA in the trainer's models", () => {
         }]
       }))
       const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
-      const model = Trainer.referenceModel(checkpoint, {
-        lora: lora({ r: 8, alpha: 16, targetModules: LoraConfig.LORA_TARGETS })
-      })
+      const options = lora({ r: 8, alpha: 16, targetModules: LoraConfig.LORA_TARGETS })
+      const model = Trainer.referenceModel(checkpoint, { lora: options })
       const config = yield* F.config({
         outputDir: "/tmp/envtrain-lora-sft-unused",
         perDeviceTrainBatchSize: 2,
         gradientAccumulationSteps: 2,
         maxSteps: 6,
         learningRate: 0.01,
-        saveSteps: 1000
+        saveSteps: 1000,
+        lora: options.config
       })
+      // A configuration whose lora is not the model's is refused before a step runs, as GRPO's is: none, another.
+      for (
+        const [other, wanted] of [
+          [undefined, "the model trains a LoRA adapter but the configuration sets no lora"],
+          [{ ...options.config, r: 4 }, "but the model trains"]
+        ] as const
+      ) {
+        const refused = yield* Effect.flip(
+          SftTrainer.train({ config: { ...config, lora: other }, model, transcripts, progress: false })
+        )
+        assert.strictEqual(refused._tag, "GRPOConfigError")
+        assert.include(refused.message, wanted)
+      }
+      const full = Trainer.referenceModel(checkpoint)
+      const everyWeight = yield* Effect.flip(SftTrainer.train({ config, model: full, transcripts, progress: false }))
+      assert.include(everyWeight.message, "lora (use_peft / peft_config) is set but the model trains every weight")
       const run = yield* SftTrainer.train({ config, model, transcripts, progress: false })
       const losses = run.losses.map((l) => l.loss)
       assert.isTrue(losses[5] < losses[0] * 0.9, `loss should fall: ${losses.map((l) => l.toFixed(3)).join(", ")}`)
