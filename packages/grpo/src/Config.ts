@@ -590,11 +590,40 @@ const decodeWith = (raw: unknown, source: string): Either.Either<GRPOConfig, GRP
       problems.push(`${path === "" ? "value" : path}: ${issue.message}`)
     }
   }
+  if (Either.isRight(decoded) && decoded.right.lora !== undefined) {
+    const route = loraWeightsProblem({
+      weightStore: decoded.right.policyServerWeightStore,
+      weightDirectory: decoded.right.policyServerWeightDirectory
+    })
+    if (route !== undefined) problems.push(route)
+  }
   if (problems.length > 0 || Either.isLeft(decoded)) {
     return Either.left(new GRPOConfigError({ source, problems }))
   }
   return Either.right(decoded.right)
 }
+
+/**
+ * Why a LoRA run cannot send its weights to the policy servers this way, or undefined when it can: its adapter
+ * travels in the request body (POST /update_weights; each server merges it into the base it holds), while a weight
+ * store's followers and a directory reload load whole models. Config decoding refuses such a configuration, and
+ * `PolicyServers.withPolicyServers` such options, before a run starts.
+ *
+ * @since 0.0.0
+ */
+export const loraWeightsProblem = (route: {
+  readonly weightStore?: string | null | undefined
+  readonly weightDirectory?: string | null | undefined
+}): string | undefined =>
+  route.weightStore != null
+    ? `a LoRA run (lora / use_peft / peft_config) pushes its adapter in the request body; the weight store ` +
+      `${route.weightStore} publishes whole models: drop policyServerWeightStore (weightStore, serve-policy ` +
+      "--weights-from) for this run"
+    : route.weightDirectory != null
+    ? `a LoRA run (lora / use_peft / peft_config) pushes its adapter in the request body, which the weight ` +
+      `directory ${route.weightDirectory} cannot carry: drop policyServerWeightDirectory (weightDirectory, ` +
+      "--policy-server-weights) for this run"
+    : undefined
 
 /**
  * Decodes a plain object (e.g. parsed JSON) into a `GRPOConfig`, accepting camelCase and snake_case keys and
