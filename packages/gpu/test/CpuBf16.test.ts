@@ -2,12 +2,12 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as CpuModel from "../src/cpu/CpuModel.js"
 import * as Gemm from "../src/cpu/Gemm.js"
-import { adaptedProjections, LORA_TARGETS, type LoraConfig } from "../src/formats/LoraConfig.js"
+import { adaptedProjections } from "../src/formats/LoraConfig.js"
 import { expectedTensors } from "../src/formats/ModelConfig.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
 import { bf16ToF32, f32ToBf16 } from "../src/runtime/HalfFloat.js"
 import { maxRelError } from "./helpers.js"
-import { testConfig, testModel } from "./qwen3Fixtures.js"
+import * as Fx from "./qwen3Fixtures.js"
 
 // bf16 storage of a frozen base on the CPU device against the specification (Qwen3Reference in f64) run on the
 // same weights rounded to bf16: forward, logprobs, adapter gradients, recomputation and KV-cache decode. A vocabulary
@@ -17,46 +17,31 @@ const routes: ReadonlyArray<Gemm.Gemm> = [
   ...(["openblas", "wasm-simd"] as const).map((route) => Effect.runSync(Gemm.select({ route, threads: 2 })).gemm)
 ]
 
-const lora = (o: Partial<LoraConfig> = {}): LoraConfig => ({
-  r: 4,
-  alpha: 8,
-  dropout: 0,
-  targetModules: LORA_TARGETS,
-  useRsLora: false,
-  ...o
-})
-
-const T = 9
-const tokens = Array.from({ length: 2 * T }, (_, i) => (i * 7 + 3) % 40)
-const positions = [...Array.from({ length: T }, (_, t) => t), 0, 1, 2, 3, 0, 1, 2, 3, 4]
+const { packedPositions: positions, packedT: T, packedTokens: tokens, testConfig, testModel } = Fx
 const lossWeights = Array.from({ length: 2 * T }, (_, i) => (i % 3 === 0 ? 0 : -0.5 + 0.1 * (i % 4)))
 
 /** Every weight rounded to nearest-even bf16 (HalfFloat's conversions, independent of the device's). */
 const rounded = (weights: Ref.Weights): Ref.Weights =>
   Object.fromEntries(Object.entries(weights).map(([n, w]) => [n, bf16ToF32(f32ToBf16(Float32Array.from(w)))]))
 
-/** PEFT's init leaves B = 0; B gets values here so every path carries a signal. */
-const adaptersFor = (config: ReturnType<typeof testConfig>, l: LoraConfig) => {
-  const adapters = Ref.initAdapters(config, l, { seed: 5 })
-  adaptedProjections(config, l).forEach((p, i) => {
-    const b = adapters[p.b.name]
-    for (let j = 0; j < b.length; j++) b[j] = 0.2 * Math.sin(3 * j + i)
-  })
-  return adapters
-}
-
 describe.each(["wasm-simd", "js"] as const)("CpuModel with a bf16 base, %s element-wise kernels", (elementwise) => {
   for (const gemm of routes) {
     const cases = [
-      ["all seven, tied, dropout 0.25", true, lora({ dropout: 0.25 }), 77, false],
-      ["q, v, down, untied, recomputation", false, lora({ targetModules: ["q_proj", "v_proj", "down_proj"] }), 3, true]
+      ["all seven, tied, dropout 0.25", true, Fx.loraConfig({ dropout: 0.25 }), 77, false],
+      [
+        "q, v, down, untied, recomputation",
+        false,
+        Fx.loraConfig({ targetModules: ["q_proj", "v_proj", "down_proj"] }),
+        3,
+        true
+      ]
     ] as const
     for (const [label, tie, l, seed, gradientCheckpointing] of cases) {
       it(`${gemm.route}, ${label}: forward, loss and adapter gradients match the spec on bf16-rounded weights`, () => {
         const config = testConfig({ tie_word_embeddings: tie, vocab_size: 130 })
         const { weights } = testModel(config, 3)
         const base = rounded(weights)
-        const adapters = adaptersFor(config, l)
+        const adapters = Fx.adaptersWithSignal(config, l)
         const model = CpuModel.make(config, weights, gemm, {
           elementwise,
           gradientCheckpointing,
@@ -84,8 +69,8 @@ describe.each(["wasm-simd", "js"] as const)("CpuModel with a bf16 base, %s eleme
       const config = testConfig({ vocab_size: 130 })
       const { weights } = testModel(config, 7)
       const base = rounded(weights)
-      const l = lora({ targetModules: ["q_proj", "o_proj", "up_proj"], dropout: 0.1 })
-      const adapters = adaptersFor(config, l)
+      const l = Fx.loraConfig({ targetModules: ["q_proj", "o_proj", "up_proj"], dropout: 0.1 })
+      const adapters = Fx.adaptersWithSignal(config, l)
       const model = CpuModel.make(config, weights, gemm, {
         elementwise,
         frozenDtype: "bf16",
@@ -110,8 +95,8 @@ describe.each(["wasm-simd", "js"] as const)("CpuModel with a bf16 base, %s eleme
     const config = testConfig({ tie_word_embeddings: false })
     const { weights } = testModel(config, 5)
     const base = rounded(weights)
-    const l = lora({ targetModules: ["k_proj", "gate_proj"] })
-    const adapters = adaptersFor(config, l)
+    const l = Fx.loraConfig({ targetModules: ["k_proj", "gate_proj"] })
+    const adapters = Fx.adaptersWithSignal(config, l)
     const model = CpuModel.make(config, weights, Gemm.spec, {
       elementwise,
       frozenDtype: "bf16",
