@@ -311,7 +311,10 @@ export const make = (
   const count = (list: typeof specs) => list.reduce((n, spec) => n + spec.shape.reduce((a, b) => a * b, 1), 0)
   // A frozen f32 weight takes 4 bytes; a trained tensor 16 (weight, gradient, two moments).
   const modelBytes = 4 * count(f32Specs) + 12 * count(trainedSpecs)
-  const kernels = options.elementwise ?? (modelBytes <= wasmModelBytes ? "wasm-simd" : "js")
+  // The default is chosen as for an f32 base: a base too big for the memory in f32 comes with passes whose
+  // workspace (which grows by doubling, the old one left behind in that memory) would not fit beside it either.
+  const f32Bytes = 4 * count(allSpecs) + 12 * count(trainedSpecs)
+  const kernels = options.elementwise ?? (f32Bytes <= wasmModelBytes ? "wasm-simd" : "js")
   if (kernels === "wasm-simd" && modelBytes > wasmModelBytes) {
     throw new Error(
       `elementwise: "wasm-simd" needs the weights, gradients and AdamW moments (${
