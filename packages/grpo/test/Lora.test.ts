@@ -107,15 +107,13 @@ describe("LoRA in the trainer's models", () => {
       assert.deepStrictEqual(roundedScores, yield* score(bf16, "f32"))
     }))
 
-  it.scoped("Trainer.cpuModel carries the LoRA config to the worker: the in-thread model's results, bit for bit", () =>
+  it.scoped("Trainer.cpuModel carries the LoRA config and frozenDtype to the worker: the in-thread model's results, bit for bit", () =>
     Effect.gen(function*() {
       const checkpoint = yield* Checkpoint.makeModel("tiny", 4)
       const options = lora({ dropout: 0.1 })
       const remote = yield* Trainer.cpuModel(checkpoint, { route: "openblas", threads: 1, lora: options })
-      const local = deviceModel(checkpoint, {
-        gemm: (yield* Gemm.select({ route: "openblas", threads: 1 })).gemm,
-        lora: options
-      })
+      const gemm = (yield* Gemm.select({ route: "openblas", threads: 1 })).gemm
+      const local = deviceModel(checkpoint, { gemm, lora: options })
       const batch = batchOf(
         F.requests(1).map((r) => r.promptIds),
         (yield* local.generate(F.requests(1))).map((c) => c.tokenIds)
@@ -129,6 +127,20 @@ describe("LoRA in the trainer's models", () => {
       const [x, y] = [yield* remote.exportState, yield* local.exportState]
       assert.deepStrictEqual(x, y)
       assert.deepStrictEqual(x.lora, options.config)
+      // frozenDtype reaches the worker: a bf16 base asked for there scores as the in-thread bf16 model, not the f32 one.
+      const half = yield* Trainer.cpuModel(checkpoint, {
+        route: "openblas",
+        threads: 1,
+        lora: options,
+        frozenDtype: "bf16"
+      })
+      const scored = yield* half.score(batch, 1)
+      assert.deepStrictEqual(
+        scored,
+        yield* deviceModel(checkpoint, { gemm, lora: options, frozenDtype: "bf16" }).score(batch, 1)
+      )
+      const f32 = yield* deviceModel(checkpoint, { gemm, lora: options }).score(batch, 1)
+      assert.isAbove(F.maxRel(scored.logprobs, f32.logprobs), 1e-6)
     }))
 
   it.scoped("a GRPO run with LoRA on the CPU device changes only the adapter; its checkpoint is PEFT's files", () =>
