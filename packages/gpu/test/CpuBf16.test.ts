@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as CpuModel from "../src/cpu/CpuModel.js"
 import * as Gemm from "../src/cpu/Gemm.js"
+import * as Bf16 from "../src/cpu/internal/bf16.js"
 import { adaptedProjections } from "../src/formats/LoraConfig.js"
 import { expectedTensors } from "../src/formats/ModelConfig.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
@@ -23,6 +24,19 @@ const lossWeights = Array.from({ length: 2 * T }, (_, i) => (i % 3 === 0 ? 0 : -
 /** Every weight rounded to nearest-even bf16 (HalfFloat's conversions, independent of the device's). */
 const rounded = (weights: Ref.Weights): Ref.Weights =>
   Object.fromEntries(Object.entries(weights).map(([n, w]) => [n, bf16ToF32(f32ToBf16(Float32Array.from(w)))]))
+
+describe("bf16 widening", () => {
+  it("paired and single reads widen exactly as HalfFloat.bf16ToF32, at even and odd offsets and lengths", () => {
+    const source = Uint16Array.from({ length: 41 }, (_, i) => (i * 40503 + 7) & 0xffff)
+    const want = new Uint32Array(bf16ToF32(source).buffer)
+    for (const [from, n, at] of [[0, 40, 0], [2, 38, 1], [3, 7, 0], [1, 40, 5], [0, 41, 0]]) {
+      const out = new Uint32Array(48)
+      Bf16.widen(source, Bf16.pairsOf(source), from, n, out, at)
+      assert.deepStrictEqual(out.subarray(at, at + n), want.subarray(from, from + n), `from ${from}, n ${n}`)
+      assert.isTrue(out.subarray(0, at).every((x) => x === 0) && out.subarray(at + n).every((x) => x === 0))
+    }
+  })
+})
 
 describe.each(["wasm-simd", "js"] as const)("CpuModel with a bf16 base, %s element-wise kernels", (elementwise) => {
   for (const gemm of routes) {

@@ -371,7 +371,11 @@ export const make = (
   const S: Weights = {}
   const W16: Record<string, Uint16Array> = {}
   for (const spec of f32Specs) W[spec.name] = alloc(spec.shape.reduce((a, b) => a * b, 1))
-  for (const spec of halfSpecs) W16[spec.name] = new Uint16Array(spec.shape[0] * spec.shape[1])
+  const W16pairs: Record<string, Uint32Array> = {}
+  for (const spec of halfSpecs) {
+    W16[spec.name] = new Uint16Array(spec.shape[0] * spec.shape[1])
+    W16pairs[spec.name] = Bf16.pairsOf(W16[spec.name])
+  }
   for (const spec of trainedSpecs) {
     const n = W[spec.name].length
     G[spec.name] = alloc(n)
@@ -393,7 +397,7 @@ export const make = (
   const matrix = (name: string): Float32Array => {
     const half = W16[name]
     if (half === undefined) return W[name]
-    widen(half, 0, half.length, widenedBits, 0)
+    widen(half, W16pairs[name], 0, half.length, widenedBits, 0)
     return widened
   }
   // Per layer, the adapted projections; the frozen norms' gradient terms go to a scratch that is dropped.
@@ -648,7 +652,7 @@ export const make = (
       if (!Number.isInteger(t) || t < 0 || t >= V) {
         throw new Error(`Token id ${t} at index ${i} is outside the vocabulary [0, ${V}).`)
       }
-      if (bits !== undefined) Bf16.widen(half!, t * h, h, bits, i * h)
+      if (bits !== undefined) Bf16.widen(half!, W16pairs[EMBED_TOKENS], t * h, h, bits, i * h)
       else x.set(table.subarray(t * h, t * h + h), i * h)
     }
   })
@@ -659,7 +663,7 @@ export const make = (
     if (half === undefined) return linear(x, rows, h, W[headName], V, logits)
     for (let v0 = 0; v0 < V; v0 += headRows) {
       const tv = Math.min(headRows, V - v0)
-      widen(half, v0 * h, tv * h, widenedBits, 0)
+      widen(half, W16pairs[headName], v0 * h, tv * h, widenedBits, 0)
       sgemm(false, true, rows, tv, h, 1, x, h, widened, h, 0, logits.subarray(v0), V)
     }
   }
@@ -669,7 +673,7 @@ export const make = (
     if (half === undefined) return baseBackward(dLogits, x, rows, h, W[headName], V, G[headName], dx, false)
     for (let v0 = 0; v0 < V; v0 += headRows) {
       const tv = Math.min(headRows, V - v0)
-      widen(half, v0 * h, tv * h, widenedBits, 0)
+      widen(half, W16pairs[headName], v0 * h, tv * h, widenedBits, 0)
       sgemm(false, false, rows, h, tv, 1, dLogits.subarray(v0), V, widened, h, v0 === 0 ? 0 : 1, dx, h)
     }
   }
