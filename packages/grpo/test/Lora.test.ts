@@ -242,6 +242,23 @@ describe("LoRA in the trainer's models", () => {
 })
 
 describe("TRL's LoRA keys", () => {
+  it.scoped("the frozenDtype run key (CPU device) is read, snake_case too, and other values are refused by name", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const load = (value: string) =>
+        Effect.gen(function*() {
+          const file = path.join(dir, `${value}.yaml`)
+          yield* fs.writeFileString(file, ["model: unused", "backend: cpu", `frozen_dtype: ${value}`].join("\n"))
+          return yield* Effect.either(CommandFile.load(file, []))
+        })
+      const f32 = yield* load("f32")
+      assert.strictEqual(Either.isRight(f32) ? f32.right.spec.frozenDtype : undefined, "f32")
+      const f16 = yield* load("f16")
+      assert.include(Either.isLeft(f16) ? f16.left.message : "", "frozenDtype")
+    }).pipe(Effect.provide(NodeContext.layer)))
+
   it.scoped(
     "a command file with use_peft trains a step on backend cpu; backend gpu refuses it, naming the fix",
     () =>
