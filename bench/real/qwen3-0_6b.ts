@@ -14,6 +14,8 @@
  *   model.
  * - `grpo-lora-keep`: the same update with gradient_checkpointing false (every layer's activations kept).
  * - `sft-lora`: one SFT step (next-token NLL on the assistant tokens) on the same episodes, with checkpointing.
+ * - `sft-lora-f32`: the same SFT step with the frozen base held in f32. The other phases hold it in bf16 (the
+ *   device model's default for a bf16 checkpoint: lossless), so this row is the memory bf16 storage saves.
  * Full fine-tuning's memory is estimated beside them from its allocation (16 bytes per parameter: f32 weight,
  * gradient, two AdamW moments) plus the activations measured here; a full step is not run.
  *
@@ -46,7 +48,7 @@ const root = nodePath.resolve(nodePath.dirname(fileURLToPath(import.meta.url)), 
 const modelDir = nodePath.join(root, "bench/real/.cache/qwen3-0_6b")
 const python = "/work/main/.venv/bin/python"
 const episodes = Number(flag("episodes") ?? 2)
-const phases = (flag("phases") ?? "grpo-lora,grpo-lora-keep,sft-lora").split(",")
+const phases = (flag("phases") ?? "grpo-lora,grpo-lora-keep,sft-lora,sft-lora-f32").split(",")
 const lora = { r: 16, alpha: 32, dropout: 0.05, targetModules: LORA_TARGETS, useRsLora: false }
 const GiB = 2 ** 30
 
@@ -137,12 +139,15 @@ const runPhase = (phase: string) =>
     const tokens = prompts.reduce((n, p, i) => n + p.length + completions[i].length, 0)
     const gemm = (yield* Gemm.select({ route: "openblas", threads: cpus().length })).gemm
     const keep = phase === "grpo-lora-keep"
+    const sft = phase.startsWith("sft-")
+    const frozenDtype = phase === "sft-lora-f32" ? "f32" : "bf16"
     const t1 = performance.now()
     const model = deviceModel(checkpoint, {
       gemm,
       elementwise: "js",
       gradientCheckpointing: !keep,
       maxTokensPerPass: tokens,
+      frozenDtype,
       lora: { config: lora, seed: 1 }
     })
     const makeS = (performance.now() - t1) / 1000
@@ -174,7 +179,7 @@ const runPhase = (phase: string) =>
       const w = new Float64Array(scores.logprobs.length)
       completions.forEach((c, i) => {
         // SFT: the mean NLL; GRPO: group-relative advantages (±1 here) over the completion's tokens.
-        const weight = phase === "sft-lora" ? -1 / count : (i % 2 === 0 ? 1 : -1) / count
+        const weight = sft ? -1 / count : (i % 2 === 0 ? 1 : -1) / count
         for (let t = 0; t < c.length; t++) w[i * batch.length + t] = weight
       })
       return w
@@ -189,6 +194,7 @@ const runPhase = (phase: string) =>
         0
       ),
       gradientCheckpointing: !keep,
+      frozenDtype,
       episodes,
       tokens,
       episodeTokens: prompts.map((p, i) => p.length + completions[i].length),
@@ -201,6 +207,25 @@ const runPhase = (phase: string) =>
       peakRssBytes: rss()
     }
   }).pipe(Effect.provide(NodeContext.layer))
+
+/** The bf16 base against the f32 one, where both SFT rows ran: memory saved and the gradient norms side by side. */
+const bf16Note = (results: ReadonlyArray<Record<string, unknown>>): Array<string> => {
+  const [half, full] = ["sft-lora", "sft-lora-f32"].map((p) =>
+    results.find((r) => r.phase === p) as Record<string, number> | undefined
+  )
+  if (half === undefined || full === undefined) return []
+  const gib = (b: number) => (b / GiB).toFixed(2)
+  return [
+    `bf16 storage of the frozen base (sft-lora against sft-lora-f32, the same SFT step): peak RSS ${
+      gib(half.peakRssBytes)
+    } against ${gib(full.peakRssBytes)} GiB (${gib(full.peakRssBytes - half.peakRssBytes)} GiB less; the base's ` +
+    `matrices are ${gib(2 * half.params)} GiB in bf16), gradient norm ${half.gradNorm} against ${full.gradNorm} ` +
+    "(the checkpoint is bf16, so the values are the same; the head's tiles split its sums differently). The step " +
+    "times are too noisy on these shared cores to compare: widening costs one pass over the base's bytes per " +
+    "forward, recomputation and backward (about 1.6 G elements a step at this size).",
+    ""
+  ]
+}
 
 const phase = flag("phase")
 if (phase !== undefined) {
@@ -236,8 +261,16 @@ if (phase !== undefined) {
   const adapterParams = results[0].adapterParams as number
   const byPhase = Object.fromEntries(results.map((r) => [r.phase as string, r]))
   const grpo = byPhase["grpo-lora"] as Record<string, number> | undefined
-  // Full fine-tuning: what LoRA's run held, plus 12 more bytes per base parameter (gradient and two moments).
-  const fullEstimate = grpo === undefined ? undefined : grpo.peakRssBytes + 12 * params
+  // Full fine-tuning: what a LoRA run with an f32 base held, plus 12 more bytes per base parameter (gradient and two
+  // moments); from a bf16-base row, 2 more for the f32 weights.
+  const f32Row = results.find((r) => r.frozenDtype === "f32" || r.frozenDtype === undefined) as
+    | Record<string, number>
+    | undefined
+  const fullEstimate = f32Row !== undefined
+    ? f32Row.peakRssBytes + 12 * params
+    : grpo === undefined
+    ? undefined
+    : grpo.peakRssBytes + 14 * params
   const gb = (b: number | undefined) => b === undefined ? "—" : `${(b / GiB).toFixed(2)} GiB`
   const md = [
     "# A Qwen3-0.6B-sized run on the CPU device",
@@ -263,14 +296,18 @@ if (phase !== undefined) {
         results.filter((r) => !phases.includes(r.phase as string)).map((r) => String(r.phase)).join(", ")
       }) come from an earlier invocation (--previous); its load average is not the one above.`,
     "",
-    "| phase | gradient checkpointing | tokens | step (s) | peak RSS | RSS after making the model |",
-    "| --- | --- | --- | --- | --- | --- |",
+    "| phase | frozen base | gradient checkpointing | tokens | step (s) | peak RSS | RSS after making the model |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
     ...results.map((r) =>
-      `| ${String(r.phase)} | ${String(r.gradientCheckpointing)} | ${String(r.tokens)} | ${
-        (r.stepSeconds as number).toFixed(1)
-      } | ${gb(r.peakRssBytes as number)} | ${gb(r.rssAfterModelBytes as number)} |`
+      `| ${String(r.phase)} | ${String(r.frozenDtype ?? "f32")} | ${String(r.gradientCheckpointing)} | ${
+        String(r.tokens)
+      } | ${(r.stepSeconds as number).toFixed(1)} | ${gb(r.peakRssBytes as number)} | ${
+        gb(r.rssAfterModelBytes as number)
+      } |`
     ),
-    `| full fine-tuning (estimate, not run) | true | ${String(grpo?.tokens ?? "—")} | — | ${gb(fullEstimate)} | — |`,
+    `| full fine-tuning (estimate, not run) | — (f32, trained) | true | ${String(grpo?.tokens ?? "—")} | — | ${
+      gb(fullEstimate)
+    } | — |`,
     "",
     grpo?.generation === undefined ?
       "" :
@@ -278,12 +315,16 @@ if (phase !== undefined) {
         String((grpo.generation as unknown as Record<string, number>).promptTokens)
       }-token prompts prefilled, ${
         String((grpo.generation as unknown as Record<string, number>).newTokens)
-      } new tokens): ${(grpo.generation as unknown as Record<string, number>).seconds.toFixed(1)} s.`,
+      } new tokens, ${String(grpo.frozenDtype ?? "f32")} base): ${
+        (grpo.generation as unknown as Record<string, number>).seconds.toFixed(1)
+      } s.`,
     "",
-    "Peak RSS includes the loaded checkpoint's f32 tensors (2.2 GiB), which the trainer's model keeps (its base for " +
-    "the frozen KL reference), beside the device's own f32 copy of the base. The full fine-tuning estimate adds the " +
-    "gradient and both AdamW moments of every base parameter (12 bytes each) to the LoRA run's peak; activations are " +
-    "the same size.",
+    ...bf16Note(results),
+    "Peak RSS includes the loaded checkpoint's f32 tensors (2.2 GiB: the loader widens bf16 to f32), which the " +
+    "trainer's model keeps (its base for the frozen KL reference), beside the device's own copy of the base: bf16 " +
+    "(1.1 GiB; each matrix widened into a reused f32 scratch before its matmul) or f32 (2.2 GiB) as the frozen base " +
+    "column says. The full fine-tuning estimate adds the gradient and both AdamW moments of every base parameter (12 " +
+    "bytes each) to the peak of a LoRA run with an f32 base; activations are the same size.",
     ""
   ].join("\n")
   if (flag("no-save") === undefined) {

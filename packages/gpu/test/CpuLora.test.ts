@@ -2,11 +2,19 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as CpuModel from "../src/cpu/CpuModel.js"
 import * as Gemm from "../src/cpu/Gemm.js"
-import { adaptedProjections, LORA_TARGETS, type LoraConfig } from "../src/formats/LoraConfig.js"
+import { adaptedProjections } from "../src/formats/LoraConfig.js"
 import { expectedTensors } from "../src/formats/ModelConfig.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
 import { maxRelError } from "./helpers.js"
-import { testConfig, testModel } from "./qwen3Fixtures.js"
+import {
+  adaptersWithSignal,
+  loraConfig,
+  packedPositions,
+  packedT,
+  packedTokens,
+  testConfig,
+  testModel
+} from "./qwen3Fixtures.js"
 
 // LoRA on the CPU device against the specification (Qwen3Reference with adapters), on every matmul route the
 // CpuModel tests cover, with both element-wise kernel sets.
@@ -17,28 +25,11 @@ const routes: ReadonlyArray<Gemm.Gemm> = [
   )
 ]
 
-const lora = (o: Partial<LoraConfig> = {}): LoraConfig => ({
-  r: 4,
-  alpha: 8,
-  dropout: 0,
-  targetModules: LORA_TARGETS,
-  useRsLora: false,
-  ...o
-})
-
-const T = 9
-const tokens = Array.from({ length: 2 * T }, (_, i) => (i * 7 + 3) % 40)
-const positions = [...Array.from({ length: T }, (_, t) => t), 0, 1, 2, 3, 0, 1, 2, 3, 4]
-
-/** PEFT's init leaves B = 0; B gets values here so every path carries a signal. */
-const adaptersFor = (config: ReturnType<typeof testConfig>, l: LoraConfig) => {
-  const adapters = Ref.initAdapters(config, l, { seed: 5 })
-  adaptedProjections(config, l).forEach((p, i) => {
-    const b = adapters[p.b.name]
-    for (let j = 0; j < b.length; j++) b[j] = 0.2 * Math.sin(3 * j + i)
-  })
-  return adapters
-}
+const T = packedT
+const tokens = packedTokens
+const positions = packedPositions
+const lora = loraConfig
+const adaptersFor = adaptersWithSignal
 
 describe.each(["wasm-simd", "js"] as const)("CpuModel with LoRA, %s element-wise kernels", (elementwise) => {
   for (const gemm of routes) {

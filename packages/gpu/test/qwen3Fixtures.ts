@@ -1,3 +1,4 @@
+import { adaptedProjections, LORA_TARGETS, type LoraConfig } from "../src/formats/LoraConfig.js"
 import { expectedTensors, type ModelConfig } from "../src/formats/ModelConfig.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
 
@@ -31,3 +32,28 @@ export const testModel = (config: ModelConfig, seed: number) => {
   )
   return { config, tensors, weights: w }
 }
+
+/** A LoRA config for the CPU device's tests: r 4, alpha 8, no dropout, all seven projections, unless overridden. */
+export const loraConfig = (o: Partial<LoraConfig> = {}): LoraConfig => ({
+  r: 4,
+  alpha: 8,
+  dropout: 0,
+  targetModules: LORA_TARGETS,
+  useRsLora: false,
+  ...o
+})
+
+/** PEFT's init leaves B = 0; B gets values here so every path carries a signal. */
+export const adaptersWithSignal = (config: ModelConfig, l: LoraConfig) => {
+  const adapters = Ref.initAdapters(config, l, { seed: 5 })
+  adaptedProjections(config, l).forEach((p, i) => {
+    const b = adapters[p.b.name]
+    for (let j = 0; j < b.length; j++) b[j] = 0.2 * Math.sin(3 * j + i)
+  })
+  return adapters
+}
+
+/** Two packed rows of 9 tokens; the second holds two sequences (positions restart at 0). */
+export const packedT = 9
+export const packedTokens = Array.from({ length: 2 * packedT }, (_, i) => (i * 7 + 3) % 40)
+export const packedPositions = [...Array.from({ length: packedT }, (_, t) => t), 0, 1, 2, 3, 0, 1, 2, 3, 4]

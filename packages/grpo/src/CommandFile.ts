@@ -10,6 +10,8 @@
  *                               # worker thread, Trainer.cpuModel) or reference (the plain-TypeScript spec: slow)
  * threads: 2                    # cpu only: threads per matmul (default every core)
  * deterministic: true           # cpu only: one thread, fixed summation order (the same bits every run)
+ * frozenDtype: f32              # cpu only: a frozen base (LoRA's) in f32 or bf16 (default bf16 for a bf16
+ *                               # checkpoint: half the memory, slower decoding)
  * environment: catch            # a built-in (catch | echo | wordle | sudoku) or ./my-env.ts (Definition.make)
  * envUrl: http://127.0.0.1:8000 # optional: play the environment on that OpenEnv server instead of in-process; a list
  *                               # of URLs spreads the sessions over them (ServerPool: most free sessions first, a
@@ -96,6 +98,7 @@ export const RunSpec = Schema.Struct({
   backend: Schema.optionalWith(Schema.Literal("gpu", "cpu", "reference"), { default: () => "gpu" as const }),
   threads: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))),
   deterministic: Schema.optional(Schema.Boolean),
+  frozenDtype: Schema.optional(Schema.Literal("f32", "bf16")),
   environment: Schema.optional(
     Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.String }))
   ),
@@ -511,7 +514,8 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
         lora,
         gradientCheckpointing: config.gradientCheckpointing,
         ...(spec.threads === undefined ? {} : { threads: spec.threads }),
-        ...(spec.deterministic === undefined ? {} : { deterministic: spec.deterministic })
+        ...(spec.deterministic === undefined ? {} : { deterministic: spec.deterministic }),
+        frozenDtype: spec.frozenDtype
       })
       yield* Effect.logInfo(`CPU device: ${model.device}`)
       return model

@@ -590,11 +590,40 @@ const decodeWith = (raw: unknown, source: string): Either.Either<GRPOConfig, GRP
       problems.push(`${path === "" ? "value" : path}: ${issue.message}`)
     }
   }
+  if (Either.isRight(decoded) && decoded.right.lora !== undefined) {
+    const route = loraWeightsProblem({
+      weightStore: decoded.right.policyServerWeightStore,
+      weightDirectory: decoded.right.policyServerWeightDirectory
+    })
+    if (route !== undefined) problems.push(route)
+  }
   if (problems.length > 0 || Either.isLeft(decoded)) {
     return Either.left(new GRPOConfigError({ source, problems }))
   }
   return Either.right(decoded.right)
 }
+
+/**
+ * Why a LoRA run cannot send its weights to the policy servers this way, or undefined when it can: its adapter
+ * travels in the request body (POST /update_weights; each server merges it into the base it holds), while a weight
+ * store's followers and a directory reload load whole models. Config decoding refuses such a configuration, and
+ * `PolicyServers.withPolicyServers` such options, before a run starts.
+ *
+ * @since 0.0.0
+ */
+export const loraWeightsProblem = (route: {
+  readonly weightStore?: string | null | undefined
+  readonly weightDirectory?: string | null | undefined
+}): string | undefined =>
+  route.weightStore != null
+    ? `a LoRA run (lora / use_peft / peft_config) pushes its adapter in the request body; the weight store ` +
+      `${route.weightStore} publishes whole models: drop policyServerWeightStore (weightStore, serve-policy ` +
+      "--weights-from) for this run"
+    : route.weightDirectory != null
+    ? `a LoRA run (lora / use_peft / peft_config) pushes its adapter in the request body, which the weight ` +
+      `directory ${route.weightDirectory} cannot carry: drop policyServerWeightDirectory (weightDirectory, ` +
+      "--policy-server-weights) for this run"
+    : undefined
 
 /**
  * Decodes a plain object (e.g. parsed JSON) into a `GRPOConfig`, accepting camelCase and snake_case keys and
@@ -758,6 +787,29 @@ const sameLora = (a: LoraConfig.LoraConfig | undefined, b: LoraConfig.LoraConfig
       [...a.targetModules].sort().join() === [...b.targetModules].sort().join()
 
 /**
+ * Why the configuration's `lora` cannot run on a model that trains `modelLora` (`TrainableModel.lora`; undefined:
+ * every weight), or undefined when they agree. The model is made before the run, so a LoRA setting it was not made
+ * with would otherwise be silently ignored: GRPO (`resolve`) and SFT both refuse it.
+ *
+ * @since 0.0.0
+ */
+export const loraProblem = (
+  lora: LoraConfig.LoraConfig | undefined,
+  modelLora: LoraConfig.LoraConfig | undefined
+): string | undefined =>
+  sameLora(lora, modelLora)
+    ? undefined
+    : lora === undefined
+    ? "the model trains a LoRA adapter but the configuration sets no lora (use_peft / peft_config): set the " +
+      "same LoRA in both, or make the model without one"
+    : modelLora === undefined
+    ? "lora (use_peft / peft_config) is set but the model trains every weight: make it with the same LoRA " +
+      "(Trainer.cpuModel or Trainer.gpuModel(checkpoint, { …, lora: { config: config.lora, seed } }))"
+    : `lora is ${JSON.stringify(lora)} but the model trains ${
+      JSON.stringify(modelLora)
+    }: make the model with the configuration's LoRA`
+
+/**
  * What `resolve` needs to know about the run beyond the configuration itself.
  *
  * @since 0.0.0
@@ -792,20 +844,8 @@ export const resolve = (
   Effect.suspend(() => {
     const problems: Array<string> = []
     const warnings: Array<string> = []
-    // The model is made before the run: a LoRA setting it was not made with would be silently ignored.
-    if ("modelLora" in context && !sameLora(config.lora, context.modelLora)) {
-      problems.push(
-        config.lora === undefined
-          ? "the model trains a LoRA adapter but the configuration sets no lora (use_peft / peft_config): set the " +
-            "same LoRA in both, or make the model without one"
-          : context.modelLora === undefined
-          ? "lora (use_peft / peft_config) is set but the model trains every weight: make it with the same LoRA " +
-            "(Trainer.cpuModel or Trainer.gpuModel(checkpoint, { …, lora: { config: config.lora, seed } }))"
-          : `lora is ${JSON.stringify(config.lora)} but the model trains ${
-            JSON.stringify(context.modelLora)
-          }: make the model with the configuration's LoRA`
-      )
-    }
+    const lora = "modelLora" in context ? loraProblem(config.lora, context.modelLora) : undefined
+    if (lora !== undefined) problems.push(lora)
     const P = context.numProcesses ?? 1
     const G = config.numGenerations
     const globalBatch = config.perDeviceTrainBatchSize * P

@@ -215,13 +215,17 @@ const untrainableProblem = (
 }
 
 /**
- * Runs SFT. Returns the per-step losses, the last checkpoint and the report path.
+ * Runs SFT. Returns the per-step losses, the last checkpoint and the report path. A configuration whose `lora`
+ * differs from the model's (`TrainableModel.lora`) is refused before anything runs ({@link Config.loraProblem}).
  *
  * @since 0.0.0
  */
 export const train = (options: SftOptions) =>
   Effect.gen(function*() {
     const { config, model } = options
+    // Before anything runs, as GRPO's Trainer.train does: a lora the model was not made with would be ignored.
+    const lora = Config.loraProblem(config.lora, model.lora)
+    if (lora !== undefined) return yield* new Config.GRPOConfigError({ source: "SFT", problems: [lora] })
     const data = yield* trainable(options)
     const B = config.perDeviceTrainBatchSize
     const GA = config.gradientAccumulationSteps

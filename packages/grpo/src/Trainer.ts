@@ -186,6 +186,12 @@ export interface CpuModelOptions extends CpuDevice.DeviceOptions {
   readonly lora?: LoraOptions | undefined
   /** Recompute each decoder layer's activations in the backward (TRL's `gradient_checkpointing`). */
   readonly gradientCheckpointing?: boolean | undefined
+  /**
+   * How a frozen base (the base of a LoRA run, the KL reference) holds its matrices: bf16 (half the memory, widened
+   * to f32 per matrix for the matmuls) or f32. Default bf16 where lossless (a bf16 checkpoint's weights), else f32;
+   * bf16 asked for on f32 weights rounds them to nearest even.
+   */
+  readonly frozenDtype?: "f32" | "bf16" | undefined
   readonly maxTokensPerPass?: number
   readonly callTimeout?: Duration.DurationInput
   readonly startTimeout?: Duration.DurationInput

@@ -1,7 +1,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Checkpoint, Gemm, LoraAdapter, LoraConfig } from "@envtrain/gpu"
+import { Checkpoint, Gemm, HalfFloat, LoraAdapter, LoraConfig } from "@envtrain/gpu"
 import { Cause, Effect, Either, Exit } from "effect"
 import * as CommandFile from "../src/CommandFile.js"
 import * as Config from "../src/Config.js"
@@ -76,15 +76,44 @@ describe("LoRA in the trainer's models", () => {
       }
     }))
 
-  it.scoped("Trainer.cpuModel carries the LoRA config to the worker: the in-thread model's results, bit for bit", () =>
+  it.effect("the CPU device holds a frozen base in bf16 where that is lossless, and rounds f32 weights only when asked", () =>
+    Effect.gen(function*() {
+      const f32 = yield* Checkpoint.makeModel("tiny", 2)
+      const bf16: Checkpoint.Model = {
+        ...f32,
+        tensors: new Map(
+          [...f32.tensors].map((
+            [n, t]
+          ) => [n, { shape: t.shape, data: HalfFloat.bf16ToF32(HalfFloat.f32ToBf16(t.data)) }])
+        )
+      }
+      const options = lora({ targetModules: ["q_proj", "down_proj"] })
+      const batch = batchOf(F.requests(0).map((r) => r.promptIds), [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8]])
+      // The spec route sums each logit the same way whatever the head's tiling, so equal storage gives equal bits.
+      const score = (checkpoint: Checkpoint.Model, frozenDtype?: "f32" | "bf16") =>
+        deviceModel(checkpoint, { gemm: Gemm.spec, lora: options, ...(frozenDtype ? { frozenDtype } : {}) }).score(
+          batch,
+          1
+        )
+      // A bf16 checkpoint: the default (bf16 storage) computes what f32 storage does.
+      assert.deepStrictEqual(yield* score(bf16), yield* score(bf16, "f32"))
+      assert.deepStrictEqual(yield* score(bf16, "bf16"), yield* score(bf16, "f32"))
+      // An f32 checkpoint: the default keeps f32; bf16 asked for rounds the base (other logprobs, those of the
+      // rounded checkpoint).
+      const kept = yield* score(f32)
+      assert.deepStrictEqual(kept, yield* score(f32, "f32"))
+      const roundedScores = yield* score(f32, "bf16")
+      assert.isAbove(F.maxRel(roundedScores.logprobs, kept.logprobs), 1e-5)
+      assert.deepStrictEqual(roundedScores, yield* score(bf16, "f32"))
+    }))
+
+  it.scoped("Trainer.cpuModel carries the LoRA config and frozenDtype to the worker: the in-thread model's results, bit for bit", () =>
     Effect.gen(function*() {
       const checkpoint = yield* Checkpoint.makeModel("tiny", 4)
       const options = lora({ dropout: 0.1 })
       const remote = yield* Trainer.cpuModel(checkpoint, { route: "openblas", threads: 1, lora: options })
-      const local = deviceModel(checkpoint, {
-        gemm: (yield* Gemm.select({ route: "openblas", threads: 1 })).gemm,
-        lora: options
-      })
+      const gemm = (yield* Gemm.select({ route: "openblas", threads: 1 })).gemm
+      const local = deviceModel(checkpoint, { gemm, lora: options })
       const batch = batchOf(
         F.requests(1).map((r) => r.promptIds),
         (yield* local.generate(F.requests(1))).map((c) => c.tokenIds)
@@ -98,6 +127,20 @@ describe("LoRA in the trainer's models", () => {
       const [x, y] = [yield* remote.exportState, yield* local.exportState]
       assert.deepStrictEqual(x, y)
       assert.deepStrictEqual(x.lora, options.config)
+      // frozenDtype reaches the worker: a bf16 base asked for there scores as the in-thread bf16 model, not the f32 one.
+      const half = yield* Trainer.cpuModel(checkpoint, {
+        route: "openblas",
+        threads: 1,
+        lora: options,
+        frozenDtype: "bf16"
+      })
+      const scored = yield* half.score(batch, 1)
+      assert.deepStrictEqual(
+        scored,
+        yield* deviceModel(checkpoint, { gemm, lora: options, frozenDtype: "bf16" }).score(batch, 1)
+      )
+      const f32 = yield* deviceModel(checkpoint, { gemm, lora: options }).score(batch, 1)
+      assert.isAbove(F.maxRel(scored.logprobs, f32.logprobs), 1e-6)
     }))
 
   it.scoped("a GRPO run with LoRA on the CPU device changes only the adapter; its checkpoint is PEFT's files", () =>
@@ -156,7 +199,7 @@ describe("LoRA in the trainer's models", () => {
       assert.deepStrictEqual((yield* fresh.exportState).weights, after.weights)
     }).pipe(Effect.provide(NodeContext.layer)))
 
-  it.effect("SFT with LoRA lowers its loss (reference backend)", () =>
+  it.effect("SFT with LoRA refuses a config whose lora is not the model's, and lowers its loss (reference backend)", () =>
     Effect.gen(function*() {
       const transcripts = Array.from({ length: 4 }, (_, i) => ({
         messages: [{ role: "user" as const, content: `Say ${i}` }, {
@@ -165,17 +208,33 @@ describe("LoRA in the trainer's models", () => {
         }]
       }))
       const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
-      const model = Trainer.referenceModel(checkpoint, {
-        lora: lora({ r: 8, alpha: 16, targetModules: LoraConfig.LORA_TARGETS })
-      })
+      const options = lora({ r: 8, alpha: 16, targetModules: LoraConfig.LORA_TARGETS })
+      const model = Trainer.referenceModel(checkpoint, { lora: options })
       const config = yield* F.config({
         outputDir: "/tmp/envtrain-lora-sft-unused",
         perDeviceTrainBatchSize: 2,
         gradientAccumulationSteps: 2,
         maxSteps: 6,
         learningRate: 0.01,
-        saveSteps: 1000
+        saveSteps: 1000,
+        lora: options.config
       })
+      // A configuration whose lora is not the model's is refused before a step runs, as GRPO's is: none, another.
+      for (
+        const [other, wanted] of [
+          [undefined, "the model trains a LoRA adapter but the configuration sets no lora"],
+          [{ ...options.config, r: 4 }, "but the model trains"]
+        ] as const
+      ) {
+        const refused = yield* Effect.flip(
+          SftTrainer.train({ config: { ...config, lora: other }, model, transcripts, progress: false })
+        )
+        assert.strictEqual(refused._tag, "GRPOConfigError")
+        assert.include(refused.message, wanted)
+      }
+      const full = Trainer.referenceModel(checkpoint)
+      const everyWeight = yield* Effect.flip(SftTrainer.train({ config, model: full, transcripts, progress: false }))
+      assert.include(everyWeight.message, "lora (use_peft / peft_config) is set but the model trains every weight")
       const run = yield* SftTrainer.train({ config, model, transcripts, progress: false })
       const losses = run.losses.map((l) => l.loss)
       assert.isTrue(losses[5] < losses[0] * 0.9, `loss should fall: ${losses.map((l) => l.toFixed(3)).join(", ")}`)
@@ -183,6 +242,23 @@ describe("LoRA in the trainer's models", () => {
 })
 
 describe("TRL's LoRA keys", () => {
+  it.scoped("the frozenDtype run key (CPU device) is read, snake_case too, and other values are refused by name", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const path = yield* Path.Path
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const load = (value: string) =>
+        Effect.gen(function*() {
+          const file = path.join(dir, `${value}.yaml`)
+          yield* fs.writeFileString(file, ["model: unused", "backend: cpu", `frozen_dtype: ${value}`].join("\n"))
+          return yield* Effect.either(CommandFile.load(file, []))
+        })
+      const f32 = yield* load("f32")
+      assert.strictEqual(Either.isRight(f32) ? f32.right.spec.frozenDtype : undefined, "f32")
+      const f16 = yield* load("f16")
+      assert.include(Either.isLeft(f16) ? f16.left.message : "", "frozenDtype")
+    }).pipe(Effect.provide(NodeContext.layer)))
+
   it.scoped(
     "a command file with use_peft (TRL's dropout 0.05) trains a step on backend cpu and on backend gpu",
     () =>

@@ -20,7 +20,11 @@
  *   gradients, moments and workspace — shared with the tiled attention (and with the matmul route when that is
  *   WebAssembly, so its operands stay in place); or the plain-TypeScript kernels where that memory cannot hold the
  *   model ({@link Options.elementwise}, {@link CpuModel.kernels}).
- * - Numerics: f32 storage; the JS kernels sum in f64, the SIMD kernels in f32 or f64 lanes (see elementwise.ts); the
+ * - bf16 storage of a frozen base ({@link Options.frozenDtype}): with LoRA or `frozen: true`, the base's matrices can
+ *   be held as bf16 (u16 arrays, half the bytes), each widened exactly into one reused f32 scratch just before its
+ *   matmul (the LM head a tile of vocabulary rows at a time, embedding rows one by one); all arithmetic stays f32,
+ *   and the trained tensors (the adapter) are f32 masters.
+ * - Numerics: f32 storage (or bf16 storage widened to f32, above); the JS kernels sum in f64, the SIMD kernels in f32 or f64 lanes (see elementwise.ts); the
  *   Gemm route's own summation order for matmuls. Results match the specification at the GPU kernels' tolerances,
  *   not bit for bit; with a deterministic route (one thread) the same inputs give the same bits every run.
  *
@@ -41,6 +45,7 @@ import { ropeTables } from "../ops/rope.js"
 import * as Attn from "./attention.js"
 import * as Elementwise from "./elementwise.js"
 import type { Gemm } from "./Gemm.js"
+import * as Bf16 from "./internal/bf16.js"
 import * as GemmAttention from "./internal/gemmAttention.js"
 import * as Kernels from "./internal/kernels.js"
 import type { WasmGemm } from "./WasmGemm.js"
@@ -76,6 +81,13 @@ export interface CpuModel {
   readonly weights: Weights
   /** The LoRA run's settings, or undefined when every weight is trained. */
   readonly lora: LoraConfig | undefined
+  /** How the frozen base's matrices are held ({@link Options.frozenDtype}). */
+  readonly frozenDtype: "f32" | "bf16"
+  /**
+   * With `frozenDtype: "bf16"`: the base's matrices (embedding, projections, LM head) as bf16 bits, keyed by name;
+   * they are then absent from {@link CpuModel.weights}, which holds the f32 tensors (norms, adapter).
+   */
+  readonly bf16Weights: Readonly<Record<string, Uint16Array>>
   /** The tensors trained: the adapter's with LoRA, else every weight. Gradients and moments exist for these only. */
   readonly trained: ReadonlyArray<string>
   /** Accumulated gradients, keyed like {@link CpuModel.trained}. */
@@ -167,6 +179,14 @@ export interface Options {
    * and workspace only. Its backward still gives the loss and logprobs. Default false.
    */
   readonly frozen?: boolean
+  /**
+   * How a frozen base's matrices (embedding, q/k/v/o/gate/up/down, LM head) are held: `f32`, or `bf16` — half the
+   * memory, rounded to nearest even as they are copied in (exact for weights that are bf16 already, as a bf16
+   * checkpoint's are), widened back to f32 per matrix into a reused scratch where a matmul reads them. The norms'
+   * weights stay f32 arrays (rounded to bf16 values too, so the whole base is bf16). Only for a frozen base (with
+   * {@link Options.lora} or {@link Options.frozen}): trained weights need f32 masters. Default f32.
+   */
+  readonly frozenDtype?: "f32" | "bf16"
 }
 
 /** One adapted projection as the model runs it: its tensors, their gradients, and its dropout stream. */
@@ -278,10 +298,23 @@ export const make = (
   const adapterSpecs = projections.flatMap((p) => [p.a, p.b])
   const allSpecs = [...specs, ...adapterSpecs]
   const trainedSpecs = options.frozen === true ? [] : lora === undefined ? specs : adapterSpecs
+  const frozenDtype = options.frozenDtype ?? "f32"
+  if (frozenDtype === "bf16" && trainedSpecs === specs) {
+    throw new Error(
+      `frozenDtype: "bf16" stores a frozen base, but every weight of this model is trained (f32 masters): ` +
+        `use it with lora or frozen: true, or leave frozenDtype "f32".`
+    )
+  }
+  // bf16 matrices live outside the kernels' memory (plain u16 arrays); the norms stay f32 there.
+  const halfSpecs = frozenDtype === "bf16" ? specs.filter((spec) => spec.shape.length === 2) : []
+  const f32Specs = allSpecs.filter((spec) => !halfSpecs.includes(spec))
   const count = (list: typeof specs) => list.reduce((n, spec) => n + spec.shape.reduce((a, b) => a * b, 1), 0)
-  // A frozen base takes 4 bytes per weight; a trained tensor 16 (weight, gradient, two moments).
-  const modelBytes = 4 * count(allSpecs) + 12 * count(trainedSpecs)
-  const kernels = options.elementwise ?? (modelBytes <= wasmModelBytes ? "wasm-simd" : "js")
+  // A frozen f32 weight takes 4 bytes; a trained tensor 16 (weight, gradient, two moments).
+  const modelBytes = 4 * count(f32Specs) + 12 * count(trainedSpecs)
+  // The default is chosen as for an f32 base: a base too big for the memory in f32 comes with passes whose
+  // workspace (which grows by doubling, the old one left behind in that memory) would not fit beside it either.
+  const f32Bytes = 4 * count(allSpecs) + 12 * count(trainedSpecs)
+  const kernels = options.elementwise ?? (f32Bytes <= wasmModelBytes ? "wasm-simd" : "js")
   if (kernels === "wasm-simd" && modelBytes > wasmModelBytes) {
     throw new Error(
       `elementwise: "wasm-simd" needs the weights, gradients and AdamW moments (${
@@ -336,7 +369,13 @@ export const make = (
   const G: Weights = {}
   const M: Weights = {}
   const S: Weights = {}
-  for (const spec of allSpecs) W[spec.name] = alloc(spec.shape.reduce((a, b) => a * b, 1))
+  const W16: Record<string, Uint16Array> = {}
+  for (const spec of f32Specs) W[spec.name] = alloc(spec.shape.reduce((a, b) => a * b, 1))
+  const W16pairs: Record<string, Uint32Array> = {}
+  for (const spec of halfSpecs) {
+    W16[spec.name] = new Uint16Array(spec.shape[0] * spec.shape[1])
+    W16pairs[spec.name] = Bf16.pairsOf(W16[spec.name])
+  }
   for (const spec of trainedSpecs) {
     const n = W[spec.name].length
     G[spec.name] = alloc(n)
@@ -345,6 +384,22 @@ export const make = (
   }
   const names = Array.from({ length: L }, (_, l) => layerTensorNames(l))
   const headName = config.tie_word_embeddings ? EMBED_TOKENS : LM_HEAD
+  // A bf16 base: one f32 scratch in the kernels' memory, sized for the largest projection, that each matrix is
+  // widened into just before its matmul (the head and embedding go through it in tiles of vocabulary rows).
+  const widenedSize = halfSpecs
+    .filter((spec) => spec.name !== EMBED_TOKENS && spec.name !== LM_HEAD)
+    .reduce((n, spec) => Math.max(n, spec.shape[0] * spec.shape[1], h), 0)
+  const widened = widenedSize === 0 ? new Float32Array(0) : alloc(widenedSize)
+  const widenedBits = new Uint32Array(widened.buffer, widened.byteOffset, widened.length)
+  const headRows = Math.max(1, Math.floor(widened.length / h))
+  const widen = timed("bf16Widen", Bf16.widen)
+  // The f32 matrix a matmul reads: the stored one, or a bf16 one widened into the scratch (valid until the next).
+  const matrix = (name: string): Float32Array => {
+    const half = W16[name]
+    if (half === undefined) return W[name]
+    widen(half, W16pairs[name], 0, half.length, widenedBits, 0)
+    return widened
+  }
   // Per layer, the adapted projections; the frozen norms' gradient terms go to a scratch that is dropped.
   const adapters = Array.from({ length: L }, () => new Map<LoraTarget, Adapter>())
   projections.forEach((p, index) => {
@@ -361,11 +416,21 @@ export const make = (
     for (const spec of list) {
       const w = source[spec.name]
       if (w === undefined) throw new Error(`Missing ${what} ${spec.name} [${spec.shape.join(", ")}].`)
-      if (w.length !== W[spec.name].length) {
+      if (w.length !== (W[spec.name] ?? W16[spec.name]).length) {
         throw new Error(`${what} ${spec.name} has ${w.length} elements; expected [${spec.shape.join(", ")}].`)
       }
     }
-    for (const spec of list) W[spec.name].set(source[spec.name])
+    for (const spec of list) {
+      const half = W16[spec.name]
+      if (half !== undefined) Bf16.roundInto(source[spec.name], half)
+      else if (frozenDtype === "bf16" && !adapterSpecs.includes(spec)) {
+        // A bf16 base's norms: f32 arrays holding bf16 values.
+        const w = W[spec.name]
+        w.set(source[spec.name])
+        const bits = new Uint32Array(w.buffer, w.byteOffset, w.length)
+        for (let i = 0; i < bits.length; i++) bits[i] = Bf16.roundBits(bits[i]) << 16
+      } else W[spec.name].set(source[spec.name])
+    }
   }
   const setWeights = (source: Readonly<Record<string, ArrayLike<number>>>) => copyIn(specs, "weight", source)
   setWeights(weights)
@@ -504,12 +569,12 @@ export const make = (
     x: Float32Array,
     n: number,
     inDim: number,
-    w: Float32Array,
+    name: string,
     outDim: number,
     y: Float32Array,
     seed: number | undefined
   ) => {
-    linear(x, n, inDim, w, outDim, y)
+    linear(x, n, inDim, matrix(name), outDim, y)
     const adapter = adapters[l].get(target)
     if (adapter === undefined) return
     const slot = lay.adapters.get(target)!
@@ -544,9 +609,21 @@ export const make = (
     else sgemm(false, false, n, inDim, outDim, 1, dy, outDim, w, inDim, accumulate ? 1 : 0, dx, inDim)
   }
   // Backward of project: dx (= or +=) dy·W (+ the adapter's path); dW += dyᵀ·x when the base is trained, else dA, dB.
-  const projectBackward = (l: number, target: LoraTarget, lay: Layer, ...base: Parameters<typeof baseBackward>) => {
-    baseBackward(...base)
-    const [dy, x, n, inDim, , outDim, , dx] = base
+  // Explicit parameters, not a rest array: this runs seven times per layer per backward and must not allocate.
+  const projectBackward = (
+    l: number,
+    target: LoraTarget,
+    lay: Layer,
+    dy: Float32Array,
+    x: Float32Array,
+    n: number,
+    inDim: number,
+    name: string,
+    outDim: number,
+    dx: Float32Array,
+    accumulate: boolean
+  ) => {
+    baseBackward(dy, x, n, inDim, matrix(name), outDim, G[name], dx, accumulate)
     const adapter = adapters[l].get(target)
     if (adapter === undefined) return
     const slot = lay.adapters.get(target)!
@@ -568,22 +645,46 @@ export const make = (
 
   const embed = timed("embedding", (tokens: ArrayLike<number>, n: number, x: Float32Array) => {
     const table = W[EMBED_TOKENS]
+    const half = W16[EMBED_TOKENS]
+    const bits = half === undefined ? undefined : new Uint32Array(x.buffer, x.byteOffset, n * h)
     for (let i = 0; i < n; i++) {
       const t = tokens[i]
       if (!Number.isInteger(t) || t < 0 || t >= V) {
         throw new Error(`Token id ${t} at index ${i} is outside the vocabulary [0, ${V}).`)
       }
-      x.set(table.subarray(t * h, t * h + h), i * h)
+      if (bits !== undefined) Bf16.widen(half!, W16pairs[EMBED_TOKENS], t * h, h, bits, i * h)
+      else x.set(table.subarray(t * h, t * h + h), i * h)
     }
   })
+
+  // logits[rows × V] = x · headᵀ; a bf16 head widened a tile of vocabulary rows at a time.
+  const headForward = (x: Float32Array, rows: number, logits: Float32Array) => {
+    const half = W16[headName]
+    if (half === undefined) return linear(x, rows, h, W[headName], V, logits)
+    for (let v0 = 0; v0 < V; v0 += headRows) {
+      const tv = Math.min(headRows, V - v0)
+      widen(half, W16pairs[headName], v0 * h, tv * h, widenedBits, 0)
+      sgemm(false, true, rows, tv, h, 1, x, h, widened, h, 0, logits.subarray(v0), V)
+    }
+  }
+  // dx = dLogits · head (dHead += dLogitsᵀ · x when the head is trained); a bf16 head is frozen, tile by tile.
+  const headBackward = (dLogits: Float32Array, x: Float32Array, rows: number, dx: Float32Array) => {
+    const half = W16[headName]
+    if (half === undefined) return baseBackward(dLogits, x, rows, h, W[headName], V, G[headName], dx, false)
+    for (let v0 = 0; v0 < V; v0 += headRows) {
+      const tv = Math.min(headRows, V - v0)
+      widen(half, W16pairs[headName], v0 * h, tv * h, widenedBits, 0)
+      sgemm(false, false, rows, h, tv, 1, dLogits.subarray(v0), V, widened, h, v0 === 0 ? 0 : 1, dx, h)
+    }
+  }
 
   // Projections, q/k norms and RoPE of rows 0…n−1 of `lay` from lay.input.
   const attentionInputs = (l: number, lay: Layer, n: number, positions: Int32Array, seed: number | undefined) => {
     const nm = names[l]
     K.rmsNorm(lay.input, n, h, W[nm.inputLayernorm], eps, lay.attnNormed, lay.attnRstd)
-    project(l, "q_proj", lay, lay.attnNormed, n, h, W[nm.q], H * D, lay.qProj, seed)
-    project(l, "k_proj", lay, lay.attnNormed, n, h, W[nm.k], KV * D, lay.kProj, seed)
-    project(l, "v_proj", lay, lay.attnNormed, n, h, W[nm.v], KV * D, lay.v, seed)
+    project(l, "q_proj", lay, lay.attnNormed, n, h, nm.q, H * D, lay.qProj, seed)
+    project(l, "k_proj", lay, lay.attnNormed, n, h, nm.k, KV * D, lay.kProj, seed)
+    project(l, "v_proj", lay, lay.attnNormed, n, h, nm.v, KV * D, lay.v, seed)
     K.rmsNorm(lay.qProj, n * H, D, W[nm.qNorm], eps, lay.q, lay.qRstd)
     K.rmsNorm(lay.kProj, n * KV, D, W[nm.kNorm], eps, lay.k, lay.kRstd)
     K.rope(lay.q, n, H, D, positions, ropeCos, ropeSin, 1, lay.q)
@@ -593,13 +694,13 @@ export const make = (
   // o_proj, residual and the MLP of rows 0…n−1; writes `out`.
   const outputAndMlp = (l: number, lay: Layer, n: number, out: Float32Array, seed: number | undefined) => {
     const nm = names[l]
-    project(l, "o_proj", lay, lay.attnOut, n, H * D, W[nm.o], h, lay.afterAttn, seed)
+    project(l, "o_proj", lay, lay.attnOut, n, H * D, nm.o, h, lay.afterAttn, seed)
     K.add(lay.afterAttn, lay.input, n * h, lay.afterAttn)
     K.rmsNorm(lay.afterAttn, n, h, W[nm.postAttentionLayernorm], eps, lay.mlpNormed, lay.mlpRstd)
-    project(l, "gate_proj", lay, lay.mlpNormed, n, h, W[nm.gate], I, lay.gate, seed)
-    project(l, "up_proj", lay, lay.mlpNormed, n, h, W[nm.up], I, lay.up, seed)
+    project(l, "gate_proj", lay, lay.mlpNormed, n, h, nm.gate, I, lay.gate, seed)
+    project(l, "up_proj", lay, lay.mlpNormed, n, h, nm.up, I, lay.up, seed)
     K.swiglu(lay.gate, lay.up, n * I, lay.act)
-    project(l, "down_proj", lay, lay.act, n, I, W[nm.down], h, out, seed)
+    project(l, "down_proj", lay, lay.act, n, I, nm.down, h, out, seed)
     K.add(out, lay.afterAttn, n * h, out)
   }
 
@@ -669,7 +770,7 @@ export const make = (
     for (let l = 0; l < L; l++) layerForward(w, l, B, T, dropoutSeed, l + 1 < L ? w.layers[l + 1].input : w.output)
     lastSeed = dropoutSeed
     K.rmsNorm(w.output, N, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
-    linear(w.finalNormed, N, h, W[headName], V, w.logits)
+    headForward(w.finalNormed, N, w.logits)
     forwardRows = N
     lastShape = { B, T }
     return w.logits.subarray(0, N * V)
@@ -722,7 +823,7 @@ export const make = (
     normSink?.fill(0)
     const gNorm = (name: string) => G[name] ?? normSink!
     // dh = dLogits · head; gHead += dLogitsᵀ · finalNormed.
-    baseBackward(dLogits, w.finalNormed, N, h, W[headName], V, G[headName], w.dh, false)
+    headBackward(dLogits, w.finalNormed, N, w.dh)
     K.rmsNormBackward(w.dh, w.output, w.finalRstd, N, h, W[FINAL_NORM], gNorm(FINAL_NORM), w.dx, false)
     for (let l = L - 1; l >= 0; l--) {
       // Recomputation: this layer's activations again (into the shared buffers); its output goes to dh, free here.
@@ -738,7 +839,7 @@ export const make = (
         outDim: number,
         dx: Float32Array,
         accumulate: boolean
-      ) => projectBackward(l, target, a, dy, x, N, inDim, W[name], outDim, G[name], dx, accumulate)
+      ) => projectBackward(l, target, a, dy, x, N, inDim, name, outDim, dx, accumulate)
       // MLP: out = afterAttn + down(silu(gate)·up). dx is d out.
       proj("down_proj", w.dx, a.act, I, nm.down, h, w.dI1, false)
       K.swigluBackward(w.dI1, a.gate, a.up, N * I, w.dI2, w.dI3)
@@ -804,6 +905,8 @@ export const make = (
     kernels,
     weights: W,
     lora: lora?.config,
+    frozenDtype,
+    bf16Weights: W16,
     trained: trainedSpecs.map((spec) => spec.name),
     grads: G,
     moments: { m: M, v: S },
@@ -897,7 +1000,7 @@ export const make = (
       })
       const S = caches.length
       K.rmsNorm(w.dh, S, h, W[FINAL_NORM], eps, w.finalNormed, w.finalRstd)
-      linear(w.finalNormed, S, h, W[headName], V, w.logits)
+      headForward(w.finalNormed, S, w.logits)
       return w.logits.subarray(0, S * V)
     },
     setWeights,

@@ -51,6 +51,13 @@ export interface DeviceModelOptions {
   readonly lora?: LoraOptions | undefined
   /** Never trained (the KL reference): no gradients or optimizer moments are allocated. */
   readonly frozen?: boolean | undefined
+  /**
+   * How a frozen base (with `lora`, or `frozen`) holds its matrices (`CpuModel.Options.frozenDtype`): `bf16` halves
+   * their memory, `f32` keeps them as loaded. Default: bf16 where that is lossless — a frozen base whose every
+   * weight is a bf16 value already (a bf16 checkpoint, widened on load) — else f32. Asking for bf16 on f32 weights
+   * rounds them to nearest even.
+   */
+  readonly frozenDtype?: "f32" | "bf16" | undefined
 }
 
 interface Pass {
@@ -120,6 +127,15 @@ const valuesPerToken = (c: Checkpoint.Model["config"], recompute: boolean) => {
 const defaultTokensPerPass = (c: Checkpoint.Model["config"], recompute: boolean) =>
   Math.max(256, Math.min(8192, Math.floor(2 ** 31 / (4 * valuesPerToken(c, recompute)))))
 
+/** Whether every weight is exactly a bf16 value (its f32 bits' low half zero), as a bf16 checkpoint's are. */
+const allBf16 = (tensors: Safetensors.Tensors) => {
+  for (const t of tensors.values()) {
+    const bits = new Uint32Array(t.data.buffer, t.data.byteOffset, t.data.length)
+    for (let i = 0; i < bits.length; i++) if ((bits[i] & 0xffff) !== 0) return false
+  }
+  return true
+}
+
 const record = (tensors: Safetensors.Tensors): Record<string, Float32Array> => {
   const out: Record<string, Float32Array> = {}
   for (const [name, t] of tensors) out[name] = t.data instanceof Float32Array ? t.data : Float32Array.from(t.data)
@@ -141,6 +157,8 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
   const shapes = lora === undefined
     ? new Map<string, ReadonlyArray<number>>([...checkpoint.tensors].map(([n, t]) => [n, t.shape]))
     : adapterShapes(config, lora.config)
+  const frozenBase = lora !== undefined || options.frozen === true
+  const frozenDtype = options.frozenDtype ?? (frozenBase && allBf16(checkpoint.tensors) ? "bf16" : "f32")
   const dev = CpuModel.make(
     config,
     record(checkpoint.tensors),
@@ -148,6 +166,7 @@ export const deviceModel = (checkpoint: Checkpoint.Model, options: DeviceModelOp
     {
       gradientCheckpointing,
       frozen: options.frozen === true,
+      frozenDtype,
       ...(options.elementwise === undefined ? {} : { elementwise: options.elementwise }),
       ...(lora === undefined ? {} : {
         lora: { config: lora.config, adapters: Qwen3Reference.initAdapters(config, lora.config, { seed: lora.seed }) }

@@ -56,7 +56,8 @@ const handle = (request: Request): Effect.Effect<unknown, Failure> => {
             gemm: device.gemm,
             ...batch,
             ...(options.maxTokensPerPass === undefined ? {} : { maxTokensPerPass: options.maxTokensPerPass }),
-            gradientCheckpointing: options.gradientCheckpointing
+            gradientCheckpointing: options.gradientCheckpointing,
+            frozenDtype: options.frozenDtype
           })),
           device: device.description
         })

@@ -41,6 +41,7 @@ import * as WeightStore from "@envtrain/rollout/WeightStore"
 import { Data, Duration, Effect, Either } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as NodePath from "node:path"
+import * as Config from "../Config.js"
 import * as GenerationRouter from "./generationRouter.js"
 import type { TrainableModel } from "./model.js"
 
@@ -201,6 +202,16 @@ export const withPolicyServers = (
           "weight store (the servers pull from it), not both"
       })
     }
+    // Refused here, before any server is contacted: the adapter cannot go through a store or a directory.
+    const loraRoute = model.lora === undefined
+      ? undefined
+      : Config.loraWeightsProblem({ weightStore: options.weightStore, weightDirectory: directory })
+    if (loraRoute !== undefined) {
+      return yield* new PolicyServerError({
+        url: store?.location ?? servers.map((x) => x.url).join(", "),
+        problem: loraRoute
+      })
+    }
     const configHash = WeightStore.configHash(ModelConfig.toJson(model.config))
     // The store's version the servers must report (the trainer's generation counts differ after a restart).
     let published = 0
@@ -213,16 +224,6 @@ export const withPolicyServers = (
         : LoraAdapter.encodePushed({ config: state.lora, tensors: state.weights, baseModel: null })) as Uint8Array<
           ArrayBuffer
         >
-      if (store !== undefined && state.lora !== undefined) {
-        // The store's followers load whole models; an adapter needs the push route, which carries it alone.
-        return Effect.fail(
-          new PolicyServerError({
-            url: store.location,
-            problem: "a LoRA run pushes its adapter in the request body (POST /update_weights); a weight store " +
-              "publishes whole models: drop the weight store (weightStore / --weights-from) for this run"
-          })
-        )
-      }
       if (store !== undefined) {
         return store.publish({
           bytes: weights.bytes,
@@ -235,16 +236,6 @@ export const withPolicyServers = (
         )
       }
       if (directory === undefined) return Effect.void
-      if (state.lora !== undefined) {
-        // A directory reload (envtrain's update_weights_from_disk, vLLM's reload_weights) wants a whole model.
-        return Effect.fail(
-          new PolicyServerError({
-            url: servers.map((x) => x.url).join(", "),
-            problem: "a LoRA run sends the adapter in the request body (POST /update_weights), which a weight " +
-              "directory cannot carry: drop weightDirectory (--policy-server-weights) for this run"
-          })
-        )
-      }
       // Renamed into place, so a server never reads a half-written file.
       const file = NodePath.join(directory, Safetensors.SINGLE_FILE)
       const partial = `${file}.partial-${process.pid}`

@@ -39,6 +39,7 @@ export interface WorkerModelOptions {
   readonly device?: CpuDevice.DeviceOptions & {
     readonly maxTokensPerPass?: number
     readonly gradientCheckpointing?: boolean | undefined
+    readonly frozenDtype?: "f32" | "bf16" | undefined
   }
   /** Train a LoRA adapter on the frozen base: the weights the trainer reads back and syncs are the adapter's. */
   readonly lora?: LoraOptions | undefined

@@ -31,6 +31,7 @@ export type Request =
       | (CpuDevice.DeviceOptions & {
         readonly maxTokensPerPass?: number | undefined
         readonly gradientCheckpointing?: boolean | undefined
+        readonly frozenDtype?: "f32" | "bf16" | undefined
       })
       | undefined
     /** Train a LoRA adapter on the frozen base (then states and weight syncs are the adapter's). */
