@@ -14,7 +14,7 @@ import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as Metrics from "@envtrain/grpo/Metrics"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
-import { Context, Effect, Exit, Fiber, Layer, Option, Redacted, Scope, Stream } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Option, Redacted, Ref, Scope, Stream } from "effect"
 import * as Cluster from "../src/Cluster.js"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 import * as PostgresProcess from "../src/PostgresProcess.js"
@@ -29,15 +29,28 @@ interface Site {
   readonly local: { readonly metrics: string; readonly completions: string }
 }
 
+// Catch's own reward is 0 for every episode of the untrained model (no update would happen): this one varies within
+// a group, so each step changes the weights and a resume must restore them and the optimizer exactly.
+const evenTokens = `export default function even_tokens({ completionIds }) {
+  return completionIds.map((ids) => ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length)
+}
+`
+
 /**
  * The run, as a command file: a short GRPO run on Catch (the reference backend) generating on the site's server, a
  * checkpoint every step; `extra` lines are added (a cluster, resume).
  */
-const commandFile = (s: Pick<Site, "dir" | "server">, outputDir: string, extra: ReadonlyArray<string>) =>
+const commandFile = (
+  s: Pick<Site, "dir" | "server">,
+  outputDir: string,
+  rewards: string,
+  extra: ReadonlyArray<string>
+) =>
   [
     `model: ${s.dir}`,
     "backend: reference",
     "environment: catch",
+    `rewardFuncs: [${rewards}]`,
     "dataset: { seeds: [0, 64], prompt: \"Catch the ball.\" }",
     `policyServers: [${s.server.url}]`,
     `outputDir: ${outputDir}`,
@@ -61,7 +74,9 @@ const runDirectory = (s: Pick<Site, "dir" | "server">, extra: ReadonlyArray<stri
     const dir = yield* fs.makeTempDirectoryScoped()
     const outputDir = path.join(dir, "out")
     const file = path.join(dir, "run.yaml")
-    yield* fs.writeFileString(file, commandFile(s, outputDir, extra))
+    const rewards = path.join(dir, "even_tokens.mjs")
+    yield* fs.writeFileString(rewards, evenTokens)
+    yield* fs.writeFileString(file, commandFile(s, outputDir, rewards, extra))
     return { file, outputDir }
   })
 
@@ -106,6 +121,8 @@ const siteLayer = Layer.scoped(
     const pg = yield* PostgresProcess.launch()
     const local = yield* train({ dir, server }, Layer.empty)
     assert.isAbove(timeless(local.completions).length, 0)
+    // Not flat: the policy moved, so runs that equal this one carried the weights and the optimizer over.
+    assert.isTrue(timeless(local.metrics).some((m) => m.grad_norm !== 0), local.metrics)
     return { dir, server, pg, local }
   })
 ).pipe(Layer.provide(NodeContext.layer))
@@ -130,10 +147,15 @@ const clientLayer = (s: Site, runId: string) =>
     ...Cluster.fastFailover
   })
 
-const runners = (s: Site, n: number) =>
+const runners = (s: Site, n: number, maxGroups?: number) =>
   Effect.forEach(
     Array.from({ length: n }, () => 0),
-    () => RunnerProcess.launch({ postgres: s.pg.url, fastFailover: true })
+    () =>
+      RunnerProcess.launch({
+        postgres: s.pg.url,
+        fastFailover: true,
+        ...(maxGroups === undefined ? {} : { maxGroups })
+      })
   )
 type Runner = Effect.Effect.Success<ReturnType<typeof runners>>[number]
 
@@ -155,14 +177,14 @@ const inFlightHolder = (s: Site, runId: string, step: number) =>
     (rows) => rows[0]?.runner
   )
 
-/** Attempts beyond one per group of `runId` (envtrain_cluster_attempts): the groups that ran again. */
+/**
+ * The groups of `runId` that ran again: attempts beyond one per group, counted into the run's row as its batches'
+ * attempts are trimmed.
+ */
 const reruns = (s: Site, runId: string) =>
   Effect.map(
-    query<{ n: string }>(s, (q) =>
-      q`SELECT count(*) - count(DISTINCT (batch_key, grp)) AS n FROM envtrain_cluster_attempts
-        WHERE run_id = ${runId}`),
-    (rows) =>
-      Number(rows[0].n)
+    query<{ n: string }>(s, (q) => q`SELECT reruns AS n FROM envtrain_cluster_runs WHERE run_id = ${runId}`),
+    (rows) => Number(rows[0].n)
   )
 
 /** `probe` every 50 ms until it gives a value. */
@@ -231,25 +253,46 @@ const trainerProcess = (file: string) =>
     return { proc, printed: Fiber.join(printed) }
   })
 
-/** Rows left in the cluster's and envtrain's tables for a finished run. */
+/** For the scope, samples every 50 ms how many groups of `runId` one runner has in flight; gives the most seen. */
+const busiestRunner = (s: Site, runId: string) =>
+  Effect.gen(function*() {
+    const most = yield* Ref.make(0)
+    const sample = Effect.flatMap(
+      query<{ n: string }>(s, (q) =>
+        q`SELECT count(*) AS n FROM envtrain_cluster_attempts WHERE run_id = ${runId} AND finished_at IS NULL
+          GROUP BY runner ORDER BY n DESC LIMIT 1`),
+      (rows) =>
+        Ref.update(most, (m) =>
+          Math.max(m, Number(rows[0]?.n ?? 0)))
+    )
+    // A sample fails until the run's client has made the tables: it is skipped.
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.exit(sample), Effect.sleep("50 millis"))))
+    return Ref.get(most)
+  })
+
+/** Rows left in the cluster's and envtrain's tables for a finished run (its row in envtrain_cluster_runs aside). */
 const leftRows = (s: Site, runId: string) =>
   Effect.map(
     query<{ n: string }>(s, (q) =>
       q`SELECT (SELECT count(*) FROM cluster_messages WHERE entity_id LIKE ${runId + "/%"})
         + (SELECT count(*) FROM envtrain_cluster_groups WHERE run_id = ${runId})
-        + (SELECT count(*) FROM envtrain_cluster_batches WHERE run_id = ${runId}) AS n`),
+        + (SELECT count(*) FROM envtrain_cluster_batches WHERE run_id = ${runId})
+        + (SELECT count(*) FROM envtrain_cluster_attempts WHERE run_id = ${runId}) AS n`),
     (rows) => Number(rows[0].n)
   )
 
 layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout groups on cluster runners", (it) => {
   it.scoped(
-    "over 2 runner processes a run writes the in-process run's metrics.jsonl and completions.jsonl and leaves no " +
-      "rows; a second trainer on a run is refused while the first holds its lease",
+    "over 2 runner processes (--max-groups 1) a run writes the in-process run's metrics.jsonl and completions.jsonl " +
+      "and leaves no rows; no runner rolls out two groups at once; a second trainer on a run is refused while the " +
+      "first holds its lease",
     () =>
       Effect.gen(function*() {
         const s = yield* TestSite
-        yield* runners(s, 2)
+        yield* runners(s, 2, 1)
+        const busiest = yield* busiestRunner(s, "equal-run")
         assertSameRun(s, yield* train(s, clientLayer(s, "equal-run")))
+        assert.strictEqual(yield* busiest, 1)
         assert.strictEqual(yield* leftRows(s, "equal-run"), 0)
         assert.strictEqual(yield* reruns(s, "equal-run"), 0)
         yield* Layer.build(clientLayer(s, "leased-run"))
@@ -270,6 +313,8 @@ layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout group
         assertSameRun(s, yield* train(s, duringStep(s, "kill-run", 1, signalHolder(pool, "SIGKILL"), killed)))
         assert.strictEqual(killed.length, 1)
         assert.isAbove(yield* reruns(s, "kill-run"), 0)
+        // The dead runner's unfinished attempt went with its batch's rows.
+        assert.strictEqual(yield* leftRows(s, "kill-run"), 0)
       }).pipe(Effect.provide(NodeContext.layer)),
     180_000
   )
