@@ -107,6 +107,11 @@ const program = Effect.gen(function*() {
       ),
       RolloutGroups.RolloutGroups
     )
+    // Attempts beyond one per group, counted in the run's row as each batch's attempts are trimmed.
+    const reruns = Effect.map(
+      q<{ n: string }>((sql) => sql`SELECT reruns AS n FROM envtrain_cluster_runs WHERE run_id = ${runId}`),
+      (r) => Number(r[0].n)
+    )
     // Warm-up: the runners load the run's context on their first group.
     yield* groups.run(batchAt(0))
     const plain: Array<{ seconds: number; rows: number; walBytes: number; inProcessSeconds: number }> = []
@@ -127,36 +132,39 @@ const program = Effect.gen(function*() {
     for (let i = 1; i <= kills; i++) {
       const step = 100 + i
       const t0 = performance.now()
+      // The batch's attempts are trimmed when it returns: the restart is read while it is out.
       const watch = Effect.gen(function*() {
+        let victim: { group: number; runner: string; at: Date } | undefined
         while (true) {
-          const rows = yield* q<{ runner: string; grp: number }>((sql) =>
-            sql`SELECT runner, grp FROM envtrain_cluster_attempts WHERE run_id = ${runId}
-              AND batch_key = ${`${step}.0.0`} AND finished_at IS NULL LIMIT 1`
-          )
-          const victim = pool.find((r) => rows[0] !== undefined && rows[0].runner === `127.0.0.1:${r.clusterPort}`)
-          if (victim !== undefined) {
-            yield* victim.kill("SIGKILL")
-            const at = yield* q<{ now: Date }>((sql) => sql`SELECT clock_timestamp() AS now`)
-            pool.splice(pool.indexOf(victim), 1)
-            return { group: rows[0].grp, runner: rows[0].runner, at: at[0].now }
+          if (victim === undefined) {
+            const rows = yield* q<{ runner: string; grp: number }>((sql) =>
+              sql`SELECT runner, grp FROM envtrain_cluster_attempts WHERE run_id = ${runId}
+                AND batch_key = ${`${step}.0.0`} AND finished_at IS NULL LIMIT 1`
+            )
+            const runner = pool.find((r) => rows[0] !== undefined && rows[0].runner === `127.0.0.1:${r.clusterPort}`)
+            if (runner !== undefined) {
+              yield* runner.kill("SIGKILL")
+              const at = yield* q<{ now: Date }>((sql) => sql`SELECT clock_timestamp() AS now`)
+              pool.splice(pool.indexOf(runner), 1)
+              victim = { group: rows[0].grp, runner: rows[0].runner, at: at[0].now }
+            }
+          } else {
+            const v = victim
+            const restart = yield* q<{ started: Date | null }>((sql) =>
+              sql`SELECT min(started_at) AS started FROM envtrain_cluster_attempts WHERE run_id = ${runId}
+                AND batch_key = ${`${step}.0.0`} AND grp = ${v.group} AND runner <> ${v.runner}`
+            )
+            if (restart[0]?.started != null) {
+              return (new Date(restart[0].started).getTime() - new Date(v.at).getTime()) / 1000
+            }
           }
           yield* Effect.sleep("20 millis")
         }
       })
-      const [victim] = yield* Effect.all([watch, groups.run(batchAt(step))], { concurrency: 2 })
+      const rerunsBefore = yield* reruns
+      const [failoverSeconds] = yield* Effect.all([watch, groups.run(batchAt(step))], { concurrency: 2 })
       const seconds = (performance.now() - t0) / 1000
-      const restart = yield* q<{ started: Date }>((sql) =>
-        sql`SELECT min(started_at) AS started FROM envtrain_cluster_attempts WHERE run_id = ${runId}
-          AND batch_key = ${`${step}.0.0`} AND grp = ${victim.group} AND runner <> ${victim.runner}`
-      )
-      const attempts = yield* q<{ n: string }>((sql) =>
-        sql`SELECT count(*) AS n FROM envtrain_cluster_attempts WHERE run_id = ${runId} AND batch_key = ${`${step}.0.0`}`
-      )
-      killed.push({
-        failoverSeconds: (new Date(restart[0].started).getTime() - new Date(victim.at).getTime()) / 1000,
-        reruns: Number(attempts[0].n) - GROUPS,
-        seconds
-      })
+      killed.push({ failoverSeconds, reruns: (yield* reruns) - rerunsBefore, seconds })
       console.log(`${name}: kill ${i}: ${JSON.stringify(killed[killed.length - 1])}`)
       pool.push(yield* launch())
     }

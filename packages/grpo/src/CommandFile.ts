@@ -536,7 +536,8 @@ const modelFor = (spec: RunSpec, config: Config.GRPOConfig, seq: number) =>
 
 const withDevice = <A, E, R>(spec: RunSpec, effect: Effect.Effect<A, E, R>) => {
   const strict = Effect.provideService(effect, Environment.StrictColumns, spec.strictColumns)
-  if (spec.backend === "cpu") return Effect.scoped(strict)
+  // The CPU device and the reference model need no GPU (a machine without WebGPU runs them).
+  if (spec.backend !== "gpu") return Effect.scoped(strict)
   // Which adapter `backend: gpu` got is said: on a machine without a GPU driver it is a software one (lavapipe).
   const adapter = Effect.flatMap(Gpu.Gpu, ({ adapter }) =>
     adapter.isSoftware

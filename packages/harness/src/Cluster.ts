@@ -126,6 +126,11 @@ export interface RunnerOptions extends Settings {
   /** The address the other nodes reach this runner at (and it listens on). */
   readonly host: string
   readonly port: number
+  /**
+   * The most groups this runner rolls out at once (its machine's capacity: sandboxes, env sessions, memory); the
+   * others wait on it for a turn. Default: no cap (every group sent to it runs at once).
+   */
+  readonly maxGroups?: number
 }
 
 /**
@@ -136,7 +141,7 @@ export interface RunnerOptions extends Settings {
  */
 export const runner = (options: RunnerOptions) => {
   const address = RunnerAddress.make(options.host, options.port)
-  return internalRunner.layer(`${options.host}:${options.port}`).pipe(
+  return internalRunner.layer(`${options.host}:${options.port}`, options.maxGroups).pipe(
     Layer.provide(Sharding.runner({ ...shardingConfig(options), runnerAddress: Option.some(address) }, {
       pingTimeout: options.pingTimeout ?? Duration.seconds(10),
       pingRetries: options.pingRetries ?? 5

@@ -26,6 +26,8 @@ export interface LaunchOptions {
   readonly port?: number
   /** `--fast-failover` (the trainer must use `Cluster.fastFailover` too). */
   readonly fastFailover?: boolean
+  /** `--max-groups`: the most groups it rolls out at once (default no cap). */
+  readonly maxGroups?: number
   /** How long to wait for `/health`. Default 120 s. */
   readonly healthTimeout?: Duration.DurationInput
 }
@@ -50,7 +52,8 @@ export const launch = (options: LaunchOptions) =>
         String(port),
         "--health-port",
         "{port}",
-        ...(options.fastFailover === true ? ["--fast-failover"] : [])
+        ...(options.fastFailover === true ? ["--fast-failover"] : []),
+        ...(options.maxGroups === undefined ? [] : ["--max-groups", String(options.maxGroups)])
       ],
       healthTimeout: options.healthTimeout ?? "120 seconds"
     })

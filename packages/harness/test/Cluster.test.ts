@@ -4,77 +4,107 @@
 // completions.jsonl (timing fields aside), whatever happens mid-step: a runner SIGKILLed or SIGSTOPped while it holds
 // a group, a runner joining, Postgres restarted. The site (model, server, Postgres, the in-process run) is shared by
 // the tests; each starts the runners it needs. Live clock.
-import { FileSystem, Path } from "@effect/platform"
+import { Command, FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Catch, Environment } from "@envtrain/env"
+import { Launcher } from "@envtrain/env"
 import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as CommandFile from "@envtrain/grpo/CommandFile"
-import * as Config from "@envtrain/grpo/Config"
-import * as Dataset from "@envtrain/grpo/Dataset"
 import * as Metrics from "@envtrain/grpo/Metrics"
-import * as PolicyServers from "@envtrain/grpo/PolicyServers"
-import * as Reward from "@envtrain/grpo/Reward"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
-import * as Trainer from "@envtrain/grpo/Trainer"
-import * as Episode from "@envtrain/rollout/Episode"
-import { Context, Effect, Exit, Fiber, Layer, Option, Redacted, Scope } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Option, Redacted, Ref, Scope, Stream } from "effect"
 import * as Cluster from "../src/Cluster.js"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 import * as PostgresProcess from "../src/PostgresProcess.js"
 import * as RunnerProcess from "../src/RunnerProcess.js"
 
-const open = (row: Readonly<Record<string, unknown>>) =>
-  Effect.map(Effect.orDie(Environment.episode(Catch.environment, row)), Episode.fromEnvironment)
-const catchReward = Reward.perEpisode<Catch.State>("catch", (e) => Catch.reward(e.environment))
-
 const steps = 2
 
 interface Site {
-  readonly model: Checkpoint.Model
   readonly dir: string
   readonly server: { readonly url: string }
   readonly pg: PostgresProcess.Postgres
   readonly local: { readonly metrics: string; readonly completions: string }
 }
 
-/** A short GRPO run on Catch generating on the site's server; `where` decides where the groups run. */
-const train = (
-  s: Omit<Site, "local">,
-  where: Layer.Layer<never> | Layer.Layer<RolloutGroups.RolloutGroups, unknown>
+// Catch's own reward is 0 for every episode of the untrained model (no update would happen): this one varies within
+// a group, so each step changes the weights and a resume must restore them and the optimizer exactly.
+const evenTokens = `export default function even_tokens({ completionIds }) {
+  return completionIds.map((ids) => ids.length === 0 ? 0 : ids.filter((id) => id % 2 === 0).length / ids.length)
+}
+`
+
+/**
+ * The run, as a command file: a short GRPO run on Catch (the reference backend) generating on the site's server, a
+ * checkpoint every step; `extra` lines are added (a cluster, resume).
+ */
+const commandFile = (
+  s: Pick<Site, "dir" | "server">,
+  outputDir: string,
+  rewards: string,
+  extra: ReadonlyArray<string>
 ) =>
+  [
+    `model: ${s.dir}`,
+    "backend: reference",
+    "environment: catch",
+    `rewardFuncs: [${rewards}]`,
+    "dataset: { seeds: [0, 64], prompt: \"Catch the ball.\" }",
+    `policyServers: [${s.server.url}]`,
+    `outputDir: ${outputDir}`,
+    "numGenerations: 4",
+    "perDeviceTrainBatchSize: 12",
+    "maxCompletionLength: 8",
+    "learningRate: 0.05",
+    "lrSchedulerType: constant",
+    "loggingSteps: 1",
+    "saveSteps: 1",
+    "logCompletions: true",
+    `maxSteps: ${steps}`,
+    ...extra
+  ].join("\n") + "\n"
+
+/** A run's directory, removed with the scope: its command file and its output directory. */
+const runDirectory = (s: Pick<Site, "dir" | "server">, extra: ReadonlyArray<string> = []) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
-    const outputDir = yield* fs.makeTempDirectoryScoped()
-    const model = yield* PolicyServers.withPolicyServers(Trainer.referenceModel(s.model), { urls: [s.server.url] })
-    const result = yield* Trainer.train({
-      config: yield* Config.fromSources({
-        outputDir,
-        numGenerations: 4,
-        perDeviceTrainBatchSize: 12,
-        maxCompletionLength: 8,
-        learningRate: 0.05,
-        lrSchedulerType: "constant",
-        loggingSteps: 1,
-        saveSteps: 1000,
-        logCompletions: true,
-        maxSteps: steps
-      }),
-      model,
-      dataset: Dataset.fromSeeds({
-        prompt: [{ role: "user", content: "Catch the ball." }],
-        seeds: Dataset.range(0, 64)
-      }),
-      open,
-      rewardFunctions: [catchReward],
-      progress: false
-    }).pipe(Effect.provide(where))
-    assert.strictEqual(result.globalStep, steps)
+    const dir = yield* fs.makeTempDirectoryScoped()
+    const outputDir = path.join(dir, "out")
+    const file = path.join(dir, "run.yaml")
+    const rewards = path.join(dir, "even_tokens.mjs")
+    yield* fs.writeFileString(rewards, evenTokens)
+    yield* fs.writeFileString(file, commandFile(s, outputDir, rewards, extra))
+    return { file, outputDir }
+  })
+
+/** What a run wrote: metrics.jsonl and completions.jsonl. */
+const outputs = (outputDir: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
     const read = (name: string) => fs.readFileString(path.join(outputDir, name))
     return { metrics: yield* read(Metrics.files.metrics), completions: yield* read(Metrics.files.completions) }
+  })
+
+// CommandFile.train's type is inferred as Effect<…, any, any>; the reference backend needs only the platform.
+const trainFile = CommandFile.train as (
+  file: string,
+  overrides: ReadonlyArray<string>
+) => Effect.Effect<{ readonly globalStep: number }, unknown, FileSystem.FileSystem | Path.Path>
+
+/** The run in this process; `where` decides where its groups run (no layer: in process). */
+const train = (
+  s: Pick<Site, "dir" | "server">,
+  where: Layer.Layer<never> | Layer.Layer<RolloutGroups.RolloutGroups, unknown>
+) =>
+  Effect.gen(function*() {
+    const run = yield* runDirectory(s)
+    const result = yield* trainFile(run.file, []).pipe(Effect.provide(where))
+    assert.strictEqual(result.globalStep, steps)
+    return yield* outputs(run.outputDir)
   }).pipe(Effect.scoped)
 
 class TestSite extends Context.Tag("test/Cluster/Site")<TestSite, Site>() {}
@@ -89,9 +119,11 @@ const siteLayer = Layer.scoped(
     yield* Checkpoint.save(dir, model)
     const server = yield* PolicyServerProcess.launch({ model: dir, backend: "reference", servedModelName: "tiny" })
     const pg = yield* PostgresProcess.launch()
-    const local = yield* train({ model, dir, server, pg }, Layer.empty)
+    const local = yield* train({ dir, server }, Layer.empty)
     assert.isAbove(timeless(local.completions).length, 0)
-    return { model, dir, server, pg, local }
+    // Not flat: the policy moved, so runs that equal this one carried the weights and the optimizer over.
+    assert.isTrue(timeless(local.metrics).some((m) => m.grad_norm !== 0), local.metrics)
+    return { dir, server, pg, local }
   })
 ).pipe(Layer.provide(NodeContext.layer))
 
@@ -115,10 +147,15 @@ const clientLayer = (s: Site, runId: string) =>
     ...Cluster.fastFailover
   })
 
-const runners = (s: Site, n: number) =>
+const runners = (s: Site, n: number, maxGroups?: number) =>
   Effect.forEach(
     Array.from({ length: n }, () => 0),
-    () => RunnerProcess.launch({ postgres: s.pg.url, fastFailover: true })
+    () =>
+      RunnerProcess.launch({
+        postgres: s.pg.url,
+        fastFailover: true,
+        ...(maxGroups === undefined ? {} : { maxGroups })
+      })
   )
 type Runner = Effect.Effect.Success<ReturnType<typeof runners>>[number]
 
@@ -140,14 +177,21 @@ const inFlightHolder = (s: Site, runId: string, step: number) =>
     (rows) => rows[0]?.runner
   )
 
-/** Attempts beyond one per group of `runId` (envtrain_cluster_attempts): the groups that ran again. */
+/**
+ * The groups of `runId` that ran again: attempts beyond one per group, counted into the run's row as its batches'
+ * attempts are trimmed.
+ */
 const reruns = (s: Site, runId: string) =>
   Effect.map(
-    query<{ n: string }>(s, (q) =>
-      q`SELECT count(*) - count(DISTINCT (batch_key, grp)) AS n FROM envtrain_cluster_attempts
-        WHERE run_id = ${runId}`),
-    (rows) =>
-      Number(rows[0].n)
+    query<{ n: string }>(s, (q) => q`SELECT reruns AS n FROM envtrain_cluster_runs WHERE run_id = ${runId}`),
+    (rows) => Number(rows[0].n)
+  )
+
+/** `probe` every 50 ms until it gives a value. */
+const until = <A, E, R>(probe: Effect.Effect<A | undefined, E, R>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(
+    probe,
+    (a) => a !== undefined ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("50 millis"), until(probe))
   )
 
 /**
@@ -165,21 +209,13 @@ const duringStep = (
     RolloutGroups.RolloutGroups,
     Effect.gen(function*() {
       const inner = yield* RolloutGroups.RolloutGroups
-      const watch = Effect.gen(function*() {
-        while (true) {
-          const holder = yield* inFlightHolder(s, runId, step)
-          if (holder !== undefined) {
-            yield* act(holder)
-            acted.push(holder)
-            return
-          }
-          yield* Effect.sleep("50 millis")
-        }
-      })
+      const watch = Effect.flatMap(until(inFlightHolder(s, runId, step)), (holder) =>
+        Effect.map(act(holder), () => void acted.push(holder)))
       return {
         run: (batch: RolloutGroups.Batch) =>
           batch.step === step && acted.length === 0
-            ? Effect.flatMap(Effect.fork(watch), (fiber) => Effect.ensuring(inner.run(batch), Fiber.interrupt(fiber)))
+            ? Effect.flatMap(Effect.fork(watch), (fiber) =>
+              Effect.ensuring(inner.run(batch), Fiber.interrupt(fiber)))
             : inner.run(batch)
       }
     })
@@ -190,25 +226,73 @@ const signalHolder = (pool: ReadonlyArray<Runner>, signal: NodeJS.Signals) => (h
     discard: true
   })
 
-/** Rows left in the cluster's and envtrain's tables for a finished run. */
+/**
+ * The Postgres backend holding run `runId`'s lease, if one does: the advisory lock store.ts takes, on the hash of
+ * `envtrain-run:<runId>`.
+ */
+const leaseHolder = (s: Site, runId: string) =>
+  Effect.map(
+    query<{ pid: number }>(s, (q) =>
+      q`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+        AND objid = (hashtext(${`envtrain-run:${runId}`})::bigint & 4294967295)::oid`),
+    (rows) => rows[0]?.pid
+  )
+
+const bin = Launcher.nodeEntry(new URL("../src/bin.js", import.meta.url))
+
+/** `envtrain train FILE` in a child process (stopped with the scope); `printed`: its output, once it exits. */
+const trainerProcess = (file: string) =>
+  Effect.gen(function*() {
+    const proc = yield* Command.start(Command.make(process.execPath, ...bin, "train", file))
+    const printed = yield* Stream.merge(proc.stdout, proc.stderr).pipe(
+      Stream.decodeText(),
+      Stream.runFold("", (all, text) => (all + text).slice(-6000)),
+      Effect.orDie,
+      Effect.forkScoped
+    )
+    return { proc, printed: Fiber.join(printed) }
+  })
+
+/** For the scope, samples every 50 ms how many groups of `runId` one runner has in flight; gives the most seen. */
+const busiestRunner = (s: Site, runId: string) =>
+  Effect.gen(function*() {
+    const most = yield* Ref.make(0)
+    const sample = Effect.flatMap(
+      query<{ n: string }>(s, (q) =>
+        q`SELECT count(*) AS n FROM envtrain_cluster_attempts WHERE run_id = ${runId} AND finished_at IS NULL
+          GROUP BY runner ORDER BY n DESC LIMIT 1`),
+      (rows) =>
+        Ref.update(most, (m) =>
+          Math.max(m, Number(rows[0]?.n ?? 0)))
+    )
+    // A sample fails until the run's client has made the tables: it is skipped.
+    yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.exit(sample), Effect.sleep("50 millis"))))
+    return Ref.get(most)
+  })
+
+/** Rows left in the cluster's and envtrain's tables for a finished run (its row in envtrain_cluster_runs aside). */
 const leftRows = (s: Site, runId: string) =>
   Effect.map(
     query<{ n: string }>(s, (q) =>
       q`SELECT (SELECT count(*) FROM cluster_messages WHERE entity_id LIKE ${runId + "/%"})
         + (SELECT count(*) FROM envtrain_cluster_groups WHERE run_id = ${runId})
-        + (SELECT count(*) FROM envtrain_cluster_batches WHERE run_id = ${runId}) AS n`),
+        + (SELECT count(*) FROM envtrain_cluster_batches WHERE run_id = ${runId})
+        + (SELECT count(*) FROM envtrain_cluster_attempts WHERE run_id = ${runId}) AS n`),
     (rows) => Number(rows[0].n)
   )
 
 layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout groups on cluster runners", (it) => {
   it.scoped(
-    "over 2 runner processes a run writes the in-process run's metrics.jsonl and completions.jsonl and leaves no " +
-      "rows; a second trainer on a run is refused while the first holds its lease",
+    "over 2 runner processes (--max-groups 1) a run writes the in-process run's metrics.jsonl and completions.jsonl " +
+      "and leaves no rows; no runner rolls out two groups at once; a second trainer on a run is refused while the " +
+      "first holds its lease",
     () =>
       Effect.gen(function*() {
         const s = yield* TestSite
-        yield* runners(s, 2)
+        yield* runners(s, 2, 1)
+        const busiest = yield* busiestRunner(s, "equal-run")
         assertSameRun(s, yield* train(s, clientLayer(s, "equal-run")))
+        assert.strictEqual(yield* busiest, 1)
         assert.strictEqual(yield* leftRows(s, "equal-run"), 0)
         assert.strictEqual(yield* reruns(s, "equal-run"), 0)
         yield* Layer.build(clientLayer(s, "leased-run"))
@@ -229,6 +313,8 @@ layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout group
         assertSameRun(s, yield* train(s, duringStep(s, "kill-run", 1, signalHolder(pool, "SIGKILL"), killed)))
         assert.strictEqual(killed.length, 1)
         assert.isAbove(yield* reruns(s, "kill-run"), 0)
+        // The dead runner's unfinished attempt went with its batch's rows.
+        assert.strictEqual(yield* leftRows(s, "kill-run"), 0)
       }).pipe(Effect.provide(NodeContext.layer)),
     180_000
   )
@@ -279,6 +365,59 @@ layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout group
           Effect.orDie(Effect.zipRight(s.pg.stop, Effect.zipRight(Effect.sleep("1 second"), s.pg.start)))
         assertSameRun(s, yield* train(s, duringStep(s, "restart-run", 1, restart, restarted)))
         assert.strictEqual(restarted.length, 1)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    180_000
+  )
+
+  it.scoped(
+    "SIGKILL of the trainer process mid-step after a checkpoint, then `envtrain train` again (resume: true): the new " +
+      "trainer takes the run's lease again, resumes from the checkpoint, and the run is unchanged; a second trainer " +
+      "is refused while one lives",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        yield* runners(s, 2)
+        const runId = "trainer-kill-run"
+        // What a Kubernetes Job restarts: the same command on the same file, which resumes from the newest checkpoint.
+        const run = yield* runDirectory(s, [
+          "resume: true",
+          `cluster: { postgres: "${s.pg.url}", runId: ${runId}, fastFailover: true }`
+        ])
+        const first = yield* trainerProcess(run.file)
+        const finished = (trainer: typeof first, what: string) =>
+          Effect.flatMap(
+            Effect.zip(Effect.orDie(trainer.proc.exitCode), trainer.printed),
+            ([code, printed]) => Effect.dieMessage(`the trainer exited (code ${code}) ${what}:\n${printed}`)
+          )
+        const firstHolder = yield* Effect.raceFirst(until(leaseHolder(s, runId)), finished(first, "before its lease"))
+        const refused = yield* Effect.exit(Layer.build(clientLayer(s, runId)))
+        assert.isTrue(Exit.isFailure(refused))
+        assert.include(String(Exit.isFailure(refused) ? refused.cause : ""), "driven by another trainer")
+
+        // Killed once checkpoint-1 is saved and a group of the second step (index 1) is in flight on a runner.
+        const inSecondStep = Effect.flatMap(
+          Effect.orDie(fs.exists(path.join(run.outputDir, "checkpoint-1"))),
+          (saved) => saved ? inFlightHolder(s, runId, 1) : Effect.succeed(undefined)
+        )
+        yield* Effect.raceFirst(until(inSecondStep), finished(first, "before it could be killed mid-step"))
+        yield* Effect.orDie(first.proc.kill("SIGKILL"))
+        // Postgres ends the dead trainer's session, and with it the lease.
+        yield* until(Effect.map(leaseHolder(s, runId), (pid) => pid === undefined ? true : undefined)).pipe(
+          Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => "the dead trainer's lease was not released" })
+        )
+
+        const second = yield* trainerProcess(run.file)
+        const retaken = yield* Effect.fork(until(leaseHolder(s, runId)))
+        const code = yield* Effect.orDie(second.proc.exitCode)
+        const printed = yield* second.printed
+        assert.strictEqual(code, 0, printed)
+        assert.include(printed, "at step 1", "the second trainer resumed from checkpoint-1")
+        const holder = yield* Fiber.join(retaken).pipe(Effect.timeout("1 second"))
+        assert.notStrictEqual(holder, firstHolder)
+        assertSameRun(s, yield* outputs(run.outputDir))
+        assert.strictEqual(yield* leftRows(s, runId), 0)
       }).pipe(Effect.provide(NodeContext.layer)),
     180_000
   )

@@ -1,7 +1,8 @@
 /**
- * `envtrain runner --postgres URL [--host] [--port] [--health-port] [--fast-failover]`: a cluster runner that rolls
- * out the rollout groups of trainers started with `--cluster URL` (see {@link Cluster}), until SIGINT/SIGTERM.
- * `--health-port` serves `GET /health` (200 once the runner has registered), for a process supervisor's probe.
+ * `envtrain runner --postgres URL [--host] [--port] [--health-port] [--fast-failover] [--max-groups N]`: a cluster
+ * runner that rolls out the rollout groups of trainers started with `--cluster URL` (see {@link Cluster}), until
+ * SIGINT/SIGTERM. `--health-port` serves `GET /health` (200 once the runner has registered), for a process
+ * supervisor's probe; `--max-groups` caps the groups it rolls out at once (the rest wait their turn on it).
  *
  * @example
  * ```ts
@@ -34,6 +35,10 @@ const healthPort = Options.integer("health-port").pipe(
 const fastFailover = Options.boolean("fast-failover").pipe(
   Options.withDescription("health checks every second, shard moves within seconds (trainer and runners alike)")
 )
+const maxGroups = Options.integer("max-groups").pipe(
+  Options.optional,
+  Options.withDescription("roll out at most this many groups at once (the machine's capacity; default: no cap)")
+)
 
 /** `GET /health` on `port` for the Scope. */
 const health = (port: number, host: string) =>
@@ -56,7 +61,7 @@ const health = (port: number, host: string) =>
 /** `runner`; runs until interrupted (NodeRuntime.runMain turns SIGINT/SIGTERM into interruption). */
 export const command = Command.make(
   "runner",
-  { postgres, host, port, healthPort, fastFailover },
+  { postgres, host, port, healthPort, fastFailover, maxGroups },
   (args) =>
     Effect.gen(function*() {
       // Built in this Scope: registered with the cluster once this returns; a failure to start fails the command.
@@ -64,6 +69,7 @@ export const command = Command.make(
         postgres: args.postgres,
         host: args.host,
         port: args.port,
+        ...(Option.isSome(args.maxGroups) ? { maxGroups: args.maxGroups.value } : {}),
         ...(args.fastFailover ? Cluster.fastFailover : {})
       }))
       if (Option.isSome(args.healthPort)) yield* health(args.healthPort.value, args.host)

@@ -6,7 +6,8 @@
  * - Dedup: a group is one entity with one message (primary key), so a re-sent group meets its stored message and
  *   reply; its records are one row per group (the first finished attempt's). The batch is complete only when every
  *   group has its row; an interrupted attempt has none, so it is never counted.
- * - Cleanup: once read, the batch's rows and its messages and replies (`MessageStorage.clearAddress`) are deleted.
+ * - Cleanup: once read, the batch's rows, its attempts (their re-runs counted in the run's row) and its messages and
+ *   replies (`MessageStorage.clearAddress`) are deleted.
  * - Watchdog: while waiting, the batch's messages are checked every few seconds; unread ones (no runner picked them
  *   up) for longer than `watchdog`, or no healthy runner for as long, fail the batch with the cause named.
  */
@@ -134,7 +135,13 @@ export const make = (options: ClientOptions) =>
           }
           records.push(...(JSON.parse(body) as Array<Episode.EpisodeRecord<unknown>>))
         }
-        yield* durable(Store.dropBatch(runId, key))
+        const reruns = yield* durable(Store.dropBatch(runId, key))
+        if (reruns > 0) {
+          yield* Effect.logInfo(
+            `cluster: ${reruns} group attempt(s) of batch ${key} ran again (a runner died or hung, or a shard moved); ` +
+              `each group was counted once`
+          )
+        }
         yield* clear(key, batch.rows.length)
         return records
       }).pipe(

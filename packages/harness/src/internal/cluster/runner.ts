@@ -78,19 +78,30 @@ const runContext = (runId: string) =>
     return { open, model, policies } satisfies RunContext
   })
 
-/** The entity's handler layer; `name` is what the runner writes beside each group (its address). */
-export const layer = (name: string) =>
-  Entity.RolloutGroup.toLayer(Effect.gen(function*() {
+/**
+ * The entity's handler layer; `name` is what the runner writes beside each group (its address). With `maxGroups`, at
+ * most that many groups roll out at once; the others wait here for a permit before their attempt starts.
+ */
+export const layer = (name: string, maxGroups?: number) =>
+  Layer.unwrapEffect(Effect.gen(function*() {
+    if (maxGroups !== undefined && (!Number.isInteger(maxGroups) || maxGroups < 1)) {
+      return yield* Effect.dieMessage(`maxGroups must be a whole number of at least 1 (got ${maxGroups})`)
+    }
+    // Made once per runner, here: the entity's handlers are built once per entity, i.e. per group.
+    const capacity = maxGroups === undefined ? undefined : yield* Effect.makeSemaphore(maxGroups)
+    const limited = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      capacity === undefined ? effect : capacity.withPermits(1)(effect)
     const contexts = yield* Cache.make({
       capacity: 16,
       timeToLive: Duration.hours(1),
       lookup: (runId: string) => runContext(runId)
     })
     const sqlContext = yield* Effect.context<SqlClient.SqlClient>()
-    return {
+    return Entity.RolloutGroup.toLayer({
       RunGroup: ({ payload }) =>
-        Effect.gen(function*() {
-          const context = yield* contexts.get(payload.runId)
+        limited(Effect.gen(function*() {
+          // A failed lookup is not kept: the next group of the run tries again.
+          const context = yield* Effect.tapError(contexts.get(payload.runId), () => contexts.invalidate(payload.runId))
           const key = Entity.batchKey(payload)
           const batch = (yield* durable(Store.getBatch(payload.runId, key))) as RolloutGroups.Batch | undefined
           if (batch === undefined) return yield* failed(`run ${payload.runId} has no batch ${key}`)
@@ -113,12 +124,12 @@ export const layer = (name: string) =>
           yield* durable(Store.putGroup(payload.runId, key, payload.group, body, name))
           yield* durable(Store.finishAttempt(payload.runId, key, payload.group, name))
           return { group: payload.group, episodes: records.length, bytes: Buffer.byteLength(body), runner: name }
-        }).pipe(
+        })).pipe(
           Effect.catchTags({
             SqlError: (e) => Effect.fail(failed(`storage: ${e.message}`))
           }),
           Effect.catchAll((e) => Effect.fail(e._tag === "GroupFailed" ? e : failed(String(e)))),
           Effect.provide(sqlContext)
         )
-    }
+    })
   }))

@@ -7,11 +7,14 @@
  * - `envtrain_cluster_groups`: a finished group's records (JSON), written by the runner as its last act before the
  *   reply. The reply carries only this row's key.
  *
+ * - `envtrain_cluster_attempts`: each attempt at a group (runner, start, finish), while its batch is out.
+ *
  * Rows rather than files in the run directory: runners on other machines need no shared volume, and the cluster's
  * reply table, which every waiting client polls, stays small. An attempt that is interrupted (a killed runner, a
  * shard moved away) writes nothing, so it is never counted; a re-run of a group that a slow attempt also finished
  * (at-least-once) finds the row there and keeps it (`ON CONFLICT DO NOTHING`): both are the same seeded episodes.
- * The trainer deletes a batch's rows once it has read them.
+ * The trainer deletes a batch's rows, attempts included, once it has read them; the run's row keeps the count of
+ * re-runs (`reruns`), so a long run's tables stay the size of one batch.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
@@ -55,11 +58,14 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS envtrain_cluster_attempts (
     run_id TEXT NOT NULL, batch_key TEXT NOT NULL, grp INT NOT NULL, runner TEXT NOT NULL,
     started_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), finished_at TIMESTAMPTZ)`
+  // Added after the first release of these tables: a database made by it gains the column.
+  yield* sql`ALTER TABLE envtrain_cluster_runs ADD COLUMN IF NOT EXISTS reruns BIGINT NOT NULL DEFAULT 0`
 })
 
 /**
- * An attempt at a group starts (a row of `envtrain_cluster_attempts`, the run's audit log: attempts beyond one per
- * group are re-runs after a kill or a shard move); `finishAttempt` stamps it when the records are stored.
+ * An attempt at a group starts (a row of `envtrain_cluster_attempts` while its batch is out: attempts beyond one per
+ * group are re-runs after a kill or a shard move; `dropBatch` counts and deletes them); `finishAttempt` stamps it
+ * when the records are stored.
  */
 export const startAttempt = (runId: string, key: string, group: number, runner: string) =>
   Effect.flatMap(
@@ -124,12 +130,29 @@ export const getGroups = (runId: string, key: string) =>
       WHERE run_id = ${runId} AND batch_key = ${key} ORDER BY grp`
   )
 
-/** A batch the trainer has read: its rows go. */
-export const dropBatch = (runId: string, key: string): Effect.Effect<void, SqlError, SqlClient.SqlClient> =>
+/**
+ * A batch the trainer has read: its rows go, and its attempts, whose re-runs (attempts beyond one per group) are added
+ * to the run's `reruns` in the same statement (a retried call adds nothing twice). Returns the batch's re-runs.
+ */
+export const dropBatch = (runId: string, key: string): Effect.Effect<number, SqlError, SqlClient.SqlClient> =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.zipRight(
-      sql`DELETE FROM envtrain_cluster_groups WHERE run_id = ${runId} AND batch_key = ${key}`,
-      sql`DELETE FROM envtrain_cluster_batches WHERE run_id = ${runId} AND batch_key = ${key}`
+    Effect.gen(function*() {
+      yield* sql`DELETE FROM envtrain_cluster_groups WHERE run_id = ${runId} AND batch_key = ${key}`
+      yield* sql`DELETE FROM envtrain_cluster_batches WHERE run_id = ${runId} AND batch_key = ${key}`
+      const rows = yield* sql<{ n: string }>`WITH gone AS (
+          DELETE FROM envtrain_cluster_attempts WHERE run_id = ${runId} AND batch_key = ${key} RETURNING grp),
+        n AS (SELECT count(*) - count(DISTINCT grp) AS n FROM gone)
+        UPDATE envtrain_cluster_runs SET reruns = reruns + (SELECT n FROM n) WHERE run_id = ${runId}
+        RETURNING (SELECT n FROM n) AS n`
+      return Number(rows[0]?.n ?? 0)
+    }))
+
+/** The run's re-runs so far: attempts beyond one per group, over its dropped batches. */
+export const reruns = (runId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(
+      sql<{ n: string }>`SELECT reruns AS n FROM envtrain_cluster_runs WHERE run_id = ${runId}`,
+      (rows) => Number(rows[0]?.n ?? 0)
     ))
 
 /**
