@@ -110,24 +110,8 @@ export const carla: Pipeline.Settings = {
 export const multiEnv: Pipeline.Settings = {
   ...Pipeline.defaults,
   // Catch's earlier demo sizes, as measured for this example (not yet re-measured with Catch's new recipe).
-  sft: {
-    episodes: 400,
-    errorRate: 0.2,
-    epochs: 2,
-    learningRate: 1e-2,
-    batchSize: 4,
-    maxLength: 300,
-    whole: { epochs: 0.5, batchSize: 2 }
-  },
-  grpo: {
-    steps: 8,
-    learningRate: 1e-4,
-    numGenerations: 4,
-    prompts: 6,
-    maxCompletionLength: 960,
-    temperature: 0.4,
-    stratified: true
-  },
+  sft: { ...catchDemo.sft, errorRate: 0.2, epochs: 2, learningRate: 1e-2 },
+  grpo: { ...catchDemo.grpo, steps: 8, learningRate: 1e-4, prompts: 6, temperature: 0.4 },
   evalEpisodes: 32
 }
 
