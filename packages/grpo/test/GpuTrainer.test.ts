@@ -182,7 +182,8 @@ describe("Trainer with the GPU model", () => {
         gradientAccumulationSteps: 2,
         maxSteps: 4,
         learningRate: 0.01,
-        saveSteps: 1000
+        saveSteps: 1000,
+        lora: options.config
       })
       const gpu = yield* Trainer.gpuModel(checkpoint, { batch: 2, seq: 64, temperature: 1, slots: 2, lora: options })
       const onGpu = yield* SftTrainer.train({ config, model: gpu, transcripts, progress: false })
