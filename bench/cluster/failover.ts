@@ -18,18 +18,17 @@
  *   nice -n 10 npx tsx bench/cluster/failover.ts [kills=5] [settings=fast,default]
  */
 import { NodeContext } from "@effect/platform-node"
-import { NodeHttpClient } from "@effect/platform-node"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
-import { Catch, Environment } from "@envtrain/env"
+import { Catch } from "@envtrain/env"
 import { Checkpoint } from "@envtrain/gpu"
 import { RolloutGroups } from "@envtrain/grpo"
 import { Cluster, PolicyServerProcess, PostgresProcess, RunnerProcess } from "@envtrain/harness"
-import { Episode, Policy } from "@envtrain/rollout"
 import { Context, Effect, Layer, Redacted, Scope } from "effect"
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
+import { inProcessBatches } from "./inProcess.js"
 
 const kills = Number(process.argv[2] ?? 5)
 const settingsNames = (process.argv[3] ?? "fast,default").split(",")
@@ -69,23 +68,8 @@ const program = Effect.gen(function*() {
       pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text AS wal`
   ).pipe(Effect.map((r) => ({ rows: Number(r[0].rows), wal: Number(r[0].wal) })))
 
-  // In process: the same batch, group by group, on the same server (the runner's way of generating).
-  const policy = yield* Effect.provide(
-    Policy.Policy,
-    Policy.openAiCompatible({ baseUrl: server.url, model: "tiny" }).pipe(Layer.provide(NodeHttpClient.layerUndici))
-  )
-  const inProcess = (batch: RolloutGroups.Batch) =>
-    Effect.forEach(batch.rows, (_, g) =>
-      RolloutGroups.runGroup(batch, g, {
-        model: {
-          tokenizer: model.tokenizer,
-          chatTemplate: model.chatTemplate,
-          maxBatchSize: batch.groupSize,
-          generate: () => Effect.die("per request"),
-          generateEach: (r) => policy.generate(r)
-        },
-        open: (row) => Effect.map(Effect.orDie(Environment.episode(Catch.environment, row)), Episode.fromEnvironment)
-      }), { concurrency: "unbounded" })
+  // In process: the same batch, on the same server (the runner's way of generating).
+  const inProcess = yield* inProcessBatches(server.url, model, Catch.environment)
 
   const results: Record<string, unknown> = {}
   for (const name of settingsNames) {

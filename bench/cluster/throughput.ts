@@ -20,18 +20,17 @@
  *
  *   nice -n 10 npx tsx bench/cluster/throughput.ts [batches=3]
  */
-import { NodeContext, NodeHttpClient, NodeRuntime } from "@effect/platform-node"
-import { Environment } from "@envtrain/env"
+import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Checkpoint } from "@envtrain/gpu"
 import { RolloutGroups } from "@envtrain/grpo"
 import { Cluster, PolicyServerProcess, PostgresProcess, RunnerProcess } from "@envtrain/harness"
-import { Episode, Policy } from "@envtrain/rollout"
 import { Context, Effect, Layer, Scope } from "effect"
 import { execFileSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import cpuEnv from "./cpu-env.js"
+import { inProcessBatches } from "./inProcess.js"
 import latencyEnv from "./latency-env.js"
 
 const batches = Number(process.argv[2] ?? 3)
@@ -82,10 +81,6 @@ const program = Effect.gen(function*() {
   yield* Checkpoint.save(dir, model)
   const server = yield* PolicyServerProcess.launch({ model: dir, backend: "reference", servedModelName: "tiny" })
   const pg = yield* PostgresProcess.launch()
-  const policy = yield* Effect.provide(
-    Policy.Policy,
-    Policy.openAiCompatible({ baseUrl: server.url, model: "tiny" }).pipe(Layer.provide(NodeHttpClient.layerUndici))
-  )
   const rows: Array<Row> = []
   const record = (row: Omit<Row, "medianSeconds" | "episodesPerSecond" | "load1">) => {
     const medianSeconds = median(row.batchSeconds)
@@ -113,20 +108,7 @@ const program = Effect.gen(function*() {
 
   for (const env of environments) {
     // In process: every group at once, generating on the same server request by request (as a runner does).
-    const open = (row: Readonly<Record<string, unknown>>) =>
-      Effect.map(Effect.orDie(Environment.episode(env.definition.environment, row)), Episode.fromEnvironment)
-    const inProcess = (b: RolloutGroups.Batch) =>
-      Effect.forEach(b.rows, (_, g) =>
-        RolloutGroups.runGroup(b, g, {
-          model: {
-            tokenizer: model.tokenizer,
-            chatTemplate: model.chatTemplate,
-            maxBatchSize: b.groupSize,
-            generate: () => Effect.die("per request"),
-            generateEach: (r) => policy.generate(r)
-          },
-          open
-        }), { concurrency: "unbounded" })
+    const inProcess = yield* inProcessBatches(server.url, model, env.definition.environment)
     record({
       environment: env.name,
       where: "in process",

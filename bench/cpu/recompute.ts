@@ -20,24 +20,14 @@ import * as CpuModel from "../../packages/gpu/src/cpu/CpuModel.js"
 import * as Gemm from "../../packages/gpu/src/cpu/Gemm.js"
 import { LORA_TARGETS } from "../../packages/gpu/src/formats/LoraConfig.js"
 import * as Ref from "../../packages/gpu/src/model/Qwen3Reference.js"
+import { qwen3_0_6b } from "../model/qwen3-0_6b.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a === `--${name}` || a.startsWith(`--${name}=`))
   return hit === undefined ? undefined : hit.includes("=") ? hit.slice(hit.indexOf("=") + 1) : "true"
 }
 
-const config: Ref.Config = {
-  vocab_size: 16384,
-  hidden_size: 1024,
-  intermediate_size: 3072,
-  num_hidden_layers: 6,
-  num_attention_heads: 16,
-  num_key_value_heads: 8,
-  head_dim: 128,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1e6,
-  tie_word_embeddings: true
-}
+const config: Ref.Config = { ...qwen3_0_6b, vocab_size: 16384, num_hidden_layers: 6 }
 const tokens = Number(flag("tokens") ?? 2048)
 const lora = { r: 16, alpha: 32, dropout: 0, targetModules: LORA_TARGETS, useRsLora: false }
 const GiB = 2 ** 30

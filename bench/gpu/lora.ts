@@ -20,23 +20,15 @@ import * as Ref from "../../packages/gpu/src/model/Qwen3Reference.js"
 import * as GrpoLoss from "../../packages/gpu/src/ops/GrpoLoss.js"
 import * as Arena from "../../packages/gpu/src/runtime/Arena.js"
 import { describe, Gpu } from "../../packages/gpu/src/runtime/Gpu.js"
+import { qwen3_0_6b } from "../model/qwen3-0_6b.js"
 
 const steps = Number(process.argv.find((a) => a.startsWith("--steps="))?.slice(8) ?? 5)
 const out = process.argv.find((a) => a.startsWith("--out="))?.slice(6) ?? "gpu-lora"
 
 const config = (o: Partial<ModelConfig>): ModelConfig => ({
   architecture: "Qwen3ForCausalLM",
-  vocab_size: 151936,
-  hidden_size: 1024,
-  intermediate_size: 3072,
-  num_hidden_layers: 28,
-  num_attention_heads: 16,
-  num_key_value_heads: 8,
-  head_dim: 128,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000,
+  ...qwen3_0_6b,
   max_position_embeddings: 40960,
-  tie_word_embeddings: true,
   torch_dtype: "bfloat16",
   bos_token_id: null,
   eos_token_ids: [],

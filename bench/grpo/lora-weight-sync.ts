@@ -24,6 +24,7 @@ import { execSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { qwen3_0_6b } from "../model/qwen3-0_6b.js"
 
 const flag = (name: string): string | undefined => {
   const hit = process.argv.find((a) => a.startsWith(`--${name}=`))
@@ -42,20 +43,6 @@ const count = (shapes: ReadonlyArray<ReadonlyArray<number>>) =>
 const adapterValues = (config: ModelConfig.Config) =>
   count(LoraConfig.adaptedProjections(config, lora).flatMap((p) => [p.a.shape, p.b.shape]))
 const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(bytes < 2 ** 20 ? 3 : 1)
-
-// Qwen3-0.6B as transformers' config.json has it.
-const qwen3_0_6b: ModelConfig.Config = {
-  vocab_size: 151936,
-  hidden_size: 1024,
-  intermediate_size: 3072,
-  num_hidden_layers: 28,
-  num_attention_heads: 16,
-  num_key_value_heads: 8,
-  head_dim: 128,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1000000,
-  tie_word_embeddings: true
-}
 
 const push = (url: string, bytes: Uint8Array) =>
   Effect.promise(async () => {

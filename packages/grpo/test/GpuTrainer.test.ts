@@ -168,12 +168,7 @@ describe("Trainer with the GPU model", () => {
 
   it.scoped("SFT with LoRA on the GPU: the same losses as the reference model's", () =>
     Effect.gen(function*() {
-      const transcripts = Array.from({ length: 4 }, (_, i) => ({
-        messages: [{ role: "user" as const, content: `Say ${i}` }, {
-          role: "assistant" as const,
-          content: `ok ${i} ok`
-        }]
-      }))
+      const transcripts = F.sayTranscripts()
       const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
       const options = { config: { ...lora, targetModules: ["k_proj", "up_proj"] as const }, seed: 2 }
       const config = yield* F.config({

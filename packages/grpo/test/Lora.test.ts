@@ -201,12 +201,7 @@ describe("LoRA in the trainer's models", () => {
 
   it.effect("SFT with LoRA refuses a config whose lora is not the model's, and lowers its loss (reference backend)", () =>
     Effect.gen(function*() {
-      const transcripts = Array.from({ length: 4 }, (_, i) => ({
-        messages: [{ role: "user" as const, content: `Say ${i}` }, {
-          role: "assistant" as const,
-          content: `ok ${i} ok`
-        }]
-      }))
+      const transcripts = F.sayTranscripts()
       const checkpoint = yield* Checkpoint.makeModel("tiny", 1)
       const options = lora({ r: 8, alpha: 16, targetModules: LoraConfig.LORA_TARGETS })
       const model = Trainer.referenceModel(checkpoint, { lora: options })

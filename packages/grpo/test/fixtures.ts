@@ -84,3 +84,9 @@ export const requests = (temperature: number): Array<GenerateRequest> =>
     promptIds,
     sampling: { temperature, maxTokens: 8, seed: 7 + i }
   }))
+
+/** Four SFT transcripts ("Say i" → "ok i ok"): a tiny model lowers its loss on them in a few steps. */
+export const sayTranscripts = () =>
+  Array.from({ length: 4 }, (_, i) => ({
+    messages: [{ role: "user" as const, content: `Say ${i}` }, { role: "assistant" as const, content: `ok ${i} ok` }]
+  }))
