@@ -149,6 +149,36 @@ export const solver = (options: { readonly errorRate?: number; readonly seed?: n
     })
 }
 
+/** The move a reader of the latest observation's hints makes: the first guaranteed move, else the first option. */
+const hintedMove = (text: string): readonly [number, number, number] | undefined => {
+  const guaranteed = /GUARANTEED MOVES: \[(\d) (\d) (\d)\]/.exec(text)
+  if (guaranteed !== null) return [Number(guaranteed[1]), Number(guaranteed[2]), Number(guaranteed[3])]
+  const option = /Other options: \((\d),(\d)\)->(\d)/.exec(text)
+  return option === null ? undefined : [Number(option[1]), Number(option[2]), Number(option[3])]
+}
+
+/**
+ * A player that reads its hints (difficulty "easy"): each move is the first of the latest observation's
+ * GUARANTEED MOVES (else its first "Other options" cell and candidate), so every call copies three digits from the
+ * text just seen, which a small model can learn, where {@link solver}'s row-by-row order needs the solution. Stops
+ * when no hint is shown. With `errorRate` > 0 a move's number is, with that probability, a wrong one (seeded).
+ */
+export const hintPlayer = (options: { readonly errorRate?: number; readonly seed?: number } = {}) => {
+  const prng = Prng.make(options.seed ?? 0)
+  const errorRate = options.errorRate ?? 0
+  return (episode: Environment.Episode<unknown>): Effect.Effect<void> =>
+    Effect.gen(function*() {
+      let text = Option.getOrElse(episode.observation, () => "")
+      for (let move = hintedMove(text); move !== undefined; move = hintedMove(text)) {
+        const [row, col, right] = move
+        const number = errorRate > 0 && prng.next() < errorRate ? 1 + ((right + prng.int(8)) % 9) : right
+        const outcome = yield* episode.call("place", { row, col, number })
+        if (outcome._tag === "Failure" || outcome.text.includes("Game over.")) return
+        text = outcome.text
+      }
+    })
+}
+
 /** Whether a puzzle has exactly one solution (for tests and data checks). */
 export const isUnique = (puzzle: Grid): boolean => countSolutions(puzzle.map((r) => [...r])) === 1
 

@@ -163,6 +163,31 @@ describe("Sudoku (tools)", () => {
       assert.isTrue(bad._tag === "Failure" && bad.reason === "invalid_arguments" && bad.error.includes("'row'"))
     }))
 
+  it.effect.prop("the hint player completes the puzzle, each move the first guaranteed move it was shown", [Seed], ([
+    seed
+  ]) =>
+    Effect.gen(function*() {
+      const result = yield* Environment.run(Sudoku.environment, { seed }, Sudoku.hintPlayer())
+      assert.isTrue(result.state.won)
+      assert.strictEqual(result.state.invalid_moves, 0)
+      let seen = Option.getOrThrow(result.observation)
+      for (const step of result.steps) {
+        const shown = /GUARANTEED MOVES: \[(\d) (\d) (\d)\]/.exec(seen)
+        assert.isNotNull(shown)
+        assert.deepStrictEqual(step.args, { row: Number(shown![1]), col: Number(shown![2]), number: Number(shown![3]) })
+        seen = step.outcome.text
+      }
+    }), { fastCheck: { numRuns: 10 } })
+
+  it.effect("the hint player's mistakes are wrong numbers on the hinted cell, seeded", () =>
+    Effect.gen(function*() {
+      const play = () => Sudoku.hintPlayer({ errorRate: 0.3, seed: 2 })
+      const a = yield* Environment.run(Sudoku.environment, { seed: 5 }, play())
+      const b = yield* Environment.run(Sudoku.environment, { seed: 5 }, play())
+      assert.deepStrictEqual(a, b)
+      assert.isAbove(a.state.invalid_moves, 0)
+    }))
+
   it.effect.prop("same seed, same episode (imperfect solver included)", [Seed], ([seed]) =>
     Effect.gen(function*() {
       const a = yield* Environment.run(Sudoku.environment, { seed }, Sudoku.solver({ errorRate: 0.2, seed }))

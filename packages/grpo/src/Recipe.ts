@@ -271,6 +271,9 @@ export const sudokuRecipe: Recipe<Sudoku.State> = {
     invalid_per_game: mean(states.map((s) => s.invalid_moves))
   }),
   player: Sudoku.solver,
+  // `hints`: each move copies the first guaranteed move the last observation shows, which a model that reads its
+  // context can learn; the solver's row-by-row order needs the solution, which the tiny model never computes.
+  playerVariants: { solver: Sudoku.solver, hints: Sudoku.hintPlayer },
   reasoning: (_seen, _tool, args) => `R${String(args.row)}C${String(args.col)} is ${String(args.number)}.`,
   closing: (s) => s.won ? "Solved." : "Stopped."
 }
