@@ -1,4 +1,4 @@
-// The README's main job (`npm start`): the flagship demo. A tiny Qwen3-architecture policy (CPU reference, ~0.16 M
+// The README's main job (`npm start`): the flagship demo. A tiny Qwen3-architecture policy (CPU device, ~0.16 M
 // parameters) learns Catch: SFT warm-up on transcripts of a hesitant player, greedy evaluation on held-out seeds,
 // GRPO with TRL's reward_from_env, evaluation again. Prints progress and the before/after table; writes
 // runs/catch/{report.html, eval.json, metrics.jsonl, checkpoint-N/}. Sized to finish within 15 minutes on a
