@@ -90,18 +90,7 @@ describe.each(["wasm-simd", "js"] as const)("CpuModel with a bf16 base, %s eleme
         frozenDtype: "bf16",
         lora: { config: l, adapters }
       })
-      const a = [1, 5, 9, 2, 7, 3]
-      const b = [4, 4, 8]
-      const ca = model.makeKvCache(16)
-      const cb = model.makeKvCache(16)
-      const first = Float32Array.from(model.extendBatch([ca, cb], [a.slice(0, 4), b]))
-      const second = Float32Array.from(model.extendBatch([ca], [a.slice(4)]))
-      const V = config.vocab_size
-      const ref = (t: ReadonlyArray<number>) =>
-        Ref.forward(config, base, { tokens: t, batch: 1, seqLen: t.length }, { lora: { config: l, adapters } }).logits
-      assert.isBelow(maxRelError(first.subarray(0, V), ref(a.slice(0, 4)).subarray(3 * V, 4 * V)), 1e-5)
-      assert.isBelow(maxRelError(first.subarray(V, 2 * V), ref(b).subarray(2 * V, 3 * V)), 1e-5)
-      assert.isBelow(maxRelError(second, ref(a).subarray(5 * V, 6 * V)), 1e-5)
+      Fx.assertDecodeMatchesSpec(model, config, base, { config: l, adapters })
     })
   }
 

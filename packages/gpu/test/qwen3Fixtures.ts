@@ -1,6 +1,9 @@
+import { assert } from "@effect/vitest"
+import type * as CpuModel from "../src/cpu/CpuModel.js"
 import { adaptedProjections, LORA_TARGETS, type LoraConfig } from "../src/formats/LoraConfig.js"
 import { expectedTensors, type ModelConfig } from "../src/formats/ModelConfig.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
+import { maxRelError } from "./helpers.js"
 
 /** A tiny Qwen3 config (head_dim 16, GQA 4/2) for GPU tests. */
 export const testConfig = (o: Partial<ModelConfig> = {}): ModelConfig => ({
@@ -57,3 +60,29 @@ export const adaptersWithSignal = (config: ModelConfig, l: LoraConfig) => {
 export const packedT = 9
 export const packedTokens = Array.from({ length: 2 * packedT }, (_, i) => (i * 7 + 3) % 40)
 export const packedPositions = [...Array.from({ length: packedT }, (_, t) => t), 0, 1, 2, 3, 0, 1, 2, 3, 4]
+
+/**
+ * KV-cache decode against the spec's no-cache forward: a batch of two caches (6 and 3 tokens, the first extended in
+ * two calls) must give the spec's logits at each extended position, on `refWeights` with the model's adapters.
+ * Returns the second call's logits (the last position of the 6-token sequence) for further checks.
+ */
+export const assertDecodeMatchesSpec = (
+  model: CpuModel.CpuModel,
+  config: ModelConfig,
+  refWeights: Ref.Weights,
+  lora: Ref.Lora
+): Float32Array => {
+  const a = [1, 5, 9, 2, 7, 3]
+  const b = [4, 4, 8]
+  const ca = model.makeKvCache(16)
+  const cb = model.makeKvCache(16)
+  const first = Float32Array.from(model.extendBatch([ca, cb], [a.slice(0, 4), b]))
+  const second = Float32Array.from(model.extendBatch([ca], [a.slice(4)]))
+  const V = config.vocab_size
+  const ref = (t: ReadonlyArray<number>) =>
+    Ref.forward(config, refWeights, { tokens: t, batch: 1, seqLen: t.length }, { lora }).logits
+  assert.isBelow(maxRelError(first.subarray(0, V), ref(a.slice(0, 4)).subarray(3 * V, 4 * V)), 1e-5)
+  assert.isBelow(maxRelError(first.subarray(V, 2 * V), ref(b).subarray(2 * V, 3 * V)), 1e-5)
+  assert.isBelow(maxRelError(second, ref(a).subarray(5 * V, 6 * V)), 1e-5)
+  return second
+}
