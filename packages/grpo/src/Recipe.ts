@@ -514,43 +514,58 @@ export const environmentOf = <State>(
   return Effect.succeed(recipe.remotes.make(urls))
 }
 
+/** The variant named on the command line (`flag NAME`), or why there is none. */
+const pickVariant = <A>(
+  recipeName: string,
+  what: { readonly one: string; readonly named: string; readonly flag: string },
+  variants: Readonly<Record<string, A>> | undefined,
+  name: string
+): Effect.Effect<A, RecipeError> => {
+  const chosen = variants?.[name]
+  if (chosen !== undefined) return Effect.succeed(chosen)
+  const names = Object.keys(variants ?? {})
+  return Effect.fail(
+    new RecipeError({
+      message: names.length === 0
+        ? `${recipeName}: this example has ${what.one}; drop ${what.flag} ${name}`
+        : `${recipeName}: no ${what.named} named "${name}": choose one of ${names.join(", ")}`
+    })
+  )
+}
+
 /** The recipe with the named reward set (`--rewards NAME`); `undefined` keeps its default set. */
 export const withRewards = <State>(
   recipe: Recipe<State>,
   name: string | undefined
-): Effect.Effect<Recipe<State>, RecipeError> => {
-  if (name === undefined) return Effect.succeed(recipe)
-  const variants = recipe.rewardVariants ?? {}
-  const rewardFunctions = variants[name]
-  if (rewardFunctions !== undefined) return Effect.succeed({ ...recipe, rewardFunctions })
-  const names = Object.keys(variants)
-  return Effect.fail(
-    new RecipeError({
-      message: names.length === 0
-        ? `${recipe.name}: this example has one reward set; drop --rewards ${name}`
-        : `${recipe.name}: no reward set named "${name}": choose one of ${names.join(", ")}`
-    })
-  )
-}
+): Effect.Effect<Recipe<State>, RecipeError> =>
+  name === undefined
+    ? Effect.succeed(recipe)
+    : Effect.map(
+      pickVariant(
+        recipe.name,
+        { one: "one reward set", named: "reward set", flag: "--rewards" },
+        recipe.rewardVariants,
+        name
+      ),
+      (rewardFunctions) => ({ ...recipe, rewardFunctions })
+    )
 
 /** The recipe with the named SFT player (`--sft-player NAME`); `undefined` keeps its default player. */
 export const withPlayer = <State>(
   recipe: Recipe<State>,
   name: string | undefined
-): Effect.Effect<Recipe<State>, RecipeError> => {
-  if (name === undefined) return Effect.succeed(recipe)
-  const variants = recipe.playerVariants ?? {}
-  const player = variants[name]
-  if (player !== undefined) return Effect.succeed({ ...recipe, player })
-  const names = Object.keys(variants)
-  return Effect.fail(
-    new RecipeError({
-      message: names.length === 0
-        ? `${recipe.name}: this example has one scripted player; drop --sft-player ${name}`
-        : `${recipe.name}: no scripted player named "${name}": choose one of ${names.join(", ")}`
-    })
-  )
-}
+): Effect.Effect<Recipe<State>, RecipeError> =>
+  name === undefined
+    ? Effect.succeed(recipe)
+    : Effect.map(
+      pickVariant(
+        recipe.name,
+        { one: "one scripted player", named: "scripted player", flag: "--sft-player" },
+        recipe.playerVariants,
+        name
+      ),
+      (player) => ({ ...recipe, player })
+    )
 
 /** The built-in recipes by name (`recipe: catch` in a train / eval config, the examples, the bench). */
 export const builtins: Readonly<Record<string, Recipe<any>>> = {
