@@ -576,8 +576,8 @@ describe("cluster: the livelock watchdog's cause", () => {
 
 describe("cluster: in a command file", () => {
   it.scoped(
-    "needs policy servers and one environment; without the harness's client the grpo run refuses it; without it " +
-      "the run stays in process",
+    "needs policy servers and one environment, and maxAttempts of at least 2; without the harness's client the grpo " +
+      "run refuses it; without it the run stays in process",
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
@@ -598,6 +598,12 @@ describe("cluster: in a command file", () => {
           (yield* Effect.flip(Cluster.forCommandFile(routed, [], "postgres://u@127.0.0.1:1/db"))).message,
           "one environment"
         )
+        const oneAttempt = yield* file(
+          "one-attempt.yaml",
+          `${base}policyServers: [http://127.0.0.1:1]\ncluster: { postgres: "postgres://u@127.0.0.1:1/db", maxAttempts: 1 }\n`
+        )
+        const attempts = yield* Effect.flip(Cluster.forCommandFile(oneAttempt, [], undefined))
+        assert.include(attempts.message, "maxAttempts")
         const clustered = yield* file("clustered.yaml", `${base}cluster: { postgres: "postgres://u@127.0.0.1:1/db" }\n`)
         const refused = yield* Effect.flip(CommandFile.train(clustered, []))
         assert.include(refused.message, "cluster: the runners' client is envtrain's command line")
