@@ -143,7 +143,10 @@ export const RunSpec = Schema.Struct({
   cluster: Schema.optional(Schema.Struct({
     postgres: Schema.String,
     runId: Schema.optional(Schema.String),
-    fastFailover: Schema.optional(Schema.Boolean)
+    fastFailover: Schema.optional(Schema.Boolean),
+    // A group started this many times without finishing fails the run (the livelock watchdog; default: the harness's
+    // Cluster.defaultMaxAttempts).
+    maxAttempts: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(2)))
   }))
 })
 /** @since 0.0.0 */

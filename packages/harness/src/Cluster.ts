@@ -25,7 +25,7 @@
  * @since 0.0.0
  */
 import * as RunnerAddress from "@effect/cluster/RunnerAddress"
-import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
+import * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import { NodeHttpClient } from "@effect/platform-node"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Registry } from "@envtrain/env"
@@ -166,6 +166,33 @@ export interface ClientOptions extends Settings {
    * naming the cause. Default 2 minutes.
    */
   readonly watchdog?: Duration.DurationInput
+  /**
+   * How many times one group may be started without finishing before the run fails naming the cause (the livelock
+   * watchdog): runners whose event loops block past their shard locks (a CPU-bound environment on an uncapped
+   * runner) lose their shards and restart the group forever, or runners die on it. Default
+   * {@link defaultMaxAttempts}.
+   */
+  readonly maxAttempts?: number
+}
+
+/**
+ * The livelock watchdog's default: a group started 8 times without finishing fails the run. A kill or a joining
+ * runner starts the groups it interrupts once more (1-2 re-runs per kill in the failover tests and bench), so a
+ * healthy run stays well under it even when runners are restarted one by one during a batch; a livelocked one (a
+ * restart every few seconds to a minute, depending on the lock settings) reaches it in minutes.
+ *
+ * @since 0.0.0
+ */
+export const defaultMaxAttempts = 8
+
+// The lock timings as @effect/cluster applies them (internal/shardLock.ts there): a refresh every
+// min(refresh interval, expiry / 3), each given that long to answer.
+const lockTimings = (settings: Settings) => {
+  const expiry = Duration.decode(settings.shardLockExpiration ?? ShardingConfig.defaults.shardLockExpiration)
+  const refresh = Duration.decode(
+    settings.shardLockRefreshInterval ?? ShardingConfig.defaults.shardLockRefreshInterval
+  )
+  return { expiry, refresh: Duration.min(refresh, Duration.unsafeDivide(expiry, 3)) }
 }
 
 /**
@@ -175,22 +202,43 @@ export interface ClientOptions extends Settings {
  * @since 0.0.0
  */
 export const client = (options: ClientOptions) =>
-  Layer.scoped(
-    RolloutGroups.RolloutGroups,
-    internalClient.make({ runId: options.runId, spec: options.spec, watchdog: options.watchdog ?? "2 minutes" }).pipe(
-      Effect.catchTag("SqlError", (e) =>
-        Effect.fail(new RolloutGroups.RolloutGroupsError({ problem: `cluster storage: ${e.message}` })))
+  Layer.unwrapEffect(Effect.suspend(() => {
+    // Checked before anything connects.
+    const maxAttempts = options.maxAttempts ?? defaultMaxAttempts
+    if (!Number.isInteger(maxAttempts) || maxAttempts < 2) {
+      return Effect.fail(
+        new RolloutGroups.RolloutGroupsError({
+          problem: `cluster: maxAttempts must be a whole number of at least 2 (a group's first attempt and one ` +
+            `re-run after a kill; default ${defaultMaxAttempts}), got ${maxAttempts}`
+        })
+      )
+    }
+    return Effect.succeed(
+      Layer.scoped(
+        RolloutGroups.RolloutGroups,
+        internalClient.make({
+          runId: options.runId,
+          spec: options.spec,
+          watchdog: options.watchdog ?? "2 minutes",
+          maxAttempts,
+          locks: lockTimings(options)
+        }).pipe(
+          Effect.catchTag("SqlError", (e) =>
+            Effect.fail(new RolloutGroups.RolloutGroupsError({ problem: `cluster storage: ${e.message}` })))
+        )
+      ).pipe(
+        Layer.provide(Sharding.client(shardingConfig(options))),
+        Layer.provide(postgres(options.postgres, `envtrain-trainer ${options.runId}`.slice(0, 63)))
+      )
     )
-  ).pipe(
-    Layer.provide(Sharding.client(shardingConfig(options))),
-    Layer.provide(postgres(options.postgres, `envtrain-trainer ${options.runId}`.slice(0, 63)))
-  )
+  }))
 
 /**
  * The client for a command file's run (`envtrain train`): with `cluster: { postgres }` in the file or `postgres`
  * given (`--cluster URL`), the layer; otherwise none. The run id is `cluster.runId`, else the output directory's
  * name; runners generate on the file's `policyServers` and open its `environment` (a single registry spec, in the
- * runner's process or on `envUrl`). Anything else is refused with the fix.
+ * runner's process or on `envUrl`); `cluster.fastFailover` and `cluster.maxAttempts` are {@link fastFailover} and
+ * {@link ClientOptions.maxAttempts}. Anything else is refused with the fix.
  *
  * @since 0.0.0
  */
@@ -220,6 +268,7 @@ export const forCommandFile = (path: string, overrides: ReadonlyArray<string>, p
         model: NodePath.resolve(spec.model),
         policyServers: config.policyServers
       },
-      ...(spec.cluster?.fastFailover === true ? fastFailover : {})
+      ...(spec.cluster?.fastFailover === true ? fastFailover : {}),
+      ...(spec.cluster?.maxAttempts === undefined ? {} : { maxAttempts: spec.cluster.maxAttempts })
     }))
   })

@@ -14,8 +14,11 @@ import * as Checkpoint from "@envtrain/gpu/formats/Checkpoint"
 import * as CommandFile from "@envtrain/grpo/CommandFile"
 import * as Metrics from "@envtrain/grpo/Metrics"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
-import { Context, Effect, Exit, Fiber, Layer, Option, Redacted, Ref, Scope, Stream } from "effect"
+import { Context, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Ref, Scope, Stream } from "effect"
+import { fileURLToPath } from "node:url"
 import * as Cluster from "../src/Cluster.js"
+import * as ClusterClient from "../src/internal/cluster/client.js"
+import * as Store from "../src/internal/cluster/store.js"
 import * as PolicyServerProcess from "../src/PolicyServerProcess.js"
 import * as PostgresProcess from "../src/PostgresProcess.js"
 import * as RunnerProcess from "../src/RunnerProcess.js"
@@ -281,6 +284,24 @@ const leftRows = (s: Site, runId: string) =>
     (rows) => Number(rows[0].n)
   )
 
+/** A batch of one group of `groupSize` Catch episodes. */
+const oneGroup = (groupSize: number): RolloutGroups.Batch => ({
+  step: 0,
+  microBatch: 0,
+  round: 0,
+  seed: 1,
+  policyVersion: 0,
+  rows: [{ prompt: [{ role: "user", content: "Catch the ball." }], seed: 3 }],
+  groupSize,
+  episode: { maxCompletionLength: 4, sampling: { temperature: 1 } },
+  enableThinking: false,
+  keepModelTemplate: false
+})
+
+/** Store operations on the site's Postgres. */
+const store = <A, E>(s: Site, effect: Effect.Effect<A, E, SqlClient.SqlClient>) =>
+  effect.pipe(Effect.provide(sql(s)), Effect.orDie)
+
 layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout groups on cluster runners", (it) => {
   it.scoped(
     "over 2 runner processes (--max-groups 1) a run writes the in-process run's metrics.jsonl and completions.jsonl " +
@@ -423,6 +444,80 @@ layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout group
   )
 
   it.scoped(
+    "a runner whose environment holds its event loop past the lock expiry (6 s spins) loses its shards and restarts " +
+      "the group again and again: the livelock watchdog fails the run within bounded time, naming the blocks and " +
+      "the fix, and deletes the batch",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        yield* runners(s, 1)
+        const groups = yield* Layer.build(Cluster.client({
+          postgres: s.pg.url,
+          runId: "livelock-run",
+          spec: {
+            environment: fileURLToPath(new URL("./blockingEnvironment.ts", import.meta.url)),
+            model: s.dir,
+            policyServers: [s.server.url]
+          },
+          watchdog: "60 seconds",
+          maxAttempts: 3,
+          ...Cluster.fastFailover
+        }))
+        const started = Date.now()
+        const failure = yield* Effect.flip(Context.get(groups, RolloutGroups.RolloutGroups).run(oneGroup(1)))
+        const seconds = (Date.now() - started) / 1000
+        assert.strictEqual(failure._tag, "RolloutGroupsError")
+        const named = failure.message.match(
+          /^group 0 of batch 0\.0\.0 \(run livelock-run\) was started 3 times in [\d.]+ s without finishing \(runners: 127\.0\.0\.1:\d+\): runner event loops were blocked for up to ([\d.]+) s while it was out, past the shard locks \(refreshed every 1 s, expiring after 5 s\)/
+        )
+        assert.isNotNull(named, failure.message)
+        assert.isAtLeast(Number(named?.[1]), 5, "the recorded block is a 6 s spin")
+        assert.include(failure.message, "--max-groups")
+        assert.include(failure.message, "default (slower) failover settings")
+        // Each attempt spins at most two 6 s turns before it loses its shards: 3 attempts take well under this.
+        assert.isBelow(seconds, 150)
+        yield* Effect.log(`livelock-run: failed after ${seconds.toFixed(1)} s: ${failure.message}`)
+        // Abandoned: the runner has nothing left to re-run, and a late attempt writes nothing.
+        assert.strictEqual(yield* leftRows(s, "livelock-run"), 0)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    240_000
+  )
+
+  it.scoped(
+    "a duplicate attempt that goes on after its batch was read leaves no rows, and replies stored for cleared " +
+      "messages are removed",
+    () =>
+      Effect.gen(function*() {
+        const s = yield* TestSite
+        // The client makes the cluster's and envtrain's tables.
+        yield* Layer.build(clientLayer(s, "late-run"))
+        const [runId, key] = ["late-run", "0.0.0"]
+        yield* store(s, Store.putBatch(runId, key, oneGroup(1)))
+        yield* store(s, Store.startAttempt(runId, key, 0, "runner-a"))
+        // A second attempt is out (its runner hung, and its shard moved) when the first one finishes.
+        yield* store(s, Store.startAttempt(runId, key, 0, "runner-b"))
+        yield* store(s, Store.putGroup(runId, key, 0, "[]", "runner-a"))
+        yield* store(s, Store.finishAttempt(runId, key, 0, "runner-a"))
+        assert.strictEqual(yield* store(s, Store.dropBatch(runId, key)), 1, "one re-run")
+        // The hung runner comes back after the trainer read the batch: it finishes, and starts another attempt.
+        yield* store(s, Store.putGroup(runId, key, 0, "[]", "runner-b"))
+        yield* store(s, Store.finishAttempt(runId, key, 0, "runner-b"))
+        yield* store(s, Store.startAttempt(runId, key, 0, "runner-b"))
+        assert.strictEqual(yield* leftRows(s, runId), 0)
+        // Its reply, which the cluster stores although the trainer cleared its message.
+        yield* query(s, (q) =>
+          q`INSERT INTO cluster_replies (id, kind, request_id, payload)
+            VALUES (987654321, 0, 987654320, '{}') RETURNING id`)
+        yield* store(s, Store.dropOrphanReplies)
+        const left = yield* query<{ n: string }>(s, (q) =>
+          q`SELECT count(*) AS n FROM cluster_replies WHERE id = 987654321 OR request_id NOT IN (
+              SELECT id FROM cluster_messages)`)
+        assert.strictEqual(Number(left[0].n), 0)
+      }).pipe(Effect.provide(NodeContext.layer)),
+    60_000
+  )
+
+  it.scoped(
     "the watchdog fails a batch that no runner reads, naming the cause",
     () =>
       Effect.gen(function*() {
@@ -435,30 +530,54 @@ layer(siteLayer, { timeout: 180_000, excludeTestServices: true })("rollout group
           ...Cluster.fastFailover
         }))
         // Every runner of the earlier tests is gone: none is healthy.
-        const failure = yield* Effect.flip(
-          Context.get(groups, RolloutGroups.RolloutGroups).run({
-            step: 0,
-            microBatch: 0,
-            round: 0,
-            seed: 1,
-            policyVersion: 0,
-            rows: [{ prompt: [{ role: "user", content: "Catch the ball." }], seed: 3 }],
-            groupSize: 2,
-            episode: { maxCompletionLength: 4, sampling: { temperature: 1 } },
-            enableThinking: false,
-            keepModelTemplate: false
-          })
-        )
+        const failure = yield* Effect.flip(Context.get(groups, RolloutGroups.RolloutGroups).run(oneGroup(2)))
         assert.match(failure.message, /no healthy cluster runner for 2 s|not been read by any runner/)
       }),
     60_000
   )
 })
 
+describe("cluster: the livelock watchdog's cause", () => {
+  const restarted: Store.Restarted = { group: 2, attempts: 8, seconds: 95.04, blockedMs: 0, runners: "10.0.0.7:34431" }
+  const fast = { refresh: Duration.seconds(1), expiry: Duration.seconds(5) }
+  const defaults = { refresh: Duration.seconds(10), expiry: Duration.seconds(35) }
+
+  it("names blocked event loops when the runners recorded a block past the lock refresh, and the settings' fix", () => {
+    const blocked = ClusterClient.livelockProblem("r", "4.0.0", { ...restarted, blockedMs: 9800 }, fast).message
+    assert.include(blocked, "group 2 of batch 4.0.0 (run r) was started 8 times in 95 s without finishing")
+    assert.include(blocked, "blocked for up to 9.8 s while it was out, past the shard locks (refreshed every 1 s")
+    assert.include(blocked, "use the default (slower) failover settings")
+    // With the default settings already, that fix is not offered.
+    const slow = ClusterClient.livelockProblem("r", "4.0.0", { ...restarted, blockedMs: 12_000 }, defaults).message
+    assert.include(slow, "blocked for up to 12 s")
+    assert.notInclude(slow, "default (slower)")
+  })
+
+  it("names runners dying on the group when no block as long as the refresh was recorded", () => {
+    const none = ClusterClient.livelockProblem("r", "4.0.0", restarted, fast).message
+    assert.include(none, "recorded no event-loop block as long as the shard-lock refresh (1 s)")
+    assert.include(none, "they died during it")
+    assert.notInclude(none, "blocked for up to")
+    const short = ClusterClient.livelockProblem("r", "4.0.0", { ...restarted, blockedMs: 2500 }, defaults).message
+    assert.include(short, "(10 s; the longest: 2.5 s)")
+  })
+
+  it.live("refuses a maxAttempts under 2, naming the fix", () =>
+    Effect.gen(function*() {
+      const refused = yield* Effect.flip(Layer.build(Cluster.client({
+        postgres: "postgres://u@127.0.0.1:1/db",
+        runId: "r",
+        spec: { environment: "catch", model: "m", policyServers: [] },
+        maxAttempts: 1
+      })))
+      assert.include(String(refused), "maxAttempts must be a whole number of at least 2")
+    }).pipe(Effect.scoped), 20_000)
+})
+
 describe("cluster: in a command file", () => {
   it.scoped(
-    "needs policy servers and one environment; without the harness's client the grpo run refuses it; without it " +
-      "the run stays in process",
+    "needs policy servers and one environment, and maxAttempts of at least 2; without the harness's client the grpo " +
+      "run refuses it; without it the run stays in process",
     () =>
       Effect.gen(function*() {
         const fs = yield* FileSystem.FileSystem
@@ -479,6 +598,12 @@ describe("cluster: in a command file", () => {
           (yield* Effect.flip(Cluster.forCommandFile(routed, [], "postgres://u@127.0.0.1:1/db"))).message,
           "one environment"
         )
+        const oneAttempt = yield* file(
+          "one-attempt.yaml",
+          `${base}policyServers: [http://127.0.0.1:1]\ncluster: { postgres: "postgres://u@127.0.0.1:1/db", maxAttempts: 1 }\n`
+        )
+        const attempts = yield* Effect.flip(Cluster.forCommandFile(oneAttempt, [], undefined))
+        assert.include(attempts.message, "maxAttempts")
         const clustered = yield* file("clustered.yaml", `${base}cluster: { postgres: "postgres://u@127.0.0.1:1/db" }\n`)
         const refused = yield* Effect.flip(CommandFile.train(clustered, []))
         assert.include(refused.message, "cluster: the runners' client is envtrain's command line")

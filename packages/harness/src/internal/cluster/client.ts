@@ -7,14 +7,20 @@
  *   reply; its records are one row per group (the first finished attempt's). The batch is complete only when every
  *   group has its row; an interrupted attempt has none, so it is never counted.
  * - Cleanup: once read, the batch's rows, its attempts (their re-runs counted in the run's row) and its messages and
- *   replies (`MessageStorage.clearAddress`) are deleted.
+ *   replies (`MessageStorage.clearAddress`) are deleted, and so are replies left by late duplicates of earlier
+ *   batches (store.ts); a batch the watchdog fails is deleted the same way, so runners stop re-running it.
  * - Watchdog: while waiting, the batch's messages are checked every few seconds; unread ones (no runner picked them
- *   up) for longer than `watchdog`, or no healthy runner for as long, fail the batch with the cause named.
+ *   up) for longer than `watchdog`, or no healthy runner for as long, fail the batch with the cause named. Messages
+ *   that are read but never finish are the other way a run hangs: a runner whose event loop blocks past its shard
+ *   locks (a CPU-bound environment, uncapped) loses its shards, the group restarts, blocks the next runner, and so
+ *   on. A group started `maxAttempts` times without finishing fails the batch too, naming the blocks the runners
+ *   recorded (`blocked_ms` of its attempts) against the lock timings, or, with none recorded, runners dying on it.
  */
 import * as EntityAddress from "@effect/cluster/EntityAddress"
 import * as EntityId from "@effect/cluster/EntityId"
 import * as MessageStorage from "@effect/cluster/MessageStorage"
 import * as Sharding from "@effect/cluster/Sharding"
+import * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import type * as SqlClient from "@effect/sql/SqlClient"
 import * as RolloutGroups from "@envtrain/grpo/RolloutGroups"
 import type * as Episode from "@envtrain/rollout/Episode"
@@ -22,17 +28,71 @@ import { Deferred, Duration, Effect } from "effect"
 import * as Entity from "./entity.js"
 import * as Store from "./store.js"
 
+/** The shard locks' timings, as the runners use them: what a runner's event loop must not be blocked past. */
+export interface LockTimings {
+  /** How often a runner refreshes its locks; a refresh unanswered this long loses them all. */
+  readonly refresh: Duration.Duration
+  /** How long an unrefreshed lock lasts before another runner may take its shard. */
+  readonly expiry: Duration.Duration
+}
+
 export interface ClientOptions {
   readonly runId: string
   readonly spec: Store.RunSpec
   readonly watchdog: Duration.DurationInput
+  readonly maxAttempts: number
+  readonly locks: LockTimings
 }
 
 const problem = (text: string) => new RolloutGroups.RolloutGroupsError({ problem: text })
 
-/** Fails once the batch's messages have gone unread, or no runner has been healthy, for `limit`. */
-const watchdog = (prefix: string, limit: Duration.Duration) =>
+const inSeconds = (ms: number) => Number((ms / 1000).toFixed(1))
+
+/** Why group `restarted.group` of batch `key` keeps starting over, from what its attempts' rows say. */
+export const livelockProblem = (runId: string, key: string, restarted: Store.Restarted, locks: LockTimings) => {
+  const refresh = Duration.toMillis(locks.refresh)
+  const expiry = Duration.toMillis(locks.expiry)
+  const what = `group ${restarted.group} of batch ${key} (run ${runId}) was started ${restarted.attempts} times in ` +
+    `${inSeconds(restarted.seconds * 1000)} s without finishing (runners: ${restarted.runners})`
+  if (restarted.blockedMs >= refresh) {
+    const slower = expiry < Duration.toMillis(ShardingConfig.defaults.shardLockExpiration)
+      ? `, or use the default (slower) failover settings (without --fast-failover / fastFailover: locks expire after ${
+        inSeconds(Duration.toMillis(ShardingConfig.defaults.shardLockExpiration))
+      } s)`
+      : ""
+    return problem(
+      `${what}: runner event loops were blocked for up to ${inSeconds(restarted.blockedMs)} s while it was out, ` +
+        `past the shard locks (refreshed every ${inSeconds(refresh)} s, expiring after ${inSeconds(expiry)} s), so ` +
+        `its runners lost their shards and the group started again, over and over. Cap the groups per runner ` +
+        `with --max-groups so that no turn of a runner's event loop runs that long (a CPU-bound environment), ` +
+        `give runners cores of their own${slower}`
+    )
+  }
+  return problem(
+    `${what}: every attempt stopped before it stored its records, and its runners recorded no event-loop block ` +
+      `as long as the shard-lock refresh (${inSeconds(refresh)} s${
+        restarted.blockedMs > 0 ? `; the longest: ${inSeconds(restarted.blockedMs)} s` : ""
+      }): they died during it (killed, out of memory: see their logs), or lost their shards to runners joining ` +
+      `and leaving; fix the runners, or raise maxAttempts (now ${restarted.attempts}) if runners are restarted ` +
+      `one by one on purpose while groups run long`
+  )
+}
+
+interface Watch {
+  readonly runId: string
+  readonly key: string
+  readonly limit: Duration.Duration
+  readonly maxAttempts: number
+  readonly locks: LockTimings
+}
+
+/**
+ * Fails once the batch's messages have gone unread, or no runner has been healthy, for `limit`, or a group of it has
+ * started `maxAttempts` times without finishing.
+ */
+const watchdog = ({ key, limit, locks, maxAttempts, runId }: Watch) =>
   Effect.gen(function*() {
+    const prefix = Entity.entityId(runId, key, 0).slice(0, -1)
     let unreadSince: number | undefined
     let noRunnerSince: number | undefined
     const every = Duration.millis(Math.min(2000, Math.max(100, Duration.toMillis(limit) / 4)))
@@ -57,6 +117,8 @@ const watchdog = (prefix: string, limit: Duration.Duration) =>
             `(hung, or its event loop blocked), or the storage stalled; restart that runner`
         )
       }
+      const restarted = yield* Store.throughOutage(limit)(Store.restartedGroup(runId, key, maxAttempts))
+      if (restarted !== undefined) return yield* livelockProblem(runId, key, restarted, locks)
     }
   })
 
@@ -106,7 +168,15 @@ export const make = (options: ClientOptions) =>
           entityType: Entity.RolloutGroup.type,
           entityId
         })))
-      }, { discard: true })
+      }, { discard: true }).pipe(Effect.zipRight(durable(Store.dropOrphanReplies)))
+    // A batch the watchdog failed: deleted, so the runners stop re-running it (a resumed run sends it again). At
+    // most a few seconds: the storage may be what failed.
+    const abandon = (key: string, groups: number) =>
+      Effect.zipRight(Store.dropBatch(runId, key), clear(key, groups)).pipe(
+        Effect.timeout("10 seconds"),
+        Effect.catchAllCause((cause) => Effect.logWarning(`cluster: batch ${key} could not be deleted`, cause))
+      )
+    yield* durable(Store.dropOrphanReplies)
 
     const run = (batch: RolloutGroups.Batch) =>
       Effect.gen(function*() {
@@ -124,7 +194,10 @@ export const make = (options: ClientOptions) =>
               policyVersion: batch.policyVersion
             })
           ), { concurrency: "unbounded" })
-        yield* Effect.raceFirst(send, watchdog(Entity.entityId(runId, key, 0).slice(0, -1), limit))
+        yield* Effect.raceFirst(
+          send,
+          watchdog({ runId, key, limit, maxAttempts: options.maxAttempts, locks: options.locks })
+        ).pipe(Effect.tapErrorTag("RolloutGroupsError", () => abandon(key, batch.rows.length)))
         const rows = yield* durable(Store.getGroups(runId, key))
         const byGroup = new Map(rows.map((r) => [r.grp, r.body]))
         const records: Array<Episode.EpisodeRecord<unknown>> = []

@@ -78,15 +78,45 @@ const runContext = (runId: string) =>
     return { open, model, policies } satisfies RunContext
   })
 
+// The event-loop watch: a tick every 200 ms; a tick a second or more late means the loop was held that long.
+const tick = 200
+const worthRecording = 1000
+
+/**
+ * For the scope, records every block of this process's event loop of a second or more on the runner's attempts in
+ * flight (`Store.recordBlock`): a block past the shard locks loses the runner its shards, and the trainer's livelock
+ * watchdog names it from these rows. Best effort: a failed write is logged and the watch goes on.
+ */
+const watchEventLoop = (name: string) =>
+  Effect.gen(function*() {
+    let last = performance.now()
+    while (true) {
+      yield* Effect.sleep(tick)
+      const late = performance.now() - last - tick
+      if (late >= worthRecording) {
+        yield* Effect.logWarning(
+          `cluster runner ${name}: event loop blocked for ${(late / 1000).toFixed(1)} s (a CPU-bound environment? ` +
+            `cap this runner's groups with --max-groups)`
+        )
+        yield* Store.recordBlock(name, Math.round(late)).pipe(
+          Effect.timeout("30 seconds"),
+          Effect.catchAllCause((cause) => Effect.logDebug("cluster runner: the block was not recorded", cause))
+        )
+      }
+      last = performance.now()
+    }
+  }).pipe(Effect.forkScoped)
+
 /**
  * The entity's handler layer; `name` is what the runner writes beside each group (its address). With `maxGroups`, at
  * most that many groups roll out at once; the others wait here for a permit before their attempt starts.
  */
 export const layer = (name: string, maxGroups?: number) =>
-  Layer.unwrapEffect(Effect.gen(function*() {
+  Layer.unwrapScoped(Effect.gen(function*() {
     if (maxGroups !== undefined && (!Number.isInteger(maxGroups) || maxGroups < 1)) {
       return yield* Effect.dieMessage(`maxGroups must be a whole number of at least 1 (got ${maxGroups})`)
     }
+    yield* watchEventLoop(name)
     // Made once per runner, here: the entity's handlers are built once per entity, i.e. per group.
     const capacity = maxGroups === undefined ? undefined : yield* Effect.makeSemaphore(maxGroups)
     const limited = <A, E, R>(effect: Effect.Effect<A, E, R>) =>

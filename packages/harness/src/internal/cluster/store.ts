@@ -7,7 +7,8 @@
  * - `envtrain_cluster_groups`: a finished group's records (JSON), written by the runner as its last act before the
  *   reply. The reply carries only this row's key.
  *
- * - `envtrain_cluster_attempts`: each attempt at a group (runner, start, finish), while its batch is out.
+ * - `envtrain_cluster_attempts`: each attempt at a group (runner, start, finish, and the longest event-loop block its
+ *   runner recorded while it was out), while its batch is out: the livelock watchdog's evidence (client.ts).
  *
  * Rows rather than files in the run directory: runners on other machines need no shared volume, and the cluster's
  * reply table, which every waiting client polls, stays small. An attempt that is interrupted (a killed runner, a
@@ -15,6 +16,12 @@
  * (at-least-once) finds the row there and keeps it (`ON CONFLICT DO NOTHING`): both are the same seeded episodes.
  * The trainer deletes a batch's rows, attempts included, once it has read them; the run's row keeps the count of
  * re-runs (`reruns`), so a long run's tables stay the size of one batch.
+ *
+ * A slow duplicate attempt may go on after its batch was read (a runner that hung and came back). Its rows are
+ * written only while the batch's row exists, under a share lock on that row (`startAttempt`, `putGroup`), and
+ * `dropBatch` deletes the batch's row first: a late write either commits before that delete, and goes with the
+ * batch's rows, or finds no batch and writes nothing. Its reply, which the cluster stores after its message was
+ * cleared, is removed by `dropOrphanReplies`.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
@@ -58,8 +65,9 @@ export const migrate = Effect.gen(function*() {
   yield* sql`CREATE TABLE IF NOT EXISTS envtrain_cluster_attempts (
     run_id TEXT NOT NULL, batch_key TEXT NOT NULL, grp INT NOT NULL, runner TEXT NOT NULL,
     started_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), finished_at TIMESTAMPTZ)`
-  // Added after the first release of these tables: a database made by it gains the column.
+  // Added after the first release of these tables: a database made by it gains the columns.
   yield* sql`ALTER TABLE envtrain_cluster_runs ADD COLUMN IF NOT EXISTS reruns BIGINT NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE envtrain_cluster_attempts ADD COLUMN IF NOT EXISTS blocked_ms INT`
 })
 
 /**
@@ -72,7 +80,8 @@ export const startAttempt = (runId: string, key: string, group: number, runner: 
     SqlClient.SqlClient,
     (sql) =>
       sql`INSERT INTO envtrain_cluster_attempts (run_id, batch_key, grp, runner)
-      VALUES (${runId}, ${key}, ${group}, ${runner})`
+      SELECT ${runId}::text, ${key}::text, ${group}::int, ${runner}::text FROM envtrain_cluster_batches
+      WHERE run_id = ${runId} AND batch_key = ${key} FOR SHARE`
   )
 
 export const finishAttempt = (runId: string, key: string, group: number, runner: string) =>
@@ -112,13 +121,18 @@ export const getBatch = (runId: string, key: string) =>
       (rows) => rows.length === 0 ? undefined : JSON.parse(rows[0].body) as unknown
     ))
 
-/** Keeps the first finished attempt's records (a re-run's are the same seeded episodes). */
+/**
+ * Keeps the first finished attempt's records (a re-run's are the same seeded episodes); writes nothing once the
+ * batch was read (its row is gone: a late duplicate, see above).
+ */
 export const putGroup = (runId: string, key: string, group: number, body: string, runner: string) =>
   Effect.flatMap(
     SqlClient.SqlClient,
     (sql) =>
       sql`INSERT INTO envtrain_cluster_groups (run_id, batch_key, grp, body, bytes, runner)
-      VALUES (${runId}, ${key}, ${group}, ${body}, ${Buffer.byteLength(body)}, ${runner})
+      SELECT ${runId}::text, ${key}::text, ${group}::int, ${body}::text, ${Buffer.byteLength(body)}::int,
+        ${runner}::text
+      FROM envtrain_cluster_batches WHERE run_id = ${runId} AND batch_key = ${key} FOR SHARE
       ON CONFLICT (run_id, batch_key, grp) DO NOTHING`
   )
 
@@ -131,14 +145,15 @@ export const getGroups = (runId: string, key: string) =>
   )
 
 /**
- * A batch the trainer has read: its rows go, and its attempts, whose re-runs (attempts beyond one per group) are added
- * to the run's `reruns` in the same statement (a retried call adds nothing twice). Returns the batch's re-runs.
+ * A batch the trainer has read (or abandoned): its rows go, and its attempts, whose re-runs (attempts beyond one per
+ * group) are added to the run's `reruns` in the same statement (a retried call adds nothing twice). Returns the
+ * batch's re-runs. The batch's row goes first: it waits for any write of the batch's in flight, and stops later ones.
  */
 export const dropBatch = (runId: string, key: string): Effect.Effect<number, SqlError, SqlClient.SqlClient> =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.gen(function*() {
-      yield* sql`DELETE FROM envtrain_cluster_groups WHERE run_id = ${runId} AND batch_key = ${key}`
       yield* sql`DELETE FROM envtrain_cluster_batches WHERE run_id = ${runId} AND batch_key = ${key}`
+      yield* sql`DELETE FROM envtrain_cluster_groups WHERE run_id = ${runId} AND batch_key = ${key}`
       const rows = yield* sql<{ n: string }>`WITH gone AS (
           DELETE FROM envtrain_cluster_attempts WHERE run_id = ${runId} AND batch_key = ${key} RETURNING grp),
         n AS (SELECT count(*) - count(DISTINCT grp) AS n FROM gone)
@@ -153,6 +168,65 @@ export const reruns = (runId: string) =>
     Effect.map(
       sql<{ n: string }>`SELECT reruns AS n FROM envtrain_cluster_runs WHERE run_id = ${runId}`,
       (rows) => Number(rows[0]?.n ?? 0)
+    ))
+
+/**
+ * Replies the cluster stored for messages that are gone: a late duplicate attempt's reply, saved after the trainer
+ * cleared its message (`MessageStorage.clearAddress`). Nobody reads them; any run's may go.
+ */
+export const dropOrphanReplies = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) =>
+    sql`DELETE FROM cluster_replies r WHERE NOT EXISTS (SELECT 1 FROM cluster_messages m WHERE m.id = r.request_id)`
+)
+
+/**
+ * A runner's event loop was held for `ms` (CPU-bound environments, a starved machine): stamped on its attempts that
+ * were out meanwhile (started before the block), keeping the longest. The livelock watchdog reads it.
+ */
+export const recordBlock = (runner: string, ms: number) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      sql`UPDATE envtrain_cluster_attempts SET blocked_ms = GREATEST(COALESCE(blocked_ms, 0), ${ms}::int)
+      WHERE runner = ${runner} AND finished_at IS NULL
+        AND started_at <= clock_timestamp() - ${ms}::float8 * interval '1 millisecond'`
+  )
+
+/** A group of a batch that was started again and again without finishing (client.ts's livelock watchdog). */
+export interface Restarted {
+  readonly group: number
+  readonly attempts: number
+  /** Since its first attempt started. */
+  readonly seconds: number
+  /** The longest event-loop block its runners recorded while its attempts were out; 0 for none. */
+  readonly blockedMs: number
+  /** The runners that started it. */
+  readonly runners: string
+}
+
+/** The batch's unfinished group (no records row) with the most attempts, if it has at least `attempts`. */
+export const restartedGroup = (runId: string, key: string, attempts: number) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(
+      sql<{ grp: number; attempts: string; seconds: number; blocked_ms: number | null; runners: string }>`
+        SELECT a.grp, count(*) AS attempts,
+          extract(epoch FROM clock_timestamp() - min(a.started_at))::float8 AS seconds,
+          max(a.blocked_ms) AS blocked_ms, string_agg(DISTINCT a.runner, ', ') AS runners
+        FROM envtrain_cluster_attempts a
+        WHERE a.run_id = ${runId} AND a.batch_key = ${key} AND NOT EXISTS (
+          SELECT 1 FROM envtrain_cluster_groups g
+          WHERE g.run_id = a.run_id AND g.batch_key = a.batch_key AND g.grp = a.grp)
+        GROUP BY a.grp HAVING count(*) >= ${attempts}
+        ORDER BY count(*) DESC, a.grp LIMIT 1`,
+      (rows): Restarted | undefined =>
+        rows.length === 0 ? undefined : {
+          group: rows[0].grp,
+          attempts: Number(rows[0].attempts),
+          seconds: rows[0].seconds,
+          blockedMs: rows[0].blocked_ms ?? 0,
+          runners: rows[0].runners
+        }
     ))
 
 /**
