@@ -233,6 +233,8 @@ const targets = (name: string, rows: ReadonlyArray<SeedRow>): Array<string> => {
     }
     case "sudoku":
       return [verdict(gain.median > 0, "fill rate above the SFT start at the median", `${pts(gain.median)} points`)]
+    case "browsergym":
+      return [verdict(gain.median >= 0.1, "GRPO adds >= 10 points at the median", `${pts(gain.median)} points`), noLoss]
     default:
       return [noLoss]
   }
