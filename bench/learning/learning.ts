@@ -240,6 +240,8 @@ const targets = (name: string, rows: ReadonlyArray<SeedRow>): Array<string> => {
         ),
         noLoss
       ]
+    case "browsergym":
+      return [verdict(gain.median >= 0.1, "GRPO adds >= 10 points at the median", `${pts(gain.median)} points`), noLoss]
     default:
       return [noLoss]
   }

@@ -105,7 +105,11 @@ const flags = {
       "synchronous results); with --backend cpu the update runs in a worker thread, so that generation on a " +
       "--policy-server overlaps it (default: synchronous GRPO)"
   ),
-  evalEpisodes: int("eval-episodes", "held-out evaluation episodes")
+  evalEpisodes: int("eval-episodes", "held-out evaluation episodes"),
+  episodesInFlight: int(
+    "episodes-in-flight",
+    "episodes played at once in the evaluations and each GRPO step (default: a whole batch at once)"
+  )
 }
 
 type Parsed =
@@ -203,7 +207,8 @@ export const settingsOf = (defaults: Pipeline.Settings, f: Parsed): Pipeline.Set
       ...(Option.isSome(f.dynamicSamplingRounds) ? { dynamicSamplingRounds: f.dynamicSamplingRounds.value } : {}),
       ...(Option.isSome(f.maxStaleness) ? { maxStaleness: f.maxStaleness.value } : {})
     },
-    evalEpisodes: or(f.evalEpisodes, defaults.evalEpisodes)
+    evalEpisodes: or(f.evalEpisodes, defaults.evalEpisodes),
+    ...(Option.isSome(f.episodesInFlight) ? { episodesInFlight: f.episodesInFlight.value } : {})
   }
 }
 
@@ -242,6 +247,12 @@ export const validate = (settings: Pipeline.Settings, f: Parsed): Effect.Effect<
       `${grpo.numIterations}: give a whole number of updates per generation batch >= 1 (1 = TRL's default)`
     ],
     ["prompts", grpo.prompts >= 1, `${grpo.prompts}: give at least 1 prompt per step`],
+    [
+      "episodes-in-flight",
+      settings.episodesInFlight === undefined ||
+      (Number.isInteger(settings.episodesInFlight) && settings.episodesInFlight >= 1),
+      `${settings.episodesInFlight}: give a whole number of episodes >= 1`
+    ],
     ["temperature", grpo.temperature > 0, `${grpo.temperature}: give a sampling temperature > 0 (e.g. 0.4, 1)`],
     [
       "dynamic-sampling-rounds",

@@ -133,6 +133,12 @@ export interface Settings {
     readonly maxStaleness?: number
   }
   readonly evalEpisodes: number
+  /**
+   * Episodes played at once in the evaluations and in each GRPO step (`--episodes-in-flight`); default all of a
+   * batch at once. A real browser on a loaded machine needs fewer: 20-40 pages loading at once on 2 shared cores
+   * passed Chromium's 30 s navigation timeout, and every such episode is unscoreable.
+   */
+  readonly episodesInFlight?: number
   /** Print progress bars and tables. */
   readonly verbose: boolean
 }
@@ -573,6 +579,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
           step,
           label,
           seed: settings.seed,
+          ...(settings.episodesInFlight === undefined ? {} : { concurrency: settings.episodesInFlight }),
           success: (episode) => {
             states.push(episode.state as State)
             return recipe.success(episode.state as State)
@@ -601,6 +608,7 @@ export const run = <State>(chosen: Recipe.Recipe<State>, settings: Settings) =>
       open,
       rewardFunctions: recipe.rewardFunctions,
       title: `${recipe.name}: SFT warm-up, then GRPO`,
+      ...(settings.episodesInFlight === undefined ? {} : { concurrency: settings.episodesInFlight }),
       ...(settings.verbose ? {} : { progress: false as const })
     })
     const grpoSeconds = (Date.now() - grpoStarted) / 1000

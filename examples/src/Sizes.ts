@@ -117,11 +117,17 @@ export const multiEnv: Pipeline.Settings = {
 
 /**
  * BrowserGym: the simplest MiniWoB++-style tasks (one right click wins; the model must copy the bid of the element
- * the goal names from the accessibility tree). Small sizes: every episode drives a real Chromium.
+ * the goal names from the accessibility tree). Small sizes: every episode drives a real Chromium. Five episodes at
+ * once: with 20-40 pages loading at once on the shared 2 cores (load 50-170) every page load passed Chromium's 30 s
+ * navigation timeout and every GRPO episode of a step was unscoreable. Catch's recipe (SFT lr 3e-3 for 6 epochs,
+ * a demonstrator wrong on some tasks: `--sft-player confused`, GRPO at temperature 1, lr 3e-4) was tried on one seed
+ * and gained nothing yet (bench/results/experiments/browsergym-confused.md), so these are still the sizes the
+ * five-seed result (bench/results/learning-browsergym.md) measured.
  */
 export const browsergym: Pipeline.Settings = {
   ...Pipeline.defaults,
   sft: { episodes: 200, errorRate: 0.3, epochs: 2, learningRate: 1e-2, batchSize: 4, maxLength: 512 },
   grpo: { steps: 8, learningRate: 2e-4, numGenerations: 4, prompts: 5, maxCompletionLength: 256, temperature: 0.7 },
-  evalEpisodes: 40
+  evalEpisodes: 40,
+  episodesInFlight: 5
 }

@@ -33,6 +33,7 @@ describe("example flags", () => {
       assert.match(yield* refusal(["--num-iterations", "0"]), /^--num-iterations: 0: give a whole number of updates/)
       assert.match(yield* refusal(["--lr", "-1"]), /^--lr: -1: give a learning rate > 0/)
       assert.match(yield* refusal(["--eval-episodes", "0"]), /^--eval-episodes: 0/)
+      assert.match(yield* refusal(["--episodes-in-flight", "0"]), /^--episodes-in-flight: 0: give a whole number/)
       assert.match(yield* refusal(["--seed", "-3"]), /^--seed: -3 is not a whole number/)
       assert.match(yield* refusal(["--env-concurrency", "2"]), /^--env-concurrency: 2: .*with --env-url/)
       assert.match(
@@ -58,6 +59,8 @@ describe("example flags", () => {
       assert.strictEqual(wordle.message, "wordle: this example has one scripted player; drop --sft-player hesitant")
       const unknown = yield* Effect.flip(Recipe.withPlayer(Recipe.catchRecipe, "lazy"))
       assert.strictEqual(unknown.message, "catch: no scripted player named \"lazy\": choose one of solver, hesitant")
+      const confused = yield* Recipe.withPlayer(Recipe.browsergymRecipe, "confused")
+      assert.strictEqual(confused.player, Recipe.browsergymRecipe.playerVariants?.confused)
     }))
 })
 

@@ -400,18 +400,29 @@ export const taskOf = (text: string): string | undefined => /RootWebArea '([\w-]
 /**
  * A solver through the tools: reads the goal and the tree from each tool result and clicks/fills its way through
  * the task (`task`, else the one the page title names). With `errorRate` > 0 each move is, with that probability
- * (seeded by `seed`), replaced by the task's wrong move where it has one, for imperfect SFT data. Tasks needing
- * actions the tools lack (select_option) are solved by clicking where possible and otherwise stop.
+ * (seeded by `seed`), replaced by the task's wrong move where it has one, for imperfect SFT data; `taskErrorRates`
+ * sets that probability for the tasks it names instead (a player whose most likely move is wrong on some tasks).
+ * Tasks needing actions the tools lack (select_option) are solved by clicking where possible and otherwise stop.
  */
 export const solver = (
-  options: { readonly task?: string; readonly errorRate?: number; readonly seed?: number } = {}
+  options: {
+    readonly task?: string
+    readonly errorRate?: number
+    readonly seed?: number
+    readonly taskErrorRates?: Readonly<Record<string, number>>
+  } = {}
 ) => {
   const prng = Prng.make(options.seed ?? 0)
-  const errorRate = options.errorRate ?? 0
+  const rates = options.taskErrorRates ?? {}
+  for (const [name, rate] of Object.entries(rates)) {
+    if (!tasks.has(name)) throw new UnknownTask(name)
+    if (!(rate >= 0 && rate <= 1)) throw new RangeError(`taskErrorRates["${name}"] = ${rate}: give a rate in [0, 1]`)
+  }
   return (episode: Environment.Episode<unknown>): Effect.Effect<void> =>
     Effect.gen(function*() {
       let text = Option.getOrElse(episode.observation, () => "")
       const task = options.task ?? taskOf(text) ?? "click-test"
+      const errorRate = rates[task] ?? options.errorRate ?? 0
       for (let i = 0; i < 10; i++) {
         const view = viewOf(text)
         const wrong = errorRate > 0 && prng.next() < errorRate ? wrongStep(task, view) : undefined

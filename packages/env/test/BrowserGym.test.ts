@@ -171,6 +171,32 @@ describe("BrowserGym (TRL's tools)", () => {
       }
     }), { timeout: 60_000 })
 
+  it.live(
+    "taskErrorRates: always wrong on the tasks it names, the errorRate (here none) elsewhere",
+    () =>
+      Effect.gen(function*() {
+        const player = BrowserGym.solver({ taskErrorRates: { "click-dialog": 1, "click-test-2": 1 } })
+        for (
+          const [task, wins] of [["click-dialog", false], ["click-test-2", false], ["click-button", true]] as const
+        ) {
+          for (const seed of [1, 2]) {
+            const result = yield* Environment.run(env, { seed, task }, player)
+            assert.strictEqual(result.state.success, wins, `${task} seed ${seed}`)
+            assert.isTrue(result.state.done, `${task} seed ${seed}: one click ends it`)
+          }
+        }
+      }),
+    { timeout: 60_000 }
+  )
+
+  it("taskErrorRates naming no task, or a rate outside [0, 1], is refused naming it", () => {
+    assert.throws(
+      () => BrowserGym.solver({ taskErrorRates: { "click-dialogue": 0.5 } }),
+      /unknown task 'click-dialogue'/
+    )
+    assert.throws(() => BrowserGym.solver({ taskErrorRates: { "click-dialog": 1.5 } }), /click-dialog.*\[0, 1\]/)
+  })
+
   it.live("after the end a tool says Episode is done.; a wrong click scores 0", () =>
     Effect.gen(function*() {
       const result = yield* Environment.run(env, { seed: 2, task: "click-button" }, (episode) =>

@@ -350,6 +350,14 @@ export const browsergymRecipe: Recipe<BrowserGym.State> = {
   stratum: (observation) => BrowserGym.taskOf(observation) ?? "unknown",
   details: (states) => ({ steps_per_episode: mean(states.map((s) => s.steps)) }),
   player: ({ errorRate, seed }) => BrowserGym.solver({ errorRate, seed }),
+  // `confused`: on the two tasks with one right and one wrong button (click-test-2's ONE/TWO, click-dialog's x/OK)
+  // the player clicks the wrong one 75 % of the time, so the policy that imitates its most likely click fails them
+  // (40 % of the starts) while sampling finds the right one a quarter of the time: an SFT start with room for GRPO.
+  playerVariants: {
+    solver: ({ errorRate, seed }) => BrowserGym.solver({ errorRate, seed }),
+    confused: ({ errorRate, seed }) =>
+      BrowserGym.solver({ errorRate, seed, taskErrorRates: { "click-test-2": 0.75, "click-dialog": 0.75 } })
+  },
   // The line copies the tree's line of the element about to be clicked, so the call copies its bid from a few
   // tokens back.
   reasoning: (seen, _tool, args) => {
