@@ -225,13 +225,13 @@ export const wordleRecipe: Recipe<Wordle.State> = {
     }
   },
   player: Wordle.solver,
+  // The line copies the last guess and its whole feedback next to the decision, the key of the solver's next guess
+  // (its play is a fixed tree: bench/results/experiments/wordle-memorise.md). The earlier line named only the greens.
   reasoning: (seen, _tool, args) => {
-    const marks = /Feedback:\n([^\n]*)\n([GYX](?: [GYX]){4})/.exec(seen)
+    const last = /You submitted \[(\w+)\]\.\nFeedback:\n[^\n]*\n([GYX](?: [GYX]){4})/.exec(seen)
     const word = String(args.guess ?? "").replace(/[[\]]/g, "")
-    if (marks === null) return `Opening guess: ${word}.`
-    const letters = marks[1].trim().split(/\s+/)
-    const known = marks[2].split(" ").map((m, i) => (m === "G" ? (letters[i] ?? "_").toLowerCase() : "_")).join("")
-    return `Greens so far: ${known}. Next guess: ${word}.`
+    if (last === null) return `Opening guess: ${word}.`
+    return `Feedback on [${last[1]}]: ${last[2]}. Next guess: ${word}.`
   },
   closing: (s) => s.won ? "Solved." : "Out of guesses."
 }
