@@ -522,58 +522,62 @@ export const environmentOf = <State>(
   return Effect.succeed(recipe.remotes.make(urls))
 }
 
-/** The variant named on the command line (`flag NAME`), or why there is none. */
-const pickVariant = <A>(
-  recipeName: string,
-  what: { readonly one: string; readonly named: string; readonly flag: string },
-  variants: Readonly<Record<string, A>> | undefined,
-  name: string
-): Effect.Effect<A, RecipeError> => {
-  const chosen = variants?.[name]
-  if (chosen !== undefined) return Effect.succeed(chosen)
-  const names = Object.keys(variants ?? {})
+/** A kind of named variant a recipe may offer (`--rewards NAME`, `--sft-player NAME`). */
+interface VariantKind<State, A> {
+  readonly one: string
+  readonly named: string
+  readonly flag: string
+  readonly variants: (recipe: Recipe<State>) => Readonly<Record<string, A>> | undefined
+  readonly choose: (recipe: Recipe<State>, variant: A) => Recipe<State>
+}
+
+/** The recipe with the variant named on the command line; `undefined` keeps the recipe as it is. */
+const withVariant = <State, A>(
+  kind: VariantKind<State, A>,
+  recipe: Recipe<State>,
+  name: string | undefined
+): Effect.Effect<Recipe<State>, RecipeError> => {
+  if (name === undefined) return Effect.succeed(recipe)
+  const variants = kind.variants(recipe) ?? {}
+  const chosen = variants[name]
+  if (chosen !== undefined) return Effect.succeed(kind.choose(recipe, chosen))
+  const names = Object.keys(variants)
   return Effect.fail(
     new RecipeError({
       message: names.length === 0
-        ? `${recipeName}: this example has ${what.one}; drop ${what.flag} ${name}`
-        : `${recipeName}: no ${what.named} named "${name}": choose one of ${names.join(", ")}`
+        ? `${recipe.name}: this example has ${kind.one}; drop ${kind.flag} ${name}`
+        : `${recipe.name}: no ${kind.named} named "${name}": choose one of ${names.join(", ")}`
     })
   )
 }
 
 /** The recipe with the named reward set (`--rewards NAME`); `undefined` keeps its default set. */
-export const withRewards = <State>(
-  recipe: Recipe<State>,
-  name: string | undefined
-): Effect.Effect<Recipe<State>, RecipeError> =>
-  name === undefined
-    ? Effect.succeed(recipe)
-    : Effect.map(
-      pickVariant(
-        recipe.name,
-        { one: "one reward set", named: "reward set", flag: "--rewards" },
-        recipe.rewardVariants,
-        name
-      ),
-      (rewardFunctions) => ({ ...recipe, rewardFunctions })
-    )
+export const withRewards = <State>(recipe: Recipe<State>, name: string | undefined) =>
+  withVariant<State, ReadonlyArray<RecipeReward<State>>>(
+    {
+      one: "one reward set",
+      named: "reward set",
+      flag: "--rewards",
+      variants: (r) => r.rewardVariants,
+      choose: (r, rewardFunctions) => ({ ...r, rewardFunctions })
+    },
+    recipe,
+    name
+  )
 
 /** The recipe with the named SFT player (`--sft-player NAME`); `undefined` keeps its default player. */
-export const withPlayer = <State>(
-  recipe: Recipe<State>,
-  name: string | undefined
-): Effect.Effect<Recipe<State>, RecipeError> =>
-  name === undefined
-    ? Effect.succeed(recipe)
-    : Effect.map(
-      pickVariant(
-        recipe.name,
-        { one: "one scripted player", named: "scripted player", flag: "--sft-player" },
-        recipe.playerVariants,
-        name
-      ),
-      (player) => ({ ...recipe, player })
-    )
+export const withPlayer = <State>(recipe: Recipe<State>, name: string | undefined) =>
+  withVariant<State, Player>(
+    {
+      one: "one scripted player",
+      named: "scripted player",
+      flag: "--sft-player",
+      variants: (r) => r.playerVariants,
+      choose: (r, player) => ({ ...r, player })
+    },
+    recipe,
+    name
+  )
 
 /** The built-in recipes by name (`recipe: catch` in a train / eval config, the examples, the bench). */
 export const builtins: Readonly<Record<string, Recipe<any>>> = {
