@@ -111,7 +111,7 @@ describe.each(["wasm-simd", "js"] as const)("CpuModel with LoRA, %s element-wise
       const l = lora({ targetModules: ["q_proj", "v_proj", "o_proj", "down_proj"], dropout: 0.1 })
       const adapters = adaptersFor(config, l)
       const model = CpuModel.make(config, weights, gemm, { elementwise, lora: { config: l, adapters } })
-      const second = assertDecodeMatchesSpec(model, config, weights, { config: l, adapters })
+      const { second } = assertDecodeMatchesSpec(model, config, weights, { config: l, adapters })
       const V = config.vocab_size
       const a = [1, 5, 9, 2, 7, 3]
       const base = Ref.forward(config, weights, { tokens: a, batch: 1, seqLen: 6 }).logits

@@ -5,7 +5,7 @@ import * as CpuModel from "../src/cpu/CpuModel.js"
 import * as Gemm from "../src/cpu/Gemm.js"
 import * as Ref from "../src/model/Qwen3Reference.js"
 import { maxRelError } from "./helpers.js"
-import { testConfig, testModel } from "./qwen3Fixtures.js"
+import { assertDecodeMatchesSpec, testConfig, testModel } from "./qwen3Fixtures.js"
 
 // The CPU device against the specification (Qwen3Reference, f32 storage, f64 sums) at the GPU kernels' tolerances,
 // on every matmul route. OpenBLAS must be present here (npm test's set-up installs it): a missing route fails.
@@ -89,19 +89,7 @@ describe.each(["wasm-simd", "js"] as const)("CpuModel, %s element-wise kernels",
       const config = testConfig()
       const { weights } = testModel(config, 7)
       const model = CpuModel.make(config, weights, gemm, { elementwise })
-      const a = [1, 5, 9, 2, 7, 3]
-      const b = [4, 4, 8]
-      const ca = model.makeKvCache(16)
-      const cb = model.makeKvCache(16)
-      const first = Float32Array.from(model.extendBatch([ca, cb], [a.slice(0, 4), b]))
-      const second = Float32Array.from(model.extendBatch([ca], [a.slice(4)]))
-      const V = config.vocab_size
-      const fa4 = Ref.forward(config, weights, { tokens: a.slice(0, 4), batch: 1, seqLen: 4 }).logits
-      const fb = Ref.forward(config, weights, { tokens: b, batch: 1, seqLen: 3 }).logits
-      const fa = Ref.forward(config, weights, { tokens: a, batch: 1, seqLen: 6 }).logits
-      assert.isBelow(maxRelError(first.subarray(0, V), fa4.subarray(3 * V, 4 * V)), 1e-5)
-      assert.isBelow(maxRelError(first.subarray(V, 2 * V), fb.subarray(2 * V, 3 * V)), 1e-5)
-      assert.isBelow(maxRelError(second, fa.subarray(5 * V, 6 * V)), 1e-5)
+      const [ca, cb] = assertDecodeMatchesSpec(model, config, weights).caches
       assert.strictEqual(ca.length, 6)
       assert.throws(() => model.extendBatch([cb], [Array.from({ length: 14 }, () => 1)]), /do not fit/)
     })

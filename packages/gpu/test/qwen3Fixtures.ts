@@ -63,15 +63,15 @@ export const packedPositions = [...Array.from({ length: packedT }, (_, t) => t),
 
 /**
  * KV-cache decode against the spec's no-cache forward: a batch of two caches (6 and 3 tokens, the first extended in
- * two calls) must give the spec's logits at each extended position, on `refWeights` with the model's adapters.
- * Returns the second call's logits (the last position of the 6-token sequence) for further checks.
+ * two calls) must give the spec's logits at each extended position, on `refWeights` (with `lora`'s adapters if
+ * given). Returns the second call's logits (the last position of the 6-token sequence) and the two caches.
  */
 export const assertDecodeMatchesSpec = (
   model: CpuModel.CpuModel,
   config: ModelConfig,
   refWeights: Ref.Weights,
-  lora: Ref.Lora
-): Float32Array => {
+  lora?: Ref.Lora
+) => {
   const a = [1, 5, 9, 2, 7, 3]
   const b = [4, 4, 8]
   const ca = model.makeKvCache(16)
@@ -80,9 +80,10 @@ export const assertDecodeMatchesSpec = (
   const second = Float32Array.from(model.extendBatch([ca], [a.slice(4)]))
   const V = config.vocab_size
   const ref = (t: ReadonlyArray<number>) =>
-    Ref.forward(config, refWeights, { tokens: t, batch: 1, seqLen: t.length }, { lora }).logits
+    Ref.forward(config, refWeights, { tokens: t, batch: 1, seqLen: t.length }, lora === undefined ? {} : { lora })
+      .logits
   assert.isBelow(maxRelError(first.subarray(0, V), ref(a.slice(0, 4)).subarray(3 * V, 4 * V)), 1e-5)
   assert.isBelow(maxRelError(first.subarray(V, 2 * V), ref(b).subarray(2 * V, 3 * V)), 1e-5)
   assert.isBelow(maxRelError(second, ref(a).subarray(5 * V, 6 * V)), 1e-5)
-  return second
+  return { second, caches: [ca, cb] as const }
 }
